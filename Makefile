@@ -1,0 +1,55 @@
+# Pinned code generators: regeneration is reproducible on any machine with Go.
+BUF_VERSION              := v1.75.0
+PROTOC_GEN_GO_VERSION    := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
+STATICCHECK_VERSION      := v0.8.2
+GHZ_VERSION              := v0.120.0
+
+GOBIN ?= $(shell go env GOPATH)/bin
+export PATH := $(GOBIN):$(PATH)
+
+FUZZTIME ?= 10s
+
+.PHONY: run tools generate lint test fuzz check-generated bench load ci
+
+run:
+	go run ./cmd/server
+
+tools:
+	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+	go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+generate:
+	cd api && buf lint && buf generate
+
+# check-generated fails when the committed generated code differs from a fresh generation.
+check-generated: generate
+	git diff --exit-code -- api
+	test -z "$$(git status --porcelain -- api)"
+
+lint:
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	go vet ./...
+	staticcheck ./...
+
+interop-deps:
+	cd interop && npm ci --no-audit --no-fund
+
+# test is the README's test command: everything CI runs.
+test: tools interop-deps lint check-generated
+	go test -race -count=1 ./...
+	$(MAKE) fuzz
+
+# Each fuzz target runs for FUZZTIME (go test allows one -fuzz target per run).
+fuzz:
+	go test ./internal/codec -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	go test ./internal/codec -run '^$$' -fuzz '^FuzzDecodeReply$$' -fuzztime $(FUZZTIME)
+	go test ./internal/codec -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime $(FUZZTIME)
+
+bench:
+	go test ./internal/codec -run '^$$' -bench . -benchmem -count 1
+
+load:
+	go run ./cmd/loadgen

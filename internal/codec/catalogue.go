@@ -1,0 +1,57 @@
+package codec
+
+// Entry is one row of the catalogue table of CTYPE section 7.
+type Entry struct {
+	Type      TypeID
+	Push      bool
+	Deletable bool
+	// Transcript marks commit transcripts (group updated and the legacy
+	// membership change), which GMOD-035 forbids publishing.
+	Transcript bool
+	// Reserved marks the edit type: a schema with no active codec (CTYPE-020).
+	Reserved bool
+}
+
+var catalogue = []Entry{
+	{Type: TypeText, Push: true, Deletable: true},
+	{Type: TypeMarkdown, Push: true, Deletable: true},
+	{Type: TypeReaction},
+	{Type: TypeReply, Push: true, Deletable: true},
+	{Type: TypeReadReceipt},
+	{Type: TypeAttachment, Push: true, Deletable: true},
+	{Type: TypeRemoteAttachment, Push: true, Deletable: true},
+	{Type: TypeMultiRemoteAttachment, Push: true, Deletable: true},
+	{Type: TypeTransactionReference, Push: true, Deletable: true},
+	{Type: TypeWalletSendCalls, Push: true, Deletable: true},
+	{Type: TypeActions, Push: true},
+	{Type: TypeIntent, Push: true},
+	{Type: TypeGroupUpdated, Transcript: true},
+	{Type: TypeGroupMembershipChange, Transcript: true},
+	{Type: TypeLeaveRequest},
+	{Type: TypeDeleteMessage},
+	{Type: TypeEditMessage, Reserved: true},
+}
+
+// Catalogue returns the catalogue row matching t on authority, type and
+// major version (CTYPE-001). The legacy reaction 1.0 is outside the catalogue.
+func Catalogue(t TypeID) (Entry, bool) {
+	k := t.Key()
+	for _, e := range catalogue {
+		if e.Type.Key() == k {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
+
+// Entries returns a copy of the catalogue table.
+func Entries() []Entry { return append([]Entry(nil), catalogue...) }
+
+// Deletable reports whether content of type t may be the target of a
+// deletion (CTYPE-018): a catalogue type marked Deletable yes. Transcripts,
+// unknown, custom and reserved types, and types marked no, are not. The
+// message kind half of the rule belongs to the caller, which knows it.
+func Deletable(t TypeID) bool {
+	e, ok := Catalogue(t)
+	return ok && e.Deletable
+}

@@ -1,0 +1,264 @@
+package codec
+
+import (
+	"errors"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
+)
+
+// This file maps between codec values and the contentbackup.v1 Content
+// message, so that every transport (gRPC, the store's decoded reads) shows
+// content the same way.
+
+// EncodeContent encodes a catalogue value given as a Content message. A
+// reply's nested Content is encoded first, with the same rules.
+func (r *Registry) EncodeContent(c *cb.Content) (*mc.EncodedContent, error) {
+	return r.encodeContentAt(c, 0)
+}
+
+func (r *Registry) encodeContentAt(c *cb.Content, depth int) (*mc.EncodedContent, error) {
+	if depth > r.maxDepth {
+		return nil, encodeError("content", "content nested deeper than %d levels", r.maxDepth)
+	}
+	t, v, err := r.valueOf(c, depth)
+	if err != nil {
+		return nil, err
+	}
+	return r.Encode(t, v)
+}
+
+func (r *Registry) valueOf(c *cb.Content, depth int) (TypeID, any, error) {
+	switch v := c.GetValue().(type) {
+	case *cb.Content_Text:
+		return TypeText, v.Text, nil
+	case *cb.Content_Markdown:
+		return TypeMarkdown, v.Markdown, nil
+	case *cb.Content_Reaction:
+		return TypeReaction, v.Reaction, nil
+	case *cb.Content_Reply:
+		reply, err := r.replyValue(v.Reply, depth)
+		return TypeReply, reply, err
+	case *cb.Content_ReadReceipt:
+		return TypeReadReceipt, v.ReadReceipt, nil
+	case *cb.Content_Attachment:
+		return TypeAttachment, v.Attachment, nil
+	case *cb.Content_RemoteAttachment:
+		return TypeRemoteAttachment, v.RemoteAttachment, nil
+	case *cb.Content_MultiRemoteAttachment:
+		return TypeMultiRemoteAttachment, v.MultiRemoteAttachment, nil
+	case *cb.Content_TransactionReference:
+		return TypeTransactionReference, v.TransactionReference, nil
+	case *cb.Content_WalletSendCalls:
+		return TypeWalletSendCalls, v.WalletSendCalls, nil
+	case *cb.Content_Actions:
+		return TypeActions, v.Actions, nil
+	case *cb.Content_Intent:
+		return TypeIntent, v.Intent, nil
+	case *cb.Content_GroupUpdated:
+		return TypeGroupUpdated, v.GroupUpdated, nil
+	case *cb.Content_GroupMembershipChange:
+		return TypeGroupMembershipChange, v.GroupMembershipChange, nil
+	case *cb.Content_LeaveRequest:
+		return TypeLeaveRequest, v.LeaveRequest, nil
+	case *cb.Content_DeleteMessage:
+		return TypeDeleteMessage, v.DeleteMessage, nil
+	case *cb.Content_EditMessage:
+		return TypeEditMessage, v.EditMessage, nil
+	case *cb.Content_LegacyReaction:
+		return TypeLegacyReaction, v.LegacyReaction, nil
+	}
+	return TypeID{}, nil, encodeError("content", "no value set")
+}
+
+func (r *Registry) replyValue(rp *cb.Reply, depth int) (*Reply, error) {
+	out := &Reply{Reference: rp.GetReference(), ReferenceInboxID: rp.ReferenceInboxId}
+	switch n := rp.GetNested().(type) {
+	case *cb.Reply_Content:
+		ec, err := r.encodeContentAt(n.Content, depth+1)
+		if err != nil {
+			var ce *Error
+			if errors.As(err, &ce) {
+				c := *ce
+				c.Field = "reply.content" + prefixed(ce.Field)
+				return nil, &c
+			}
+			return nil, err
+		}
+		out.Content = ec
+	case *cb.Reply_Encoded:
+		out.Content = n.Encoded
+	case *cb.Reply_Undecoded:
+		return nil, encodeError("reply.undecoded", "is a decode result; set reply.content or reply.encoded")
+	}
+	return out, nil
+}
+
+func prefixed(field string) string {
+	if field == "" {
+		return ""
+	}
+	return "." + field
+}
+
+// ContentOf maps a decoded value to its Content message. ok is false for a
+// value of an application codec, which Content has no member for.
+func ContentOf(d Decoded) (*cb.Content, bool) {
+	var c *cb.Content
+	var ok bool
+	switch d.Type.Key() {
+	case TypeText.Key():
+		c, ok = wrap(d.Value, func(v string) *cb.Content { return &cb.Content{Value: &cb.Content_Text{Text: v}} })
+	case TypeMarkdown.Key():
+		c, ok = wrap(d.Value, func(v string) *cb.Content { return &cb.Content{Value: &cb.Content_Markdown{Markdown: v}} })
+	case TypeReaction.Key():
+		c, ok = wrap(d.Value, func(v *ct.ReactionV2) *cb.Content { return &cb.Content{Value: &cb.Content_Reaction{Reaction: v}} })
+	case TypeLegacyReaction.Key():
+		c, ok = wrap(d.Value, func(v *ct.ReactionV2) *cb.Content {
+			return &cb.Content{Value: &cb.Content_LegacyReaction{LegacyReaction: v}}
+		})
+	case TypeReply.Key():
+		c, ok = wrap(d.Value, func(v *Reply) *cb.Content { return &cb.Content{Value: &cb.Content_Reply{Reply: replyMessage(v)}} })
+	case TypeReadReceipt.Key():
+		c, ok = wrap(d.Value, func(v *cb.ReadReceipt) *cb.Content {
+			return &cb.Content{Value: &cb.Content_ReadReceipt{ReadReceipt: v}}
+		})
+	case TypeAttachment.Key():
+		c, ok = wrap(d.Value, func(v *cb.Attachment) *cb.Content { return &cb.Content{Value: &cb.Content_Attachment{Attachment: v}} })
+	case TypeRemoteAttachment.Key():
+		c, ok = wrap(d.Value, func(v *cb.RemoteAttachment) *cb.Content {
+			return &cb.Content{Value: &cb.Content_RemoteAttachment{RemoteAttachment: v}}
+		})
+	case TypeMultiRemoteAttachment.Key():
+		c, ok = wrap(d.Value, func(v *ct.MultiRemoteAttachment) *cb.Content {
+			return &cb.Content{Value: &cb.Content_MultiRemoteAttachment{MultiRemoteAttachment: v}}
+		})
+	case TypeTransactionReference.Key():
+		c, ok = wrap(d.Value, func(v *cb.TransactionReference) *cb.Content {
+			return &cb.Content{Value: &cb.Content_TransactionReference{TransactionReference: v}}
+		})
+	case TypeWalletSendCalls.Key():
+		c, ok = wrap(d.Value, func(v *cb.WalletSendCalls) *cb.Content {
+			return &cb.Content{Value: &cb.Content_WalletSendCalls{WalletSendCalls: v}}
+		})
+	case TypeActions.Key():
+		c, ok = wrap(d.Value, func(v *cb.Actions) *cb.Content { return &cb.Content{Value: &cb.Content_Actions{Actions: v}} })
+	case TypeIntent.Key():
+		c, ok = wrap(d.Value, func(v *cb.Intent) *cb.Content { return &cb.Content{Value: &cb.Content_Intent{Intent: v}} })
+	case TypeGroupUpdated.Key():
+		c, ok = wrap(d.Value, func(v *mc.GroupUpdated) *cb.Content {
+			return &cb.Content{Value: &cb.Content_GroupUpdated{GroupUpdated: v}}
+		})
+	case TypeGroupMembershipChange.Key():
+		c, ok = wrap(d.Value, func(v *mc.GroupMembershipChanges) *cb.Content {
+			return &cb.Content{Value: &cb.Content_GroupMembershipChange{GroupMembershipChange: v}}
+		})
+	case TypeLeaveRequest.Key():
+		c, ok = wrap(d.Value, func(v *ct.LeaveRequest) *cb.Content {
+			return &cb.Content{Value: &cb.Content_LeaveRequest{LeaveRequest: v}}
+		})
+	case TypeDeleteMessage.Key():
+		c, ok = wrap(d.Value, func(v *ct.DeleteMessage) *cb.Content {
+			return &cb.Content{Value: &cb.Content_DeleteMessage{DeleteMessage: v}}
+		})
+	case TypeEditMessage.Key():
+		c, ok = wrap(d.Value, func(v *ct.EditMessage) *cb.Content {
+			return &cb.Content{Value: &cb.Content_EditMessage{EditMessage: v}}
+		})
+	}
+	return c, ok
+}
+
+func wrap[T any](v any, f func(T) *cb.Content) (*cb.Content, bool) {
+	t, ok := v.(T)
+	if !ok {
+		return nil, false
+	}
+	return f(t), true
+}
+
+func replyMessage(r *Reply) *cb.Reply {
+	out := &cb.Reply{Reference: r.Reference, ReferenceInboxId: r.ReferenceInboxID}
+	if r.NestedUndecoded != nil {
+		raw, _ := deterministic.Marshal(r.Content)
+		out.Nested = &cb.Reply_Undecoded{Undecoded: &cb.Undecoded{
+			Kind:           cb.UndecodedKind_UNDECODED_KIND_NO_MATCHING_CODEC,
+			Reason:         r.NestedUndecoded.Error(),
+			Type:           r.Content.GetType(),
+			Fallback:       r.Content.Fallback,
+			EncodedContent: raw,
+			Envelope:       r.Content,
+		}}
+		return out
+	}
+	if c, ok := ContentOf(r.Nested); ok {
+		out.Nested = &cb.Reply_Content{Content: c}
+	} else {
+		out.Nested = &cb.Reply_Encoded{Encoded: r.Content}
+	}
+	return out
+}
+
+// Push returns the push value for t (CTYPE-010): the catalogue's, or an
+// application codec's; ok is false for a type with neither.
+func (r *Registry) Push(t TypeID) (push, ok bool) {
+	if e, found := Catalogue(t); found {
+		return e.Push, true
+	}
+	if c, found := r.Lookup(t); found {
+		return c.ShouldPush(), true
+	}
+	return false, false
+}
+
+// DecodeResponse decodes serialized EncodedContent bytes into the API's
+// outcome: the typed content, or Undecoded carrying its kind, the reason,
+// the actual identifier, the fallback and the original bytes (CTYPE-008,
+// CTYPE-009). It never fails: every input has an outcome.
+func (r *Registry) DecodeResponse(b []byte) *cb.DecodeResponse {
+	d, ec, err := r.Decode(b)
+	resp := &cb.DecodeResponse{}
+	if ec != nil {
+		resp.Fallback = ec.Fallback
+	}
+	if ec != nil && checkTyped(ec) == nil {
+		t := TypeIDOf(ec.GetType())
+		resp.ContentType = t.String()
+		resp.Deletable = Deletable(t)
+		if push, ok := r.Push(t); ok {
+			resp.ShouldPush = &push
+		}
+	}
+	if err == nil {
+		if c, ok := ContentOf(d); ok {
+			resp.Result = &cb.DecodeResponse_Content{Content: c}
+			return resp
+		}
+		err = &Error{Kind: KindDecodeFailed, Type: d.Type, Reason: "decoded by an application codec whose value has no Content message"}
+	}
+	resp.Result = &cb.DecodeResponse_Undecoded{Undecoded: undecoded(b, ec, d.Envelope, err)}
+	return resp
+}
+
+func undecoded(raw []byte, parsed, plain *mc.EncodedContent, err error) *cb.Undecoded {
+	u := &cb.Undecoded{Reason: err.Error(), EncodedContent: raw, Kind: cb.UndecodedKind_UNDECODED_KIND_DECODE_FAILED}
+	var ce *Error
+	if errors.As(err, &ce) {
+		switch ce.Kind {
+		case KindNoMatchingCodec:
+			u.Kind = cb.UndecodedKind_UNDECODED_KIND_NO_MATCHING_CODEC
+		case KindMalformedEnvelope:
+			u.Kind = cb.UndecodedKind_UNDECODED_KIND_MALFORMED_ENVELOPE
+		}
+	}
+	if parsed != nil {
+		u.Type = parsed.GetType()
+		u.Fallback = parsed.Fallback
+		u.Envelope = parsed
+	}
+	if plain != nil {
+		u.Envelope = plain
+	}
+	return u
+}

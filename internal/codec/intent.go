@@ -1,0 +1,85 @@
+package codec
+
+import (
+	"encoding/json"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+)
+
+// IntentCodec is coinbase.com/intent:1.0: JSON Intent (section 7.2).
+type IntentCodec struct{}
+
+func (IntentCodec) ContentType() TypeID { return TypeIntent }
+func (IntentCodec) ShouldPush() bool    { return true }
+
+// MaxIntentMetadataSize is the encode limit on the compact UTF-8 JSON of
+// Intent.metadata.
+const MaxIntentMetadataSize = 10240
+
+type intentJSON struct {
+	ID       string          `json:"id"`
+	ActionID string          `json:"actionId"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+func (IntentCodec) Encode(v any) (*mc.EncodedContent, error) {
+	in, ok := v.(*cb.Intent)
+	if !ok || in == nil {
+		return nil, wrongValue("an *Intent", v)
+	}
+	if in.GetId() == "" {
+		return nil, encodeError("intent.id", "required")
+	}
+	if in.GetActionId() == "" {
+		return nil, encodeError("intent.action_id", "required")
+	}
+	out := intentJSON{ID: in.GetId(), ActionID: in.GetActionId()}
+	if in.GetMetadata() != nil {
+		m, err := marshalJSON(in.GetMetadata().AsMap())
+		if err != nil {
+			return nil, encodeError("intent.metadata", "%v", err)
+		}
+		if len(m) > MaxIntentMetadataSize {
+			return nil, encodeError("intent.metadata", "compact JSON is %d bytes, over the %d-byte limit", len(m), MaxIntentMetadataSize)
+		}
+		out.Metadata = m
+	}
+	b, err := marshalJSON(out)
+	if err != nil {
+		return nil, err
+	}
+	return envelope(TypeIntent, b, nil, ptr("User selected action: "+in.GetActionId())), nil
+}
+
+func (IntentCodec) Decode(ec *mc.EncodedContent, _ NestedDecoder) (any, error) {
+	return decodeIntent(ec.GetContent())
+}
+
+func decodeIntent(b []byte) (*cb.Intent, error) {
+	o, err := parseJSONObject(b, "")
+	if err != nil {
+		return nil, err
+	}
+	in := new(cb.Intent)
+	if in.Id, err = o.requiredString("id"); err != nil {
+		return nil, err
+	}
+	if in.ActionId, err = o.requiredString("actionId", "action_id"); err != nil {
+		return nil, err
+	}
+	raw, _, ok := o.lookup("metadata")
+	if !ok {
+		return in, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, decodeError("metadata", "must be an object")
+	}
+	if in.Metadata, err = structpb.NewStruct(m); err != nil {
+		return nil, decodeError("metadata", "%v", err)
+	}
+	return in, nil
+}

@@ -1,0 +1,25 @@
+package codec
+
+import (
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+)
+
+// ReadReceiptCodec is xmtp.org/readReceipt:1.0: empty content.
+type ReadReceiptCodec struct{}
+
+func (ReadReceiptCodec) ContentType() TypeID { return TypeReadReceipt }
+func (ReadReceiptCodec) ShouldPush() bool    { return false }
+
+func (ReadReceiptCodec) Encode(v any) (*mc.EncodedContent, error) {
+	if _, ok := v.(*cb.ReadReceipt); !ok {
+		return nil, wrongValue("a *ReadReceipt", v)
+	}
+	return envelope(TypeReadReceipt, nil, nil, nil), nil
+}
+
+// Decode ignores the content: the type carries no members, and a later
+// minor version may add some (CTYPE-016).
+func (ReadReceiptCodec) Decode(*mc.EncodedContent, NestedDecoder) (any, error) {
+	return &cb.ReadReceipt{}, nil
+}

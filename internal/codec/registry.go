@@ -1,0 +1,197 @@
+package codec
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+)
+
+// DefaultMaxNestingDepth bounds how deep content may nest inside content
+// (replies of replies): deeper nesting is a decode failure, so hostile input
+// cannot make decoding recurse without end.
+const DefaultMaxNestingDepth = 16
+
+// Registry selects codecs for content. Its zero value is not usable; build
+// one with NewRegistry. After construction and registration it is safe for
+// concurrent use; Register must not race with decoding.
+type Registry struct {
+	codecs          map[Key]Codec
+	maxDepth        int
+	maxDecompressed int64
+}
+
+// Option configures a Registry.
+type Option func(*Registry)
+
+// WithMaxNestingDepth sets how many levels of nested content are decoded.
+func WithMaxNestingDepth(n int) Option { return func(r *Registry) { r.maxDepth = n } }
+
+// WithMaxDecompressedSize lowers the CTYPE-025 limit (it cannot be raised past it).
+func WithMaxDecompressedSize(n int64) Option {
+	return func(r *Registry) {
+		if n > 0 && n < MaxDecompressedSize {
+			r.maxDecompressed = n
+		}
+	}
+}
+
+// NewRegistry returns a registry holding every catalogue codec and the
+// legacy reaction 1.0 decoder.
+func NewRegistry(opts ...Option) *Registry {
+	r := &Registry{
+		codecs:          make(map[Key]Codec),
+		maxDepth:        DefaultMaxNestingDepth,
+		maxDecompressed: MaxDecompressedSize,
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	for _, c := range StandardCodecs() {
+		r.codecs[c.ContentType().Key()] = c
+	}
+	return r
+}
+
+// StandardCodecs returns one of each catalogue codec, plus the legacy
+// reaction decoder.
+func StandardCodecs() []Codec {
+	return []Codec{
+		TextCodec{}, MarkdownCodec{}, ReactionCodec{}, LegacyReactionCodec{}, ReplyCodec{},
+		ReadReceiptCodec{}, AttachmentCodec{}, RemoteAttachmentCodec{}, MultiRemoteAttachmentCodec{},
+		TransactionReferenceCodec{}, WalletSendCallsCodec{}, ActionsCodec{}, IntentCodec{},
+		GroupUpdatedCodec{}, GroupMembershipChangeCodec{}, LeaveRequestCodec{}, DeleteMessageCodec{},
+		EditMessageCodec{},
+	}
+}
+
+// Register adds an application codec for a custom type (CTYPE-017). It
+// refuses a codec whose identifier is incomplete or already registered.
+func (r *Registry) Register(c Codec) error {
+	t := c.ContentType()
+	if t.Authority == "" || t.Type == "" {
+		return fmt.Errorf("register codec %s: authority and type must be non-empty", t)
+	}
+	if _, ok := r.codecs[t.Key()]; ok {
+		return fmt.Errorf("register codec %s: a codec for %s/%s major %d is already registered", t, t.Authority, t.Type, t.Major)
+	}
+	r.codecs[t.Key()] = c
+	return nil
+}
+
+// Lookup returns the codec matching t on authority, type and major version.
+func (r *Registry) Lookup(t TypeID) (Codec, bool) {
+	c, ok := r.codecs[t.Key()]
+	return c, ok
+}
+
+// Encode encodes value with the codec registered for t. The envelope is
+// uncompressed; see Compress.
+func (r *Registry) Encode(t TypeID, value any) (*mc.EncodedContent, error) {
+	c, ok := r.Lookup(t)
+	if !ok {
+		return nil, &Error{Kind: KindNoMatchingCodec, Type: t, Reason: "no codec registered"}
+	}
+	ec, err := c.Encode(value)
+	if err != nil {
+		return nil, withType(err, c.ContentType())
+	}
+	return ec, nil
+}
+
+// Decode parses serialized EncodedContent bytes and decodes them. The error
+// is an *Error whose Kind is KindMalformedEnvelope, KindNoMatchingCodec or
+// KindDecodeFailed; whatever it is, the caller still holds the bytes it
+// passed in, which CTYPE-008 requires it to keep.
+func (r *Registry) Decode(b []byte) (Decoded, *mc.EncodedContent, error) {
+	ec, err := ParseEnvelope(b)
+	if err != nil {
+		return Decoded{}, nil, err
+	}
+	d, err := r.DecodeEnvelope(ec)
+	return d, ec, err
+}
+
+// ParseEnvelope parses EncodedContent bytes and checks that the type is
+// present with a non-empty authority and type id (CTYPE-003).
+func ParseEnvelope(b []byte) (*mc.EncodedContent, error) {
+	ec := new(mc.EncodedContent)
+	if err := proto.Unmarshal(b, ec); err != nil {
+		return nil, &Error{Kind: KindMalformedEnvelope, Reason: "not an EncodedContent: " + err.Error()}
+	}
+	if err := checkTyped(ec); err != nil {
+		return ec, err
+	}
+	return ec, nil
+}
+
+func checkTyped(ec *mc.EncodedContent) error {
+	switch {
+	case ec.GetType() == nil:
+		return &Error{Kind: KindMalformedEnvelope, Field: "type", Reason: "absent"}
+	case ec.GetType().GetAuthorityId() == "":
+		return &Error{Kind: KindMalformedEnvelope, Type: TypeIDOf(ec.GetType()), Field: "type.authority_id", Reason: "empty"}
+	case ec.GetType().GetTypeId() == "":
+		return &Error{Kind: KindMalformedEnvelope, Type: TypeIDOf(ec.GetType()), Field: "type.type_id", Reason: "empty"}
+	}
+	return nil
+}
+
+// DecodeEnvelope decodes a parsed envelope: decompress first (CTYPE-024,
+// CTYPE-025), then select a codec on authority, type and major version
+// (CTYPE-001), then decode.
+func (r *Registry) DecodeEnvelope(ec *mc.EncodedContent) (Decoded, error) {
+	return r.decodeAt(ec, 0)
+}
+
+func (r *Registry) decodeAt(ec *mc.EncodedContent, depth int) (Decoded, error) {
+	if err := checkTyped(ec); err != nil {
+		return Decoded{}, err
+	}
+	t := TypeIDOf(ec.GetType())
+	plain, err := r.decompressed(ec)
+	if err != nil {
+		return Decoded{}, withType(err, t)
+	}
+	c, ok := r.Lookup(t)
+	if !ok {
+		return Decoded{Type: t, Envelope: plain}, &Error{Kind: KindNoMatchingCodec, Type: t, Reason: "no codec for this authority, type and major version"}
+	}
+	v, err := c.Decode(plain, nestedDecoder{r, depth})
+	if err != nil {
+		var ce *Error
+		if !errors.As(err, &ce) {
+			err = &Error{Kind: KindDecodeFailed, Reason: err.Error()}
+		}
+		return Decoded{Type: t, Envelope: plain}, withType(err, t)
+	}
+	return Decoded{Type: t, Value: v, Envelope: plain}, nil
+}
+
+// decompressed returns ec with its content decompressed and compression
+// cleared, or ec itself when it is not compressed.
+func (r *Registry) decompressed(ec *mc.EncodedContent) (*mc.EncodedContent, error) {
+	if ec.Compression == nil {
+		return ec, nil
+	}
+	out, err := Decompress(ec.GetContent(), ec.GetCompression(), r.maxDecompressed)
+	if err != nil {
+		return nil, err
+	}
+	plain := &mc.EncodedContent{Type: ec.GetType(), Parameters: ec.GetParameters(), Fallback: ec.Fallback, Content: out}
+	return plain, nil
+}
+
+type nestedDecoder struct {
+	r     *Registry
+	depth int
+}
+
+func (n nestedDecoder) DecodeNested(ec *mc.EncodedContent) (Decoded, error) {
+	if n.depth+1 > n.r.maxDepth {
+		return Decoded{}, decodeError("content", "content nested deeper than %d levels", n.r.maxDepth)
+	}
+	return n.r.decodeAt(ec, n.depth+1)
+}

@@ -1,0 +1,152 @@
+package codec
+
+import (
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+)
+
+// WalletSendCallsCodec is xmtp.org/walletSendCalls:1.0: JSON WalletSendCalls
+// (section 7.2).
+type WalletSendCallsCodec struct{}
+
+func (WalletSendCallsCodec) ContentType() TypeID { return TypeWalletSendCalls }
+func (WalletSendCallsCodec) ShouldPush() bool    { return true }
+
+type walletSendCallsJSON struct {
+	Version      string            `json:"version"`
+	ChainID      string            `json:"chainId"`
+	From         string            `json:"from"`
+	Calls        []walletCallJSON  `json:"calls"`
+	Capabilities map[string]string `json:"capabilities,omitempty"`
+}
+
+type walletCallJSON struct {
+	To       *string           `json:"to,omitempty"`
+	Data     *string           `json:"data,omitempty"`
+	Value    *string           `json:"value,omitempty"`
+	Gas      *string           `json:"gas,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+const (
+	memberDescription     = "description"
+	memberTransactionType = "transactionType"
+)
+
+func (WalletSendCallsCodec) Encode(v any) (*mc.EncodedContent, error) {
+	w, ok := v.(*cb.WalletSendCalls)
+	if !ok || w == nil {
+		return nil, wrongValue("a *WalletSendCalls", v)
+	}
+	for _, f := range []struct{ name, value string }{{"version", w.GetVersion()}, {"chain_id", w.GetChainId()}, {"from", w.GetFrom()}} {
+		if f.value == "" {
+			return nil, encodeError("wallet_send_calls."+f.name, "required")
+		}
+	}
+	out := walletSendCallsJSON{Version: w.GetVersion(), ChainID: w.GetChainId(), From: w.GetFrom(), Calls: []walletCallJSON{}}
+	if c := w.GetCapabilities(); c != nil {
+		// An empty map is still a present member.
+		out.Capabilities = c.GetValues()
+		if out.Capabilities == nil {
+			out.Capabilities = map[string]string{}
+		}
+	}
+	for i, c := range w.GetCalls() {
+		call := walletCallJSON{To: c.To, Data: c.Data, Value: c.Value, Gas: c.Gas}
+		if m := c.GetMetadata(); m != nil {
+			path := indexPath("wallet_send_calls.calls", i) + ".metadata"
+			if m.GetDescription() == "" {
+				return nil, encodeError(path+".description", "required")
+			}
+			if m.GetTransactionType() == "" {
+				return nil, encodeError(path+".transaction_type", "required")
+			}
+			call.Metadata = make(map[string]string, len(m.GetAdditional())+2)
+			for k, v := range m.GetAdditional() {
+				if k == memberDescription || k == memberTransactionType {
+					return nil, encodeError(path+".additional", "member %q collides with a named member", k)
+				}
+				call.Metadata[k] = v
+			}
+			call.Metadata[memberDescription] = m.GetDescription()
+			call.Metadata[memberTransactionType] = m.GetTransactionType()
+		}
+		out.Calls = append(out.Calls, call)
+	}
+	b, err := marshalJSON(out)
+	if err != nil {
+		return nil, err
+	}
+	fallback := "[Transaction request generated]: " + string(b)
+	return envelope(TypeWalletSendCalls, b, nil, &fallback), nil
+}
+
+func (WalletSendCallsCodec) Decode(ec *mc.EncodedContent, _ NestedDecoder) (any, error) {
+	return decodeWalletSendCalls(ec.GetContent())
+}
+
+func decodeWalletSendCalls(b []byte) (*cb.WalletSendCalls, error) {
+	o, err := parseJSONObject(b, "")
+	if err != nil {
+		return nil, err
+	}
+	w := new(cb.WalletSendCalls)
+	if w.Version, err = o.requiredString("version"); err != nil {
+		return nil, err
+	}
+	if w.ChainId, err = o.requiredString("chainId"); err != nil {
+		return nil, err
+	}
+	if w.From, err = o.requiredString("from"); err != nil {
+		return nil, err
+	}
+	calls, err := o.requiredArray("calls")
+	if err != nil {
+		return nil, err
+	}
+	for i, raw := range calls {
+		co, err := parseJSONObject(raw, indexPath("calls", i))
+		if err != nil {
+			return nil, err
+		}
+		c := new(cb.WalletCall)
+		for _, f := range []struct {
+			name string
+			dst  **string
+		}{{"to", &c.To}, {"data", &c.Data}, {"value", &c.Value}, {"gas", &c.Gas}} {
+			if *f.dst, err = co.optionalString(f.name); err != nil {
+				return nil, err
+			}
+		}
+		mo, ok, err := co.optionalObject("metadata")
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			m := new(cb.WalletCallMetadata)
+			if m.Description, err = mo.requiredString(memberDescription); err != nil {
+				return nil, err
+			}
+			if m.TransactionType, err = mo.requiredString(memberTransactionType); err != nil {
+				return nil, err
+			}
+			if m.Additional, err = mo.stringMap(memberDescription, memberTransactionType); err != nil {
+				return nil, err
+			}
+			c.Metadata = m
+		}
+		w.Calls = append(w.Calls, c)
+	}
+	co, ok, err := o.optionalObject("capabilities")
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		values, err := co.stringMap()
+		if err != nil {
+			return nil, err
+		}
+		w.Capabilities = &cb.StringMap{Values: values}
+	}
+	return w, nil
+}
