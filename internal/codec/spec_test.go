@@ -1,0 +1,636 @@
+package codec
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"crypto/rand"
+	"errors"
+	"io"
+	"runtime"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
+)
+
+func textEnvelope(t TypeID, s string) *mc.EncodedContent {
+	return &mc.EncodedContent{Type: t.Proto(), Parameters: map[string]string{"encoding": "UTF-8"}, Content: []byte(s)}
+}
+
+func kindOf(err error) Kind {
+	var ce *Error
+	if errors.As(err, &ce) {
+		return ce.Kind
+	}
+	return 0
+}
+
+func TestCTYPE001_MinorVersionIgnored(t *testing.T) {
+	reg := NewRegistry()
+	for _, minor := range []uint32{0, 1, 7, 4294967295} {
+		typ := TypeText
+		typ.Minor = minor
+		d, _, err := reg.Decode(mustMarshal(t, textEnvelope(typ, "hi")))
+		if err != nil || d.Value != "hi" {
+			t.Errorf("text:1.%d: %v, %v", minor, d.Value, err)
+		}
+		if d.Type != typ {
+			t.Errorf("text:1.%d: reported type %v, want the actual identifier", minor, d.Type)
+		}
+	}
+}
+
+func TestCTYPE001_AuthorityTypeAndMajorMustMatch(t *testing.T) {
+	reg := NewRegistry()
+	for _, typ := range []TypeID{
+		{"example.com", "text", 1, 0}, // another authority's text
+		{"xmtp.org", "text", 2, 0},    // a later major version
+		{"xmtp.org", "text", 0, 0},    // an earlier major version
+		{"xmtp.org", "Text", 1, 0},    // type ids are case-sensitive
+		{"coinbase.com", "reaction", 2, 0},
+	} {
+		_, _, err := reg.Decode(mustMarshal(t, textEnvelope(typ, "hi")))
+		if kindOf(err) != KindNoMatchingCodec {
+			t.Errorf("%v: got %v, want no matching codec", typ, err)
+		}
+	}
+}
+
+func TestCTYPE003_UntypedEnvelopeIsMalformed(t *testing.T) {
+	reg := NewRegistry()
+	for name, b := range map[string][]byte{
+		"not protobuf":    []byte("\xff\xff\xff"),
+		"no type":         mustMarshal(t, &mc.EncodedContent{Content: []byte("hi")}),
+		"empty authority": mustMarshal(t, &mc.EncodedContent{Type: &mc.ContentTypeId{TypeId: "text", VersionMajor: 1}}),
+		"empty type id":   mustMarshal(t, &mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", VersionMajor: 1}}),
+	} {
+		if _, _, err := reg.Decode(b); kindOf(err) != KindMalformedEnvelope || !errors.Is(err, ErrMalformedEnvelope) {
+			t.Errorf("%s: got %v, want malformed envelope", name, err)
+		}
+	}
+}
+
+// TestCTYPE008_UndecodableContentIsKept checks that the outcome of every
+// failure kind carries the original bytes, the actual identifier and the
+// fallback, and never a text or fallback type in their place.
+func TestCTYPE008_UndecodableContentIsKept(t *testing.T) {
+	reg := NewRegistry()
+	custom := &mc.EncodedContent{Type: (&TypeID{"example.com", "poll", 3, 1}).Proto(), Fallback: ptr("A poll"), Content: []byte("plain UTF-8 that is not text")}
+	badText := textEnvelope(TypeText, "x")
+	badText.Parameters["encoding"] = "latin-1"
+	badText.Fallback = ptr("fb")
+	for name, tc := range map[string]struct {
+		b    []byte
+		kind cb.UndecodedKind
+		typ  string
+	}{
+		"custom type":    {mustMarshal(t, custom), cb.UndecodedKind_UNDECODED_KIND_NO_MATCHING_CODEC, "example.com/poll:3.1"},
+		"decode failure": {mustMarshal(t, badText), cb.UndecodedKind_UNDECODED_KIND_DECODE_FAILED, "xmtp.org/text:1.0"},
+		"not envelope":   {[]byte("\x0a\x05hello world"), cb.UndecodedKind_UNDECODED_KIND_MALFORMED_ENVELOPE, ""},
+	} {
+		resp := reg.DecodeResponse(tc.b)
+		u := resp.GetUndecoded()
+		if u == nil {
+			t.Fatalf("%s: decoded as %v, want undecoded", name, resp.GetContent())
+		}
+		if !bytes.Equal(u.GetEncodedContent(), tc.b) {
+			t.Errorf("%s: bytes not kept", name)
+		}
+		if u.GetKind() != tc.kind {
+			t.Errorf("%s: kind %v, want %v", name, u.GetKind(), tc.kind)
+		}
+		if resp.GetContentType() != tc.typ {
+			t.Errorf("%s: content type %q, want %q", name, resp.GetContentType(), tc.typ)
+		}
+		if tc.typ != "" && TypeIDOf(u.GetType()).String() != tc.typ {
+			t.Errorf("%s: undecoded type %v", name, u.GetType())
+		}
+	}
+	u := reg.DecodeResponse(mustMarshal(t, custom)).GetUndecoded()
+	if u.GetFallback() != "A poll" || !bytes.Equal(u.GetEnvelope().GetContent(), custom.Content) {
+		t.Errorf("custom fallback or envelope lost: %v", u)
+	}
+}
+
+func TestCTYPE009_FailuresAreDistinguishable(t *testing.T) {
+	reg := NewRegistry()
+	_, _, noCodec := reg.Decode(mustMarshal(t, textEnvelope(TypeID{"example.com", "x", 1, 0}, "looks like text")))
+	_, _, decodeFailed := reg.Decode(mustMarshal(t, &mc.EncodedContent{Type: TypeReaction.Proto(), Content: []byte{0xff}}))
+	_, _, malformed := reg.Decode([]byte{0x0a, 0xff})
+	_, encodeFailed := reg.Encode(TypeReaction, &ct.ReactionV2{})
+	for _, tc := range []struct {
+		err  error
+		want error
+	}{{noCodec, ErrNoMatchingCodec}, {decodeFailed, ErrDecodeFailed}, {malformed, ErrMalformedEnvelope}, {encodeFailed, ErrEncodeFailed}} {
+		for _, other := range []error{ErrNoMatchingCodec, ErrDecodeFailed, ErrMalformedEnvelope, ErrEncodeFailed} {
+			if got := errors.Is(tc.err, other); got != (other == tc.want) {
+				t.Errorf("errors.Is(%v, %v) = %v", tc.err, other, got)
+			}
+		}
+	}
+	// A lookup failure is never a text decode.
+	if resp := reg.DecodeResponse(mustMarshal(t, textEnvelope(TypeID{"example.com", "x", 1, 0}, "looks like text"))); resp.GetContent() != nil {
+		t.Errorf("unknown UTF-8 content decoded as %v", resp.GetContent())
+	}
+}
+
+func TestCTYPE010_PushValues(t *testing.T) {
+	want := map[TypeID]bool{
+		TypeText: true, TypeMarkdown: true, TypeReaction: false, TypeReply: true, TypeReadReceipt: false,
+		TypeAttachment: true, TypeRemoteAttachment: true, TypeMultiRemoteAttachment: true,
+		TypeTransactionReference: true, TypeWalletSendCalls: true, TypeActions: true, TypeIntent: true,
+		TypeGroupUpdated: false, TypeGroupMembershipChange: false, TypeLeaveRequest: false,
+		TypeDeleteMessage: false, TypeEditMessage: false,
+	}
+	reg := NewRegistry()
+	for typ, push := range want {
+		got, ok := reg.Push(typ)
+		if !ok || got != push {
+			t.Errorf("%v: push %v (%v), want %v", typ, got, ok, push)
+		}
+		if c, ok := reg.Lookup(typ); !ok || c.ShouldPush() != push {
+			t.Errorf("%v: codec push disagrees with the catalogue", typ)
+		}
+	}
+	if _, ok := reg.Push(TypeID{"example.com", "x", 1, 0}); ok {
+		t.Error("a type outside the catalogue has no catalogue push value")
+	}
+	// A raw envelope of a catalogue type gets the catalogue value.
+	resp := reg.DecodeResponse(mustMarshal(t, &mc.EncodedContent{Type: TypeReadReceipt.Proto()}))
+	if resp.ShouldPush == nil || *resp.ShouldPush {
+		t.Errorf("read receipt push %v, want false", resp.ShouldPush)
+	}
+}
+
+func TestCTYPE011_NestedContentMustBeComplete(t *testing.T) {
+	for name, nested := range map[string]*mc.EncodedContent{
+		"absent":          nil,
+		"no type":         {Content: []byte("x")},
+		"empty authority": {Type: &mc.ContentTypeId{TypeId: "text", VersionMajor: 1}},
+		"empty type id":   {Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", VersionMajor: 1}},
+	} {
+		_, err := ReplyCodec{}.Encode(&Reply{Reference: "abc", Content: nested})
+		if kindOf(err) != KindEncodeFailed {
+			t.Errorf("%s: got %v, want encode failure", name, err)
+		}
+	}
+}
+
+func TestCTYPE014_UnnamedParametersIgnored(t *testing.T) {
+	reg := NewRegistry()
+	ec := textEnvelope(TypeText, "hi")
+	ec.Parameters["future"] = "whatever"
+	ec.Parameters["reference"] = "not a text parameter"
+	if d, _, err := reg.Decode(mustMarshal(t, ec)); err != nil || d.Value != "hi" {
+		t.Errorf("text with extra parameters: %v, %v", d.Value, err)
+	}
+	att, _ := AttachmentCodec{}.Encode(&cb.Attachment{MimeType: "image/png", Data: []byte{1}})
+	att.Parameters["contentDigest"] = "zz"
+	if _, _, err := reg.Decode(mustMarshal(t, att)); err != nil {
+		t.Errorf("attachment with extra parameters: %v", err)
+	}
+}
+
+func TestCTYPE014_CatalogueIdentifiers(t *testing.T) {
+	want := []string{
+		"xmtp.org/text:1.0", "xmtp.org/markdown:1.0", "xmtp.org/reaction:2.0", "xmtp.org/reply:1.0",
+		"xmtp.org/readReceipt:1.0", "xmtp.org/attachment:1.0", "xmtp.org/remoteStaticAttachment:1.0",
+		"xmtp.org/multiRemoteStaticAttachment:1.0", "xmtp.org/transactionReference:1.0",
+		"xmtp.org/walletSendCalls:1.0", "coinbase.com/actions:1.0", "coinbase.com/intent:1.0",
+		"xmtp.org/group_updated:1.0", "xmtp.org/group_membership_change:1.0", "xmtp.org/leave_request:1.0",
+		"xmtp.org/deleteMessage:1.0", "xmtp.org/editMessage:1.0",
+	}
+	entries := Entries()
+	if len(entries) != len(want) {
+		t.Fatalf("%d catalogue entries, want %d", len(entries), len(want))
+	}
+	for i, e := range entries {
+		if e.Type.String() != want[i] {
+			t.Errorf("entry %d: %s, want %s", i, e.Type, want[i])
+		}
+	}
+}
+
+func TestCTYPE015_FreshRandomAndDigest(t *testing.T) {
+	att := &cb.Attachment{MimeType: "text/plain", Data: []byte("same bytes")}
+	p1, r1, err := EncryptAttachment(rand.Reader, att)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, r2, _ := EncryptAttachment(rand.Reader, att)
+	if bytes.Equal(p1, p2) || bytes.Equal(r1.Secret, r2.Secret) || bytes.Equal(r1.Salt, r2.Salt) || bytes.Equal(r1.Nonce, r2.Nonce) {
+		t.Error("two encryptions share payload, secret, salt or nonce")
+	}
+	if len(r1.Secret) != 32 || len(r1.Salt) != 32 || len(r1.Nonce) != 12 {
+		t.Errorf("sizes secret %d salt %d nonce %d", len(r1.Secret), len(r1.Salt), len(r1.Nonce))
+	}
+	if !isLowerHex(r1.ContentDigest, 32) {
+		t.Errorf("digest %q is not lowercase hex SHA-256", r1.ContentDigest)
+	}
+	if int(r1.GetContentLength()) != len(p1) || r1.Filename == nil || r1.GetScheme() != "https://" {
+		t.Errorf("remote attachment parameters %v", r1)
+	}
+	got, err := DecryptAttachment(p1, r1)
+	if err != nil || !proto.Equal(got, att) {
+		t.Fatalf("decrypt: %v, %v", got, err)
+	}
+}
+
+func TestCTYPE015_DigestCheckedBeforeDecryption(t *testing.T) {
+	payload, ra, _ := EncryptAttachment(rand.Reader, &cb.Attachment{MimeType: "text/plain", Data: []byte("x")})
+	tampered := append([]byte(nil), payload...)
+	tampered[0] ^= 1
+	got, err := DecryptAttachment(tampered, ra)
+	if !errors.Is(err, ErrDigestMismatch) || got != nil {
+		t.Errorf("tampered payload: %v, %v; want digest mismatch", got, err)
+	}
+	// A wrong key with a matching digest: the digest check passes, so the
+	// failure must be authentication, with no plaintext.
+	wrong := proto.Clone(ra).(*cb.RemoteAttachment)
+	wrong.Secret = bytes.Repeat([]byte{9}, 32)
+	got, err = DecryptAttachment(payload, wrong)
+	if !errors.Is(err, ErrAuthentication) || got != nil {
+		t.Errorf("wrong secret: %v, %v; want authentication failure", got, err)
+	}
+}
+
+func TestCTYPE015_AuthenticationFailureReturnsNoPlaintext(t *testing.T) {
+	secret, salt, nonce := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32), bytes.Repeat([]byte{3}, 12)
+	payload, ra, _ := encryptAttachmentWith(secret, salt, nonce, &cb.Attachment{MimeType: "a/b", Data: []byte("secret")})
+	payload[len(payload)-1] ^= 1 // break the tag, then make the digest agree
+	ra.ContentDigest = sha256Hex(payload)
+	got, err := DecryptAttachment(payload, ra)
+	if !errors.Is(err, ErrAuthentication) || got != nil {
+		t.Errorf("got %v, %v; want authentication failure and no plaintext", got, err)
+	}
+}
+
+type pollCodec struct{}
+
+func (pollCodec) ContentType() TypeID { return TypeID{"example.com", "poll", 1, 2} }
+func (pollCodec) ShouldPush() bool    { return true }
+func (pollCodec) Encode(v any) (*mc.EncodedContent, error) {
+	return &mc.EncodedContent{Type: pollCodec{}.ContentType().Proto(), Content: []byte(v.(string)), Fallback: ptr("poll")}, nil
+}
+func (pollCodec) Decode(ec *mc.EncodedContent, _ NestedDecoder) (any, error) {
+	return "poll:" + string(ec.GetContent()), nil
+}
+
+func TestCTYPE017_AppCodecs(t *testing.T) {
+	reg := NewRegistry()
+	if err := reg.Register(pollCodec{}); err != nil {
+		t.Fatal(err)
+	}
+	ec, err := reg.Encode(TypeID{"example.com", "poll", 1, 0}, "q?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec.Type.VersionMinor = 9 // a later minor from another app version
+	d, _, err := reg.Decode(mustMarshal(t, ec))
+	if err != nil || d.Value != "poll:q?" {
+		t.Errorf("decode: %v, %v", d.Value, err)
+	}
+	if err := reg.Register(pollCodec{}); err == nil {
+		t.Error("registering the same identifier twice succeeded")
+	}
+	if err := reg.Register(TextCodec{}); err == nil {
+		t.Error("replacing a catalogue codec succeeded")
+	}
+	// A reply carrying app content decodes through the app codec.
+	outer, _ := reg.Encode(TypeReply, &Reply{Reference: "ab", Content: ec})
+	d, _, err = reg.Decode(mustMarshal(t, outer))
+	if err != nil || d.Value.(*Reply).Nested.Value != "poll:q?" {
+		t.Errorf("nested app content: %v", err)
+	}
+}
+
+func TestCTYPE018_Deletable(t *testing.T) {
+	yes := []TypeID{TypeText, TypeMarkdown, TypeReply, TypeAttachment, TypeRemoteAttachment, TypeMultiRemoteAttachment, TypeTransactionReference, TypeWalletSendCalls}
+	no := []TypeID{TypeReaction, TypeReadReceipt, TypeActions, TypeIntent, TypeGroupUpdated, TypeGroupMembershipChange,
+		TypeLeaveRequest, TypeDeleteMessage, TypeEditMessage, TypeLegacyReaction, {"example.com", "text", 1, 0}, {"xmtp.org", "poll", 1, 0}, {"xmtp.org", "text", 2, 0}}
+	for _, typ := range yes {
+		minor := typ
+		minor.Minor = 3
+		if !Deletable(typ) || !Deletable(minor) {
+			t.Errorf("%v must be deletable", typ)
+		}
+	}
+	for _, typ := range no {
+		if Deletable(typ) {
+			t.Errorf("%v must not be deletable", typ)
+		}
+	}
+}
+
+func TestCTYPE020_EditIsKeptNotApplied(t *testing.T) {
+	reg := NewRegistry()
+	edit := &ct.EditMessage{MessageId: "ab", EditedContent: textEnvelope(TypeText, "new words")}
+	b := mustMarshal(t, &mc.EncodedContent{Type: TypeEditMessage.Proto(), Content: mustMarshal(t, edit)})
+	resp := reg.DecodeResponse(b)
+	if got := resp.GetContent().GetEditMessage(); !proto.Equal(got, edit) {
+		t.Errorf("edit not kept as an edit: %v", resp)
+	}
+	if _, err := reg.Encode(TypeEditMessage, edit); kindOf(err) != KindEncodeFailed {
+		t.Errorf("encoding the reserved edit type: %v", err)
+	}
+}
+
+func TestCTYPE021_FallbackOptional(t *testing.T) {
+	reg := NewRegistry()
+	for _, v := range roundTripValues(t) {
+		ec, err := reg.Encode(v.typ, v.value)
+		if err != nil {
+			t.Fatalf("%v: %v", v.typ, err)
+		}
+		ec.Fallback = nil
+		if _, _, err := reg.Decode(mustMarshal(t, ec)); err != nil {
+			t.Errorf("%v without fallback: %v", v.typ, err)
+		}
+	}
+}
+
+func TestCTYPE022_ReactionsPublishedAsMajor2(t *testing.T) {
+	ec, err := NewRegistry().EncodeContent(&cb.Content{Value: &cb.Content_Reaction{Reaction: &ct.ReactionV2{Reference: "ab", Content: "x", Action: 1, Schema: 1}}})
+	if err != nil || ec.GetType().GetVersionMajor() != 2 {
+		t.Errorf("reaction major %d, %v", ec.GetType().GetVersionMajor(), err)
+	}
+	_, err = NewRegistry().EncodeContent(&cb.Content{Value: &cb.Content_LegacyReaction{LegacyReaction: &ct.ReactionV2{Reference: "ab"}}})
+	if kindOf(err) != KindEncodeFailed {
+		t.Errorf("legacy reaction encoded: %v", err)
+	}
+}
+
+func TestCTYPE023_CompressedFormats(t *testing.T) {
+	data := bytes.Repeat([]byte("compress me "), 100)
+	z, err := Compress(data, mc.Compression_COMPRESSION_DEFLATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := zlib.NewReader(bytes.NewReader(z)) // the standard library's zlib: RFC 1950
+	if err != nil {
+		t.Fatalf("DEFLATE output is not zlib: %v", err)
+	}
+	if got, _ := io.ReadAll(zr); !bytes.Equal(got, data) {
+		t.Error("zlib round trip")
+	}
+	g, _ := Compress(data, mc.Compression_COMPRESSION_GZIP)
+	gr, err := gzip.NewReader(bytes.NewReader(g))
+	if err != nil {
+		t.Fatalf("GZIP output is not gzip: %v", err)
+	}
+	if got, _ := io.ReadAll(gr); !bytes.Equal(got, data) {
+		t.Error("gzip round trip")
+	}
+}
+
+func compressedText(t *testing.T, alg mc.Compression, raw []byte) []byte {
+	ec := textEnvelope(TypeText, "")
+	ec.Compression = &alg
+	ec.Content = raw
+	return mustMarshal(t, ec)
+}
+
+func stdCompress(t *testing.T, form string, data []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	var w io.WriteCloser
+	switch form {
+	case "zlib":
+		w = zlib.NewWriter(&buf)
+	case "raw":
+		w, _ = flate.NewWriter(&buf, flate.BestSpeed)
+	case "gzip":
+		w = gzip.NewWriter(&buf)
+	}
+	if _, err := w.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestCTYPE024_DecompressBeforeDecoding(t *testing.T) {
+	reg := NewRegistry()
+	for _, tc := range []struct {
+		form string
+		alg  mc.Compression
+	}{{"zlib", mc.Compression_COMPRESSION_DEFLATE}, {"raw", mc.Compression_COMPRESSION_DEFLATE}, {"gzip", mc.Compression_COMPRESSION_GZIP}} {
+		d, _, err := reg.Decode(compressedText(t, tc.alg, stdCompress(t, tc.form, []byte("squeezed"))))
+		if err != nil || d.Value != "squeezed" {
+			t.Errorf("%s: %v, %v", tc.form, d.Value, err)
+		}
+	}
+	for name, b := range map[string][]byte{
+		"unknown algorithm": compressedText(t, mc.Compression(7), []byte("squeezed")),
+		"corrupt deflate":   compressedText(t, mc.Compression_COMPRESSION_DEFLATE, []byte{0xff, 0xfe, 0xfd}),
+		"corrupt gzip":      compressedText(t, mc.Compression_COMPRESSION_GZIP, []byte("not gzip")),
+		"truncated gzip":    compressedText(t, mc.Compression_COMPRESSION_GZIP, stdCompress(t, "gzip", []byte("squeezed"))[:15]),
+		"gzip named zlib":   compressedText(t, mc.Compression_COMPRESSION_DEFLATE, stdCompress(t, "gzip", []byte("squeezed"))),
+	} {
+		resp := reg.DecodeResponse(b)
+		if u := resp.GetUndecoded(); u.GetKind() != cb.UndecodedKind_UNDECODED_KIND_DECODE_FAILED || !bytes.Equal(u.GetEncodedContent(), b) {
+			t.Errorf("%s: %v, want a decode failure keeping the bytes", name, resp)
+		}
+	}
+}
+
+func TestCTYPE024_NestedContentDecompressed(t *testing.T) {
+	reg := NewRegistry()
+	alg := mc.Compression_COMPRESSION_GZIP
+	nested := &mc.EncodedContent{Type: (&TypeID{"example.com", "custom", 1, 0}).Proto(), Compression: &alg, Content: stdCompress(t, "gzip", []byte("inner"))}
+	outer, err := reg.Encode(TypeReply, &Reply{Reference: "ab", Content: nested})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _, err := reg.Decode(mustMarshal(t, outer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := d.Value.(*Reply); string(r.Content.GetContent()) != "inner" || r.Content.Compression != nil {
+		t.Errorf("nested content not decompressed: %v", r.Content)
+	}
+}
+
+// bomb returns compressed zeros that expand to n bytes.
+func bomb(t *testing.T, form string, n int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	var w io.WriteCloser
+	if form == "gzip" {
+		w, _ = gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	} else {
+		w, _ = zlib.NewWriterLevel(&buf, zlib.BestCompression)
+	}
+	zeros := make([]byte, 1<<20)
+	for n > 0 {
+		k := min(n, len(zeros))
+		if _, err := w.Write(zeros[:k]); err != nil {
+			t.Fatal(err)
+		}
+		n -= k
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestCTYPE025_DecompressedSizeLimit(t *testing.T) {
+	reg := NewRegistry()
+	for _, tc := range []struct {
+		form string
+		alg  mc.Compression
+	}{{"zlib", mc.Compression_COMPRESSION_DEFLATE}, {"gzip", mc.Compression_COMPRESSION_GZIP}} {
+		t.Run(tc.form, func(t *testing.T) {
+			at := compressedText(t, tc.alg, bomb(t, tc.form, MaxDecompressedSize))
+			if d, _, err := reg.Decode(at); err != nil || len(d.Value.(string)) != MaxDecompressedSize {
+				t.Errorf("exactly 16777216 bytes must decode: %v", err)
+			}
+			over := compressedText(t, tc.alg, bomb(t, tc.form, MaxDecompressedSize+1))
+			if _, _, err := reg.Decode(over); kindOf(err) != KindDecodeFailed {
+				t.Errorf("16777217 bytes: %v, want decode failure", err)
+			}
+			// A 256 MiB bomb must cost about the limit, not the expansion.
+			huge := compressedText(t, tc.alg, bomb(t, tc.form, 256<<20))
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			resp := reg.DecodeResponse(huge)
+			runtime.ReadMemStats(&after)
+			if resp.GetUndecoded().GetKind() != cb.UndecodedKind_UNDECODED_KIND_DECODE_FAILED || !bytes.Equal(resp.GetUndecoded().GetEncodedContent(), huge) {
+				t.Errorf("256 MiB bomb: %v", resp.GetUndecoded().GetReason())
+			}
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 96<<20 {
+				t.Errorf("decoding the bomb allocated %d MiB; memory must stay bounded by the 16 MiB limit", alloc>>20)
+			}
+		})
+	}
+}
+
+func TestCTYPE026_StandardCodecsWithoutClient(t *testing.T) {
+	reg := NewRegistry()
+	for _, e := range Entries() {
+		c, ok := reg.Lookup(e.Type)
+		if !ok {
+			t.Errorf("%v: no codec", e.Type)
+			continue
+		}
+		if c.ContentType() != e.Type {
+			t.Errorf("%v: codec type %v", e.Type, c.ContentType())
+		}
+		_, err := c.Encode(nil)
+		decodeOnly := e.Transcript || e.Reserved
+		if decodeOnly && (kindOf(err) != KindEncodeFailed || !bytes.Contains([]byte(err.Error()), []byte("decode only"))) {
+			t.Errorf("%v: encode must be refused as decode only, got %v", e.Type, err)
+		}
+	}
+}
+
+func TestCTYPE027_UnknownNestedContent(t *testing.T) {
+	reg := NewRegistry()
+	nested := &mc.EncodedContent{Type: (&TypeID{"example.com", "sticker", 1, 0}).Proto(), Fallback: ptr("a sticker"), Content: []byte{1, 2, 3}}
+	outer, _ := reg.Encode(TypeReply, &Reply{Reference: "0a0b", Content: nested})
+	resp := reg.DecodeResponse(mustMarshal(t, outer))
+	r := resp.GetContent().GetReply()
+	if r == nil || r.GetReference() != "0a0b" {
+		t.Fatalf("reply not decoded: %v", resp)
+	}
+	u := r.GetUndecoded()
+	if u.GetKind() != cb.UndecodedKind_UNDECODED_KIND_NO_MATCHING_CODEC || !proto.Equal(u.GetEnvelope(), nested) || !bytes.Equal(u.GetEncodedContent(), mustMarshal(t, nested)) {
+		t.Errorf("nested unknown content not kept: %v", u)
+	}
+	if TypeIDOf(u.GetType()).String() != "example.com/sticker:1.0" || u.GetFallback() != "a sticker" {
+		t.Errorf("nested identifier or fallback lost: %v", u)
+	}
+}
+
+func TestCTYPE028_NestedTypeTakesPrecedence(t *testing.T) {
+	reg := NewRegistry()
+	outer, _ := reg.Encode(TypeReply, &Reply{Reference: "ab", Content: textEnvelope(TypeText, "I am text")})
+	outer.Parameters["contentType"] = "xmtp.org/reaction:2.0"
+	d, _, err := reg.Decode(mustMarshal(t, outer))
+	if err != nil || d.Value.(*Reply).Nested.Value != "I am text" {
+		t.Errorf("got %v, %v; want the nested text", d.Value, err)
+	}
+}
+
+func TestCTYPE029_InvalidNestedContent(t *testing.T) {
+	reg := NewRegistry()
+	badNested := textEnvelope(TypeText, "x")
+	badNested.Parameters["encoding"] = "UTF-16"
+	cases := map[string][]byte{
+		"malformed bytes":     {0x0a, 0xff, 0x01},
+		"untyped":             mustMarshal(t, &mc.EncodedContent{Content: []byte("x")}),
+		"nested codec fails":  mustMarshal(t, badNested),
+		"nested decompresses": mustMarshal(t, &mc.EncodedContent{Type: TypeText.Proto(), Compression: mc.Compression_COMPRESSION_GZIP.Enum(), Content: []byte("nope")}),
+	}
+	for name, inner := range cases {
+		outer := &mc.EncodedContent{Type: TypeReply.Proto(), Parameters: map[string]string{"reference": "ab", "contentType": "xmtp.org/text:1.0"}, Fallback: ptr("outer fallback"), Content: inner}
+		b := mustMarshal(t, outer)
+		resp := reg.DecodeResponse(b)
+		u := resp.GetUndecoded()
+		if u.GetKind() != cb.UndecodedKind_UNDECODED_KIND_DECODE_FAILED || !bytes.Equal(u.GetEncodedContent(), b) || u.GetFallback() != "outer fallback" {
+			t.Errorf("%s: %v; want a decode failure keeping outer bytes and fallback", name, resp)
+		}
+	}
+}
+
+func TestNestingDepthLimit(t *testing.T) {
+	reg := NewRegistry()
+	ec := textEnvelope(TypeText, "leaf")
+	for depth := 1; depth <= DefaultMaxNestingDepth+1; depth++ {
+		ec = &mc.EncodedContent{Type: TypeReply.Proto(), Parameters: map[string]string{"reference": "ab"}, Content: mustMarshal(t, ec)}
+		_, _, err := reg.Decode(mustMarshal(t, ec))
+		if depth <= DefaultMaxNestingDepth && err != nil {
+			t.Fatalf("depth %d: %v", depth, err)
+		}
+		if depth > DefaultMaxNestingDepth && kindOf(err) != KindDecodeFailed {
+			t.Fatalf("depth %d: %v, want decode failure past the limit", depth, err)
+		}
+	}
+}
+
+func TestCTYPE030_ActionExpiryRange(t *testing.T) {
+	for _, s := range []string{"2262-04-11T23:47:16.855Z", "1677-09-21T00:12:43.145Z", "9999-01-01T00:00:00Z"} {
+		_, err := ActionsCodec{}.Decode(&mc.EncodedContent{Content: []byte(`{"id":"a","description":"d","actions":[{"id":"1","label":"L"}],"expiresAt":"` + s + `"}`)}, nil)
+		if kindOf(err) != KindDecodeFailed {
+			t.Errorf("decode expiresAt %s: %v, want failure", s, err)
+		}
+		_, err = ActionsCodec{}.Decode(&mc.EncodedContent{Content: []byte(`{"id":"a","description":"d","actions":[{"id":"1","label":"L","expires_at":"` + s + `"}]}`)}, nil)
+		if kindOf(err) != KindDecodeFailed {
+			t.Errorf("decode action expires_at %s: %v, want failure", s, err)
+		}
+	}
+	for _, ts := range []string{"2262-04-11T23:47:16.855Z", "1600-01-01T00:00:00Z"} {
+		a := validActions()
+		a.ExpiresAt = mustTimestamp(t, ts)
+		if _, err := (ActionsCodec{}).Encode(a); kindOf(err) != KindEncodeFailed {
+			t.Errorf("encode expiresAt %s: %v, want failure", ts, err)
+		}
+		a = validActions()
+		a.Actions[0].ExpiresAt = mustTimestamp(t, ts)
+		if _, err := (ActionsCodec{}).Encode(a); kindOf(err) != KindEncodeFailed {
+			t.Errorf("encode action expiresAt %s: %v, want failure", ts, err)
+		}
+	}
+}
+
+func TestCTYPE031_NoCompressionUnlessAsked(t *testing.T) {
+	reg := NewRegistry()
+	for _, v := range roundTripValues(t) {
+		ec, err := reg.Encode(v.typ, v.value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ec.Compression != nil {
+			t.Errorf("%v: compression set without being asked", v.typ)
+		}
+	}
+}
