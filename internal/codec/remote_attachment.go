@@ -134,6 +134,13 @@ type remoteFields struct {
 // decode; fail builds the error of the caller's direction.
 func checkRemoteParams(path string, f remoteFields, fail func(string, string, ...any) *Error) error {
 	names := remoteParamNames(path)
+	if err := checkRemoteCrypto(names, f, fail); err != nil {
+		return err
+	}
+	return checkSchemeURL(names, f.scheme, f.url, fail)
+}
+
+func checkRemoteCrypto(names paramNames, f remoteFields, fail func(string, string, ...any) *Error) error {
 	if !isLowerHex(f.digest, digestSize) {
 		return fail(names.digest, "must be %d lowercase hexadecimal characters", 2*digestSize)
 	}
@@ -146,7 +153,7 @@ func checkRemoteParams(path string, f remoteFields, fail func(string, string, ..
 	if len(f.nonce) != nonceSize {
 		return fail(names.nonce, "%d bytes, want %d", len(f.nonce), nonceSize)
 	}
-	return checkSchemeURL(names, f.scheme, f.url, fail)
+	return nil
 }
 
 type paramNames struct{ digest, secret, salt, nonce, scheme, url string }
@@ -196,4 +203,34 @@ func isLowerHex(s string, size int) bool {
 		}
 	}
 	return true
+}
+
+// SchemeFor returns the scheme parameter an encoder writes for rawURL:
+// https://, or http:// for a localhost or loopback host; any other URL
+// cannot be a remote attachment location.
+func SchemeFor(rawURL string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return "", encodeError("url", "not an absolute URL: %q", rawURL)
+	}
+	switch scheme := u.Scheme + "://"; {
+	case scheme == schemeHTTPS:
+		return scheme, nil
+	case scheme == schemeHTTP && isLoopbackHost(u.Hostname()):
+		return scheme, nil
+	}
+	return "", encodeError("url", "must use https://, or http:// for localhost or a loopback address: %q", rawURL)
+}
+
+// CheckRemoteAttachment applies the decode column of the Remote attachment
+// parameters table to a remote attachment given as a value, for example
+// before decrypting its payload. The URL is checked when it is set; the
+// legacy scheme forms are accepted.
+func CheckRemoteAttachment(ra *cb.RemoteAttachment) error {
+	f := remoteFields{digest: ra.GetContentDigest(), secret: ra.GetSecret(), salt: ra.GetSalt(), nonce: ra.GetNonce(), scheme: normalizeScheme(ra.GetScheme()), url: ra.GetUrl()}
+	if f.url == "" {
+		// No location to check: only the cryptographic parameters matter.
+		return checkRemoteCrypto(remoteParamNames("remote_attachment"), f, decodeError)
+	}
+	return checkRemoteParams("remote_attachment", f, decodeError)
 }

@@ -1,0 +1,101 @@
+// Command server runs the contentbackup gRPC service.
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/contentbackup/contentbackup/internal/server"
+)
+
+type cli struct {
+	Listen          string           `default:"127.0.0.1:50051" env:"LISTEN_ADDR" help:"Address to serve gRPC on."`
+	LogLevel        string           `default:"info" env:"LOG_LEVEL" enum:"debug,info,warn,error" help:"Lowest level logged: debug, info, warn or error."`
+	LogFormat       string           `default:"json" env:"LOG_FORMAT" enum:"json,console" help:"Log encoding: json or console."`
+	MaxRecvBytes    int              `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
+	MaxDecodeBatch  int              `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
+	MaxNestingDepth int              `default:"16" env:"MAX_NESTING_DEPTH" help:"Deepest nesting of content in content (replies) that is decoded."`
+	ShutdownGrace   time.Duration    `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
+	Version         kong.VersionFlag `help:"Print the version and exit."`
+}
+
+func main() {
+	var c cli
+	kong.Parse(&c,
+		kong.Name("server"),
+		kong.Description("The contentbackup gRPC service: XMTP content encode/decode and conversation backups."),
+		kong.Vars{"version": version()},
+	)
+	if err := run(c); err != nil {
+		fmt.Fprintln(os.Stderr, "server:", err)
+		os.Exit(1)
+	}
+}
+
+func run(c cli) error {
+	log, err := newLogger(c.LogLevel, c.LogFormat)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	lis, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.Listen, err)
+	}
+	srv := server.New(server.Config{
+		MaxRecvBytes:    c.MaxRecvBytes,
+		MaxDecodeBatch:  c.MaxDecodeBatch,
+		MaxNestingDepth: c.MaxNestingDepth,
+	}, log)
+	log.Info("serving", zap.String("addr", lis.Addr().String()), zap.String("version", version()))
+	return srv.Serve(ctx, lis, c.ShutdownGrace)
+}
+
+func newLogger(level, format string) (*zap.Logger, error) {
+	var lvl zapcore.Level
+	if err := lvl.Set(level); err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	cfg := zap.NewProductionConfig()
+	if format == "console" {
+		cfg = zap.NewDevelopmentConfig()
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	log, err := cfg.Build()
+	if err != nil {
+		return nil, fmt.Errorf("logger: %w", err)
+	}
+	return log, nil
+}
+
+// version reports the module version and VCS revision the binary was built from.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := info.Main.Version
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" {
+			v += " " + s.Value
+		}
+		if s.Key == "vcs.modified" && s.Value == "true" {
+			v += " (modified)"
+		}
+	}
+	return v
+}

@@ -1,0 +1,173 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	"github.com/contentbackup/contentbackup/internal/codec"
+)
+
+// deterministic output: the same request always gives the same bytes.
+var deterministic = proto.MarshalOptions{Deterministic: true}
+
+// DefaultMaxDecodeBatch is how many envelopes one DecodeBatch call takes.
+const DefaultMaxDecodeBatch = 1000
+
+// ContentService implements contentbackup.v1.ContentService over a codec
+// registry. It maps messages and status codes; the rules live in codec.
+type ContentService struct {
+	cb.UnimplementedContentServiceServer
+	registry *codec.Registry
+	maxBatch int
+}
+
+// NewContentService returns the service; maxBatch <= 0 means the default.
+func NewContentService(reg *codec.Registry, maxBatch int) *ContentService {
+	if maxBatch <= 0 {
+		maxBatch = DefaultMaxDecodeBatch
+	}
+	return &ContentService{registry: reg, maxBatch: maxBatch}
+}
+
+func (s *ContentService) Encode(_ context.Context, req *cb.EncodeRequest) (*cb.EncodeResponse, error) {
+	var ec *mc.EncodedContent
+	var err error
+	switch in := req.GetInput().(type) {
+	case *cb.EncodeRequest_Content:
+		ec, err = s.registry.EncodeContent(in.Content)
+		if err != nil {
+			return nil, invalidArgument("content", err)
+		}
+	case *cb.EncodeRequest_Custom:
+		ec, err = s.checkCustom(in.Custom)
+		if err != nil {
+			return nil, invalidArgument("custom", err)
+		}
+		if ec.Compression != nil && req.Compression != nil {
+			return nil, status.Error(codes.InvalidArgument, "compression: custom envelope is already compressed")
+		}
+	default:
+		return nil, status.Error(codes.InvalidArgument, "input: set content (a catalogue value) or custom (an EncodedContent)")
+	}
+	if req.Compression != nil {
+		out, err := codec.Compress(ec.GetContent(), req.GetCompression())
+		if err != nil {
+			return nil, invalidArgument("", err)
+		}
+		ec.Content, ec.Compression = out, req.Compression
+	}
+	b, err := deterministic.Marshal(ec)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "marshal envelope: %v", err)
+	}
+	t := codec.TypeIDOf(ec.GetType())
+	resp := &cb.EncodeResponse{EncodedContent: b, Envelope: ec, ContentType: t.String(), Deletable: codec.Deletable(t)}
+	if push, ok := s.registry.Push(t); ok {
+		resp.ShouldPush = &push
+	}
+	return resp, nil
+}
+
+// checkCustom accepts a caller-built envelope when it names its type
+// (CTYPE-003) and, for an identifier a codec knows, when that codec can
+// decode it: the service must not hand out catalogue content that a
+// recipient would reject.
+func (s *ContentService) checkCustom(ec *mc.EncodedContent) (*mc.EncodedContent, error) {
+	if ec.GetType() == nil || ec.GetType().GetAuthorityId() == "" || ec.GetType().GetTypeId() == "" {
+		return nil, errors.New("type: an envelope needs a type with non-empty authority_id and type_id (CTYPE-003)")
+	}
+	t := codec.TypeIDOf(ec.GetType())
+	if _, known := s.registry.Lookup(t); known {
+		if e, ok := codec.Catalogue(t); ok && (e.Transcript || e.Reserved) {
+			return nil, fmt.Errorf("type: %s is never published as an application message (CTYPE-026)", t)
+		}
+		if t.Key() == codec.TypeLegacyReaction.Key() {
+			return nil, fmt.Errorf("type: %s is deprecated; publish xmtp.org/reaction:2.0 (CTYPE-022)", t)
+		}
+		if _, err := s.registry.DecodeEnvelope(ec); err != nil {
+			return nil, fmt.Errorf("not valid %s content: %w", t, err)
+		}
+	}
+	return ec, nil
+}
+
+func (s *ContentService) Decode(_ context.Context, req *cb.DecodeRequest) (*cb.DecodeResponse, error) {
+	return s.registry.DecodeResponse(req.GetEncodedContent()), nil
+}
+
+func (s *ContentService) DecodeBatch(_ context.Context, req *cb.DecodeBatchRequest) (*cb.DecodeBatchResponse, error) {
+	in := req.GetEncodedContents()
+	if len(in) > s.maxBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "encoded_contents: %d envelopes exceed the batch limit of %d", len(in), s.maxBatch)
+	}
+	out := make([]*cb.DecodeResponse, len(in))
+	for i, b := range in {
+		out[i] = s.registry.DecodeResponse(b)
+	}
+	return &cb.DecodeBatchResponse{Results: out}, nil
+}
+
+func (s *ContentService) EncryptAttachment(_ context.Context, req *cb.EncryptAttachmentRequest) (*cb.EncryptAttachmentResponse, error) {
+	if req.GetAttachment() == nil {
+		return nil, status.Error(codes.InvalidArgument, "attachment: required")
+	}
+	payload, ra, err := codec.EncryptAttachment(rand.Reader, req.GetAttachment())
+	if err != nil {
+		return nil, invalidArgument("", err)
+	}
+	if req.GetUrl() != "" {
+		ra.Url = req.GetUrl()
+		if ra.Scheme, err = codec.SchemeFor(ra.Url); err != nil {
+			return nil, invalidArgument("url", err)
+		}
+	}
+	return &cb.EncryptAttachmentResponse{Payload: payload, RemoteAttachment: ra}, nil
+}
+
+func (s *ContentService) DecryptAttachment(_ context.Context, req *cb.DecryptAttachmentRequest) (*cb.DecryptAttachmentResponse, error) {
+	ra := req.GetRemoteAttachment()
+	if ra == nil {
+		return nil, status.Error(codes.InvalidArgument, "remote_attachment: required")
+	}
+	if err := codec.CheckRemoteAttachment(ra); err != nil {
+		return nil, invalidArgument("remote_attachment", err)
+	}
+	att, err := codec.DecryptAttachment(req.GetPayload(), ra)
+	switch {
+	case errors.Is(err, codec.ErrDigestMismatch):
+		return nil, withReason(codes.InvalidArgument, "DIGEST_MISMATCH", "payload: "+err.Error())
+	case errors.Is(err, codec.ErrAuthentication):
+		return nil, withReason(codes.InvalidArgument, "AUTHENTICATION_FAILED", "payload: "+err.Error())
+	case err != nil:
+		return nil, invalidArgument("payload", err)
+	}
+	return &cb.DecryptAttachmentResponse{Attachment: att}, nil
+}
+
+// invalidArgument maps a codec error to INVALID_ARGUMENT; the codec's
+// message names the member that was wrong.
+func invalidArgument(field string, err error) error {
+	if field == "" {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return status.Error(codes.InvalidArgument, field+": "+err.Error())
+}
+
+// withReason attaches an ErrorInfo so that callers can tell failures with
+// the same code apart without parsing messages.
+func withReason(code codes.Code, reason, msg string) error {
+	st := status.New(code, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "contentbackup.v1"}); err == nil {
+		st = d
+	}
+	return st.Err()
+}

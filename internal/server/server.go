@@ -1,0 +1,165 @@
+// Package server assembles the gRPC server: the contentbackup.v1 services,
+// the standard health and reflection services, and the logging and
+// recovery interceptors. Handlers live one file per service.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/codec"
+)
+
+// DefaultMaxRecvBytes bounds one request message. It leaves room for a
+// batch of envelopes or an attachment well past the 4 MiB gRPC default.
+const DefaultMaxRecvBytes = 32 << 20
+
+// Config is what the server needs from its flags.
+type Config struct {
+	MaxRecvBytes    int
+	MaxDecodeBatch  int
+	MaxNestingDepth int
+}
+
+// Server is a configured gRPC server with its health state.
+type Server struct {
+	grpc   *grpc.Server
+	health *health.Server
+	log    *zap.Logger
+}
+
+// New builds the server and registers every service.
+func New(cfg Config, log *zap.Logger) *Server {
+	if cfg.MaxRecvBytes <= 0 {
+		cfg.MaxRecvBytes = DefaultMaxRecvBytes
+	}
+	opts := []codec.Option{}
+	if cfg.MaxNestingDepth > 0 {
+		opts = append(opts, codec.WithMaxNestingDepth(cfg.MaxNestingDepth))
+	}
+	reg := codec.NewRegistry(opts...)
+
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithLevels(callLevel),
+	}
+	panicHandler := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		log.Error("panic in handler", zap.Any("panic", p), zap.Stack("stack"))
+		return status.Error(codes.Internal, "internal error")
+	})
+	g := grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
+		grpc.MaxSendMsgSize(cfg.MaxRecvBytes*2),
+		grpc.ChainUnaryInterceptor(
+			logging.UnaryServerInterceptor(interceptorLogger(log), logOpts...),
+			recovery.UnaryServerInterceptor(panicHandler),
+		),
+		grpc.ChainStreamInterceptor(
+			logging.StreamServerInterceptor(interceptorLogger(log), logOpts...),
+			recovery.StreamServerInterceptor(panicHandler),
+		),
+	)
+	cb.RegisterContentServiceServer(g, NewContentService(reg, cfg.MaxDecodeBatch))
+
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	for name := range g.GetServiceInfo() {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	reflection.Register(g)
+	return &Server{grpc: g, health: hs, log: log}
+}
+
+// GRPC exposes the underlying server, for tests that serve it themselves.
+func (s *Server) GRPC() *grpc.Server { return s.grpc }
+
+// Serve serves on lis until ctx is done, then reports NOT_SERVING, lets
+// in-flight calls finish for up to grace, and stops.
+func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down", zap.Duration("grace", grace))
+	s.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(grace):
+		s.log.Warn("grace period over; closing remaining calls")
+		s.grpc.Stop()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// callLevel logs successful calls at debug level, so the hot path costs
+// nothing at the default info level, and failures where operators look.
+func callLevel(code codes.Code) logging.Level {
+	switch code {
+	case codes.OK, codes.Canceled:
+		return logging.LevelDebug
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition,
+		codes.OutOfRange, codes.Unauthenticated, codes.PermissionDenied, codes.ResourceExhausted:
+		return logging.LevelInfo
+	case codes.DeadlineExceeded:
+		return logging.LevelWarn
+	default:
+		return logging.LevelError
+	}
+}
+
+// interceptorLogger adapts zap to the middleware's logger, the adapter the
+// go-grpc-middleware project documents for zap.
+func interceptorLogger(l *zap.Logger) logging.Logger {
+	l = l.WithOptions(zap.AddCallerSkip(1))
+	return logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, fields ...any) {
+		zl := zapLevel(lvl)
+		if !l.Core().Enabled(zl) {
+			return
+		}
+		zf := make([]zap.Field, 0, len(fields)/2)
+		for i := 0; i+1 < len(fields); i += 2 {
+			key, _ := fields[i].(string)
+			zf = append(zf, zap.Any(key, fields[i+1]))
+		}
+		if ce := l.Check(zl, msg); ce != nil {
+			ce.Write(zf...)
+		}
+	})
+}
+
+func zapLevel(lvl logging.Level) zapcore.Level {
+	switch lvl {
+	case logging.LevelDebug:
+		return zapcore.DebugLevel
+	case logging.LevelInfo:
+		return zapcore.InfoLevel
+	case logging.LevelWarn:
+		return zapcore.WarnLevel
+	default:
+		return zapcore.ErrorLevel
+	}
+}
