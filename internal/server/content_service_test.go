@@ -273,4 +273,3 @@ func TestE2EHealthAndReflection(t *testing.T) {
 		t.Errorf("reflection lists %v", names)
 	}
 }
-
