@@ -1,6 +1,9 @@
 package codec
 
 import (
+	"bytes"
+	"sort"
+
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
@@ -21,11 +24,57 @@ type walletSendCallsJSON struct {
 }
 
 type walletCallJSON struct {
-	To       *string           `json:"to,omitempty"`
-	Data     *string           `json:"data,omitempty"`
-	Value    *string           `json:"value,omitempty"`
-	Gas      *string           `json:"gas,omitempty"`
-	Metadata map[string]string `json:"metadata,omitempty"`
+	To       *string                 `json:"to,omitempty"`
+	Data     *string                 `json:"data,omitempty"`
+	Value    *string                 `json:"value,omitempty"`
+	Gas      *string                 `json:"gas,omitempty"`
+	Metadata *walletCallMetadataJSON `json:"metadata,omitempty"`
+}
+
+// walletCallMetadataJSON writes description and transactionType first, as
+// the reference does, then the additional members in sorted order.
+type walletCallMetadataJSON struct {
+	description, transactionType string
+	additional                   map[string]string
+}
+
+func (m *walletCallMetadataJSON) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	write := func(k, v string) error {
+		if buf.Len() > 1 {
+			buf.WriteByte(',')
+		}
+		for _, s := range []string{k, v} {
+			b, err := marshalJSON(s)
+			if err != nil {
+				return err
+			}
+			buf.Write(b)
+			if s == k {
+				buf.WriteByte(':')
+			}
+		}
+		return nil
+	}
+	if err := write(memberDescription, m.description); err != nil {
+		return nil, err
+	}
+	if err := write(memberTransactionType, m.transactionType); err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(m.additional))
+	for k := range m.additional {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := write(k, m.additional[k]); err != nil {
+			return nil, err
+		}
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
 }
 
 const (
@@ -61,15 +110,12 @@ func (WalletSendCallsCodec) Encode(v any) (*mc.EncodedContent, error) {
 			if m.GetTransactionType() == "" {
 				return nil, encodeError(path+".transaction_type", "required")
 			}
-			call.Metadata = make(map[string]string, len(m.GetAdditional())+2)
-			for k, v := range m.GetAdditional() {
+			for k := range m.GetAdditional() {
 				if k == memberDescription || k == memberTransactionType {
 					return nil, encodeError(path+".additional", "member %q collides with a named member", k)
 				}
-				call.Metadata[k] = v
 			}
-			call.Metadata[memberDescription] = m.GetDescription()
-			call.Metadata[memberTransactionType] = m.GetTransactionType()
+			call.Metadata = &walletCallMetadataJSON{m.GetDescription(), m.GetTransactionType(), m.GetAdditional()}
 		}
 		out.Calls = append(out.Calls, call)
 	}
