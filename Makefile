@@ -42,11 +42,12 @@ test: tools interop-deps lint check-generated
 	go test -race -count=1 ./...
 	$(MAKE) fuzz
 
-# Each fuzz target runs for FUZZTIME (go test allows one -fuzz target per run).
+# Each fuzz target runs for FUZZTIME (go test takes one -fuzz target per run).
+FUZZ_TARGETS := FuzzDecode FuzzDecodeReply FuzzDecodeTransactionReference FuzzDecodeWalletSendCalls FuzzDecodeActions FuzzDecodeIntent FuzzDecodeLegacyReaction
 fuzz:
-	go test ./internal/codec -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
-	go test ./internal/codec -run '^$$' -fuzz '^FuzzDecodeReply$$' -fuzztime $(FUZZTIME)
-	go test ./internal/codec -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime $(FUZZTIME)
+	for target in $(FUZZ_TARGETS); do \
+		go test ./internal/codec -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
 
 bench:
 	go test ./internal/codec -run '^$$' -bench . -benchmem -count 1
