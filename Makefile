@@ -3,7 +3,7 @@ BUF_VERSION              := v1.75.0
 PROTOC_GEN_GO_VERSION    := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 STATICCHECK_VERSION      := v0.8.2
-GHZ_VERSION              := v0.120.0
+GHZ_VERSION              := v0.93.0
 
 GOBIN ?= $(shell go env GOPATH)/bin
 export PATH := $(GOBIN):$(PATH)
@@ -43,7 +43,7 @@ test: tools interop-deps lint check-generated
 	$(MAKE) fuzz
 
 # Each fuzz target runs for FUZZTIME (go test takes one -fuzz target per run).
-FUZZ_TARGETS := FuzzDecode FuzzDecodeReply FuzzDecodeTransactionReference FuzzDecodeWalletSendCalls FuzzDecodeActions FuzzDecodeIntent FuzzDecodeLegacyReaction
+FUZZ_TARGETS := FuzzDecode FuzzUnmarshalEnvelopeMatchesProto FuzzDecodeReply FuzzDecodeTransactionReference FuzzDecodeWalletSendCalls FuzzDecodeActions FuzzDecodeIntent FuzzDecodeLegacyReaction
 fuzz:
 	for target in $(FUZZ_TARGETS); do \
 		go test ./internal/codec -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) || exit 1; \
@@ -52,5 +52,7 @@ fuzz:
 bench:
 	go test ./internal/codec -run '^$$' -bench . -benchmem -count 1
 
+# load runs the live server under ghz; by hand, not in CI (figures in BENCHMARKS.md).
 load:
-	go run ./cmd/loadgen
+	go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
+	bash bench/load.sh

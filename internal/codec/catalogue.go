@@ -1,5 +1,7 @@
 package codec
 
+import "strconv"
+
 // Entry is one row of the catalogue table of CTYPE section 7.
 type Entry struct {
 	Type      TypeID
@@ -10,6 +12,8 @@ type Entry struct {
 	Transcript bool
 	// Reserved marks the edit type: a schema with no active codec (CTYPE-020).
 	Reserved bool
+
+	name string // Type.String(), computed once
 }
 
 var catalogue = []Entry{
@@ -32,16 +36,21 @@ var catalogue = []Entry{
 	{Type: TypeEditMessage, Reserved: true},
 }
 
+// catalogueByKey indexes the table for the per-message lookups of Decode.
+var catalogueByKey = func() map[Key]Entry {
+	m := make(map[Key]Entry, len(catalogue))
+	for _, e := range catalogue {
+		e.name = e.Type.Authority + "/" + e.Type.Type + ":" + strconv.FormatUint(uint64(e.Type.Major), 10) + ".0"
+		m[e.Type.Key()] = e
+	}
+	return m
+}()
+
 // Catalogue returns the catalogue row matching t on authority, type and
 // major version (CTYPE-001). The legacy reaction 1.0 is outside the catalogue.
 func Catalogue(t TypeID) (Entry, bool) {
-	k := t.Key()
-	for _, e := range catalogue {
-		if e.Type.Key() == k {
-			return e, true
-		}
-	}
-	return Entry{}, false
+	e, ok := catalogueByKey[t.Key()]
+	return e, ok
 }
 
 // Entries returns a copy of the catalogue table.

@@ -225,8 +225,11 @@ func (r *Registry) DecodeResponse(b []byte) *cb.DecodeResponse {
 	if ec != nil && checkTyped(ec) == nil {
 		t := TypeIDOf(ec.GetType())
 		resp.ContentType = t.String()
-		resp.Deletable = Deletable(t)
-		if push, ok := r.Push(t); ok {
+		if e, ok := Catalogue(t); ok {
+			push := e.Push
+			resp.Deletable, resp.ShouldPush = e.Deletable, &push
+		} else if c, ok := r.Lookup(t); ok {
+			push := c.ShouldPush()
 			resp.ShouldPush = &push
 		}
 	}

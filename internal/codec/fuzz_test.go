@@ -117,3 +117,35 @@ func FuzzDecodeLegacyReaction(f *testing.F) {
 		`{"action":"removed","reference":"r","referenceInboxId":"i","schema":"custom","content":"x"}`)
 }
 
+
+// FuzzUnmarshalEnvelopeMatchesProto holds the hand-written envelope parser
+// to proto.Unmarshal: the same accept or reject, and the same message
+// but for unknown fields.
+func FuzzUnmarshalEnvelopeMatchesProto(f *testing.F) {
+	for _, v := range roundTripValues(&testing.T{}) {
+		if ec, err := NewRegistry().Encode(v.typ, v.value); err == nil {
+			b, _ := proto.Marshal(ec)
+			f.Add(b)
+		}
+	}
+	f.Add([]byte{0x0a, 0x02, 0x18, 0x01, 0x0a, 0x02, 0x20, 0x05}) // type given twice: merged
+	f.Add([]byte{0x12, 0x04, 0x0a, 0x00, 0x12, 0x00, 0x28, 0x07}) // map entry, compression 7
+	f.Add([]byte{0x0b, 0x0c, 0x22, 0x00})                         // a group
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var ours, theirs mc.EncodedContent
+		errOurs := unmarshalEnvelope(b, &ours)
+		errTheirs := proto.Unmarshal(b, &theirs)
+		if (errOurs == nil) != (errTheirs == nil) {
+			t.Fatalf("ours: %v, proto: %v", errOurs, errTheirs)
+		}
+		// Unknown fields are the one difference by design: ours skips them
+		// (the original bytes are kept whole anyway).
+		theirs.ProtoReflect().SetUnknown(nil)
+		if theirs.Type != nil {
+			theirs.Type.ProtoReflect().SetUnknown(nil)
+		}
+		if errOurs == nil && !proto.Equal(&ours, &theirs) {
+			t.Fatalf("ours %v\nproto %v", &ours, &theirs)
+		}
+	})
+}

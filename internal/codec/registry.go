@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
-
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
@@ -19,6 +17,7 @@ const DefaultMaxNestingDepth = 16
 // concurrent use; Register must not race with decoding.
 type Registry struct {
 	codecs          map[Key]Codec
+	nested          []nestedDecoder // one per depth, so passing one allocates nothing
 	maxDepth        int
 	maxDecompressed int64
 }
@@ -27,7 +26,13 @@ type Registry struct {
 type Option func(*Registry)
 
 // WithMaxNestingDepth sets how many levels of nested content are decoded.
-func WithMaxNestingDepth(n int) Option { return func(r *Registry) { r.maxDepth = n } }
+func WithMaxNestingDepth(n int) Option {
+	return func(r *Registry) {
+		if n > 0 {
+			r.maxDepth = n
+		}
+	}
+}
 
 // WithMaxDecompressedSize lowers the CTYPE-025 limit (it cannot be raised past it).
 func WithMaxDecompressedSize(n int64) Option {
@@ -48,6 +53,10 @@ func NewRegistry(opts ...Option) *Registry {
 	}
 	for _, o := range opts {
 		o(r)
+	}
+	r.nested = make([]nestedDecoder, r.maxDepth+1)
+	for d := range r.nested {
+		r.nested[d] = nestedDecoder{r, d}
 	}
 	for _, c := range StandardCodecs() {
 		r.codecs[c.ContentType().Key()] = c
@@ -118,7 +127,7 @@ func (r *Registry) Decode(b []byte) (Decoded, *mc.EncodedContent, error) {
 // present with a non-empty authority and type id (CTYPE-003).
 func ParseEnvelope(b []byte) (*mc.EncodedContent, error) {
 	ec := new(mc.EncodedContent)
-	if err := proto.Unmarshal(b, ec); err != nil {
+	if err := unmarshalEnvelope(b, ec); err != nil {
 		return nil, &Error{Kind: KindMalformedEnvelope, Reason: "not an EncodedContent: " + err.Error()}
 	}
 	if err := checkTyped(ec); err != nil {
@@ -159,7 +168,7 @@ func (r *Registry) decodeAt(ec *mc.EncodedContent, depth int) (Decoded, error) {
 	if !ok {
 		return Decoded{Type: t, Envelope: plain}, &Error{Kind: KindNoMatchingCodec, Type: t, Reason: "no codec for this authority, type and major version"}
 	}
-	v, err := c.Decode(plain, nestedDecoder{r, depth})
+	v, err := c.Decode(plain, &r.nested[depth])
 	if err != nil {
 		var ce *Error
 		if !errors.As(err, &ce) {
@@ -189,7 +198,7 @@ type nestedDecoder struct {
 	depth int
 }
 
-func (n nestedDecoder) DecodeNested(ec *mc.EncodedContent) (Decoded, error) {
+func (n *nestedDecoder) DecodeNested(ec *mc.EncodedContent) (Decoded, error) {
 	if n.depth+1 > n.r.maxDepth {
 		return Decoded{}, decodeError("content", "content nested deeper than %d levels", n.r.maxDepth)
 	}

@@ -1,7 +1,7 @@
 package codec
 
 import (
-	"fmt"
+	"strconv"
 
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
@@ -27,7 +27,12 @@ func (t TypeID) Key() Key { return Key{t.Authority, t.Type, t.Major} }
 
 // String returns the human-readable form, authority/type:major.minor.
 func (t TypeID) String() string {
-	return fmt.Sprintf("%s/%s:%d.%d", t.Authority, t.Type, t.Major, t.Minor)
+	if t.Minor == 0 {
+		if e, ok := catalogueByKey[t.Key()]; ok && e.Type == t {
+			return e.name
+		}
+	}
+	return t.Authority + "/" + t.Type + ":" + strconv.FormatUint(uint64(t.Major), 10) + "." + strconv.FormatUint(uint64(t.Minor), 10)
 }
 
 // Proto returns the wire form of the identifier.

@@ -1,0 +1,92 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/codec"
+)
+
+// Benchmarks of the live server over loopback TCP with the generated Go
+// client: the empty unary RPC (health Check) is the ceiling each figure is
+// read against, measured in the same run. bench/load.sh does the same with
+// ghz, whose dynamic-message client is much slower at large responses.
+
+func text200Envelope(b *testing.B) []byte {
+	ec, err := codec.NewRegistry().Encode(codec.TypeText, strings.Repeat("The quick brown fox jumps over the lazy dog. ", 5)[:200])
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, _ := proto.Marshal(ec)
+	return raw
+}
+
+func BenchmarkGRPCEmptyUnary(b *testing.B) {
+	client := healthpb.NewHealthClient(startTCP(b, Config{}))
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkGRPCDecodeText200(b *testing.B) {
+	client := cb.NewContentServiceClient(startTCP(b, Config{}))
+	req := &cb.DecodeRequest{EncodedContent: text200Envelope(b)}
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := client.Decode(context.Background(), req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkGRPCDecodeBatch1000(b *testing.B) {
+	client := cb.NewContentServiceClient(startTCP(b, Config{}))
+	raw := text200Envelope(b)
+	req := &cb.DecodeBatchRequest{}
+	for i := 0; i < 1000; i++ {
+		req.EncodedContents = append(req.EncodedContents, raw)
+	}
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := client.DecodeBatch(context.Background(), req)
+			if err != nil || len(resp.GetResults()) != 1000 {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "msgs/s")
+}
+
+func BenchmarkGRPCDecodeAttachment1MiB(b *testing.B) {
+	client := cb.NewContentServiceClient(startTCP(b, Config{}))
+	ec, _ := codec.NewRegistry().Encode(codec.TypeAttachment, &cb.Attachment{MimeType: "application/octet-stream", Data: bytes.Repeat([]byte{7}, 1<<20)})
+	raw, _ := proto.Marshal(ec)
+	req := &cb.DecodeRequest{EncodedContent: raw}
+	b.SetBytes(int64(len(raw)))
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := client.Decode(context.Background(), req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
