@@ -117,7 +117,6 @@ func FuzzDecodeLegacyReaction(f *testing.F) {
 		`{"action":"removed","reference":"r","referenceInboxId":"i","schema":"custom","content":"x"}`)
 }
 
-
 // FuzzUnmarshalEnvelopeMatchesProto holds the hand-written envelope parser
 // to proto.Unmarshal: the same accept or reject, and the same message
 // but for unknown fields.
