@@ -10,10 +10,16 @@ export PATH := $(GOBIN):$(PATH)
 
 FUZZTIME ?= 10s
 
-.PHONY: run tools generate lint test fuzz check-generated bench load ci
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.buildVersion=$(VERSION)
+
+.PHONY: run build tools generate lint test fuzz check-generated interop-deps bench load
 
 run:
 	go run ./cmd/server
+
+build:
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/server ./cmd/server
 
 tools:
 	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

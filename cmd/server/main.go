@@ -82,8 +82,15 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	return log, nil
 }
 
-// version reports the module version and VCS revision the binary was built from.
+// buildVersion is set at build time: -ldflags "-X main.buildVersion=...".
+var buildVersion string
+
+// version reports what the binary was built from: the stamped version, or
+// the module version and VCS revision the Go toolchain recorded.
 func version() string {
+	if buildVersion != "" {
+		return buildVersion
+	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"

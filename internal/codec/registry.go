@@ -113,7 +113,8 @@ func (r *Registry) Encode(t TypeID, value any) (*mc.EncodedContent, error) {
 // Decode parses serialized EncodedContent bytes and decodes them. The error
 // is an *Error whose Kind is KindMalformedEnvelope, KindNoMatchingCodec or
 // KindDecodeFailed; whatever it is, the caller still holds the bytes it
-// passed in, which CTYPE-008 requires it to keep.
+// passed in, which CTYPE-008 requires it to keep. Byte slices in the result
+// may alias b: do not modify b while the result is in use.
 func (r *Registry) Decode(b []byte) (Decoded, *mc.EncodedContent, error) {
 	ec, err := ParseEnvelope(b)
 	if err != nil {

@@ -134,7 +134,8 @@ func callLevel(code codes.Code) logging.Level {
 // interceptorLogger adapts zap to the middleware's logger, the adapter the
 // go-grpc-middleware project documents for zap.
 func interceptorLogger(l *zap.Logger) logging.Logger {
-	l = l.WithOptions(zap.AddCallerSkip(1))
+	// The caller would be the middleware, which tells an operator nothing.
+	l = l.WithOptions(zap.WithCaller(false))
 	return logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, fields ...any) {
 		zl := zapLevel(lvl)
 		if !l.Core().Enabled(zl) {

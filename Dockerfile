@@ -1,0 +1,19 @@
+# syntax=docker/dockerfile:1
+# Build: docker build --build-arg VERSION=$(git describe --always --dirty) -t contentbackup .
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-X main.buildVersion=${VERSION}" -o /out/server ./cmd/server
+
+# distroless: no shell, no package manager, runs as an unprivileged user.
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/server /usr/local/bin/server
+# Listen on every interface inside the container; the default is loopback.
+ENV LISTEN_ADDR=0.0.0.0:50051 \
+    LOG_FORMAT=json
+EXPOSE 50051
+USER nonroot:nonroot
+ENTRYPOINT ["/usr/local/bin/server"]
