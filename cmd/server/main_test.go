@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+)
+
+// TestBinary builds the server, starts it the way the README does (with
+// the listen address from the environment), calls it, and stops it with
+// SIGTERM, which must end it cleanly.
+func TestBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "server")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "LISTEN_ADDR=127.0.0.1:0", "LOG_FORMAT=json")
+	// An io.Pipe rather than StderrPipe: Wait then returns only after every
+	// line the server wrote has been handed to the reader.
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+
+	addr := make(chan string, 1)
+	var logs []string
+	logsDone := make(chan struct{})
+	go func() {
+		defer close(logsDone)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			logs = append(logs, line)
+			var entry struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "serving" {
+				addr <- entry.Addr
+			}
+		}
+	}()
+	var target string
+	select {
+	case target = <-addr:
+	case <-time.After(30 * time.Second):
+		t.Fatal("server did not log its address")
+	}
+
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", resp, err)
+	}
+	enc, err := cb.NewContentServiceClient(conn).Encode(ctx, &cb.EncodeRequest{Input: &cb.EncodeRequest_Content{Content: &cb.Content{Value: &cb.Content_Text{Text: "hi"}}}})
+	if err != nil || enc.GetContentType() != "xmtp.org/text:1.0" {
+		t.Fatalf("encode: %v %v", enc, err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	pw.Close()
+	<-logsDone
+	if err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, strings.Join(logs, "\n"))
+	}
+	if !strings.Contains(strings.Join(logs, "\n"), "shutting down") {
+		t.Errorf("no graceful shutdown logged:\n%s", strings.Join(logs, "\n"))
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "server")
+	if out, err := exec.Command("go", "build", "-ldflags", "-X main.buildVersion=v9.9.9-test", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "v9.9.9-test" {
+		t.Errorf("--version: %q %v", out, err)
+	}
+}
