@@ -13,7 +13,8 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/server /usr/local/bin/server
 # Listen on every interface inside the container; the default is loopback.
 ENV LISTEN_ADDR=0.0.0.0:50051 \
+    METRICS_ADDR=0.0.0.0:9464 \
     LOG_FORMAT=json
-EXPOSE 50051
+EXPOSE 50051 9464
 USER nonroot:nonroot
 ENTRYPOINT ["/usr/local/bin/server"]

@@ -3,8 +3,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -12,6 +14,9 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -26,6 +31,7 @@ type cli struct {
 	MaxDecodeBatch  int              `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
 	MaxNestingDepth int              `default:"16" env:"MAX_NESTING_DEPTH" help:"Deepest nesting of content in content (replies) that is decoded."`
 	ShutdownGrace   time.Duration    `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
+	MetricsListen   string           `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
 	Version         kong.VersionFlag `help:"Print the version and exit."`
 }
 
@@ -56,13 +62,46 @@ func run(c cli) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
-	srv := server.New(server.Config{
+	cfg := server.Config{
 		MaxRecvBytes:    c.MaxRecvBytes,
 		MaxDecodeBatch:  c.MaxDecodeBatch,
 		MaxNestingDepth: c.MaxNestingDepth,
-	}, log)
+	}
+	if c.MetricsListen != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		cfg.Metrics = reg
+		stopMetrics, err := serveMetrics(c.MetricsListen, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+	srv := server.New(cfg, log)
 	log.Info("serving", zap.String("addr", lis.Addr().String()), zap.String("version", version()))
 	return srv.Serve(ctx, lis, c.ShutdownGrace)
+}
+
+// serveMetrics serves /metrics on addr until the returned stop is called.
+func serveMetrics(addr string, reg *prometheus.Registry, log *zap.Logger) (stop func(), err error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", zap.Error(err))
+		}
+	}()
+	log.Info("serving metrics", zap.String("addr", lis.Addr().String()))
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(ctx)
+	}, nil
 }
 
 func newLogger(level, format string) (*zap.Logger, error) {

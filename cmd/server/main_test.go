@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,7 @@ import (
 
 // TestBinary builds the server, starts it the way the README does (with
 // the listen address from the environment), calls it, and stops it with
-// SIGTERM, which must end it cleanly.
+// SIGTERM, which must end it cleanly; its metrics count the call.
 func TestBinary(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "server")
 	build := exec.Command("go", "build", "-o", bin, ".")
@@ -30,7 +31,7 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "LISTEN_ADDR=127.0.0.1:0", "LOG_FORMAT=json")
+	cmd.Env = append(os.Environ(), "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=127.0.0.1:0", "LOG_FORMAT=json")
 	// An io.Pipe rather than StderrPipe: Wait then returns only after every
 	// line the server wrote has been handed to the reader.
 	pr, pw := io.Pipe()
@@ -41,6 +42,7 @@ func TestBinary(t *testing.T) {
 	defer func() { _ = cmd.Process.Kill() }()
 
 	addr := make(chan string, 1)
+	metricsAddr := make(chan string, 1)
 	var logs []string
 	logsDone := make(chan struct{})
 	go func() {
@@ -53,8 +55,13 @@ func TestBinary(t *testing.T) {
 				Msg  string `json:"msg"`
 				Addr string `json:"addr"`
 			}
-			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "serving" {
-				addr <- entry.Addr
+			if json.Unmarshal([]byte(line), &entry) == nil {
+				switch entry.Msg {
+				case "serving":
+					addr <- entry.Addr
+				case "serving metrics":
+					metricsAddr <- entry.Addr
+				}
 			}
 		}
 	}()
@@ -80,6 +87,11 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("encode: %v %v", enc, err)
 	}
 
+	metrics := scrape(t, "http://"+<-metricsAddr+"/metrics")
+	if !strings.Contains(metrics, `grpc_server_handled_total{grpc_code="OK",grpc_method="Encode",grpc_service="contentbackup.v1.ContentService",grpc_type="unary"} 1`) {
+		t.Errorf("metrics do not count the Encode call:\n%s", metrics)
+	}
+
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +104,20 @@ func TestBinary(t *testing.T) {
 	if !strings.Contains(strings.Join(logs, "\n"), "shutting down") {
 		t.Errorf("no graceful shutdown logged:\n%s", strings.Join(logs, "\n"))
 	}
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: %d %v", resp.StatusCode, err)
+	}
+	return string(b)
 }
 
 func TestVersionFlag(t *testing.T) {

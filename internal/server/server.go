@@ -1,5 +1,5 @@
 // Package server assembles the gRPC server: the contentbackup.v1 services,
-// the standard health and reflection services, and the logging and
+// the standard health and reflection services, and the metrics, logging and
 // recovery interceptors. Handlers live one file per service.
 package server
 
@@ -10,8 +10,10 @@ import (
 	"net"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
@@ -34,6 +36,9 @@ type Config struct {
 	MaxRecvBytes    int
 	MaxDecodeBatch  int
 	MaxNestingDepth int
+	// Metrics receives the gRPC server metrics (calls, codes, handling
+	// time) when set.
+	Metrics prometheus.Registerer
 }
 
 // Server is a configured gRPC server with its health state.
@@ -62,17 +67,26 @@ func New(cfg Config, log *zap.Logger) *Server {
 		log.Error("panic in handler", zap.Any("panic", p), zap.Stack("stack"))
 		return status.Error(codes.Internal, "internal error")
 	})
+	var unary []grpc.UnaryServerInterceptor
+	var stream []grpc.StreamServerInterceptor
+	var metrics *grpcprom.ServerMetrics
+	if cfg.Metrics != nil {
+		metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+		cfg.Metrics.MustRegister(metrics)
+		unary = append(unary, metrics.UnaryServerInterceptor())
+		stream = append(stream, metrics.StreamServerInterceptor())
+	}
+	unary = append(unary,
+		logging.UnaryServerInterceptor(interceptorLogger(log), logOpts...),
+		recovery.UnaryServerInterceptor(panicHandler))
+	stream = append(stream,
+		logging.StreamServerInterceptor(interceptorLogger(log), logOpts...),
+		recovery.StreamServerInterceptor(panicHandler))
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxSendMsgSize(cfg.MaxRecvBytes*2),
-		grpc.ChainUnaryInterceptor(
-			logging.UnaryServerInterceptor(interceptorLogger(log), logOpts...),
-			recovery.UnaryServerInterceptor(panicHandler),
-		),
-		grpc.ChainStreamInterceptor(
-			logging.StreamServerInterceptor(interceptorLogger(log), logOpts...),
-			recovery.StreamServerInterceptor(panicHandler),
-		),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 	)
 	cb.RegisterContentServiceServer(g, NewContentService(reg, cfg.MaxDecodeBatch))
 
@@ -83,6 +97,9 @@ func New(cfg Config, log *zap.Logger) *Server {
 	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	reflection.Register(g)
+	if metrics != nil {
+		metrics.InitializeMetrics(g)
+	}
 	return &Server{grpc: g, health: hs, log: log}
 }
 
