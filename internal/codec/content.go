@@ -119,7 +119,10 @@ func ContentOf(d Decoded) (*cb.Content, bool) {
 			return &cb.Content{Value: &cb.Content_LegacyReaction{LegacyReaction: v}}
 		})
 	case TypeReply.Key():
-		c, ok = wrap(d.Value, func(v *Reply) *cb.Content { return &cb.Content{Value: &cb.Content_Reply{Reply: replyMessage(v)}} })
+		c, ok = wrap(d.Value, func(v *Reply) *cb.Content {
+			// The reply's own content is the nested envelope's original bytes.
+			return &cb.Content{Value: &cb.Content_Reply{Reply: replyMessage(v, d.Envelope.GetContent())}}
+		})
 	case TypeReadReceipt.Key():
 		c, ok = wrap(d.Value, func(v *cb.ReadReceipt) *cb.Content {
 			return &cb.Content{Value: &cb.Content_ReadReceipt{ReadReceipt: v}}
@@ -178,10 +181,9 @@ func wrap[T any](v any, f func(T) *cb.Content) (*cb.Content, bool) {
 	return f(t), true
 }
 
-func replyMessage(r *Reply) *cb.Reply {
+func replyMessage(r *Reply, raw []byte) *cb.Reply {
 	out := &cb.Reply{Reference: r.Reference, ReferenceInboxId: r.ReferenceInboxID}
 	if r.NestedUndecoded != nil {
-		raw, _ := deterministic.Marshal(r.Content)
 		out.Nested = &cb.Reply_Undecoded{Undecoded: &cb.Undecoded{
 			Kind:           cb.UndecodedKind_UNDECODED_KIND_NO_MATCHING_CODEC,
 			Reason:         r.NestedUndecoded.Error(),

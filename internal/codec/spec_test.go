@@ -456,6 +456,12 @@ func TestCTYPE024_NestedContentDecompressed(t *testing.T) {
 	if r := d.Value.(*Reply); string(r.Content.GetContent()) != "inner" || r.Content.Compression != nil {
 		t.Errorf("nested content not decompressed: %v", r.Content)
 	}
+	// Through the API: the nested envelope decompressed (CTYPE-027), its
+	// original bytes unchanged (CTYPE-008).
+	u := reg.DecodeResponse(mustMarshal(t, outer)).GetContent().GetReply().GetUndecoded()
+	if string(u.GetEnvelope().GetContent()) != "inner" || !bytes.Equal(u.GetEncodedContent(), outer.GetContent()) {
+		t.Errorf("nested undecoded: envelope %v, bytes %x", u.GetEnvelope(), u.GetEncodedContent())
+	}
 }
 
 // bomb returns compressed zeros that expand to n bytes.
