@@ -109,7 +109,16 @@ func ContentOf(d Decoded) (*cb.Content, bool) {
 	var ok bool
 	switch d.Type.Key() {
 	case TypeText.Key():
-		c, ok = wrap(d.Value, func(v string) *cb.Content { return &cb.Content{Value: &cb.Content_Text{Text: v}} })
+		c, ok = wrap(d.Value, func(v string) *cb.Content {
+			// One allocation for the message and its oneof wrapper: text is
+			// most of what DecodeBatch sees.
+			both := &struct {
+				c cb.Content
+				v cb.Content_Text
+			}{v: cb.Content_Text{Text: v}}
+			both.c.Value = &both.v
+			return &both.c
+		})
 	case TypeMarkdown.Key():
 		c, ok = wrap(d.Value, func(v string) *cb.Content { return &cb.Content{Value: &cb.Content_Markdown{Markdown: v}} })
 	case TypeReaction.Key():
@@ -220,7 +229,11 @@ func (r *Registry) Push(t TypeID) (push, ok bool) {
 // CTYPE-009). It never fails: every input has an outcome.
 func (r *Registry) DecodeResponse(b []byte) *cb.DecodeResponse {
 	d, ec, err := r.Decode(b)
-	resp := &cb.DecodeResponse{}
+	both := new(struct {
+		resp cb.DecodeResponse
+		push bool
+	})
+	resp := &both.resp
 	if ec != nil {
 		resp.Fallback = ec.Fallback
 	}
@@ -228,8 +241,8 @@ func (r *Registry) DecodeResponse(b []byte) *cb.DecodeResponse {
 		t := TypeIDOf(ec.GetType())
 		resp.ContentType = t.String()
 		if e, ok := Catalogue(t); ok {
-			push := e.Push
-			resp.Deletable, resp.ShouldPush = e.Deletable, &push
+			both.push = e.Push
+			resp.Deletable, resp.ShouldPush = e.Deletable, &both.push
 		} else if c, ok := r.Lookup(t); ok {
 			push := c.ShouldPush()
 			resp.ShouldPush = &push

@@ -18,7 +18,9 @@ import (
 // The rules it keeps: unknown fields, and known fields with an unexpected
 // wire type, are skipped; the last scalar wins; a repeated message field
 // merges; a repeated map key keeps the last value; strings must be UTF-8.
-func unmarshalEnvelope(b []byte, ec *mc.EncodedContent) error {
+// spare, when not nil, becomes ec.Type if the type field is present, so a
+// caller can allocate both at once.
+func unmarshalEnvelope(b []byte, ec *mc.EncodedContent, spare *mc.ContentTypeId) error {
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -32,7 +34,10 @@ func unmarshalEnvelope(b []byte, ec *mc.EncodedContent) error {
 				return wireError(n)
 			}
 			if ec.Type == nil {
-				ec.Type = new(mc.ContentTypeId)
+				ec.Type = spare
+				if ec.Type == nil {
+					ec.Type = new(mc.ContentTypeId)
+				}
 			}
 			if err := unmarshalTypeID(v, ec.Type); err != nil {
 				return err

@@ -127,8 +127,14 @@ func (r *Registry) Decode(b []byte) (Decoded, *mc.EncodedContent, error) {
 // ParseEnvelope parses EncodedContent bytes and checks that the type is
 // present with a non-empty authority and type id (CTYPE-003).
 func ParseEnvelope(b []byte) (*mc.EncodedContent, error) {
-	ec := new(mc.EncodedContent)
-	if err := unmarshalEnvelope(b, ec); err != nil {
+	// One allocation for the envelope and its type: this is the per-message
+	// hot path of Decode and DecodeBatch.
+	both := new(struct {
+		ec mc.EncodedContent
+		t  mc.ContentTypeId
+	})
+	ec := &both.ec
+	if err := unmarshalEnvelope(b, ec, &both.t); err != nil {
 		return nil, &Error{Kind: KindMalformedEnvelope, Reason: "not an EncodedContent: " + err.Error()}
 	}
 	if err := checkTyped(ec); err != nil {
