@@ -2,11 +2,14 @@
 # Load run of the live server on loopback with ghz: Decode of a 200-byte
 # text, DecodeBatch of 1,000 such texts and Decode of a 1 MiB attachment,
 # beside an empty unary RPC (grpc.health.v1.Health/Check) on the same server
-# in the same run as the ceiling. Bounded: each run lasts DURATION.
+# in the same run as the ceiling. The calls alternate, ROUNDS times, so
+# that the machine's drift falls on each alike. Bounded: each call lasts
+# DURATION.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-3}
 CONCURRENCY=${CONCURRENCY:-16}
 ADDR=${ADDR:-127.0.0.1:50151}
 GHZ=${GHZ:-$(go env GOPATH)/bin/ghz}
@@ -29,7 +32,10 @@ run() { # name call args...
     grep -E 'Count:|Requests/sec:|50 % in|99 % in|Error distribution|\[[A-Za-z]+\]' || true
 }
 
-run "empty unary RPC (ceiling)" grpc.health.v1.Health.Check -d '{}'
-run "Decode 200-byte text" contentbackup.v1.ContentService.Decode -B bin/benchdata/decode_text.bin
-run "DecodeBatch 1000 x 200-byte text" contentbackup.v1.ContentService.DecodeBatch -B bin/benchdata/decode_batch.bin
-CONCURRENCY=4 run "Decode 1 MiB attachment" contentbackup.v1.ContentService.Decode -B bin/benchdata/decode_attachment.bin
+for round in $(seq "$ROUNDS"); do
+  echo "# round $round of $ROUNDS"
+  run "empty unary RPC (ceiling)" grpc.health.v1.Health.Check -d '{}'
+  run "Decode 200-byte text" contentbackup.v1.ContentService.Decode -B bin/benchdata/decode_text.bin
+  run "DecodeBatch 1000 x 200-byte text" contentbackup.v1.ContentService.DecodeBatch -B bin/benchdata/decode_batch.bin
+  CONCURRENCY=4 run "Decode 1 MiB attachment" contentbackup.v1.ContentService.Decode -B bin/benchdata/decode_attachment.bin
+done
