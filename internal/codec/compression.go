@@ -88,20 +88,47 @@ func inflateZlib(content []byte, limit int64) ([]byte, error) {
 
 // readLimited reads r to its end, failing as soon as more than limit bytes
 // come out, and surfacing any error the decompressor reports at the end
-// (a bad checksum, a truncated stream).
+// (a bad checksum, a truncated stream). It reads into chunks that grow to
+// 1 MiB and joins them once at the end, so a stream cut off at the limit
+// costs about the limit in memory, and a complete one about twice its size,
+// rather than the sum of a doubling buffer's copies.
 func readLimited(r io.Reader, limit int64) ([]byte, error) {
-	var buf bytes.Buffer
-	n, err := buf.ReadFrom(io.LimitReader(r, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if n > limit {
-		return nil, errTooLarge{limit}
+	lr := io.LimitReader(r, limit+1)
+	var chunks [][]byte
+	var total int64
+	size := 4 << 10
+	for {
+		buf := make([]byte, size)
+		n, err := io.ReadFull(lr, buf)
+		total += int64(n)
+		if n > 0 {
+			chunks = append(chunks, buf[:n])
+		}
+		if total > limit {
+			return nil, errTooLarge{limit}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		size = min(2*size, 1<<20)
 	}
 	if c, ok := r.(io.Closer); ok {
 		if err := c.Close(); err != nil {
 			return nil, err
 		}
 	}
-	return buf.Bytes(), nil
+	switch len(chunks) {
+	case 0:
+		return []byte{}, nil
+	case 1:
+		return chunks[0], nil
+	}
+	out := make([]byte, 0, total)
+	for _, c := range chunks {
+		out = append(out, c...)
+	}
+	return out, nil
 }

@@ -527,7 +527,7 @@ func TestCTYPE025_BoundedMemory(t *testing.T) {
 		if resp.GetUndecoded().GetKind() != cb.UndecodedKind_UNDECODED_KIND_DECODE_FAILED {
 			t.Errorf("%s bomb: %v", tc.form, resp)
 		}
-		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16*limit {
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4*limit {
 			t.Errorf("%s: decoding a %d MiB bomb allocated %d KiB; memory must stay on the order of the %d KiB limit", tc.form, 64*limit>>20, alloc>>10, limit>>10)
 		} else {
 			t.Logf("%s: %d MiB bomb, limit %d KiB: %d KiB allocated", tc.form, 64*limit>>20, limit>>10, alloc>>10)
@@ -652,6 +652,55 @@ func TestCTYPE031_NoCompressionUnlessAsked(t *testing.T) {
 		}
 		if ec.Compression != nil {
 			t.Errorf("%v: compression set without being asked", v.typ)
+		}
+	}
+}
+
+// deflateBomb is a raw DEFLATE stream that expands to n MiB of zeros
+// cheaply: one sync-flushed segment holding 1 MiB of zeros, repeated. (Its
+// history is all zeros, so each copy decodes the same wherever it stands.)
+func deflateBomb(t *testing.T, n int) []byte {
+	t.Helper()
+	var seg bytes.Buffer
+	w, _ := flate.NewWriter(&seg, flate.BestCompression)
+	if _, err := w.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Repeat(seg.Bytes(), n)
+}
+
+// TestCTYPE025_BoundedMemoryAtTheLimit decodes 1 GiB bombs, zlib and gzip
+// framing around the same DEFLATE stream, against the real 16 MiB limit.
+// The trailing checksums are never reached: decoding must stop at the limit.
+func TestCTYPE025_BoundedMemoryAtTheLimit(t *testing.T) {
+	reg := NewRegistry()
+	body := deflateBomb(t, 1024)
+	for _, tc := range []struct {
+		form  string
+		alg   mc.Compression
+		frame []byte
+	}{
+		{"zlib", mc.Compression_COMPRESSION_DEFLATE, append([]byte{0x78, 0x9c}, body...)},
+		{"raw deflate", mc.Compression_COMPRESSION_DEFLATE, body},
+		{"gzip", mc.Compression_COMPRESSION_GZIP, append([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff}, body...)},
+	} {
+		b := compressedText(t, tc.alg, tc.frame)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		resp := reg.DecodeResponse(b)
+		runtime.ReadMemStats(&after)
+		u := resp.GetUndecoded()
+		if u.GetKind() != cb.UndecodedKind_UNDECODED_KIND_DECODE_FAILED || !bytes.Contains([]byte(u.GetReason()), []byte("exceeds 16777216 bytes")) {
+			t.Errorf("%s 1 GiB bomb: %v", tc.form, resp)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 40<<20 {
+			t.Errorf("%s: decoding a 1 GiB bomb allocated %d MiB; it must stay on the order of the 16 MiB limit", tc.form, alloc>>20)
+		} else {
+			t.Logf("%s: 1 GiB bomb (%d KiB compressed): %d MiB allocated", tc.form, len(tc.frame)>>10, alloc>>20)
 		}
 	}
 }
