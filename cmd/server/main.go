@@ -24,15 +24,16 @@ import (
 )
 
 type cli struct {
-	Listen          string           `default:"127.0.0.1:50051" env:"LISTEN_ADDR" help:"Address to serve gRPC on."`
-	LogLevel        string           `default:"info" env:"LOG_LEVEL" enum:"debug,info,warn,error" help:"Lowest level logged: debug, info, warn or error."`
-	LogFormat       string           `default:"json" env:"LOG_FORMAT" enum:"json,console" help:"Log encoding: json or console."`
-	MaxRecvBytes    int              `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
-	MaxDecodeBatch  int              `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
-	MaxNestingDepth int              `default:"16" env:"MAX_NESTING_DEPTH" help:"Deepest nesting of content in content (replies) that is decoded."`
-	ShutdownGrace   time.Duration    `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
-	MetricsListen   string           `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
-	Version         kong.VersionFlag `help:"Print the version and exit."`
+	Listen           string           `default:"127.0.0.1:50051" env:"LISTEN_ADDR" help:"Address to serve gRPC on."`
+	LogLevel         string           `default:"info" env:"LOG_LEVEL" enum:"debug,info,warn,error" help:"Lowest level logged: debug, info, warn or error."`
+	LogFormat        string           `default:"json" env:"LOG_FORMAT" enum:"json,console" help:"Log encoding: json or console."`
+	MaxRecvBytes     int              `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
+	MaxDecodeBatch   int              `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
+	MaxNestingDepth  int              `default:"16" env:"MAX_NESTING_DEPTH" help:"Deepest nesting of content in content (replies) that is decoded."`
+	MaxBatchExpanded int64            `default:"67108864" env:"MAX_BATCH_EXPANDED" help:"Most decompressed content one DecodeBatch call may hold, in bytes."`
+	ShutdownGrace    time.Duration    `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
+	MetricsListen    string           `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
+	Version          kong.VersionFlag `help:"Print the version and exit."`
 }
 
 func main() {
@@ -63,9 +64,10 @@ func run(c cli) error {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
 	cfg := server.Config{
-		MaxRecvBytes:    c.MaxRecvBytes,
-		MaxDecodeBatch:  c.MaxDecodeBatch,
-		MaxNestingDepth: c.MaxNestingDepth,
+		MaxRecvBytes:     c.MaxRecvBytes,
+		MaxDecodeBatch:   c.MaxDecodeBatch,
+		MaxNestingDepth:  c.MaxNestingDepth,
+		MaxBatchExpanded: c.MaxBatchExpanded,
 	}
 	if c.MetricsListen != "" {
 		reg := prometheus.NewRegistry()

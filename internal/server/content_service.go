@@ -26,16 +26,25 @@ const DefaultMaxDecodeBatch = 1000
 // registry. It maps messages and status codes; the rules live in codec.
 type ContentService struct {
 	cb.UnimplementedContentServiceServer
-	registry *codec.Registry
-	maxBatch int
+	registry         *codec.Registry
+	maxBatch         int
+	maxBatchExpanded int64
 }
 
-// NewContentService returns the service; maxBatch <= 0 means the default.
-func NewContentService(reg *codec.Registry, maxBatch int) *ContentService {
+// DefaultMaxBatchExpanded bounds the decompressed content one DecodeBatch
+// call may hold: every envelope is capped at 16 MiB (CTYPE-025), but a
+// thousand small bombs in one call are not.
+const DefaultMaxBatchExpanded = 64 << 20
+
+// NewContentService returns the service; a limit <= 0 means its default.
+func NewContentService(reg *codec.Registry, maxBatch int, maxBatchExpanded int64) *ContentService {
 	if maxBatch <= 0 {
 		maxBatch = DefaultMaxDecodeBatch
 	}
-	return &ContentService{registry: reg, maxBatch: maxBatch}
+	if maxBatchExpanded <= 0 {
+		maxBatchExpanded = DefaultMaxBatchExpanded
+	}
+	return &ContentService{registry: reg, maxBatch: maxBatch, maxBatchExpanded: maxBatchExpanded}
 }
 
 func (s *ContentService) Encode(_ context.Context, req *cb.EncodeRequest) (*cb.EncodeResponse, error) {
@@ -110,8 +119,14 @@ func (s *ContentService) DecodeBatch(_ context.Context, req *cb.DecodeBatchReque
 		return nil, status.Errorf(codes.InvalidArgument, "encoded_contents: %d envelopes exceed the batch limit of %d", len(in), s.maxBatch)
 	}
 	out := make([]*cb.DecodeResponse, len(in))
+	var expanded int64
 	for i, b := range in {
-		out[i] = s.registry.DecodeResponse(b)
+		var n int64
+		out[i], n = s.registry.DecodeResponseExpanded(b)
+		if expanded += n; expanded > s.maxBatchExpanded {
+			return nil, status.Errorf(codes.ResourceExhausted,
+				"encoded_contents[%d]: the batch decompresses to more than %d bytes; send fewer compressed envelopes per call", i, s.maxBatchExpanded)
+		}
 	}
 	return &cb.DecodeBatchResponse{Results: out}, nil
 }

@@ -273,3 +273,27 @@ func TestE2EHealthAndReflection(t *testing.T) {
 		t.Errorf("reflection lists %v", names)
 	}
 }
+
+// TestE2EDecodeBatchExpansionBudget: each envelope is capped at 16 MiB
+// decompressed, so a batch of small bombs must be capped as a whole.
+func TestE2E_CTYPE025_DecodeBatchExpansionBudget(t *testing.T) {
+	c := cb.NewContentServiceClient(startTCP(t, Config{MaxBatchExpanded: 40 << 20}))
+	ctx := context.Background()
+	enc, err := c.Encode(ctx, &cb.EncodeRequest{
+		Input:       &cb.EncodeRequest_Content{Content: &cb.Content{Value: &cb.Content_Text{Text: strings.Repeat("a", 16<<20)}}},
+		Compression: mc.Compression_COMPRESSION_DEFLATE.Enum(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bomb := enc.GetEncodedContent()
+	if len(bomb) > 1<<20 {
+		t.Fatalf("compressed 16 MiB is %d bytes", len(bomb))
+	}
+	resp, err := c.DecodeBatch(ctx, &cb.DecodeBatchRequest{EncodedContents: [][]byte{bomb, bomb}})
+	if err != nil || len(resp.GetResults()[1].GetContent().GetText()) != 16<<20 {
+		t.Fatalf("two within the budget: %v", err)
+	}
+	_, err = c.DecodeBatch(ctx, &cb.DecodeBatchRequest{EncodedContents: [][]byte{bomb, bomb, bomb}})
+	wantCode(t, err, codes.ResourceExhausted, "encoded_contents[2]")
+}

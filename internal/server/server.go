@@ -36,6 +36,8 @@ type Config struct {
 	MaxRecvBytes    int
 	MaxDecodeBatch  int
 	MaxNestingDepth int
+	// MaxBatchExpanded bounds the decompressed content of one DecodeBatch.
+	MaxBatchExpanded int64
 	// Metrics receives the gRPC server metrics (calls, codes, handling
 	// time) when set.
 	Metrics prometheus.Registerer
@@ -88,7 +90,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	)
-	cb.RegisterContentServiceServer(g, NewContentService(reg, cfg.MaxDecodeBatch))
+	cb.RegisterContentServiceServer(g, NewContentService(reg, cfg.MaxDecodeBatch, cfg.MaxBatchExpanded))
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
