@@ -23,6 +23,13 @@ func FuzzDecode(f *testing.F) {
 			f.Add(b)
 		}
 	}
+	for _, alg := range []mc.Compression{mc.Compression_COMPRESSION_DEFLATE, mc.Compression_COMPRESSION_GZIP} {
+		ec := textEnvelope(TypeText, "")
+		ec.Content, _ = Compress([]byte("compressed text"), alg)
+		ec.Compression = &alg
+		b, _ := proto.Marshal(ec)
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		resp := reg.DecodeResponse(b)
 		switch {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -85,6 +86,9 @@ func New(cfg Config, log *zap.Logger) *Server {
 		logging.StreamServerInterceptor(interceptorLogger(log), logOpts...),
 		recovery.StreamServerInterceptor(panicHandler))
 	g := grpc.NewServer(
+		// Clients may ping idle connections, but not more than every 10 s.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxSendMsgSize(cfg.MaxRecvBytes*2),
 		grpc.ChainUnaryInterceptor(unary...),
