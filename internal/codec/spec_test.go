@@ -704,3 +704,62 @@ func TestCTYPE025_BoundedMemoryAtTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestCTYPE016_LaterMinorDecodesWithEarlierRules: content under a later
+// minor version, carrying additions the earlier version does not know
+// (unknown protobuf fields, unknown JSON members, unknown parameters),
+// decodes with the earlier version's rules.
+func TestCTYPE016_LaterMinorDecodesWithEarlierRules(t *testing.T) {
+	reg := NewRegistry()
+	reaction := append(mustMarshal(t, &ct.ReactionV2{Reference: "ab", Action: 1, Content: "x", Schema: 1}), 0x78, 0x01) // field 15 varint 1
+	cases := []struct {
+		typ     TypeID
+		content []byte
+		params  map[string]string
+	}{
+		{TypeID{"xmtp.org", "reaction", 2, 3}, reaction, nil},
+		{TypeID{"coinbase.com", "intent", 1, 9}, []byte(`{"id":"i","actionId":"a","addedIn19":{"x":[1,2]}}`), nil},
+		{TypeID{"xmtp.org", "text", 1, 4}, []byte("hi"), map[string]string{"encoding": "UTF-8", "direction": "rtl"}},
+		{TypeID{"xmtp.org", "attachment", 1, 2}, []byte{1}, map[string]string{"mimeType": "a/b", "thumbnail": "x"}},
+	}
+	for _, tc := range cases {
+		b := mustMarshal(t, &mc.EncodedContent{Type: tc.typ.Proto(), Parameters: tc.params, Content: tc.content})
+		if resp := reg.DecodeResponse(b); resp.GetContent() == nil {
+			t.Errorf("%v: %v", tc.typ, resp.GetUndecoded())
+		}
+	}
+}
+
+// TestRegistryConcurrentUse decodes from many goroutines at once; under
+// -race it checks that the registry and its nested decoders share no
+// mutable state.
+func TestRegistryConcurrentUse(t *testing.T) {
+	reg := NewRegistry()
+	var inputs [][]byte
+	for _, v := range roundTripValues() {
+		ec, err := reg.Encode(v.typ, v.value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, mustMarshal(t, ec))
+	}
+	done := make(chan error)
+	for g := 0; g < 8; g++ {
+		go func() {
+			for i := 0; i < 50; i++ {
+				for _, b := range inputs {
+					if reg.DecodeResponse(b).GetContent() == nil {
+						done <- errors.New("not decoded")
+						return
+					}
+				}
+			}
+			done <- nil
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
