@@ -211,3 +211,29 @@ func (n *nestedDecoder) DecodeNested(ec *mc.EncodedContent) (Decoded, error) {
 	}
 	return n.r.decodeAt(ec, n.depth+1)
 }
+
+// CheckPublishable accepts a caller-built envelope for publishing when it
+// names its type (CTYPE-003), is not a type that is never published
+// (transcripts and the reserved edit, CTYPE-026; the legacy reaction,
+// CTYPE-022) and, for an identifier a codec knows, when that codec decodes
+// it: a catalogue envelope a recipient would reject is not publishable.
+func (r *Registry) CheckPublishable(ec *mc.EncodedContent) error {
+	if err := checkTyped(ec); err != nil {
+		var ce *Error
+		errors.As(err, &ce)
+		return encodeError(ce.Field, "%s: an envelope needs a type with non-empty authority_id and type_id (CTYPE-003)", ce.Reason)
+	}
+	t := TypeIDOf(ec.GetType())
+	if e, ok := Catalogue(t); ok && (e.Transcript || e.Reserved) {
+		return encodeError("type", "%s is never published as an application message (CTYPE-026)", t)
+	}
+	if t.Key() == TypeLegacyReaction.Key() {
+		return encodeError("type", "%s is deprecated; publish xmtp.org/reaction:2.0 (CTYPE-022)", t)
+	}
+	if _, known := r.Lookup(t); known {
+		if _, err := r.DecodeEnvelope(ec); err != nil {
+			return encodeError("", "not valid %s content: %v", t, err)
+		}
+	}
+	return nil
+}

@@ -763,3 +763,30 @@ func TestRegistryConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+func TestCTYPE003_CheckPublishable(t *testing.T) {
+	reg := NewRegistry()
+	bad := map[string]*mc.EncodedContent{
+		"no type":         {Content: []byte("x")},
+		"empty type id":   {Type: &mc.ContentTypeId{AuthorityId: "example.com"}},
+		"transcript":      {Type: TypeGroupUpdated.Proto()},
+		"reserved edit":   {Type: TypeEditMessage.Proto()},
+		"legacy reaction": {Type: TypeLegacyReaction.Proto(), Content: []byte(`{"action":"added","reference":"r","schema":"unicode","content":"x"}`)},
+		"invalid text":    {Type: TypeText.Proto(), Content: []byte{0xff}},
+	}
+	for name, ec := range bad {
+		if err := reg.CheckPublishable(ec); kindOf(err) != KindEncodeFailed {
+			t.Errorf("%s: %v, want an encode failure", name, err)
+		}
+	}
+	for name, ec := range map[string]*mc.EncodedContent{
+		"custom":      {Type: (&TypeID{"example.com", "poll", 1, 0}).Proto(), Content: []byte{0xff}},
+		"valid text":  textEnvelope(TypeText, "hi"),
+		"no fallback": {Type: TypeReadReceipt.Proto()},
+		"later minor": {Type: (&TypeID{"xmtp.org", "text", 1, 3}).Proto(), Content: []byte("hi")},
+	} {
+		if err := reg.CheckPublishable(ec); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -57,7 +56,7 @@ func (s *ContentService) Encode(_ context.Context, req *cb.EncodeRequest) (*cb.E
 			return nil, invalidArgument("content", err)
 		}
 	case *cb.EncodeRequest_Custom:
-		ec, err = s.checkCustom(in.Custom)
+		ec, err = in.Custom, s.registry.CheckPublishable(in.Custom)
 		if err != nil {
 			return nil, invalidArgument("custom", err)
 		}
@@ -84,29 +83,6 @@ func (s *ContentService) Encode(_ context.Context, req *cb.EncodeRequest) (*cb.E
 		resp.ShouldPush = &push
 	}
 	return resp, nil
-}
-
-// checkCustom accepts a caller-built envelope when it names its type
-// (CTYPE-003) and, for an identifier a codec knows, when that codec can
-// decode it: the service must not hand out catalogue content that a
-// recipient would reject.
-func (s *ContentService) checkCustom(ec *mc.EncodedContent) (*mc.EncodedContent, error) {
-	if ec.GetType() == nil || ec.GetType().GetAuthorityId() == "" || ec.GetType().GetTypeId() == "" {
-		return nil, errors.New("type: an envelope needs a type with non-empty authority_id and type_id (CTYPE-003)")
-	}
-	t := codec.TypeIDOf(ec.GetType())
-	if _, known := s.registry.Lookup(t); known {
-		if e, ok := codec.Catalogue(t); ok && (e.Transcript || e.Reserved) {
-			return nil, fmt.Errorf("type: %s is never published as an application message (CTYPE-026)", t)
-		}
-		if t.Key() == codec.TypeLegacyReaction.Key() {
-			return nil, fmt.Errorf("type: %s is deprecated; publish xmtp.org/reaction:2.0 (CTYPE-022)", t)
-		}
-		if _, err := s.registry.DecodeEnvelope(ec); err != nil {
-			return nil, fmt.Errorf("not valid %s content: %w", t, err)
-		}
-	}
-	return ec, nil
 }
 
 func (s *ContentService) Decode(_ context.Context, req *cb.DecodeRequest) (*cb.DecodeResponse, error) {

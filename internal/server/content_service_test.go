@@ -134,7 +134,7 @@ func TestE2EEncodeCustomAndErrors(t *testing.T) {
 		"edit":                 {&cb.EncodeRequest{Input: &cb.EncodeRequest_Content{Content: &cb.Content{Value: &cb.Content_EditMessage{EditMessage: &ct.EditMessage{}}}}}, "reserved"},
 		"legacy reaction":      {&cb.EncodeRequest{Input: &cb.EncodeRequest_Content{Content: &cb.Content{Value: &cb.Content_LegacyReaction{LegacyReaction: &ct.ReactionV2{}}}}}, "CTYPE-022"},
 		"reaction ref":         {&cb.EncodeRequest{Input: &cb.EncodeRequest_Content{Content: &cb.Content{Value: &cb.Content_Reaction{Reaction: &ct.ReactionV2{}}}}}, "reaction.reference"},
-		"custom untyped":       {&cb.EncodeRequest{Input: &cb.EncodeRequest_Custom{Custom: &mc.EncodedContent{Content: []byte("x")}}}, "custom: type"},
+		"custom untyped":       {&cb.EncodeRequest{Input: &cb.EncodeRequest_Custom{Custom: &mc.EncodedContent{Content: []byte("x")}}}, "custom: encode failed: type: absent"},
 		"custom bad text":      {&cb.EncodeRequest{Input: &cb.EncodeRequest_Custom{Custom: &mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "text", VersionMajor: 1}, Parameters: map[string]string{"encoding": "UTF-16"}}}}, "parameters.encoding"},
 		"custom transcript":    {&cb.EncodeRequest{Input: &cb.EncodeRequest_Custom{Custom: &mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "group_updated", VersionMajor: 1}}}}, "never published"},
 		"double compress":      {&cb.EncodeRequest{Input: &cb.EncodeRequest_Custom{Custom: &mc.EncodedContent{Type: custom.Type, Compression: mc.Compression_COMPRESSION_GZIP.Enum()}}, Compression: mc.Compression_COMPRESSION_GZIP.Enum()}, "already compressed"},
