@@ -10,7 +10,7 @@
 import fs from 'node:fs';
 import * as b from '@xmtp/wasm-bindings';
 
-const wasm = new URL(import.meta.resolve('@xmtp/wasm-bindings')).pathname.replace(/bindings_wasm\.js$/, 'bindings_wasm_bg.wasm');
+const wasm = new URL('./node_modules/@xmtp/wasm-bindings/dist/bindings_wasm_bg.wasm', import.meta.url);
 b.initSync({ module: fs.readFileSync(wasm) });
 
 const hex = (u8) => Buffer.from(u8).toString('hex');
