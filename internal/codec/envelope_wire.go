@@ -21,154 +21,108 @@ import (
 // spare, when not nil, becomes ec.Type if the type field is present, so a
 // caller can allocate both at once.
 func unmarshalEnvelope(b []byte, ec *mc.EncodedContent, spare *mc.ContentTypeId) error {
-	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return wireError(n)
-		}
-		b = b[n:]
+	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return wireError(n)
-			}
 			if ec.Type == nil {
 				ec.Type = spare
 				if ec.Type == nil {
 					ec.Type = new(mc.ContentTypeId)
 				}
 			}
-			if err := unmarshalTypeID(v, ec.Type); err != nil {
-				return err
-			}
-			b = b[n:]
+			return unmarshalTypeID(v, ec.Type)
 		case num == 2 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return wireError(n)
-			}
 			if ec.Parameters == nil {
 				ec.Parameters = make(map[string]string, 2)
 			}
-			if err := unmarshalParameter(v, ec.Parameters); err != nil {
-				return err
-			}
-			b = b[n:]
+			return unmarshalParameter(v, ec.Parameters)
 		case num == 3 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return wireError(n)
-			}
 			s, err := utf8String(v)
 			if err != nil {
 				return err
 			}
 			ec.Fallback = &s
-			b = b[n:]
 		case num == 4 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return wireError(n)
-			}
 			ec.Content = v
-			b = b[n:]
 		case num == 5 && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return wireError(n)
-			}
-			c := mc.Compression(int32(v))
+			c := mc.Compression(int32(x))
 			ec.Compression = &c
-			b = b[n:]
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return wireError(n)
-			}
-			b = b[n:]
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func unmarshalTypeID(b []byte, t *mc.ContentTypeId) error {
-	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return wireError(n)
-		}
-		b = b[n:]
+	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
-		case (num == 1 || num == 2) && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return wireError(n)
-			}
+		case num == 1 && typ == protowire.BytesType:
 			s, err := utf8String(v)
-			if err != nil {
-				return err
-			}
-			if num == 1 {
-				t.AuthorityId = s
-			} else {
-				t.TypeId = s
-			}
-			b = b[n:]
-		case (num == 3 || num == 4) && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return wireError(n)
-			}
-			if num == 3 {
-				t.VersionMajor = uint32(v)
-			} else {
-				t.VersionMinor = uint32(v)
-			}
-			b = b[n:]
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return wireError(n)
-			}
-			b = b[n:]
+			t.AuthorityId = s
+			return err
+		case num == 2 && typ == protowire.BytesType:
+			s, err := utf8String(v)
+			t.TypeId = s
+			return err
+		case num == 3 && typ == protowire.VarintType:
+			t.VersionMajor = uint32(x)
+		case num == 4 && typ == protowire.VarintType:
+			t.VersionMinor = uint32(x)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func unmarshalParameter(b []byte, params map[string]string) error {
 	var key, value string
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if typ != protowire.BytesType || (num != 1 && num != 2) {
+			return nil
+		}
+		s, err := utf8String(v)
+		if num == 1 {
+			key = s
+		} else {
+			value = s
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	params[key] = value
+	return nil
+}
+
+// eachField walks the fields of one message, handing fn each length-delimited
+// value (v) and each varint (x), and skipping fields of other wire types, as
+// proto.Unmarshal skips what a message does not declare.
+func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error) error {
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return wireError(n)
 		}
 		b = b[n:]
-		if (num == 1 || num == 2) && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return wireError(n)
-			}
-			s, err := utf8String(v)
-			if err != nil {
-				return err
-			}
-			if num == 1 {
-				key = s
-			} else {
-				value = s
-			}
-			b = b[n:]
-			continue
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			v, n = protowire.ConsumeBytes(b)
+		case protowire.VarintType:
+			x, n = protowire.ConsumeVarint(b)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
 		if n < 0 {
 			return wireError(n)
 		}
 		b = b[n:]
+		if typ == protowire.BytesType || typ == protowire.VarintType {
+			if err := fn(num, typ, v, x); err != nil {
+				return err
+			}
+		}
 	}
-	params[key] = value
 	return nil
 }
 
