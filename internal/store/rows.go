@@ -1,0 +1,205 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+)
+
+// The column lists and row mappings the SQL engines share. Both schemas
+// (migrations/postgres, migrations/sqlite) name the same columns, so a
+// record is stored the same way in each and only the SQL around it
+// differs.
+
+// GroupColumns are the groups table's columns after owner, in the order of
+// GroupArgs and GroupRow.Dest.
+const GroupColumns = `id, created_at_ns, membership_state, installations_last_checked,
+	added_by_inbox_id, welcome_id, rotated_at_ns, conversation_type, dm_id,
+	last_message_ns, message_disappear_from_ns, message_disappear_in_ns,
+	creator_inbox_id, attributes, admin_list, super_admin_list, paused_for_version`
+
+// GroupColumnCount is how many columns GroupColumns names.
+const GroupColumnCount = 17
+
+// MessageColumns are the messages table's columns after owner, in the
+// order of MessageArgs and MessageRow.Dest.
+const MessageColumns = `id, group_id, decrypted_message_bytes, sent_at_ns, kind,
+	sender_installation_id, sender_inbox_id, delivery_status, content_type_save,
+	version_major, version_minor, authority_id, reference_id, sequence_id,
+	originator_id, content_type, expires_at_ns, expiry_known`
+
+// MessageColumnCount is how many columns MessageColumns names.
+const MessageColumnCount = 18
+
+// GroupArgs returns the column values of g, in GroupColumns order.
+// An absent metadata message is a NULL creator; an absent mutable metadata
+// message is NULL lists, so a record reads back exactly as written.
+func GroupArgs(g *gb.GroupSave) ([]any, error) {
+	var creator *string
+	if g.Metadata != nil {
+		c := g.Metadata.GetCreatorInboxId()
+		creator = &c
+	}
+	var attrs, admins, supers *string
+	if mm := g.MutableMetadata; mm != nil {
+		var err error
+		if attrs, err = jsonText(mm.GetAttributes(), map[string]string{}); err != nil {
+			return nil, fmt.Errorf("mutable_metadata.attributes: %w", err)
+		}
+		if admins, err = jsonText(mm.GetAdminList(), []string{}); err != nil {
+			return nil, fmt.Errorf("mutable_metadata.admin_list: %w", err)
+		}
+		if supers, err = jsonText(mm.GetSuperAdminList(), []string{}); err != nil {
+			return nil, fmt.Errorf("mutable_metadata.super_admin_list: %w", err)
+		}
+	}
+	return []any{
+		g.GetId(), g.GetCreatedAtNs(), int32(g.GetMembershipState()), g.GetInstallationsLastChecked(),
+		g.GetAddedByInboxId(), g.WelcomeId, g.GetRotatedAtNs(), int32(g.GetConversationType()), g.DmId,
+		g.LastMessageNs, g.MessageDisappearFromNs, g.MessageDisappearInNs,
+		creator, attrs, admins, supers, g.PausedForVersion,
+	}, nil
+}
+
+// jsonText marshals v, or empty when v is nil, to JSON text.
+func jsonText[T any](v T, empty T) (*string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if string(b) == "null" {
+		b, _ = json.Marshal(empty)
+	}
+	s := string(b)
+	return &s, nil
+}
+
+// GroupRow receives one scanned groups row.
+type GroupRow struct {
+	g                        gb.GroupSave
+	membership, convType     int32
+	creator                  *string
+	attrs, admins, superList *string
+}
+
+// Dest returns the scan destinations, in GroupColumns order.
+func (r *GroupRow) Dest() []any {
+	g := &r.g
+	return []any{
+		&g.Id, &g.CreatedAtNs, &r.membership, &g.InstallationsLastChecked,
+		&g.AddedByInboxId, &g.WelcomeId, &g.RotatedAtNs, &r.convType, &g.DmId,
+		&g.LastMessageNs, &g.MessageDisappearFromNs, &g.MessageDisappearInNs,
+		&r.creator, &r.attrs, &r.admins, &r.superList, &g.PausedForVersion,
+	}
+}
+
+// Group builds the record from the scanned row.
+func (r *GroupRow) Group() (*gb.GroupSave, error) {
+	g := &gb.GroupSave{
+		Id: r.g.Id, CreatedAtNs: r.g.CreatedAtNs, InstallationsLastChecked: r.g.InstallationsLastChecked,
+		AddedByInboxId: r.g.AddedByInboxId, WelcomeId: r.g.WelcomeId, RotatedAtNs: r.g.RotatedAtNs,
+		DmId: r.g.DmId, LastMessageNs: r.g.LastMessageNs, MessageDisappearFromNs: r.g.MessageDisappearFromNs,
+		MessageDisappearInNs: r.g.MessageDisappearInNs, PausedForVersion: r.g.PausedForVersion,
+		MembershipState:  gb.GroupMembershipStateSave(r.membership),
+		ConversationType: gb.ConversationTypeSave(r.convType),
+	}
+	if r.creator != nil {
+		g.Metadata = &gb.ImmutableMetadataSave{CreatorInboxId: *r.creator}
+	}
+	if r.attrs != nil || r.admins != nil || r.superList != nil {
+		mm := &gb.MutableMetadataSave{}
+		if err := jsonField(r.attrs, &mm.Attributes); err != nil {
+			return nil, fmt.Errorf("group %x: attributes: %w", g.Id, err)
+		}
+		if err := jsonField(r.admins, &mm.AdminList); err != nil {
+			return nil, fmt.Errorf("group %x: admin_list: %w", g.Id, err)
+		}
+		if err := jsonField(r.superList, &mm.SuperAdminList); err != nil {
+			return nil, fmt.Errorf("group %x: super_admin_list: %w", g.Id, err)
+		}
+		if len(mm.Attributes) == 0 {
+			mm.Attributes = nil
+		}
+		if len(mm.AdminList) == 0 {
+			mm.AdminList = nil
+		}
+		if len(mm.SuperAdminList) == 0 {
+			mm.SuperAdminList = nil
+		}
+		g.MutableMetadata = mm
+	}
+	return g, nil
+}
+
+func jsonField(s *string, dst any) error {
+	if s == nil {
+		return nil
+	}
+	return json.Unmarshal([]byte(*s), dst)
+}
+
+// MessageArgs returns the column values of m, in MessageColumns order.
+func MessageArgs(m *mb.GroupMessageSave) []any {
+	return []any{
+		m.GetId(), m.GetGroupId(), notNil(m.GetDecryptedMessageBytes()), m.GetSentAtNs(), int32(m.GetKind()),
+		notNil(m.GetSenderInstallationId()), m.GetSenderInboxId(), int32(m.GetDeliveryStatus()), int32(m.GetContentTypeSave()), //nolint:staticcheck // the retired field is stored as given
+		m.GetVersionMajor(), m.GetVersionMinor(), m.GetAuthorityId(), m.ReferenceId, m.SequenceId,
+		m.OriginatorId, m.GetContentType(), m.ExpiresAtNs, m.ExpiryKnown,
+	}
+}
+
+// notNil makes a NOT NULL bytes column's value an empty slice, never NULL.
+func notNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// MessageRow receives one scanned messages row.
+type MessageRow struct {
+	m                             mb.GroupMessageSave
+	kind, status, contentTypeSave int32
+	// A pointer, so that NULL (absent) and an empty value (present) stay
+	// apart: both drivers scan an empty blob into a plain []byte as nil.
+	referenceID *[]byte
+}
+
+// Dest returns the scan destinations, in MessageColumns order.
+func (r *MessageRow) Dest() []any {
+	m := &r.m
+	return []any{
+		&m.Id, &m.GroupId, &m.DecryptedMessageBytes, &m.SentAtNs, &r.kind,
+		&m.SenderInstallationId, &m.SenderInboxId, &r.status, &r.contentTypeSave,
+		&m.VersionMajor, &m.VersionMinor, &m.AuthorityId, &r.referenceID, &m.SequenceId,
+		&m.OriginatorId, &m.ContentType, &m.ExpiresAtNs, &m.ExpiryKnown,
+	}
+}
+
+// Message builds the record from the scanned row. The row is reused by the
+// next scan, so the record gets fresh slices.
+func (r *MessageRow) Message() *mb.GroupMessageSave {
+	m := &mb.GroupMessageSave{
+		Id: clone(r.m.Id), GroupId: clone(r.m.GroupId), DecryptedMessageBytes: clone(r.m.DecryptedMessageBytes),
+		SentAtNs: r.m.SentAtNs, Kind: mb.GroupMessageKindSave(r.kind),
+		SenderInstallationId: clone(r.m.SenderInstallationId), SenderInboxId: r.m.SenderInboxId,
+		DeliveryStatus: mb.DeliveryStatusSave(r.status), ContentTypeSave: mb.ContentTypeSave(r.contentTypeSave), //nolint:staticcheck // stored as given
+		VersionMajor: r.m.VersionMajor, VersionMinor: r.m.VersionMinor, AuthorityId: r.m.AuthorityId,
+		SequenceId: r.m.SequenceId, OriginatorId: r.m.OriginatorId, ContentType: r.m.ContentType,
+		ExpiresAtNs: r.m.ExpiresAtNs, ExpiryKnown: r.m.ExpiryKnown,
+	}
+	if r.referenceID != nil {
+		m.ReferenceId = append([]byte{}, *r.referenceID...)
+	}
+	r.referenceID = nil
+	return m
+}
+
+func clone(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}

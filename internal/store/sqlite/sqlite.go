@@ -1,0 +1,471 @@
+// Package sqlite is the embedded store engine: pure-Go SQLite
+// (modernc.org/sqlite, no cgo) in one file under a data directory. It is
+// the default, so the server runs on a fresh machine with nothing to
+// configure, the way Temporal's dev server runs on SQLite.
+//
+// SQLite takes one writer at a time, so writes go through a pool of one
+// connection whose transactions begin IMMEDIATE (taking the write lock at
+// BEGIN rather than failing at the first write), and reads through a
+// separate pool that WAL mode lets run beside the writer.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/migrations"
+)
+
+// FileName is the database file inside the data directory.
+const FileName = "contentbackup.db"
+
+// Store is the SQLite engine.
+type Store struct {
+	write *sql.DB
+	read  *sql.DB
+	path  string
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Options configures Open.
+type Options struct {
+	// Migrate applies pending migrations at open; without it a database
+	// whose schema is behind fails to open.
+	Migrate bool
+}
+
+// Open opens (creating when missing) the database in dir.
+func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("sqlite: data directory: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	pragmas := "_pragma=foreign_keys(1)&_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
+	write, err := sql.Open("sqlite", "file:"+path+"?"+pragmas+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	write.SetMaxOpenConns(1)
+	read, err := sql.Open("sqlite", "file:"+path+"?"+pragmas+"&_pragma=query_only(1)")
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	read.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
+	s := &Store{write: write, read: read, path: path}
+	if err := s.prepare(ctx, opts); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) prepare(ctx context.Context, opts Options) error {
+	if opts.Migrate {
+		if _, err := migrations.Up(ctx, s.write, migrations.SQLite); err != nil {
+			return fmt.Errorf("sqlite: %w", err)
+		}
+		return nil
+	}
+	current, latest, err := migrations.Status(ctx, s.write, migrations.SQLite)
+	if err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	if current < latest {
+		return fmt.Errorf("sqlite: %s is at schema version %d, the binary needs %d: run the migrate command or start with --migrate", s.path, current, latest)
+	}
+	return nil
+}
+
+// DB exposes the write pool, for the migrate command.
+func (s *Store) DB() *sql.DB { return s.write }
+
+// Close closes both pools.
+func (s *Store) Close() error {
+	return errors.Join(s.read.Close(), s.write.Close())
+}
+
+// inTx runs fn in a write transaction, committing when it returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: commit: %w", err)
+	}
+	return nil
+}
+
+// querier is what reads need: the read pool, or a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+const (
+	groupSelect   = `SELECT ` + store.GroupColumns + ` FROM groups`
+	messageSelect = `SELECT ` + store.MessageColumns + ` FROM messages`
+)
+
+var (
+	groupInsert = `INSERT INTO groups (owner, ` + store.GroupColumns + `) VALUES (` + placeholders(store.GroupColumnCount+1) + `)`
+	// groupUpsert replaces every column but the key.
+	groupUpsert   = groupInsert + ` ON CONFLICT (owner, id) DO UPDATE SET ` + store.UpsertSet(store.GroupColumns)
+	messageInsert = `INSERT INTO messages (owner, ` + store.MessageColumns + `) VALUES (` + placeholders(store.MessageColumnCount+1) + `) ON CONFLICT (owner, id) DO NOTHING`
+)
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+func getGroup(ctx context.Context, q querier, owner string, id []byte) (*gb.GroupSave, error) {
+	var row store.GroupRow
+	err := q.QueryRowContext(ctx, groupSelect+` WHERE owner = ? AND id = ?`, owner, id).Scan(row.Dest()...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("group %x: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: read group %x: %w", id, err)
+	}
+	return row.Group()
+}
+
+func (s *Store) GetGroup(ctx context.Context, owner string, id []byte) (*gb.GroupSave, error) {
+	return getGroup(ctx, s.read, owner, id)
+}
+
+func (s *Store) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (created bool, err error) {
+	args, err := store.GroupArgs(g)
+	if err != nil {
+		return false, err
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		old, err := getGroup(ctx, tx, owner, g.GetId())
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			created = true
+		case err != nil:
+			return err
+		case old.GetMembershipState() == gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED:
+			return fmt.Errorf("group %x: %w", g.GetId(), store.ErrGroupInactive)
+		}
+		if _, err := tx.ExecContext(ctx, groupUpsert, append([]any{owner}, args...)...); err != nil {
+			return fmt.Errorf("sqlite: write group %x: %w", g.GetId(), err)
+		}
+		return nil
+	})
+	return created, err
+}
+
+func (s *Store) ListGroups(ctx context.Context, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
+	return listGroups(ctx, s.read, owner, after, limit)
+}
+
+func listGroups(ctx context.Context, q querier, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
+	query, args := groupSelect+` WHERE owner = ?`, []any{owner}
+	if after != nil {
+		query, args = query+` AND id > ?`, append(args, after)
+	}
+	rows, err := q.QueryContext(ctx, query+` ORDER BY id LIMIT ?`, append(args, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list groups: %w", err)
+	}
+	defer rows.Close()
+	var out []*gb.GroupSave
+	var row store.GroupRow
+	for rows.Next() {
+		row = store.GroupRow{}
+		if err := rows.Scan(row.Dest()...); err != nil {
+			return nil, fmt.Errorf("sqlite: list groups: %w", err)
+		}
+		g, err := row.Group()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list groups: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) ActivateGroup(ctx context.Context, owner string, id []byte) (g *gb.GroupSave, activated bool, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if g, err = getGroup(ctx, tx, owner, id); err != nil {
+			return err
+		}
+		switch g.GetMembershipState() {
+		case gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED:
+			return nil
+		case gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED:
+		default:
+			return fmt.Errorf("group %x is %s, not restored: %w", id, g.GetMembershipState(), store.ErrFailedPrecondition)
+		}
+		g.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED
+		if _, err := tx.ExecContext(ctx, `UPDATE groups SET membership_state = ? WHERE owner = ? AND id = ?`,
+			int32(g.MembershipState), owner, id); err != nil {
+			return fmt.Errorf("sqlite: activate group %x: %w", id, err)
+		}
+		activated = true
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return g, activated, nil
+}
+
+func (s *Store) MergeGroups(ctx context.Context, owner string, groups []*gb.GroupSave) ([]store.Outcome, error) {
+	out := make([]store.Outcome, len(groups))
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for i, g := range groups {
+			var last *int64
+			err := tx.QueryRowContext(ctx, `SELECT last_message_ns FROM groups WHERE owner = ? AND id = ?`, owner, g.GetId()).Scan(&last)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				args, err := store.GroupArgs(store.Restored(g))
+				if err != nil {
+					return fmt.Errorf("group %x: %w", g.GetId(), err)
+				}
+				if _, err := tx.ExecContext(ctx, groupInsert, append([]any{owner}, args...)...); err != nil {
+					return fmt.Errorf("sqlite: insert group %x: %w", g.GetId(), err)
+				}
+				out[i] = store.Inserted
+			case err != nil:
+				return fmt.Errorf("sqlite: read group %x: %w", g.GetId(), err)
+			case store.Later(g.LastMessageNs, last):
+				if _, err := tx.ExecContext(ctx, `UPDATE groups SET last_message_ns = ? WHERE owner = ? AND id = ?`,
+					g.GetLastMessageNs(), owner, g.GetId()); err != nil {
+					return fmt.Errorf("sqlite: update group %x: %w", g.GetId(), err)
+				}
+				out[i] = store.Updated
+			default:
+				out[i] = store.Unchanged
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.GroupMessageSave, opts store.AppendOptions) ([]store.Outcome, error) {
+	out := make([]store.Outcome, len(msgs))
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := checkGroups(ctx, tx, owner, msgs, opts); err != nil {
+			return err
+		}
+		stmt, err := tx.PrepareContext(ctx, messageInsert)
+		if err != nil {
+			return fmt.Errorf("sqlite: prepare append: %w", err)
+		}
+		defer stmt.Close()
+		args := make([]any, 0, store.MessageColumnCount+1)
+		for i, m := range msgs {
+			args = append(append(args[:0], owner), store.MessageArgs(m)...)
+			res, err := stmt.ExecContext(ctx, args...)
+			if err != nil {
+				return fmt.Errorf("sqlite: append message %x: %w", m.GetId(), err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return fmt.Errorf("sqlite: append message %x: %w", m.GetId(), err)
+			}
+			out[i] = store.Unchanged
+			if n == 1 {
+				out[i] = store.Inserted
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkGroups fails unless every group the messages name exists and, for
+// the services, is active.
+func checkGroups(ctx context.Context, tx *sql.Tx, owner string, msgs []*mb.GroupMessageSave, opts store.AppendOptions) error {
+	seen := make(map[string]bool)
+	for _, m := range msgs {
+		if seen[string(m.GetGroupId())] {
+			continue
+		}
+		seen[string(m.GetGroupId())] = true
+		var state int32
+		err := tx.QueryRowContext(ctx, `SELECT membership_state FROM groups WHERE owner = ? AND id = ?`, owner, m.GetGroupId()).Scan(&state)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("group %x of message %x: %w", m.GetGroupId(), m.GetId(), store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: read group %x: %w", m.GetGroupId(), err)
+		}
+		if !opts.AllowRestored && gb.GroupMembershipStateSave(state) == gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED {
+			return fmt.Errorf("group %x of message %x: %w", m.GetGroupId(), m.GetId(), store.ErrGroupInactive)
+		}
+	}
+	return nil
+}
+
+func (s *Store) ListMessages(ctx context.Context, owner string, q store.MessageQuery) ([]*mb.GroupMessageSave, error) {
+	return listMessages(ctx, s.read, owner, q)
+}
+
+func listMessages(ctx context.Context, q querier, owner string, mq store.MessageQuery) ([]*mb.GroupMessageSave, error) {
+	query, args := messageSelect+` WHERE owner = ? AND group_id = ?`, []any{owner, mq.GroupID}
+	if mq.StartNs != nil {
+		query, args = query+` AND sent_at_ns > ?`, append(args, *mq.StartNs)
+	}
+	if mq.EndNs != nil {
+		query, args = query+` AND sent_at_ns <= ?`, append(args, *mq.EndNs)
+	}
+	if mq.After != nil {
+		query, args = query+` AND (sent_at_ns, id) > (?, ?)`, append(args, mq.After.SentAtNs, mq.After.ID)
+	}
+	rows, err := q.QueryContext(ctx, query+` ORDER BY sent_at_ns, id LIMIT ?`, append(args, mq.Limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list messages: %w", err)
+	}
+	var page []*mb.GroupMessageSave
+	var row store.MessageRow
+	for rows.Next() {
+		if err := rows.Scan(row.Dest()...); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sqlite: list messages: %w", err)
+		}
+		page = append(page, row.Message())
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("sqlite: list messages: %w", err)
+	}
+	return page, nil
+}
+
+func (s *Store) DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		var row store.MessageRow
+		err := tx.QueryRowContext(ctx, messageSelect+` WHERE owner = ? AND group_id = ? AND id = ?`, owner, groupID, id).Scan(row.Dest()...)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("message %x in group %x: %w", id, groupID, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: read message %x: %w", id, err)
+		}
+		g, err := getGroup(ctx, tx, owner, groupID)
+		if err != nil {
+			return err
+		}
+		if err := allow(row.Message(), g); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM messages WHERE owner = ? AND id = ?`, owner, id); err != nil {
+			return fmt.Errorf("sqlite: delete message %x: %w", id, err)
+		}
+		return nil
+	})
+}
+
+func (s *Store) MergeConsent(ctx context.Context, owner string, records []*cs.ConsentSave) ([]store.Outcome, error) {
+	out := make([]store.Outcome, len(records))
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for i, r := range records {
+			var at int64
+			err := tx.QueryRowContext(ctx, `SELECT consented_at_ns FROM consent WHERE owner = ? AND entity_type = ? AND entity = ?`,
+				owner, int32(r.GetEntityType()), r.GetEntity()).Scan(&at)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				out[i] = store.Inserted
+			case err != nil:
+				return fmt.Errorf("sqlite: read consent %s: %w", r.GetEntity(), err)
+			case r.GetConsentedAtNs() > at:
+				out[i] = store.Updated
+			default:
+				out[i] = store.Unchanged
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO consent (owner, entity_type, entity, state, consented_at_ns) VALUES (?, ?, ?, ?, ?)
+				ON CONFLICT (owner, entity_type, entity) DO UPDATE SET state = excluded.state, consented_at_ns = excluded.consented_at_ns`,
+				owner, int32(r.GetEntityType()), r.GetEntity(), int32(r.GetState()), r.GetConsentedAtNs()); err != nil {
+				return fmt.Errorf("sqlite: write consent %s: %w", r.GetEntity(), err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *Store) ListConsent(ctx context.Context, owner string, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
+	return listConsent(ctx, s.read, owner, after, limit)
+}
+
+func listConsent(ctx context.Context, q querier, owner string, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
+	query, args := `SELECT entity_type, state, entity, consented_at_ns FROM consent WHERE owner = ?`, []any{owner}
+	if after != nil {
+		query, args = query+` AND (entity_type, entity) > (?, ?)`, append(args, int32(after.EntityType), after.Entity)
+	}
+	rows, err := q.QueryContext(ctx, query+` ORDER BY entity_type, entity LIMIT ?`, append(args, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list consent: %w", err)
+	}
+	defer rows.Close()
+	var out []*cs.ConsentSave
+	for rows.Next() {
+		var typ, state int32
+		r := &cs.ConsentSave{}
+		if err := rows.Scan(&typ, &state, &r.Entity, &r.ConsentedAtNs); err != nil {
+			return nil, fmt.Errorf("sqlite: list consent: %w", err)
+		}
+		r.EntityType, r.State = cs.ConsentTypeSave(typ), cs.ConsentStateSave(state)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list consent: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) Snapshot(ctx context.Context, owner string, fn func(store.Snapshot) error) error {
+	// In WAL mode a read transaction sees the database as of its first
+	// read, whatever commits after: one consistent view for the export.
+	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("sqlite: begin snapshot: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	return fn(store.Pager{
+		Groups: func(ctx context.Context, after []byte, limit int) ([]*gb.GroupSave, error) {
+			return listGroups(ctx, tx, owner, after, limit)
+		},
+		Messages: func(ctx context.Context, q store.MessageQuery) ([]*mb.GroupMessageSave, error) {
+			return listMessages(ctx, tx, owner, q)
+		},
+		Consent: func(ctx context.Context, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
+			return listConsent(ctx, tx, owner, after, limit)
+		},
+	})
+}

@@ -1,0 +1,187 @@
+// Package store holds every owner's groups, messages and consent records.
+//
+// Store is the one interface the services depend on; engines implement it
+// (internal/store/postgres for production, internal/store/sqlite as the
+// embedded default) and internal/store/storetest holds the conformance
+// suite every engine passes. Records are the archive format's own messages
+// (GroupSave, GroupMessageSave, ConsentSave), stored field for field, so a
+// record read back is proto.Equal to the record written.
+//
+// Every method takes the owner first: the inbox whose store it acts on.
+// The owner leads every key, so nothing is ever read or written across
+// owners, and another owner's record is indistinguishable from a missing
+// one.
+//
+// The store keeps records; it does not validate requests (the service
+// layer does) and applies only the rules that need its atomicity: the
+// group checks of an append, the merge rules of consent and of import,
+// and the conditional delete.
+package store
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/protobuf/proto"
+
+	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+)
+
+// Errors callers tell apart with errors.Is. The wrapping error names the
+// record concerned.
+var (
+	// ErrNotFound: the owner has no such group or message.
+	ErrNotFound = errors.New("not found")
+	// ErrGroupInactive: the group is Restored, so it takes no new messages
+	// (ARCH-015) and cannot be put over until activated.
+	ErrGroupInactive = errors.New("group is restored from an archive and inactive until a validated welcome activates it")
+	// ErrFailedPrecondition: the record's state forbids the operation.
+	ErrFailedPrecondition = errors.New("failed precondition")
+)
+
+// Store is everything the services need from a database.
+type Store interface {
+	Groups
+	Messages
+	Consent
+	// Snapshot runs fn over one consistent, read-only view of the owner's
+	// records: what export reads, so that every record it writes is as it
+	// stood at a single instant.
+	Snapshot(ctx context.Context, owner string, fn func(Snapshot) error) error
+	// Close releases the engine's connections.
+	Close() error
+}
+
+// Groups stores conversations.
+type Groups interface {
+	// PutGroup creates or replaces a live group and reports whether it was
+	// created. Putting over a Restored group fails with ErrGroupInactive.
+	PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (created bool, err error)
+	// GetGroup returns one group or ErrNotFound.
+	GetGroup(ctx context.Context, owner string, id []byte) (*gb.GroupSave, error)
+	// ListGroups returns up to limit groups whose id sorts after after
+	// (bytewise), in id order.
+	ListGroups(ctx context.Context, owner string, after []byte, limit int) ([]*gb.GroupSave, error)
+	// ActivateGroup moves a Restored group to Allowed (JOIN-080, ARCH-026)
+	// and returns it. An Allowed group is returned unchanged with
+	// activated false; any other state is ErrFailedPrecondition.
+	ActivateGroup(ctx context.Context, owner string, id []byte) (g *gb.GroupSave, activated bool, err error)
+	// MergeGroups applies archived groups under the import rules: a new id
+	// is created Restored with every archived field kept (ARCH-020,
+	// ARCH-024); a known id keeps its state, membership and metadata, and
+	// its last_message_ns becomes the greater of the two (ARCH-014).
+	// Outcomes are in input order.
+	MergeGroups(ctx context.Context, owner string, groups []*gb.GroupSave) ([]Outcome, error)
+}
+
+// Messages stores group messages.
+type Messages interface {
+	// AppendMessages stores messages in one transaction. Every group named
+	// must exist (ErrNotFound) and, unless opts.AllowRestored, must not be
+	// Restored (ErrGroupInactive); on either failure nothing is written. A
+	// message whose id is already stored, or repeats an earlier id of the
+	// same call, is left unchanged (ARCH-013). Outcomes are in input order.
+	AppendMessages(ctx context.Context, owner string, msgs []*mb.GroupMessageSave, opts AppendOptions) ([]Outcome, error)
+	// ListMessages returns up to q.Limit messages of one group in send
+	// order (sent_at_ns, then id), after the cursor q.After when set.
+	ListMessages(ctx context.Context, owner string, q MessageQuery) ([]*mb.GroupMessageSave, error)
+	// DeleteMessage deletes one message of a group when allow, called with
+	// the message and its group inside the deleting transaction, returns
+	// nil; otherwise nothing changes and allow's error is returned. A
+	// message that does not exist in that group is ErrNotFound.
+	DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error
+}
+
+// Consent stores consent records, keyed by (entity_type, entity).
+type Consent interface {
+	// MergeConsent stores each record unless the stored record for its key
+	// has an equal or greater consented_at_ns (NOTES.md's CONS-010 rule).
+	// Outcomes are in input order; a later record of the same call merges
+	// against an earlier one.
+	MergeConsent(ctx context.Context, owner string, records []*cs.ConsentSave) ([]Outcome, error)
+	// ListConsent returns up to limit records after the key after (nil for
+	// the first page), ordered by entity type, then entity.
+	ListConsent(ctx context.Context, owner string, after *ConsentKey, limit int) ([]*cs.ConsentSave, error)
+}
+
+// Snapshot is a consistent read-only view of one owner's records. Its
+// iterators stream: they hold one page at a time, never a whole table.
+type Snapshot interface {
+	// EachGroup calls fn for every group in id order.
+	EachGroup(ctx context.Context, fn func(*gb.GroupSave) error) error
+	// EachMessage calls fn for every message of the group, in send order,
+	// that the query's window admits (q.GroupID set, q.After ignored).
+	EachMessage(ctx context.Context, q MessageQuery, fn func(*mb.GroupMessageSave) error) error
+	// EachConsent calls fn for every consent record in key order.
+	EachConsent(ctx context.Context, fn func(*cs.ConsentSave) error) error
+}
+
+// AppendOptions changes the rules of AppendMessages for import.
+type AppendOptions struct {
+	// AllowRestored lets import add history to the Restored groups it
+	// created; the services never set it.
+	AllowRestored bool
+}
+
+// Outcome is what a write did to one record.
+type Outcome uint8
+
+const (
+	// Inserted: the record was new and is now stored.
+	Inserted Outcome = iota + 1
+	// Updated: an existing record changed (a newer consent, or a known
+	// group's last_message_ns raised by import).
+	Updated
+	// Unchanged: the stored record was kept as it was.
+	Unchanged
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Inserted:
+		return "inserted"
+	case Updated:
+		return "updated"
+	case Unchanged:
+		return "unchanged"
+	}
+	return "unknown"
+}
+
+// MessageQuery selects a page of one group's messages.
+type MessageQuery struct {
+	GroupID []byte
+	// The window of ARCH-009: sent_at_ns > *StartNs and <= *EndNs.
+	StartNs, EndNs *int64
+	// After is the last message of the previous page; nil for the first.
+	After *MessageCursor
+	Limit int
+}
+
+// MessageCursor is a position in send order.
+type MessageCursor struct {
+	SentAtNs int64
+	ID       []byte
+}
+
+// ConsentKey identifies a consent record.
+type ConsentKey struct {
+	EntityType cs.ConsentTypeSave
+	Entity     string
+}
+
+// Restored returns a copy of an archived group in the state import creates
+// it in (ARCH-015): Restored, every other field as archived (ARCH-020).
+func Restored(g *gb.GroupSave) *gb.GroupSave {
+	c := proto.Clone(g).(*gb.GroupSave)
+	c.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED
+	return c
+}
+
+// Later reports whether an imported last_message_ns is later than the
+// stored one, treating absent as earliest (ARCH-014's greater of the two).
+func Later(imported, stored *int64) bool {
+	return imported != nil && (stored == nil || *imported > *stored)
+}

@@ -1,0 +1,98 @@
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/postgres"
+	"github.com/contentbackup/contentbackup/internal/store/sqlite"
+)
+
+// Engine names a store engine and opens a fresh, empty, migrated store of
+// it for one test.
+type Engine struct {
+	Name string
+	Open func(t testing.TB) store.Store
+}
+
+// Engines is every engine, for tests that run against each.
+func Engines() []Engine {
+	return []Engine{{"sqlite", SQLite}, {"postgres", Postgres}}
+}
+
+// SQLite opens a store in a new temporary data directory.
+func SQLite(t testing.TB) store.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), t.TempDir(), sqlite.Options{Migrate: true})
+	if err != nil {
+		t.Fatalf("open sqlite store: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// AdminURLEnv names the variable holding a Postgres URL with the right to
+// create databases; make test sets it (scripts/ensure-postgres.sh).
+const AdminURLEnv = "TEST_DATABASE_URL"
+
+// Postgres creates a new database on the server AdminURLEnv names, opens a
+// store in it and drops the database when the test ends. Without the
+// variable the test fails: Postgres tests never skip.
+func Postgres(t testing.TB) store.Store {
+	t.Helper()
+	dbURL := NewPostgresDatabase(t)
+	s, err := postgres.Open(context.Background(), dbURL, postgres.Options{Migrate: true})
+	if err != nil {
+		t.Fatalf("open postgres store: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// NewPostgresDatabase creates an empty database for the test and returns
+// its URL; the database is dropped when the test ends.
+func NewPostgresDatabase(t testing.TB) string {
+	t.Helper()
+	admin := os.Getenv(AdminURLEnv)
+	if admin == "" {
+		t.Fatalf("%s is not set: run the tests with make test, which starts PostgreSQL, or set it to a postgres:// URL that may create databases", AdminURLEnv)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", AdminURLEnv, err)
+	}
+	defer conn.Close(ctx)
+	name := "cbtest_" + strings.ToLower(rand.Text())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatalf("%s: %v", AdminURLEnv, err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
