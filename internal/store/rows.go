@@ -1,5 +1,7 @@
 package store
 
+//lint:file-ignore SA1019 content_type_save is retired but still stored and returned as given (ARCH-004, ARCH-008).
+
 import (
 	"encoding/json"
 	"fmt"
@@ -144,7 +146,7 @@ func jsonField(s *string, dst any) error {
 func MessageArgs(m *mb.GroupMessageSave) []any {
 	return []any{
 		m.GetId(), m.GetGroupId(), notNil(m.GetDecryptedMessageBytes()), m.GetSentAtNs(), int32(m.GetKind()),
-		notNil(m.GetSenderInstallationId()), m.GetSenderInboxId(), int32(m.GetDeliveryStatus()), int32(m.GetContentTypeSave()), //nolint:staticcheck // the retired field is stored as given
+		notNil(m.GetSenderInstallationId()), m.GetSenderInboxId(), int32(m.GetDeliveryStatus()), int32(m.GetContentTypeSave()),
 		m.GetVersionMajor(), m.GetVersionMinor(), m.GetAuthorityId(), m.ReferenceId, m.SequenceId,
 		m.OriginatorId, m.GetContentType(), m.ExpiresAtNs, m.ExpiryKnown,
 	}
@@ -185,7 +187,7 @@ func (r *MessageRow) Message() *mb.GroupMessageSave {
 		Id: clone(r.m.Id), GroupId: clone(r.m.GroupId), DecryptedMessageBytes: clone(r.m.DecryptedMessageBytes),
 		SentAtNs: r.m.SentAtNs, Kind: mb.GroupMessageKindSave(r.kind),
 		SenderInstallationId: clone(r.m.SenderInstallationId), SenderInboxId: r.m.SenderInboxId,
-		DeliveryStatus: mb.DeliveryStatusSave(r.status), ContentTypeSave: mb.ContentTypeSave(r.contentTypeSave), //nolint:staticcheck // stored as given
+		DeliveryStatus: mb.DeliveryStatusSave(r.status), ContentTypeSave: mb.ContentTypeSave(r.contentTypeSave),
 		VersionMajor: r.m.VersionMajor, VersionMinor: r.m.VersionMinor, AuthorityId: r.m.AuthorityId,
 		SequenceId: r.m.SequenceId, OriginatorId: r.m.OriginatorId, ContentType: r.m.ContentType,
 		ExpiresAtNs: r.m.ExpiresAtNs, ExpiryKnown: r.m.ExpiryKnown,

@@ -5,6 +5,8 @@
 // REPEATABLE READ, READ ONLY transaction.
 package postgres
 
+//lint:file-ignore SA1019 content_type_save is retired but still stored and returned as given (ARCH-004, ARCH-008).
+
 import (
 	"context"
 	"errors"
@@ -336,7 +338,7 @@ func columnsOf(msgs []*mb.GroupMessageSave) []any {
 		ids[i], groups[i], contents[i] = m.GetId(), m.GetGroupId(), nonNil(m.GetDecryptedMessageBytes())
 		sent[i], kinds[i] = m.GetSentAtNs(), int16(m.GetKind())
 		installs[i], senders[i] = nonNil(m.GetSenderInstallationId()), m.GetSenderInboxId()
-		statuses[i], ctSaves[i] = int16(m.GetDeliveryStatus()), int16(m.GetContentTypeSave()) //nolint:staticcheck // the retired field is stored as given
+		statuses[i], ctSaves[i] = int16(m.GetDeliveryStatus()), int16(m.GetContentTypeSave())
 		majors[i], minors[i], authorities[i] = m.GetVersionMajor(), m.GetVersionMinor(), m.GetAuthorityId()
 		refs[i], seqs[i], origs[i] = m.ReferenceId, m.SequenceId, m.OriginatorId
 		contentTypes[i], expires[i], known[i] = m.GetContentType(), m.ExpiresAtNs, m.ExpiryKnown
