@@ -26,6 +26,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/store"
 )
 
 // DefaultMaxRecvBytes bounds one request message. It leaves room for a
@@ -42,6 +43,10 @@ type Config struct {
 	// Metrics receives the gRPC server metrics (calls, codes, handling
 	// time) when set.
 	Metrics prometheus.Registerer
+	// Store holds conversations; ConversationService is served when set.
+	Store store.Store
+	// MaxAppendBatch bounds the messages of one AppendMessages call.
+	MaxAppendBatch int
 }
 
 // Server is a configured gRPC server with its health state.
@@ -95,6 +100,9 @@ func New(cfg Config, log *zap.Logger) *Server {
 		grpc.ChainStreamInterceptor(stream...),
 	)
 	cb.RegisterContentServiceServer(g, NewContentService(reg, cfg.MaxDecodeBatch, cfg.MaxBatchExpanded))
+	if cfg.Store != nil {
+		cb.RegisterConversationServiceServer(g, NewConversationService(cfg.Store, reg, cfg.MaxAppendBatch))
+	}
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)

@@ -86,18 +86,21 @@ func (s *Store) Close() error {
 }
 
 // inTx runs fn in a read-write transaction, committing when it returns nil.
+// fn's error comes back as it is: it is either the store's own (not found,
+// a rule of the caller's) or already says what failed.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	err := pgx.BeginFunc(ctx, s.pool, fn)
-	if err != nil && !isDomain(err) {
-		return fmt.Errorf("postgres: %w", err)
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: begin: %w", err)
 	}
-	return err
-}
-
-// isDomain reports whether err is one of the store's own errors, which
-// go back to the caller unwrapped by engine context.
-func isDomain(err error) bool {
-	return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrGroupInactive) || errors.Is(err, store.ErrFailedPrecondition)
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: commit: %w", err)
+	}
+	return nil
 }
 
 // querier is what reads need: the pool, or a transaction.
@@ -176,7 +179,7 @@ func (s *Store) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (cr
 			return fmt.Errorf("group %x: %w", g.GetId(), store.ErrGroupInactive)
 		}
 		if _, err := tx.Exec(ctx, groupUpsert, append([]any{owner}, args...)...); err != nil {
-			return fmt.Errorf("write group %x: %w", g.GetId(), err)
+			return fmt.Errorf("postgres: write group %x: %w", g.GetId(), err)
 		}
 		return nil
 	})
@@ -230,7 +233,7 @@ func (s *Store) ActivateGroup(ctx context.Context, owner string, id []byte) (g *
 		g.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED
 		if _, err := tx.Exec(ctx, `UPDATE groups SET membership_state = $1 WHERE owner = $2 AND id = $3`,
 			int32(g.MembershipState), owner, id); err != nil {
-			return fmt.Errorf("activate group %x: %w", id, err)
+			return fmt.Errorf("postgres: activate group %x: %w", id, err)
 		}
 		activated = true
 		return nil
@@ -257,18 +260,18 @@ func (s *Store) MergeGroups(ctx context.Context, owner string, groups []*gb.Grou
 				// insert finds the first one's row and leaves it.
 				tag, err := tx.Exec(ctx, groupInsert+` ON CONFLICT (owner, id) DO NOTHING`, append([]any{owner}, args...)...)
 				if err != nil {
-					return fmt.Errorf("insert group %x: %w", g.GetId(), err)
+					return fmt.Errorf("postgres: insert group %x: %w", g.GetId(), err)
 				}
 				out[i] = store.Unchanged
 				if tag.RowsAffected() == 1 {
 					out[i] = store.Inserted
 				}
 			case err != nil:
-				return fmt.Errorf("read group %x: %w", g.GetId(), err)
+				return fmt.Errorf("postgres: read group %x: %w", g.GetId(), err)
 			case store.Later(g.LastMessageNs, last):
 				if _, err := tx.Exec(ctx, `UPDATE groups SET last_message_ns = $1 WHERE owner = $2 AND id = $3`,
 					g.GetLastMessageNs(), owner, g.GetId()); err != nil {
-					return fmt.Errorf("update group %x: %w", g.GetId(), err)
+					return fmt.Errorf("postgres: update group %x: %w", g.GetId(), err)
 				}
 				out[i] = store.Updated
 			default:
@@ -295,7 +298,7 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 		}
 		rows, err := tx.Query(ctx, messageAppend, append([]any{owner}, cols...)...)
 		if err != nil {
-			return fmt.Errorf("append messages: %w", err)
+			return fmt.Errorf("postgres: append messages: %w", err)
 		}
 		inserted := make(map[string]bool, len(msgs))
 		var id []byte
@@ -304,7 +307,7 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("append messages: %w", err)
+			return fmt.Errorf("postgres: append messages: %w", err)
 		}
 		// The first occurrence of an id in the batch is the one stored.
 		for i, m := range msgs {
@@ -368,7 +371,7 @@ func checkGroups(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupM
 	}
 	rows, err := tx.Query(ctx, `SELECT id, membership_state FROM groups WHERE owner = $1 AND id = ANY($2) FOR SHARE`, owner, ids)
 	if err != nil {
-		return fmt.Errorf("read groups: %w", err)
+		return fmt.Errorf("postgres: read groups: %w", err)
 	}
 	states := make(map[string]int32, len(ids))
 	var id []byte
@@ -377,7 +380,7 @@ func checkGroups(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupM
 		states[string(id)] = state
 		return nil
 	}); err != nil {
-		return fmt.Errorf("read groups: %w", err)
+		return fmt.Errorf("postgres: read groups: %w", err)
 	}
 	for _, gid := range ids {
 		m := first[string(gid)]
@@ -441,13 +444,13 @@ func (s *Store) DeleteMessage(ctx context.Context, owner string, groupID, id []b
 			return fmt.Errorf("message %x in group %x: %w", id, groupID, store.ErrNotFound)
 		}
 		if err != nil {
-			return fmt.Errorf("read message %x: %w", id, err)
+			return fmt.Errorf("postgres: read message %x: %w", id, err)
 		}
 		if err := allow(row.Message(), g); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE owner = $1 AND id = $2`, owner, id); err != nil {
-			return fmt.Errorf("delete message %x: %w", id, err)
+			return fmt.Errorf("postgres: delete message %x: %w", id, err)
 		}
 		return nil
 	})
@@ -469,7 +472,7 @@ func (s *Store) MergeConsent(ctx context.Context, owner string, records []*cs.Co
 			case errors.Is(err, pgx.ErrNoRows):
 				out[i] = store.Unchanged
 			case err != nil:
-				return fmt.Errorf("write consent %s: %w", r.GetEntity(), err)
+				return fmt.Errorf("postgres: write consent %s: %w", r.GetEntity(), err)
 			case inserted:
 				out[i] = store.Inserted
 			default:

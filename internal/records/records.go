@@ -1,0 +1,314 @@
+// Package records holds the rules about single records that every path
+// into the store applies alike (the ConversationService and archive
+// import): what a well-formed group, message and consent record is, the
+// identifier fields a message's typed envelope decides (ARCH-008), and who
+// may delete which message (CTYPE-018, PROC-037). It is pure: no I/O.
+package records
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/codec"
+)
+
+// Limits on the parts of a record the store keys or indexes by. Content
+// and metadata are bounded by the request size instead.
+const (
+	MaxOwnerBytes  = 256
+	MaxIDBytes     = 256
+	MaxEntityBytes = 1024
+)
+
+// FieldError is a request field that is wrong, named by its path in the
+// request (messages[3].group_id).
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+func fieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// At prefixes the field of a FieldError with a path, leaving other errors
+// as they are.
+func At(prefix string, err error) error {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return &FieldError{Field: prefix + "." + fe.Field, Reason: fe.Reason}
+	}
+	return err
+}
+
+// CheckOwner checks the owner every request names.
+func CheckOwner(owner string) error {
+	switch {
+	case owner == "":
+		return fieldErr("owner", "required")
+	case len(owner) > MaxOwnerBytes:
+		return fieldErr("owner", "%d bytes exceed the limit of %d", len(owner), MaxOwnerBytes)
+	case strings.IndexFunc(owner, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }) >= 0:
+		return fieldErr("owner", "contains whitespace or control characters")
+	case !utf8.ValidString(owner):
+		return fieldErr("owner", "not valid UTF-8")
+	}
+	return nil
+}
+
+// CheckID checks a group or message id.
+func CheckID(field string, id []byte) error {
+	switch {
+	case len(id) == 0:
+		return fieldErr(field, "required")
+	case len(id) > MaxIDBytes:
+		return fieldErr(field, "%d bytes exceed the limit of %d", len(id), MaxIDBytes)
+	}
+	return nil
+}
+
+// checkText rejects what a database text column cannot hold: NUL, which
+// Postgres refuses, and invalid UTF-8.
+func checkText(field, s string) error {
+	if strings.IndexByte(s, 0) >= 0 {
+		return fieldErr(field, "contains a NUL character")
+	}
+	if !utf8.ValidString(s) {
+		return fieldErr(field, "not valid UTF-8")
+	}
+	return nil
+}
+
+// checkEnum rejects a value the enum does not define; required also
+// rejects the zero, UNSPECIFIED value.
+func checkEnum(field string, e protoreflect.Enum, required bool) error {
+	n := e.Number()
+	if e.Descriptor().Values().ByNumber(n) == nil {
+		return fieldErr(field, "%d is not a %s value", n, e.Descriptor().Name())
+	}
+	if required && n == 0 {
+		return fieldErr(field, "required (not %s)", e.Descriptor().Values().ByNumber(0).Name())
+	}
+	return nil
+}
+
+// CheckGroup checks a group a caller puts. The Restored state is not the
+// caller's to set: only import creates it (ARCH-015).
+func CheckGroup(g *gb.GroupSave) error {
+	if g == nil {
+		return fieldErr("group", "required")
+	}
+	return At("group", checkLiveGroup(g))
+}
+
+func checkLiveGroup(g *gb.GroupSave) error {
+	if err := CheckArchivedGroup(g); err != nil {
+		return err
+	}
+	if err := checkEnum("membership_state", g.GetMembershipState(), true); err != nil {
+		return err
+	}
+	if g.GetMembershipState() == gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED {
+		return fieldErr("membership_state", "RESTORED is set only by archive import")
+	}
+	return checkEnum("conversation_type", g.GetConversationType(), true)
+}
+
+// CheckArchivedGroup checks a group read from an archive: the archive's
+// values are kept as they are (ARCH-020), unspecified ones included, but
+// they must fit the store.
+func CheckArchivedGroup(g *gb.GroupSave) error {
+	if err := CheckID("id", g.GetId()); err != nil {
+		return err
+	}
+	return checkGroupFields(g)
+}
+
+func checkGroupFields(g *gb.GroupSave) error {
+	texts := map[string]string{
+		"group.added_by_inbox_id":         g.GetAddedByInboxId(),
+		"group.dm_id":                     g.GetDmId(),
+		"group.paused_for_version":        g.GetPausedForVersion(),
+		"group.metadata.creator_inbox_id": g.GetMetadata().GetCreatorInboxId(),
+	}
+	for f, s := range texts {
+		if err := checkText(f, s); err != nil {
+			return err
+		}
+	}
+	for k, v := range g.GetMutableMetadata().GetAttributes() {
+		field := fmt.Sprintf("mutable_metadata.attributes[%q]", k)
+		if err := errors.Join(checkText(field, k), checkText(field, v)); err != nil {
+			return err
+		}
+	}
+	for i, s := range g.GetMutableMetadata().GetAdminList() {
+		if err := checkText(fmt.Sprintf("mutable_metadata.admin_list[%d]", i), s); err != nil {
+			return err
+		}
+	}
+	for i, s := range g.GetMutableMetadata().GetSuperAdminList() {
+		if err := checkText(fmt.Sprintf("mutable_metadata.super_admin_list[%d]", i), s); err != nil {
+			return err
+		}
+	}
+	if err := checkEnum("membership_state", g.GetMembershipState(), false); err != nil {
+		return err
+	}
+	return checkEnum("conversation_type", g.GetConversationType(), false)
+}
+
+// CheckMessage checks a message a caller appends or an archive carries.
+func CheckMessage(m *mb.GroupMessageSave) error {
+	if m == nil {
+		return fieldErr("message", "required")
+	}
+	if err := CheckID("id", m.GetId()); err != nil {
+		return err
+	}
+	if err := CheckID("group_id", m.GetGroupId()); err != nil {
+		return err
+	}
+	for f, s := range map[string]string{
+		"sender_inbox_id": m.GetSenderInboxId(),
+		"authority_id":    m.GetAuthorityId(),
+		"content_type":    m.GetContentType(),
+	} {
+		if err := checkText(f, s); err != nil {
+			return err
+		}
+	}
+	if err := checkEnum("kind", m.GetKind(), false); err != nil {
+		return err
+	}
+	if err := checkEnum("delivery_status", m.GetDeliveryStatus(), false); err != nil {
+		return err
+	}
+	//lint:ignore SA1019 the retired field is still checked and stored as given (ARCH-004)
+	if err := checkEnum("content_type_save", m.GetContentTypeSave(), false); err != nil {
+		return err
+	}
+	// ARCH-019: a deadline is only known information.
+	if m.ExpiresAtNs != nil && !m.GetExpiryKnown() {
+		return fieldErr("expires_at_ns", "set while expiry_known is not true; a known deadline needs expiry_known true (ARCH-019)")
+	}
+	return nil
+}
+
+// CheckConsent checks a consent record.
+func CheckConsent(c *cs.ConsentSave) error {
+	if c == nil {
+		return fieldErr("record", "required")
+	}
+	if err := checkEnum("entity_type", c.GetEntityType(), true); err != nil {
+		return err
+	}
+	if err := checkEnum("state", c.GetState(), true); err != nil {
+		return err
+	}
+	switch e := c.GetEntity(); {
+	case e == "":
+		return fieldErr("entity", "required")
+	case len(e) > MaxEntityBytes:
+		return fieldErr("entity", "%d bytes exceed the limit of %d", len(e), MaxEntityBytes)
+	default:
+		return checkText("entity", e)
+	}
+}
+
+// DeriveIdentifiers sets the four identifier fields of m from the type of
+// its content when the content is a typed EncodedContent, whatever the
+// fields or the retired content_type_save said; otherwise it leaves them
+// as given and invents no type (ARCH-008). The content bytes are not
+// touched.
+func DeriveIdentifiers(m *mb.GroupMessageSave) {
+	ec, err := codec.ParseEnvelope(m.GetDecryptedMessageBytes())
+	if err != nil {
+		return
+	}
+	t := ec.GetType()
+	m.AuthorityId = t.GetAuthorityId()
+	m.ContentType = t.GetTypeId()
+	m.VersionMajor = int32(t.GetVersionMajor())
+	m.VersionMinor = int32(t.GetVersionMinor())
+}
+
+// TypeOf is the content type a stored message's identifier fields name.
+func TypeOf(m *mb.GroupMessageSave) codec.TypeID {
+	return codec.TypeID{
+		Authority: m.GetAuthorityId(),
+		Type:      m.GetContentType(),
+		Major:     uint32(m.GetVersionMajor()),
+		Minor:     uint32(m.GetVersionMinor()),
+	}
+}
+
+// Deletion refusals, told apart with errors.Is.
+var (
+	// ErrNotDeletable: CTYPE-018 forbids deleting the target, whoever asks.
+	ErrNotDeletable = errors.New("not deletable")
+	// ErrNotAuthorized: PROC-037: the actor is neither the target's sender
+	// nor a current super admin of its group.
+	ErrNotAuthorized = errors.New("not authorized to delete")
+)
+
+// CheckDeletion decides whether actor may delete target in group.
+//
+// CTYPE-018: the target must be an application message whose identifier is
+// a catalogue type marked Deletable; transcripts, unknown, custom and
+// reserved types, and types marked no, are refused regardless of who asks.
+// The identifier is the target's content type, derived from its envelope
+// when it has one (ARCH-008).
+//
+// PROC-037: the actor must be the target's sender or a current super admin
+// of the group. A Restored group's admin lists are history from an
+// archive, not current authority (section 4 of the archive spec), so there
+// only the sender may delete.
+func CheckDeletion(target *mb.GroupMessageSave, group *gb.GroupSave, actor string) error {
+	if target.GetKind() != mb.GroupMessageKindSave_GROUP_MESSAGE_KIND_SAVE_APPLICATION {
+		return fmt.Errorf("message %x is a %s message, not an application message (CTYPE-018): %w", target.GetId(), target.GetKind(), ErrNotDeletable)
+	}
+	t := TypeOf(target)
+	if !codec.Deletable(t) {
+		return fmt.Errorf("message %x has content type %s, which CTYPE-018 does not allow deleting: %w", target.GetId(), describe(t), ErrNotDeletable)
+	}
+	if actor == target.GetSenderInboxId() && actor != "" {
+		return nil
+	}
+	if group.GetMembershipState() != gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED {
+		for _, s := range group.GetMutableMetadata().GetSuperAdminList() {
+			if s == actor {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("inbox %q is neither the sender of message %x nor a current super admin of its group (PROC-037): %w", actor, target.GetId(), ErrNotAuthorized)
+}
+
+// describe names a type for an error message, saying why it is refused.
+func describe(t codec.TypeID) string {
+	if t.Authority == "" && t.Type == "" {
+		return "unknown (the content is not a typed envelope)"
+	}
+	e, ok := codec.Catalogue(t)
+	switch {
+	case !ok:
+		return t.String() + " (not in the catalogue)"
+	case e.Transcript:
+		return t.String() + " (a commit transcript)"
+	case e.Reserved:
+		return t.String() + " (reserved)"
+	default:
+		return t.String() + " (marked Deletable: no)"
+	}
+}
