@@ -16,7 +16,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build tools generate lint test fuzz check-generated interop-deps bench load
+.PHONY: run build tools generate lint test fuzz check-generated interop-deps bench load postgres
 
 run:
 	go run ./cmd/server
@@ -46,10 +46,19 @@ lint:
 interop-deps:
 	cd interop && npm ci --no-audit --no-fund
 
-# test is the README's test command: everything CI runs.
+# test is the README's test command: everything CI runs. The store tests
+# need PostgreSQL: TEST_DATABASE_URL when set, else the server on
+# 127.0.0.1:5432, started by scripts/ensure-postgres.sh when none answers.
 test: tools interop-deps lint check-generated
-	go test -race -count=1 ./...
+	@url="$${TEST_DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+	echo "go test -race -count=1 ./... (TEST_DATABASE_URL=$$url)"; \
+	TEST_DATABASE_URL="$$url" go test -race -count=1 ./...
 	$(MAKE) fuzz
+
+# postgres starts PostgreSQL for the tests when none answers on 5432.
+postgres:
+	@bash scripts/ensure-postgres.sh
 
 # Each fuzz target runs for FUZZTIME (go test takes one -fuzz target per run);
 # FUZZTIME=2m make fuzz for a longer, duration-bounded search.

@@ -16,7 +16,7 @@ GHZ=${GHZ:-$(go env GOPATH)/bin/ghz}
 
 go build -o bin/server ./cmd/server
 go run ./tools/benchdata -o bin/benchdata
-bin/server --listen "$ADDR" --log-level warn &
+bin/server --listen "$ADDR" --log-level warn --data-dir "$(mktemp -d)" &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 for _ in $(seq 50); do

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -21,35 +22,79 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/contentbackup/contentbackup/internal/server"
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/postgres"
+	"github.com/contentbackup/contentbackup/internal/store/sqlite"
 )
 
 type cli struct {
-	Listen           string           `default:"127.0.0.1:50051" env:"LISTEN_ADDR" help:"Address to serve gRPC on."`
-	LogLevel         string           `default:"info" env:"LOG_LEVEL" enum:"debug,info,warn,error" help:"Lowest level logged: debug, info, warn or error."`
-	LogFormat        string           `default:"json" env:"LOG_FORMAT" enum:"json,console" help:"Log encoding: json or console."`
-	MaxRecvBytes     int              `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
-	MaxDecodeBatch   int              `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
-	MaxNestingDepth  int              `default:"16" env:"MAX_NESTING_DEPTH" help:"Deepest nesting of content in content (replies) that is decoded."`
-	MaxBatchExpanded int64            `default:"67108864" env:"MAX_BATCH_EXPANDED" help:"Most decompressed content one DecodeBatch call may hold, in bytes."`
-	ShutdownGrace    time.Duration    `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
-	MetricsListen    string           `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
-	Version          kong.VersionFlag `help:"Print the version and exit."`
+	Serve   serveCmd         `cmd:"" default:"withargs" help:"Serve gRPC (the default command)."`
+	Migrate migrateCmd       `cmd:"" help:"Apply pending schema migrations to the store and exit."`
+	Version kong.VersionFlag `help:"Print the version and exit."`
+}
+
+// storeFlags choose the store: Postgres when a database URL is set, the
+// embedded SQLite file under the data directory otherwise.
+type storeFlags struct {
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"Postgres URL (postgres://user:pass@host:5432/db); empty uses the embedded store in --data-dir."`
+	DataDir     string `default:"./data" env:"DATA_DIR" help:"Directory of the embedded SQLite store, used when no database URL is set."`
+}
+
+type logFlags struct {
+	LogLevel  string `default:"info" env:"LOG_LEVEL" enum:"debug,info,warn,error" help:"Lowest level logged: debug, info, warn or error."`
+	LogFormat string `default:"json" env:"LOG_FORMAT" enum:"json,console" help:"Log encoding: json or console."`
+}
+
+type serveCmd struct {
+	storeFlags
+	logFlags
+	Listen           string        `default:"127.0.0.1:50051" env:"LISTEN_ADDR" help:"Address to serve gRPC on."`
+	Migrate          bool          `default:"true" negatable:"" env:"MIGRATE" help:"Apply pending schema migrations at start (--no-migrate to require an up-to-date schema)."`
+	MaxRecvBytes     int           `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
+	MaxDecodeBatch   int           `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
+	MaxNestingDepth  int           `default:"16" env:"MAX_NESTING_DEPTH" help:"Deepest nesting of content in content (replies) that is decoded."`
+	MaxBatchExpanded int64         `default:"67108864" env:"MAX_BATCH_EXPANDED" help:"Most decompressed content one DecodeBatch call may hold, in bytes."`
+	MaxAppendBatch   int           `default:"10000" env:"MAX_APPEND_BATCH" help:"Most messages one AppendMessages call takes."`
+	ShutdownGrace    time.Duration `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
+	MetricsListen    string        `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
+}
+
+type migrateCmd struct {
+	storeFlags
+	logFlags
 }
 
 func main() {
 	var c cli
-	kong.Parse(&c,
+	kctx := kong.Parse(&c,
 		kong.Name("server"),
 		kong.Description("The contentbackup gRPC service: XMTP content encode/decode and conversation backups."),
 		kong.Vars{"version": version()},
 	)
-	if err := run(c); err != nil {
+	if err := kctx.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "server:", err)
 		os.Exit(1)
 	}
 }
 
-func run(c cli) error {
+// Run applies the migrations and exits.
+func (m *migrateCmd) Run() error {
+	log, err := newLogger(m.LogLevel, m.LogFormat)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	s, err := openStore(ctx, m.storeFlags, true, log)
+	if err != nil {
+		return err
+	}
+	return s.Close()
+}
+
+// Run serves until SIGINT or SIGTERM.
+func (c *serveCmd) Run() error {
 	log, err := newLogger(c.LogLevel, c.LogFormat)
 	if err != nil {
 		return err
@@ -58,6 +103,12 @@ func run(c cli) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+
+	st, err := openStore(ctx, c.storeFlags, c.Migrate, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
 
 	lis, err := net.Listen("tcp", c.Listen)
 	if err != nil {
@@ -68,6 +119,8 @@ func run(c cli) error {
 		MaxDecodeBatch:   c.MaxDecodeBatch,
 		MaxNestingDepth:  c.MaxNestingDepth,
 		MaxBatchExpanded: c.MaxBatchExpanded,
+		MaxAppendBatch:   c.MaxAppendBatch,
+		Store:            st,
 	}
 	if c.MetricsListen != "" {
 		reg := prometheus.NewRegistry()
@@ -82,6 +135,27 @@ func run(c cli) error {
 	srv := server.New(cfg, log)
 	log.Info("serving", zap.String("addr", lis.Addr().String()), zap.String("version", version()))
 	return srv.Serve(ctx, lis, c.ShutdownGrace)
+}
+
+// openStore opens Postgres when a database URL is set, the embedded store
+// otherwise, applying pending migrations when migrate is set.
+func openStore(ctx context.Context, f storeFlags, migrate bool, log *zap.Logger) (store.Store, error) {
+	if f.DatabaseURL != "" {
+		s, err := postgres.Open(ctx, f.DatabaseURL, postgres.Options{Migrate: migrate})
+		if err != nil {
+			return nil, err
+		}
+		// The URL may hold a password: log only where it points.
+		cfg := s.Pool().Config().ConnConfig
+		log.Info("store", zap.String("engine", "postgres"), zap.String("host", cfg.Host), zap.String("database", cfg.Database), zap.Bool("migrated", migrate))
+		return s, nil
+	}
+	s, err := sqlite.Open(ctx, f.DataDir, sqlite.Options{Migrate: migrate})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("store", zap.String("engine", "sqlite"), zap.String("path", filepath.Join(f.DataDir, sqlite.FileName)), zap.Bool("migrated", migrate))
+	return s, nil
 }
 
 // serveMetrics serves /metrics on addr until the returned stop is called.

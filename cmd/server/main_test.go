@@ -17,8 +17,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
 
 // TestBinary builds the server, starts it the way the README does (with
@@ -31,7 +34,7 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=127.0.0.1:0", "LOG_FORMAT=json")
+	cmd.Env = append(os.Environ(), "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=127.0.0.1:0", "LOG_FORMAT=json", "DATA_DIR="+t.TempDir())
 	// An io.Pipe rather than StderrPipe: Wait then returns only after every
 	// line the server wrote has been handed to the reader.
 	pr, pw := io.Pipe()
@@ -87,6 +90,14 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("encode: %v %v", enc, err)
 	}
 
+	// The default store is the embedded one: ConversationService works
+	// with nothing configured.
+	conv := cb.NewConversationServiceClient(conn)
+	group := &gb.GroupSave{Id: []byte("g"), MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED, ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM}
+	if _, err := conv.PutGroup(ctx, &cb.PutGroupRequest{Owner: "o", Group: group}); err != nil {
+		t.Fatalf("PutGroup on the embedded store: %v", err)
+	}
+
 	metrics := scrape(t, "http://"+<-metricsAddr+"/metrics")
 	if !strings.Contains(metrics, `grpc_server_handled_total{grpc_code="OK",grpc_method="Encode",grpc_service="contentbackup.v1.ContentService",grpc_type="unary"} 1`) {
 		t.Errorf("metrics do not count the Encode call:\n%s", metrics)
@@ -128,5 +139,75 @@ func TestVersionFlag(t *testing.T) {
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil || strings.TrimSpace(string(out)) != "v9.9.9-test" {
 		t.Errorf("--version: %q %v", out, err)
+	}
+}
+
+// TestBinaryPostgres runs the migrate command against a new Postgres
+// database, then serves from it with --no-migrate; without the migration
+// the server refuses to start rather than serve a schema it does not know.
+func TestBinaryPostgres(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "server")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	dbURL := storetest.NewPostgresDatabase(t)
+	env := append(os.Environ(), "DATABASE_URL="+dbURL, "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json")
+
+	unmigrated := exec.Command(bin, "--no-migrate")
+	unmigrated.Env = env
+	out, err := unmigrated.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "run the migrate command") {
+		t.Fatalf("serve on an unmigrated database: %v\n%s", err, out)
+	}
+	migrate := exec.Command(bin, "migrate")
+	migrate.Env = env
+	if out, err := migrate.CombinedOutput(); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "postgres://") {
+		t.Errorf("the database URL (which may hold a password) was logged:\n%s", out)
+	}
+
+	cmd := exec.Command(bin, "--no-migrate")
+	cmd.Env = env
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var entry struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &entry) == nil && entry.Msg == "serving" {
+				addr <- entry.Addr
+			}
+		}
+	}()
+	var target string
+	select {
+	case target = <-addr:
+	case <-time.After(30 * time.Second):
+		t.Fatal("server did not log its address")
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conv := cb.NewConversationServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	group := storetest.FullGroup("g")
+	if _, err := conv.PutGroup(ctx, &cb.PutGroupRequest{Owner: "o", Group: group}); err != nil {
+		t.Fatalf("PutGroup on Postgres: %v", err)
+	}
+	got, err := conv.GetGroup(ctx, &cb.GetGroupRequest{Owner: "o", GroupId: group.Id})
+	if err != nil || !proto.Equal(got.GetGroup(), group) {
+		t.Fatalf("GetGroup on Postgres: %v, %v", got, err)
 	}
 }

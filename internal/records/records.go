@@ -136,10 +136,10 @@ func CheckArchivedGroup(g *gb.GroupSave) error {
 
 func checkGroupFields(g *gb.GroupSave) error {
 	texts := map[string]string{
-		"group.added_by_inbox_id":         g.GetAddedByInboxId(),
-		"group.dm_id":                     g.GetDmId(),
-		"group.paused_for_version":        g.GetPausedForVersion(),
-		"group.metadata.creator_inbox_id": g.GetMetadata().GetCreatorInboxId(),
+		"added_by_inbox_id":         g.GetAddedByInboxId(),
+		"dm_id":                     g.GetDmId(),
+		"paused_for_version":        g.GetPausedForVersion(),
+		"metadata.creator_inbox_id": g.GetMetadata().GetCreatorInboxId(),
 	}
 	for f, s := range texts {
 		if err := checkText(f, s); err != nil {

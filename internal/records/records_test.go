@@ -1,0 +1,160 @@
+package records
+
+//lint:file-ignore SA1019 ARCH-008 is tested against the retired content_type_save field too.
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	"github.com/contentbackup/contentbackup/internal/codec"
+)
+
+func envelope(t *testing.T, typ *mc.ContentTypeId) []byte {
+	t.Helper()
+	b, err := proto.Marshal(&mc.EncodedContent{Type: typ, Content: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestARCH008_DeriveIdentifiers(t *testing.T) {
+	typed := &mb.GroupMessageSave{
+		DecryptedMessageBytes: envelope(t, &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "reaction", VersionMajor: 2, VersionMinor: 3}),
+		AuthorityId:           "wrong", ContentType: "text", VersionMajor: 1, VersionMinor: 0,
+		ContentTypeSave: mb.ContentTypeSave_CONTENT_TYPE_SAVE_TEXT,
+	}
+	before := proto.Clone(typed).(*mb.GroupMessageSave)
+	DeriveIdentifiers(typed)
+	if typed.AuthorityId != "xmtp.org" || typed.ContentType != "reaction" || typed.VersionMajor != 2 || typed.VersionMinor != 3 {
+		t.Errorf("typed envelope: fields %q %q %d.%d; want the envelope's", typed.AuthorityId, typed.ContentType, typed.VersionMajor, typed.VersionMinor)
+	}
+	if string(typed.DecryptedMessageBytes) != string(before.DecryptedMessageBytes) || typed.ContentTypeSave != before.ContentTypeSave {
+		t.Error("derivation changed the content bytes or the retired enum")
+	}
+
+	for name, content := range map[string][]byte{
+		"not protobuf": []byte("\xff\xff\xff"),
+		"empty":        nil,
+		"untyped":      envelope(t, nil),
+		"no type id":   envelope(t, &mc.ContentTypeId{AuthorityId: "xmtp.org"}),
+		"no authority": envelope(t, &mc.ContentTypeId{TypeId: "text"}),
+	} {
+		m := &mb.GroupMessageSave{DecryptedMessageBytes: content, AuthorityId: "kept.org", ContentType: "kept", VersionMajor: 4, VersionMinor: 5}
+		want := proto.Clone(m)
+		DeriveIdentifiers(m)
+		if !proto.Equal(m, want) {
+			t.Errorf("%s: fields changed to %v; the separate fields must stay and no type be invented", name, m)
+		}
+	}
+}
+
+func TestCTYPE018_CheckDeletionEveryCatalogueRow(t *testing.T) {
+	group := &gb.GroupSave{MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED}
+	for _, e := range codec.Entries() {
+		for _, minor := range []uint32{0, 9} {
+			typ := e.Type
+			typ.Minor = minor
+			m := &mb.GroupMessageSave{Kind: mb.GroupMessageKindSave_GROUP_MESSAGE_KIND_SAVE_APPLICATION, SenderInboxId: "alice",
+				DecryptedMessageBytes: envelope(t, typ.Proto())}
+			DeriveIdentifiers(m)
+			err := CheckDeletion(m, group, "alice")
+			if e.Deletable && err != nil {
+				t.Errorf("%s: %v; want deletable", typ, err)
+			}
+			if !e.Deletable && !errors.Is(err, ErrNotDeletable) {
+				t.Errorf("%s: %v; want ErrNotDeletable", typ, err)
+			}
+		}
+	}
+	// Deletable types outside the application kind, and types outside the
+	// catalogue, are refused to every sender, super admins included.
+	admin := &gb.GroupSave{MutableMetadata: &gb.MutableMetadataSave{SuperAdminList: []string{"root"}}}
+	for name, m := range map[string]*mb.GroupMessageSave{
+		"membership change kind": {Kind: mb.GroupMessageKindSave_GROUP_MESSAGE_KIND_SAVE_MEMBERSHIP_CHANGE, AuthorityId: "xmtp.org", ContentType: "text", VersionMajor: 1},
+		"unspecified kind":       {AuthorityId: "xmtp.org", ContentType: "text", VersionMajor: 1},
+		"custom":                 {Kind: 1, AuthorityId: "example.com", ContentType: "text", VersionMajor: 1},
+		"unknown":                {Kind: 1},
+		"other major":            {Kind: 1, AuthorityId: "xmtp.org", ContentType: "text", VersionMajor: 2},
+		"legacy reaction":        {Kind: 1, AuthorityId: "xmtp.org", ContentType: "reaction", VersionMajor: 1},
+	} {
+		if err := CheckDeletion(m, admin, "root"); !errors.Is(err, ErrNotDeletable) || !strings.Contains(err.Error(), "CTYPE-018") {
+			t.Errorf("%s: %v; want ErrNotDeletable citing CTYPE-018", name, err)
+		}
+	}
+}
+
+func TestPROC037_CheckDeletionAuthority(t *testing.T) {
+	msg := &mb.GroupMessageSave{Kind: 1, AuthorityId: "xmtp.org", ContentType: "text", VersionMajor: 1, SenderInboxId: "alice"}
+	live := &gb.GroupSave{
+		MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED,
+		MutableMetadata: &gb.MutableMetadataSave{AdminList: []string{"admin"}, SuperAdminList: []string{"super"}},
+	}
+	restored := proto.Clone(live).(*gb.GroupSave)
+	restored.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED
+	anonymous := &mb.GroupMessageSave{Kind: 1, AuthorityId: "xmtp.org", ContentType: "text", VersionMajor: 1}
+	tests := []struct {
+		name  string
+		msg   *mb.GroupMessageSave
+		group *gb.GroupSave
+		actor string
+		ok    bool
+	}{
+		{"sender", msg, live, "alice", true},
+		{"super admin", msg, live, "super", true},
+		{"admin", msg, live, "admin", false},
+		{"stranger", msg, live, "mallory", false},
+		{"sender of a restored group", msg, restored, "alice", true},
+		{"archived super admin of a restored group", msg, restored, "super", false},
+		{"empty actor matches an unknown sender", anonymous, live, "", false},
+	}
+	for _, tc := range tests {
+		err := CheckDeletion(tc.msg, tc.group, tc.actor)
+		if tc.ok != (err == nil) || (!tc.ok && !errors.Is(err, ErrNotAuthorized)) {
+			t.Errorf("%s: %v; want allowed %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+func TestCheckRecordsNameTheField(t *testing.T) {
+	g := &gb.GroupSave{Id: []byte("g"), MembershipState: 1, ConversationType: 1}
+	if err := CheckGroup(g); err != nil {
+		t.Fatalf("valid group: %v", err)
+	}
+	for want, mutate := range map[string]func(*gb.GroupSave){
+		"group.id: required":                              func(g *gb.GroupSave) { g.Id = nil },
+		"group.membership_state: 7 is not":                func(g *gb.GroupSave) { g.MembershipState = 7 },
+		"group.conversation_type: required":               func(g *gb.GroupSave) { g.ConversationType = 0 },
+		"group.dm_id: contains a NUL":                     func(g *gb.GroupSave) { g.DmId = proto.String("a\x00") },
+		"group.metadata.creator_inbox_id: contains a NUL": func(g *gb.GroupSave) { g.Metadata = &gb.ImmutableMetadataSave{CreatorInboxId: "\x00"} },
+		"group.mutable_metadata.super_admin_list[1]": func(g *gb.GroupSave) {
+			g.MutableMetadata = &gb.MutableMetadataSave{SuperAdminList: []string{"ok", "\x00"}}
+		},
+	} {
+		bad := proto.Clone(g).(*gb.GroupSave)
+		mutate(bad)
+		var fe *FieldError
+		if err := CheckGroup(bad); !errors.As(err, &fe) || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("got %v; want a FieldError starting %q", err, want)
+		}
+	}
+	// An archived group keeps unspecified and Restored values as they are.
+	archived := &gb.GroupSave{Id: []byte("g"), MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED}
+	if err := CheckArchivedGroup(archived); err != nil {
+		t.Errorf("archived group: %v", err)
+	}
+	for _, owner := range []string{"", " a", "a\tb", strings.Repeat("x", MaxOwnerBytes+1), "\xff"} {
+		if CheckOwner(owner) == nil {
+			t.Errorf("owner %q accepted", owner)
+		}
+	}
+	if err := CheckOwner("0123abcd-inbox"); err != nil {
+		t.Errorf("valid owner: %v", err)
+	}
+}

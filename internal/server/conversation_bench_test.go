@@ -1,0 +1,170 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/postgres"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+)
+
+// Benchmarks of ConversationService over loopback TCP on each engine, and
+// beside them Postgres's own COPY FROM and COPY TO of the same rows in the
+// same run: the ceilings the store figures are read against. Each op moves
+// benchBatch messages of a 200-byte text envelope; msgs/s is the figure.
+
+const benchBatch = 10_000
+
+func benchMessages(b *testing.B, prefix string, group []byte, content []byte) []*mb.GroupMessageSave {
+	msgs := storetest.Messages(prefix, group, benchBatch, 0)
+	for i, m := range msgs {
+		m.DecryptedMessageBytes = content
+		m.SentAtNs = int64(i)
+		m.SenderInstallationId = []byte("installation-0123456789abcdef012")
+		m.SequenceId, m.OriginatorId = &m.SentAtNs, &m.SentAtNs
+	}
+	return msgs
+}
+
+func benchEngines(b *testing.B, fn func(b *testing.B, c cb.ConversationServiceClient, s store.Store)) {
+	for _, e := range storetest.Engines() {
+		b.Run(e.Name, func(b *testing.B) {
+			s := e.Open(b)
+			conn := startTCP(b, Config{Store: s})
+			fn(b, cb.NewConversationServiceClient(conn), s)
+		})
+	}
+}
+
+func reportRate(b *testing.B, perOp int) {
+	b.ReportMetric(float64(perOp)*float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkAppendMessages appends a batch of new messages per op.
+func BenchmarkAppendMessages(b *testing.B) {
+	content := text200Envelope(b)
+	benchEngines(b, func(b *testing.B, c cb.ConversationServiceClient, _ store.Store) {
+		owner := storetest.Owner("bench")
+		if _, err := c.PutGroup(context.Background(), &cb.PutGroupRequest{Owner: owner, Group: storetest.MinimalGroup("g")}); err != nil {
+			b.Fatal(err)
+		}
+		batches := make([][]*mb.GroupMessageSave, b.N)
+		for i := range batches {
+			batches[i] = benchMessages(b, fmt.Sprintf("op%06d", i), []byte("g"), content)
+		}
+		b.ResetTimer()
+		for i := range b.N {
+			resp, err := c.AppendMessages(context.Background(), &cb.AppendMessagesRequest{Owner: owner, Messages: batches[i]})
+			if err != nil || resp.GetInserted() != benchBatch {
+				b.Fatalf("append: %v, %v", resp.GetInserted(), err)
+			}
+		}
+		reportRate(b, benchBatch)
+	})
+}
+
+// BenchmarkListMessages lists a group of benchBatch messages, decoded, in
+// pages of 1,000, per op.
+func BenchmarkListMessages(b *testing.B) {
+	content := text200Envelope(b)
+	benchEngines(b, func(b *testing.B, c cb.ConversationServiceClient, _ store.Store) {
+		owner := storetest.Owner("bench")
+		ctx := context.Background()
+		if _, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner, Group: storetest.MinimalGroup("g")}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.AppendMessages(ctx, &cb.AppendMessagesRequest{Owner: owner, Messages: benchMessages(b, "m", []byte("g"), content)}); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for range b.N {
+			n := 0
+			req := &cb.ListMessagesRequest{Owner: owner, GroupId: []byte("g"), PageSize: 1000}
+			for {
+				resp, err := c.ListMessages(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, m := range resp.GetMessages() {
+					if m.GetDecoded().GetContent() == nil {
+						b.Fatal("not decoded")
+					}
+				}
+				n += len(resp.GetMessages())
+				if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+					break
+				}
+			}
+			if n != benchBatch {
+				b.Fatalf("listed %d", n)
+			}
+		}
+		reportRate(b, benchBatch)
+	})
+}
+
+// copyColumns are the messages table's columns in CopyFrom order.
+var copyColumns = []string{"owner", "id", "group_id", "decrypted_message_bytes", "sent_at_ns", "kind",
+	"sender_installation_id", "sender_inbox_id", "delivery_status", "content_type_save", "version_major",
+	"version_minor", "authority_id", "reference_id", "sequence_id", "originator_id", "content_type",
+	"expires_at_ns", "expiry_known"}
+
+func postgresForBench(b *testing.B) (*postgres.Store, string) {
+	s := storetest.Postgres(b).(*postgres.Store)
+	owner := storetest.Owner("bench")
+	if _, err := s.PutGroup(context.Background(), owner, storetest.MinimalGroup("g")); err != nil {
+		b.Fatal(err)
+	}
+	return s, owner
+}
+
+// BenchmarkPostgresCopyFrom is the ceiling of append: the same rows into
+// the same table (same indexes, same foreign key) by COPY FROM STDIN.
+func BenchmarkPostgresCopyFrom(b *testing.B) {
+	s, owner := postgresForBench(b)
+	content := text200Envelope(b)
+	rows := make([][][]any, b.N)
+	for i := range rows {
+		for _, m := range benchMessages(b, fmt.Sprintf("op%06d", i), []byte("g"), content) {
+			rows[i] = append(rows[i], append([]any{owner}, store.MessageArgs(m)...))
+		}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		n, err := s.Pool().CopyFrom(context.Background(), pgx.Identifier{"messages"}, copyColumns, pgx.CopyFromRows(rows[i]))
+		if err != nil || n != benchBatch {
+			b.Fatalf("copy from: %d, %v", n, err)
+		}
+	}
+	reportRate(b, benchBatch)
+}
+
+// BenchmarkPostgresCopyTo is the ceiling of listing: the same rows, in the
+// same order, out by COPY TO STDOUT (binary), read and discarded.
+func BenchmarkPostgresCopyTo(b *testing.B) {
+	s, owner := postgresForBench(b)
+	if _, err := s.AppendMessages(context.Background(), owner, benchMessages(b, "m", []byte("g"), text200Envelope(b)), store.AppendOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	conn, err := s.Pool().Acquire(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	query := fmt.Sprintf(`COPY (SELECT %s FROM messages WHERE owner = '%s' AND group_id = '\x67' ORDER BY sent_at_ns, id) TO STDOUT (FORMAT binary)`,
+		store.MessageColumns, owner)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := conn.Conn().PgConn().CopyTo(context.Background(), io.Discard, query); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportRate(b, benchBatch)
+}
