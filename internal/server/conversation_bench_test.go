@@ -7,9 +7,11 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
@@ -22,25 +24,64 @@ import (
 
 const benchBatch = 10_000
 
-func benchMessages(b *testing.B, prefix string, group []byte, content []byte) []*mb.GroupMessageSave {
-	msgs := storetest.Messages(prefix, group, benchBatch, 0)
-	for i, m := range msgs {
+// benchMessages is batch op of a conversation: later batches are sent
+// later, as in a live group.
+func benchMessages(op int, group []byte, content []byte) []*mb.GroupMessageSave {
+	msgs := storetest.Messages(fmt.Sprintf("op%06d", op), group, benchBatch, int64(op*benchBatch))
+	for _, m := range msgs {
 		m.DecryptedMessageBytes = content
-		m.SentAtNs = int64(i)
 		m.SenderInstallationId = []byte("installation-0123456789abcdef012")
 		m.SequenceId, m.OriginatorId = &m.SentAtNs, &m.SentAtNs
 	}
 	return msgs
 }
 
+// benchEngines runs fn on each engine twice: over gRPC on loopback TCP
+// ("grpc"), and calling the service in process ("direct": validation,
+// store and decode without the transport and the client's decoding).
 func benchEngines(b *testing.B, fn func(b *testing.B, c cb.ConversationServiceClient, s store.Store)) {
 	for _, e := range storetest.Engines() {
-		b.Run(e.Name, func(b *testing.B) {
+		b.Run(e.Name+"/grpc", func(b *testing.B) {
 			s := e.Open(b)
 			conn := startTCP(b, Config{Store: s})
 			fn(b, cb.NewConversationServiceClient(conn), s)
 		})
+		b.Run(e.Name+"/direct", func(b *testing.B) {
+			s := e.Open(b)
+			fn(b, directClient{NewConversationService(s, codec.NewRegistry(), 0)}, s)
+		})
 	}
+}
+
+// directClient calls the service in process, through the client interface.
+type directClient struct{ s *ConversationService }
+
+func (d directClient) PutGroup(ctx context.Context, in *cb.PutGroupRequest, _ ...grpc.CallOption) (*cb.PutGroupResponse, error) {
+	return d.s.PutGroup(ctx, in)
+}
+func (d directClient) GetGroup(ctx context.Context, in *cb.GetGroupRequest, _ ...grpc.CallOption) (*cb.GetGroupResponse, error) {
+	return d.s.GetGroup(ctx, in)
+}
+func (d directClient) ListGroups(ctx context.Context, in *cb.ListGroupsRequest, _ ...grpc.CallOption) (*cb.ListGroupsResponse, error) {
+	return d.s.ListGroups(ctx, in)
+}
+func (d directClient) AppendMessages(ctx context.Context, in *cb.AppendMessagesRequest, _ ...grpc.CallOption) (*cb.AppendMessagesResponse, error) {
+	return d.s.AppendMessages(ctx, in)
+}
+func (d directClient) ListMessages(ctx context.Context, in *cb.ListMessagesRequest, _ ...grpc.CallOption) (*cb.ListMessagesResponse, error) {
+	return d.s.ListMessages(ctx, in)
+}
+func (d directClient) DeleteMessage(ctx context.Context, in *cb.DeleteMessageRequest, _ ...grpc.CallOption) (*cb.DeleteMessageResponse, error) {
+	return d.s.DeleteMessage(ctx, in)
+}
+func (d directClient) SetConsent(ctx context.Context, in *cb.SetConsentRequest, _ ...grpc.CallOption) (*cb.SetConsentResponse, error) {
+	return d.s.SetConsent(ctx, in)
+}
+func (d directClient) ListConsent(ctx context.Context, in *cb.ListConsentRequest, _ ...grpc.CallOption) (*cb.ListConsentResponse, error) {
+	return d.s.ListConsent(ctx, in)
+}
+func (d directClient) ActivateGroup(ctx context.Context, in *cb.ActivateGroupRequest, _ ...grpc.CallOption) (*cb.ActivateGroupResponse, error) {
+	return d.s.ActivateGroup(ctx, in)
 }
 
 func reportRate(b *testing.B, perOp int) {
@@ -57,7 +98,7 @@ func BenchmarkAppendMessages(b *testing.B) {
 		}
 		batches := make([][]*mb.GroupMessageSave, b.N)
 		for i := range batches {
-			batches[i] = benchMessages(b, fmt.Sprintf("op%06d", i), []byte("g"), content)
+			batches[i] = benchMessages(i, []byte("g"), content)
 		}
 		b.ResetTimer()
 		for i := range b.N {
@@ -80,7 +121,7 @@ func BenchmarkListMessages(b *testing.B) {
 		if _, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner, Group: storetest.MinimalGroup("g")}); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := c.AppendMessages(ctx, &cb.AppendMessagesRequest{Owner: owner, Messages: benchMessages(b, "m", []byte("g"), content)}); err != nil {
+		if _, err := c.AppendMessages(ctx, &cb.AppendMessagesRequest{Owner: owner, Messages: benchMessages(0, []byte("g"), content)}); err != nil {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
@@ -132,7 +173,7 @@ func BenchmarkPostgresCopyFrom(b *testing.B) {
 	content := text200Envelope(b)
 	rows := make([][][]any, b.N)
 	for i := range rows {
-		for _, m := range benchMessages(b, fmt.Sprintf("op%06d", i), []byte("g"), content) {
+		for _, m := range benchMessages(i, []byte("g"), content) {
 			rows[i] = append(rows[i], append([]any{owner}, store.MessageArgs(m)...))
 		}
 	}
@@ -150,7 +191,7 @@ func BenchmarkPostgresCopyFrom(b *testing.B) {
 // same order, out by COPY TO STDOUT (binary), read and discarded.
 func BenchmarkPostgresCopyTo(b *testing.B) {
 	s, owner := postgresForBench(b)
-	if _, err := s.AppendMessages(context.Background(), owner, benchMessages(b, "m", []byte("g"), text200Envelope(b)), store.AppendOptions{}); err != nil {
+	if _, err := s.AppendMessages(context.Background(), owner, benchMessages(0, []byte("g"), text200Envelope(b)), store.AppendOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	conn, err := s.Pool().Acquire(context.Background())
