@@ -160,7 +160,9 @@ func notNil(b []byte) []byte {
 	return b
 }
 
-// MessageRow receives one scanned messages row.
+// MessageRow receives one scanned messages row. Use a new row for each
+// scan: both drivers copy bytes into the destinations they are given, so
+// the record takes the row's slices without another copy.
 type MessageRow struct {
 	m                             mb.GroupMessageSave
 	kind, status, contentTypeSave int32
@@ -180,28 +182,17 @@ func (r *MessageRow) Dest() []any {
 	}
 }
 
-// Message builds the record from the scanned row. The row is reused by the
-// next scan, so the record gets fresh slices.
+// Message returns the record of the scanned row; the row is spent.
 func (r *MessageRow) Message() *mb.GroupMessageSave {
-	m := &mb.GroupMessageSave{
-		Id: clone(r.m.Id), GroupId: clone(r.m.GroupId), DecryptedMessageBytes: clone(r.m.DecryptedMessageBytes),
-		SentAtNs: r.m.SentAtNs, Kind: mb.GroupMessageKindSave(r.kind),
-		SenderInstallationId: clone(r.m.SenderInstallationId), SenderInboxId: r.m.SenderInboxId,
-		DeliveryStatus: mb.DeliveryStatusSave(r.status), ContentTypeSave: mb.ContentTypeSave(r.contentTypeSave),
-		VersionMajor: r.m.VersionMajor, VersionMinor: r.m.VersionMinor, AuthorityId: r.m.AuthorityId,
-		SequenceId: r.m.SequenceId, OriginatorId: r.m.OriginatorId, ContentType: r.m.ContentType,
-		ExpiresAtNs: r.m.ExpiresAtNs, ExpiryKnown: r.m.ExpiryKnown,
-	}
+	m := &r.m
+	m.Kind = mb.GroupMessageKindSave(r.kind)
+	m.DeliveryStatus = mb.DeliveryStatusSave(r.status)
+	m.ContentTypeSave = mb.ContentTypeSave(r.contentTypeSave)
 	if r.referenceID != nil {
-		m.ReferenceId = append([]byte{}, *r.referenceID...)
+		m.ReferenceId = *r.referenceID
+		if m.ReferenceId == nil {
+			m.ReferenceId = []byte{} // present, and empty
+		}
 	}
-	r.referenceID = nil
 	return m
-}
-
-func clone(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return append([]byte(nil), b...)
 }

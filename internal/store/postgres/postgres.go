@@ -415,13 +415,16 @@ func listMessages(ctx context.Context, q querier, owner string, mq store.Message
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list messages: %w", err)
 	}
-	var page []*mb.GroupMessageSave
-	var row store.MessageRow
-	_, err = pgx.ForEachRow(rows, row.Dest(), func() error {
+	defer rows.Close()
+	page := make([]*mb.GroupMessageSave, 0, min(mq.Limit, store.SnapshotPageSize))
+	for rows.Next() {
+		row := new(store.MessageRow)
+		if err := rows.Scan(row.Dest()...); err != nil {
+			return nil, fmt.Errorf("postgres: list messages: %w", err)
+		}
 		page = append(page, row.Message())
-		return nil
-	})
-	if err != nil {
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: list messages: %w", err)
 	}
 	return page, nil

@@ -407,8 +407,8 @@ func listMessages(ctx context.Context, q querier, owner string, mq store.Message
 		return nil, fmt.Errorf("sqlite: list messages: %w", err)
 	}
 	var page []*mb.GroupMessageSave
-	var row store.MessageRow
 	for rows.Next() {
+		row := new(store.MessageRow)
 		if err := rows.Scan(row.Dest()...); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("sqlite: list messages: %w", err)
