@@ -6,15 +6,21 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-X main.buildVersion=${VERSION}" -o /out/server ./cmd/server
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-X main.buildVersion=${VERSION}" -o /out/server ./cmd/server \
+ && mkdir -p /out/data
 
 # distroless: no shell, no package manager, runs as an unprivileged user.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/server /usr/local/bin/server
+# The embedded store's directory, owned by the unprivileged user; mount a
+# volume here, or set DATABASE_URL to use Postgres instead.
+COPY --from=build --chown=nonroot:nonroot /out/data /var/lib/contentbackup
+VOLUME /var/lib/contentbackup
 # Listen on every interface inside the container; the default is loopback.
 ENV LISTEN_ADDR=0.0.0.0:50051 \
     METRICS_ADDR=0.0.0.0:9464 \
-    LOG_FORMAT=json
+    LOG_FORMAT=json \
+    DATA_DIR=/var/lib/contentbackup
 EXPOSE 50051 9464
 USER nonroot:nonroot
 ENTRYPOINT ["/usr/local/bin/server"]

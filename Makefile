@@ -16,7 +16,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build tools generate lint test fuzz check-generated interop-deps bench load postgres
+.PHONY: run build tools generate lint test fuzz check-generated interop-deps bench bench-store load postgres
 
 run:
 	go run ./cmd/server
@@ -70,6 +70,13 @@ fuzz:
 
 bench:
 	go test ./internal/codec -run '^$$' -bench . -benchmem -count 1
+
+# bench-store: ConversationService on both engines, over gRPC and in process,
+# beside Postgres's own COPY FROM / COPY TO of the same rows (BENCHMARKS.md).
+bench-store:
+	@url="$${TEST_DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+	TEST_DATABASE_URL="$$url" go test ./internal/server -run '^$$' -bench 'AppendMessages|ListMessages|PostgresCopy' -benchtime 20x -count 3
 
 # load runs the live server under ghz; by hand, not in CI (figures in BENCHMARKS.md).
 load:
