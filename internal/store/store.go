@@ -21,6 +21,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"google.golang.org/protobuf/proto"
 
@@ -184,4 +185,28 @@ func Restored(g *gb.GroupSave) *gb.GroupSave {
 // stored one, treating absent as earliest (ARCH-014's greater of the two).
 func Later(imported, stored *int64) bool {
 	return imported != nil && (stored == nil || *imported > *stored)
+}
+
+// CheckPut decides a PutGroup over the stored group (nil when there is
+// none): a Restored group is not put over (ErrGroupInactive).
+func CheckPut(stored *gb.GroupSave) error {
+	if stored.GetMembershipState() == gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED {
+		return fmt.Errorf("group %x: %w", stored.GetId(), ErrGroupInactive)
+	}
+	return nil
+}
+
+// Activate decides an ActivateGroup of the stored group: it moves a
+// Restored group to Allowed and reports true, leaves an Allowed one and
+// reports false, and refuses every other state.
+func Activate(g *gb.GroupSave) (bool, error) {
+	switch g.GetMembershipState() {
+	case gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED:
+		return false, nil
+	case gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED:
+		g.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED
+		return true, nil
+	default:
+		return false, fmt.Errorf("group %x is %s, not restored: %w", g.GetId(), g.GetMembershipState(), ErrFailedPrecondition)
+	}
 }

@@ -170,14 +170,13 @@ func (s *Store) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (cr
 	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		old, err := getGroup(ctx, tx, owner, g.GetId(), " FOR UPDATE")
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			created = true
-		case err != nil:
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
-		case old.GetMembershipState() == gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED:
-			return fmt.Errorf("group %x: %w", g.GetId(), store.ErrGroupInactive)
 		}
+		if err := store.CheckPut(old); err != nil {
+			return err
+		}
+		created = old == nil
 		if _, err := tx.Exec(ctx, groupUpsert, append([]any{owner}, args...)...); err != nil {
 			return fmt.Errorf("postgres: write group %x: %w", g.GetId(), err)
 		}
@@ -223,19 +222,13 @@ func (s *Store) ActivateGroup(ctx context.Context, owner string, id []byte) (g *
 		if g, err = getGroup(ctx, tx, owner, id, " FOR UPDATE"); err != nil {
 			return err
 		}
-		switch g.GetMembershipState() {
-		case gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED:
-			return nil
-		case gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED:
-		default:
-			return fmt.Errorf("group %x is %s, not restored: %w", id, g.GetMembershipState(), store.ErrFailedPrecondition)
+		if activated, err = store.Activate(g); err != nil || !activated {
+			return err
 		}
-		g.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED
 		if _, err := tx.Exec(ctx, `UPDATE groups SET membership_state = $1 WHERE owner = $2 AND id = $3`,
 			int32(g.MembershipState), owner, id); err != nil {
 			return fmt.Errorf("postgres: activate group %x: %w", id, err)
 		}
-		activated = true
 		return nil
 	})
 	if err != nil {

@@ -168,14 +168,13 @@ func (s *Store) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (cr
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		old, err := getGroup(ctx, tx, owner, g.GetId())
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			created = true
-		case err != nil:
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
-		case old.GetMembershipState() == gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED:
-			return fmt.Errorf("group %x: %w", g.GetId(), store.ErrGroupInactive)
 		}
+		if err := store.CheckPut(old); err != nil {
+			return err
+		}
+		created = old == nil
 		if _, err := tx.ExecContext(ctx, groupUpsert, append([]any{owner}, args...)...); err != nil {
 			return fmt.Errorf("sqlite: write group %x: %w", g.GetId(), err)
 		}
@@ -222,19 +221,13 @@ func (s *Store) ActivateGroup(ctx context.Context, owner string, id []byte) (g *
 		if g, err = getGroup(ctx, tx, owner, id); err != nil {
 			return err
 		}
-		switch g.GetMembershipState() {
-		case gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED:
-			return nil
-		case gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED:
-		default:
-			return fmt.Errorf("group %x is %s, not restored: %w", id, g.GetMembershipState(), store.ErrFailedPrecondition)
+		if activated, err = store.Activate(g); err != nil || !activated {
+			return err
 		}
-		g.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED
 		if _, err := tx.ExecContext(ctx, `UPDATE groups SET membership_state = ? WHERE owner = ? AND id = ?`,
 			int32(g.MembershipState), owner, id); err != nil {
 			return fmt.Errorf("sqlite: activate group %x: %w", id, err)
 		}
-		activated = true
 		return nil
 	})
 	if err != nil {
