@@ -62,10 +62,15 @@ postgres:
 
 # Each fuzz target runs for FUZZTIME (go test takes one -fuzz target per run);
 # FUZZTIME=2m make fuzz for a longer, duration-bounded search.
-FUZZ_TARGETS := FuzzDecode FuzzUnmarshalEnvelopeMatchesProto FuzzDecodeReply FuzzDecodeTransactionReference FuzzDecodeWalletSendCalls FuzzDecodeActions FuzzDecodeIntent FuzzDecodeLegacyReaction
+FUZZ_TARGETS := \
+	internal/codec:FuzzDecode internal/codec:FuzzUnmarshalEnvelopeMatchesProto internal/codec:FuzzDecodeReply \
+	internal/codec:FuzzDecodeTransactionReference internal/codec:FuzzDecodeWalletSendCalls internal/codec:FuzzDecodeActions \
+	internal/codec:FuzzDecodeIntent internal/codec:FuzzDecodeLegacyReaction \
+	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive
 fuzz:
-	for target in $(FUZZ_TARGETS); do \
-		go test ./internal/codec -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) || exit 1; \
+	for entry in $(FUZZ_TARGETS); do \
+		pkg=$${entry%%:*}; target=$${entry#*:}; \
+		go test ./$$pkg -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
 bench:

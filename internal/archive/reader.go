@@ -1,0 +1,277 @@
+package archive
+
+import (
+	"bufio"
+	"crypto/cipher"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/klauspost/compress/zstd"
+	"google.golang.org/protobuf/proto"
+
+	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+)
+
+// Default limits of a Reader. A record's length is read before its bytes,
+// and the zstd frame names its window before any block: both are checked
+// against a limit first, so a hostile archive cannot make the reader
+// allocate more than these.
+const (
+	// DefaultMaxRecordSize bounds one record's ciphertext. A message's
+	// content is capped well below it by every producer of real archives.
+	DefaultMaxRecordSize = 64 << 20
+	// DefaultMaxWindow bounds the zstd window; the reference writes 2 MiB.
+	DefaultMaxWindow = 32 << 20
+)
+
+// ReaderOptions sets a Reader's limits; zero values mean the defaults.
+type ReaderOptions struct {
+	MaxRecordSize int
+	MaxWindow     uint64
+}
+
+// Reader reads an archive. NewReader reads and checks the header; Metadata
+// reads record 0, which must be the metadata element; Next yields the
+// elements after it and io.EOF at a complete end.
+type Reader struct {
+	aead      cipher.AEAD
+	zr        *zstd.Decoder
+	br        *bufio.Reader // over zr, so length prefixes cost no call each
+	version   uint16
+	base      Nonce
+	next      Nonce // the counter: the nonce the next record is tried under
+	n         uint64
+	maxRecord int
+	buf       []byte // ciphertext, reused
+	plain     []byte // plaintext, reused
+	meta      *ds.BackupMetadataSave
+	stats     Stats
+	err       error // sticky
+}
+
+// Stats counts what a Reader has read.
+type Stats struct {
+	// Records read, the metadata record included.
+	Records uint64
+	// Skipped: records whose element is unset, unknown or an event
+	// (ARCH-005).
+	Skipped uint64
+	// Legacy: records that opened only under the legacy retry (ARCH-002).
+	Legacy uint64
+	// Record0Legacy: record 0 opened under the retry, which says the
+	// archive was written in the legacy repeated-nonce form.
+	Record0Legacy bool
+}
+
+// NewReader checks the key (ARCH-012: before reading any byte), reads the
+// header, and rejects a later container version before any record
+// (ARCH-003).
+func NewReader(r io.Reader, key []byte, opts ReaderOptions) (*Reader, error) {
+	aead, err := newAEAD(key)
+	if err != nil {
+		return nil, err
+	}
+	var header [HeaderSize]byte
+	if n, err := io.ReadFull(r, header[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%w: header is %d of %d bytes", ErrTruncated, n, HeaderSize)
+		}
+		return nil, fmt.Errorf("archive: read header: %w", err)
+	}
+	version := binary.LittleEndian.Uint16(header[:2])
+	if version > Version {
+		return nil, &VersionError{Version: version}
+	}
+	if opts.MaxRecordSize <= 0 {
+		opts.MaxRecordSize = DefaultMaxRecordSize
+	}
+	if opts.MaxWindow == 0 {
+		opts.MaxWindow = DefaultMaxWindow
+	}
+	zr, err := zstd.NewReader(r,
+		zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderMaxWindow(opts.MaxWindow),
+		zstd.WithDecoderMaxMemory(uint64(opts.MaxRecordSize)+opts.MaxWindow+(1<<20)),
+		zstd.WithDecoderLowmem(true),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("archive: zstd: %w", err)
+	}
+	rd := &Reader{aead: aead, zr: zr, br: bufio.NewReaderSize(zr, 64<<10), version: version, maxRecord: opts.MaxRecordSize}
+	copy(rd.base[:], header[2:])
+	rd.next = rd.base
+	return rd, nil
+}
+
+// Version is the header's container version.
+func (r *Reader) Version() uint16 { return r.version }
+
+// BaseNonce is the header's base nonce.
+func (r *Reader) BaseNonce() Nonce { return r.base }
+
+// Stats reports what has been read so far.
+func (r *Reader) Stats() Stats { return r.stats }
+
+// Close releases the zstd decoder. It does not close the underlying reader.
+func (r *Reader) Close() {
+	r.zr.Close()
+}
+
+// Metadata reads record 0 and returns its metadata element; a record 0
+// that is anything else fails (ARCH-006). Later calls return the same.
+func (r *Reader) Metadata() (*ds.BackupMetadataSave, error) {
+	if r.meta != nil || r.err != nil {
+		return r.meta, r.err
+	}
+	el, err := r.record()
+	if errors.Is(err, io.EOF) {
+		// An archive needs its metadata: a stream with no records is
+		// incomplete (ARCH-018).
+		err = &RecordError{Record: 0, Err: fmt.Errorf("%w: the stream holds no records", ErrTruncated)}
+	}
+	if err != nil {
+		return nil, r.fail(err)
+	}
+	meta := el.GetMetadata()
+	if meta == nil {
+		return nil, r.fail(&RecordError{Record: 0, Err: ErrNotMetadata})
+	}
+	r.meta = meta
+	return meta, nil
+}
+
+// Next returns the next element after the metadata, skipping unset,
+// unknown and event elements (ARCH-005). At the end of a complete zstd
+// stream with no pending bytes it returns io.EOF (ARCH-018); any other
+// failure is a *RecordError naming the record, and sticks.
+func (r *Reader) Next() (*ds.BackupElement, error) {
+	if _, err := r.Metadata(); err != nil {
+		return nil, err
+	}
+	for {
+		el, err := r.record()
+		if err != nil {
+			return nil, r.fail(err)
+		}
+		switch el.GetElement().(type) {
+		case *ds.BackupElement_Group, *ds.BackupElement_GroupMessage, *ds.BackupElement_Consent, *ds.BackupElement_Metadata:
+			return el, nil
+		default:
+			r.stats.Skipped++
+		}
+	}
+}
+
+// Record is the number of the record Next last returned (or failed at).
+func (r *Reader) Record() uint64 {
+	if r.n == 0 {
+		return 0
+	}
+	return r.n - 1
+}
+
+// record reads, opens and parses the next record.
+func (r *Reader) record() (*ds.BackupElement, error) {
+	num := r.n
+	fail := func(err error) error { return &RecordError{Record: num, Err: err} }
+	var prefix [lengthSize]byte
+	n, err := io.ReadFull(r.br, prefix[:])
+	switch {
+	case n == 0 && errors.Is(err, io.EOF):
+		// A clean end: the zstd decoder reports EOF only after a complete
+		// frame, so nothing is pending.
+		return nil, io.EOF
+	case err != nil:
+		return nil, fail(streamError(err, fmt.Sprintf("length prefix (%d of %d bytes)", n, lengthSize)))
+	}
+	size := binary.LittleEndian.Uint32(prefix[:])
+	if size < TagSize {
+		return nil, fail(fmt.Errorf("%w: %d bytes, less than the %d-byte tag", ErrRecordSize, size, TagSize))
+	}
+	if uint64(size) > uint64(r.maxRecord) {
+		return nil, fail(fmt.Errorf("%w: %d bytes, more than the limit of %d", ErrRecordSize, size, r.maxRecord))
+	}
+	r.n++
+	r.stats.Records++
+	ct, err := r.readCiphertext(int(size))
+	if err != nil {
+		return nil, fail(err)
+	}
+	plain, legacy, err := r.open(ct)
+	if err != nil {
+		return nil, fail(err)
+	}
+	if legacy {
+		r.stats.Legacy++
+		if num == 0 {
+			r.stats.Record0Legacy = true
+		}
+	}
+	el := &ds.BackupElement{}
+	if err := proto.Unmarshal(plain, el); err != nil {
+		return nil, fail(fmt.Errorf("%w: %v", ErrElement, err))
+	}
+	return el, nil
+}
+
+// readCiphertext reads size bytes into the reused buffer, growing it as
+// the bytes arrive rather than trusting the length up front: a hostile
+// length on a short stream costs what the stream holds.
+func (r *Reader) readCiphertext(size int) ([]byte, error) {
+	const step = 1 << 20
+	buf := r.buf[:0]
+	for len(buf) < size {
+		chunk := min(size-len(buf), step)
+		if cap(buf)-len(buf) < chunk {
+			grown := make([]byte, len(buf), len(buf)+max(chunk, min(size-len(buf), 2*len(buf))))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := io.ReadFull(r.br, buf[len(buf):len(buf)+chunk])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			r.buf = buf
+			return nil, streamError(err, fmt.Sprintf("ciphertext (%d of %d bytes)", len(buf), size))
+		}
+	}
+	r.buf = buf
+	return buf, nil
+}
+
+// open decrypts under the counter nonce, then under the legacy retry, the
+// nonce one less (ARCH-002); the counter continues from the nonce that
+// succeeded. Never in place: a failed Open may clear its output, and the
+// retry needs the ciphertext intact.
+func (r *Reader) open(ct []byte) (plain []byte, legacy bool, err error) {
+	nonce := r.next
+	if plain, err = r.aead.Open(r.plain[:0], nonce[:], ct, nil); err == nil {
+		r.plain, r.next = plain, nonce.Add(1)
+		return plain, false, nil
+	}
+	prev := nonce.Sub1()
+	if plain, err = r.aead.Open(r.plain[:0], prev[:], ct, nil); err == nil {
+		r.plain, r.next = plain, nonce // prev + 1
+		return plain, true, nil
+	}
+	return nil, false, ErrAuthentication
+}
+
+// streamError says what an error inside the zstd stream means: an early
+// end is a truncation, a decoder error an invalid stream (ARCH-018).
+func streamError(err error, what string) error {
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: the stream ends inside a %s", ErrTruncated, what)
+	default:
+		return fmt.Errorf("%w: in a %s: %v", ErrCompression, what, err)
+	}
+}
+
+func (r *Reader) fail(err error) error {
+	if r.err == nil {
+		r.err = err
+	}
+	return r.err
+}

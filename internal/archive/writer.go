@@ -1,0 +1,135 @@
+package archive
+
+import (
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/klauspost/compress/zstd"
+	"google.golang.org/protobuf/proto"
+
+	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+)
+
+// WriterOptions changes how a Writer writes. The zero value is right for
+// every real archive.
+type WriterOptions struct {
+	// Nonce fixes the base nonce instead of drawing it from crypto/rand:
+	// for fixed test vectors only (ARCH-001 requires a random one).
+	Nonce *Nonce
+	// LegacyNonce seals every record under the base nonce, as writers up
+	// to libxmtp 1.6.1 did: for producing legacy archives in tests only.
+	LegacyNonce bool
+}
+
+// Writer writes an archive. WriteElement each element, the metadata
+// element first (ARCH-006), then Close, which ends the zstd stream; until
+// Close returns nil the archive is not complete.
+type Writer struct {
+	aead   cipher.AEAD
+	zw     *zstd.Encoder
+	base   Nonce
+	legacy bool
+	n      uint64 // records written
+	buf    []byte // marshal buffer, reused
+	sealed []byte // length prefix and ciphertext, reused
+	err    error  // sticky
+	closed bool
+}
+
+// marshal is deterministic so that a given element always seals to the
+// same bytes under a given nonce.
+var marshal = proto.MarshalOptions{Deterministic: true}
+
+// NewWriter writes the header to w and returns a Writer for the records.
+// A key that is not 32 bytes is rejected before anything is written
+// (ARCH-012).
+func NewWriter(w io.Writer, key []byte, opts WriterOptions) (*Writer, error) {
+	aead, err := newAEAD(key)
+	if err != nil {
+		return nil, err
+	}
+	var base Nonce
+	if opts.Nonce != nil {
+		base = *opts.Nonce
+	} else if _, err := rand.Read(base[:]); err != nil {
+		return nil, fmt.Errorf("archive: base nonce: %w", err)
+	}
+	var header [HeaderSize]byte
+	binary.LittleEndian.PutUint16(header[:2], Version)
+	copy(header[2:], base[:])
+	if _, err := w.Write(header[:]); err != nil {
+		return nil, fmt.Errorf("archive: write header: %w", err)
+	}
+	// One encoder for the whole body: one zstd frame (the reference reads
+	// only the first). Ciphertext does not compress, so the fastest level
+	// costs nothing in size; no checksum and no content size, as the
+	// reference writes; a 2 MiB window, which every reader accepts.
+	zw, err := zstd.NewWriter(w,
+		zstd.WithEncoderLevel(zstd.SpeedFastest),
+		zstd.WithEncoderConcurrency(1),
+		zstd.WithEncoderCRC(false),
+		zstd.WithWindowSize(2<<20),
+		zstd.WithLowerEncoderMem(true),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("archive: zstd: %w", err)
+	}
+	return &Writer{aead: aead, zw: zw, base: base, legacy: opts.LegacyNonce}, nil
+}
+
+// BaseNonce is the nonce the header carries.
+func (w *Writer) BaseNonce() Nonce { return w.base }
+
+// Records is how many records have been written.
+func (w *Writer) Records() uint64 { return w.n }
+
+// WriteElement seals el as the next record.
+func (w *Writer) WriteElement(el *ds.BackupElement) error {
+	if w.err != nil {
+		return w.err
+	}
+	var err error
+	if w.buf, err = marshal.MarshalAppend(w.buf[:0], el); err != nil {
+		return w.fail(fmt.Errorf("archive: record %d: marshal: %w", w.n, err))
+	}
+	nonce := w.base
+	if !w.legacy {
+		nonce = w.base.Add(w.n)
+	}
+	size := len(w.buf) + TagSize
+	if uint64(size) > 1<<32-1 {
+		return w.fail(fmt.Errorf("archive: record %d: %d bytes do not fit a 4-byte length", w.n, size))
+	}
+	w.sealed = binary.LittleEndian.AppendUint32(w.sealed[:0], uint32(size))
+	w.sealed = w.aead.Seal(w.sealed, nonce[:], w.buf, nil)
+	if _, err := w.zw.Write(w.sealed); err != nil {
+		return w.fail(fmt.Errorf("archive: record %d: %w", w.n, err))
+	}
+	w.n++
+	return nil
+}
+
+// Close ends the zstd stream. It does not close the underlying writer.
+func (w *Writer) Close() error {
+	if w.closed {
+		return nil
+	}
+	if w.err != nil {
+		return w.err
+	}
+	w.closed = true
+	if err := w.zw.Close(); err != nil {
+		return w.fail(fmt.Errorf("archive: finish zstd stream: %w", err))
+	}
+	w.err = errors.New("archive: write after close")
+	return nil
+}
+
+func (w *Writer) fail(err error) error {
+	w.err = err
+	return err
+}
