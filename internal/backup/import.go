@@ -1,0 +1,234 @@
+package backup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/records"
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+// importBatch is how many consecutive messages (or consent records) are
+// written per store call: enough to amortise a transaction, few enough to
+// keep memory flat.
+const importBatch = 1000
+
+// ElementCounts is what an import did with one kind of element.
+type ElementCounts struct {
+	Inserted, Updated, Unchanged uint64
+}
+
+func (c *ElementCounts) add(outcomes []store.Outcome) {
+	for _, o := range outcomes {
+		switch o {
+		case store.Inserted:
+			c.Inserted++
+		case store.Updated:
+			c.Updated++
+		default:
+			c.Unchanged++
+		}
+	}
+}
+
+// ImportResult is what an import read and applied.
+type ImportResult struct {
+	Metadata                  *ds.BackupMetadataSave
+	Groups, Messages, Consent ElementCounts
+	// Records read, Skipped (unset, unknown, event: ARCH-005) and Legacy
+	// (opened under the nonce retry of ARCH-002).
+	Records, Skipped, Legacy uint64
+}
+
+// ImportError is an import that stopped at a record. Everything before
+// that record is applied; it and everything after are not (ARCH-021).
+type ImportError struct {
+	Record uint64
+	Err    error
+}
+
+func (e *ImportError) Error() string {
+	return fmt.Sprintf("import stopped at record %d: %v", e.Record, e.Err)
+}
+func (e *ImportError) Unwrap() error { return e.Err }
+
+// ErrMissingGroup: a message names a group that neither the store nor an
+// earlier record of the archive holds (ARCH-007, ARCH-021).
+var ErrMissingGroup = errors.New("the message's group is neither stored nor earlier in the archive")
+
+// Import reads an archive from r under key and applies it to the owner's
+// store as it goes, in bounded memory:
+//   - a message whose id is stored is left unchanged (ARCH-013), its
+//     identifier fields derived from a typed envelope (ARCH-008);
+//   - a stored group keeps its state, membership and metadata, and its
+//     last_message_ns becomes the greater (ARCH-014); a new group is
+//     created Restored with every archived value kept (ARCH-015, ARCH-020,
+//     ARCH-024);
+//   - consent merges by NOTES.md's rule (greater consented_at_ns wins).
+//
+// Importing the same archive again changes nothing (ARCH-016). On failure
+// it returns an *ImportError naming the record: the records before it are
+// applied, it and the later ones are not, and a retry from the start
+// applies the rest under the same rules (ARCH-021).
+func Import(ctx context.Context, st store.Store, owner string, key []byte, r io.Reader) (res ImportResult, err error) {
+	ar, err := archive.NewReader(r, key, archive.ReaderOptions{})
+	if err != nil {
+		return res, err
+	}
+	defer ar.Close()
+	im := &importer{ctx: ctx, st: st, owner: owner, res: &res, groups: make(map[string]bool)}
+	defer func() {
+		stats := ar.Stats()
+		res.Records, res.Skipped, res.Legacy = stats.Records, res.Skipped+stats.Skipped, stats.Legacy
+	}()
+	if res.Metadata, err = ar.Metadata(); err != nil {
+		return res, err
+	}
+	for {
+		el, err := ar.Next()
+		if errors.Is(err, io.EOF) {
+			if err := im.flush(); err != nil {
+				return res, err
+			}
+			return res, nil
+		}
+		if err != nil {
+			// Apply what came before the bad record, then report it.
+			if ferr := im.flush(); ferr != nil {
+				return res, ferr
+			}
+			return res, err
+		}
+		if err := im.apply(ar.Record(), el); err != nil {
+			// What is buffered came before the failing record: apply it.
+			if ferr := im.flush(); ferr != nil {
+				return res, ferr
+			}
+			return res, err
+		}
+	}
+}
+
+type importer struct {
+	ctx    context.Context
+	st     store.Store
+	owner  string
+	res    *ImportResult
+	groups map[string]bool // group ids known to exist in the store
+
+	msgs       []*mb.GroupMessageSave
+	msgRecords []uint64
+	consent    []*cs.ConsentSave
+	consentRec []uint64
+}
+
+func (im *importer) apply(record uint64, el *ds.BackupElement) error {
+	fail := func(err error) error { return &ImportError{Record: record, Err: err} }
+	switch e := el.GetElement().(type) {
+	case *ds.BackupElement_Metadata:
+		// Only record 0's metadata describes the archive; a later one
+		// carries nothing to apply.
+		im.res.Skipped++
+	case *ds.BackupElement_Group:
+		g := e.Group
+		if err := records.CheckArchivedGroup(g); err != nil {
+			return fail(records.At("group", err))
+		}
+		// Groups go in as they come, so the messages after them find them.
+		if err := im.flush(); err != nil {
+			return err
+		}
+		out, err := im.st.MergeGroups(im.ctx, im.owner, []*gb.GroupSave{g})
+		if err != nil {
+			return fail(err)
+		}
+		im.res.Groups.add(out)
+		im.groups[string(g.GetId())] = true
+	case *ds.BackupElement_GroupMessage:
+		m := e.GroupMessage
+		if err := records.CheckMessage(m); err != nil {
+			return fail(records.At("group_message", err))
+		}
+		if !im.groups[string(m.GetGroupId())] {
+			if err := im.flush(); err != nil {
+				return err
+			}
+			_, err := im.st.GetGroup(im.ctx, im.owner, m.GetGroupId())
+			if errors.Is(err, store.ErrNotFound) {
+				return fail(fmt.Errorf("message %x names group %x: %w", m.GetId(), m.GetGroupId(), ErrMissingGroup))
+			}
+			if err != nil {
+				return fail(err)
+			}
+			im.groups[string(m.GetGroupId())] = true
+		}
+		records.DeriveIdentifiers(m)
+		if err := im.flushConsent(); err != nil {
+			return err
+		}
+		im.msgs, im.msgRecords = append(im.msgs, m), append(im.msgRecords, record)
+		if len(im.msgs) >= importBatch {
+			return im.flushMessages()
+		}
+	case *ds.BackupElement_Consent:
+		c := e.Consent
+		if err := records.CheckConsent(c); err != nil {
+			return fail(records.At("consent", err))
+		}
+		if err := im.flushMessages(); err != nil {
+			return err
+		}
+		im.consent, im.consentRec = append(im.consent, c), append(im.consentRec, record)
+		if len(im.consent) >= importBatch {
+			return im.flushConsent()
+		}
+	}
+	return nil
+}
+
+// flush writes what is buffered. The buffers hold only records before the
+// one being applied, and only one kind at a time (a message flushes the
+// consent buffer and the other way round), so a batch is always a run of
+// consecutive records: when one fails, everything before its first record
+// is applied and nothing from it on (ARCH-021).
+func (im *importer) flush() error {
+	if err := im.flushMessages(); err != nil {
+		return err
+	}
+	return im.flushConsent()
+}
+
+func (im *importer) flushMessages() error {
+	if len(im.msgs) == 0 {
+		return nil
+	}
+	out, err := im.st.AppendMessages(im.ctx, im.owner, im.msgs, store.AppendOptions{AllowRestored: true})
+	if err != nil {
+		// Every group was checked, so this is the store failing: name the
+		// batch's first record, from which a retry reapplies.
+		return &ImportError{Record: im.msgRecords[0], Err: err}
+	}
+	im.res.Messages.add(out)
+	im.msgs, im.msgRecords = im.msgs[:0], im.msgRecords[:0]
+	return nil
+}
+
+func (im *importer) flushConsent() error {
+	if len(im.consent) == 0 {
+		return nil
+	}
+	out, err := im.st.MergeConsent(im.ctx, im.owner, im.consent)
+	if err != nil {
+		return &ImportError{Record: im.consentRec[0], Err: err}
+	}
+	im.res.Consent.add(out)
+	im.consent, im.consentRec = im.consent[:0], im.consentRec[:0]
+	return nil
+}

@@ -1,0 +1,64 @@
+package backup
+
+import (
+	"errors"
+	"io"
+
+	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	"github.com/contentbackup/contentbackup/internal/archive"
+)
+
+// Report is what reading a whole archive found, applying nothing.
+type Report struct {
+	Version  uint16
+	Metadata *ds.BackupMetadataSave
+	// Record0Legacy: record 0 opened only under the legacy retry.
+	Record0Legacy bool
+	// Records read, the metadata included; per kind; skipped (ARCH-005);
+	// legacy (opened under the ARCH-002 retry).
+	Records, Groups, Messages, Consent, Skipped, Legacy uint64
+	// Err is the first problem, a *archive.RecordError naming its record
+	// when it is in one; nil when the archive is complete.
+	Err error
+}
+
+// Verify reads an archive to its end without applying anything. Only a
+// key of the wrong length (archive.ErrKeySize) is returned as an error;
+// what is wrong with the archive is in the report.
+func Verify(r io.Reader, key []byte) (rep Report, err error) {
+	ar, err := archive.NewReader(r, key, archive.ReaderOptions{})
+	if errors.Is(err, archive.ErrKeySize) {
+		return rep, err
+	}
+	if err != nil {
+		rep.Err = err
+		return rep, nil
+	}
+	defer ar.Close()
+	rep.Version = ar.Version()
+	defer func() {
+		st := ar.Stats()
+		rep.Records, rep.Skipped, rep.Legacy, rep.Record0Legacy = st.Records, st.Skipped, st.Legacy, st.Record0Legacy
+	}()
+	if rep.Metadata, rep.Err = ar.Metadata(); rep.Err != nil {
+		return rep, nil
+	}
+	for {
+		el, err := ar.Next()
+		if errors.Is(err, io.EOF) {
+			return rep, nil
+		}
+		if err != nil {
+			rep.Err = err
+			return rep, nil
+		}
+		switch el.GetElement().(type) {
+		case *ds.BackupElement_Group:
+			rep.Groups++
+		case *ds.BackupElement_GroupMessage:
+			rep.Messages++
+		case *ds.BackupElement_Consent:
+			rep.Consent++
+		}
+	}
+}
