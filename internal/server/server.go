@@ -102,6 +102,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 	cb.RegisterContentServiceServer(g, NewContentService(reg, cfg.MaxDecodeBatch, cfg.MaxBatchExpanded))
 	if cfg.Store != nil {
 		cb.RegisterConversationServiceServer(g, NewConversationService(cfg.Store, reg, cfg.MaxAppendBatch))
+		cb.RegisterArchiveServiceServer(g, NewArchiveService(cfg.Store))
 	}
 
 	hs := health.NewServer()

@@ -1,0 +1,326 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/backup"
+	"github.com/contentbackup/contentbackup/internal/records"
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+// exportChunkSize is the payload of one Export message: large enough that
+// per-message overhead vanishes, small enough to stream.
+const exportChunkSize = 256 << 10
+
+// ArchiveService implements contentbackup.v1.ArchiveService: it moves bytes
+// between gRPC streams and the backup package, and maps errors to codes.
+type ArchiveService struct {
+	cb.UnimplementedArchiveServiceServer
+	store store.Store
+	now   func() time.Time
+}
+
+// NewArchiveService returns the service over s.
+func NewArchiveService(s store.Store) *ArchiveService {
+	return &ArchiveService{store: s, now: time.Now}
+}
+
+func checkKey(field string, key []byte) error {
+	if len(key) != archive.KeySize {
+		// Never the key itself: only its length.
+		return status.Errorf(codes.InvalidArgument, "%s: %d bytes; an archive key is exactly %d bytes (ARCH-012)", field, len(key), archive.KeySize)
+	}
+	return nil
+}
+
+func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreamingServer[cb.ExportResponse]) error {
+	if err := records.CheckOwner(req.GetOwner()); err != nil {
+		return statusOf(err)
+	}
+	if err := checkKey("key", req.GetKey()); err != nil {
+		return err
+	}
+	if _, err := backup.Resolve(req.GetOptions()); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	out := &chunkWriter{send: func(b []byte) error {
+		return stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Chunk{Chunk: b}})
+	}, hash: sha256.New()}
+	exportedAt := s.now().UnixNano()
+	counts, err := backup.Export(stream.Context(), s.store, req.GetOwner(), req.GetKey(), req.GetOptions(), exportedAt, out)
+	if err == nil {
+		err = out.Flush()
+	}
+	if err != nil {
+		// The stream ends without a summary: not a complete backup.
+		if ctxErr := stream.Context().Err(); ctxErr != nil {
+			return status.FromContextError(ctxErr).Err()
+		}
+		return status.Errorf(codes.Internal, "export failed after %d bytes; the partial output is not an archive: %v", out.n, err)
+	}
+	return stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Summary{Summary: &cb.ExportSummary{
+		Groups: counts.Groups, Messages: counts.Messages, ConsentRecords: counts.Consent,
+		ArchiveBytes: out.n, Sha256: out.hash.Sum(nil), ExportedAtNs: exportedAt,
+	}}})
+}
+
+// chunkWriter turns the archive's writes into stream messages of
+// exportChunkSize bytes, counting and hashing what it sends.
+type chunkWriter struct {
+	send func([]byte) error
+	buf  []byte
+	hash hash.Hash
+	n    uint64
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	written := len(p)
+	for len(p) > 0 {
+		if w.buf == nil {
+			w.buf = make([]byte, 0, exportChunkSize)
+		}
+		k := min(len(p), exportChunkSize-len(w.buf))
+		w.buf = append(w.buf, p[:k]...)
+		p = p[k:]
+		if len(w.buf) == exportChunkSize {
+			if err := w.Flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return written, nil
+}
+
+// Flush sends what is buffered.
+func (w *chunkWriter) Flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	w.hash.Write(w.buf)
+	w.n += uint64(len(w.buf))
+	// The stream marshals the message before Send returns, so the buffer
+	// can be reused.
+	if err := w.send(w.buf); err != nil {
+		return fmt.Errorf("send chunk: %w", err)
+	}
+	w.buf = w.buf[:0]
+	return nil
+}
+
+// chunkReader reads the chunks of a client stream as one byte stream.
+type chunkReader struct {
+	recv func() ([]byte, error)
+	buf  []byte
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		b, err := r.recv()
+		if err != nil {
+			return 0, err
+		}
+		r.buf = b
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// errNotChunk is a client stream whose later message is not a chunk.
+var errNotChunk = status.Error(codes.InvalidArgument, "payload: every message after the first must be a chunk")
+
+func (s *ArchiveService) Import(stream grpc.ClientStreamingServer[cb.ImportRequest, cb.ImportResponse]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return recvStatus(err, "a first message naming owner and key")
+	}
+	start := first.GetStart()
+	if start == nil {
+		return status.Error(codes.InvalidArgument, "start: the first message must name the owner and key")
+	}
+	if err := records.CheckOwner(start.GetOwner()); err != nil {
+		return statusOf(records.At("start", err))
+	}
+	if err := checkKey("start.key", start.GetKey()); err != nil {
+		return err
+	}
+	in := &chunkReader{recv: func() ([]byte, error) {
+		m, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := m.GetPayload().(*cb.ImportRequest_Chunk); !ok {
+			return nil, errNotChunk
+		}
+		return m.GetChunk(), nil
+	}}
+	res, err := backup.Import(stream.Context(), s.store, start.GetOwner(), start.GetKey(), in)
+	if err != nil {
+		return archiveStatus(stream.Context(), err, "import")
+	}
+	counts := func(c backup.ElementCounts) *cb.ElementCounts {
+		return &cb.ElementCounts{Inserted: c.Inserted, Updated: c.Updated, Unchanged: c.Unchanged}
+	}
+	return stream.SendAndClose(&cb.ImportResponse{
+		Metadata: res.Metadata, Groups: counts(res.Groups), Messages: counts(res.Messages), Consent: counts(res.Consent),
+		Records: res.Records, Skipped: res.Skipped, LegacyRecords: res.Legacy,
+	})
+}
+
+// keyedStream is the shape ReadMetadata and Verify share: a key, then
+// chunks.
+type keyedStream[T interface {
+	GetKey() []byte
+	GetChunk() []byte
+}] struct {
+	recv func() (T, error)
+}
+
+// open receives the key and returns a reader over the chunks after it.
+func (k keyedStream[T]) open() ([]byte, io.Reader, error) {
+	first, err := k.recv()
+	if err != nil {
+		return nil, nil, recvStatus(err, "a first message holding the key")
+	}
+	if len(first.GetChunk()) > 0 {
+		return nil, nil, status.Error(codes.InvalidArgument, "key: the first message must hold the key")
+	}
+	if err := checkKey("key", first.GetKey()); err != nil {
+		return nil, nil, err
+	}
+	return first.GetKey(), &chunkReader{recv: func() ([]byte, error) {
+		m, err := k.recv()
+		if err != nil {
+			return nil, err
+		}
+		if len(m.GetKey()) > 0 {
+			return nil, errNotChunk
+		}
+		return m.GetChunk(), nil
+	}}, nil
+}
+
+func (s *ArchiveService) ReadMetadata(stream grpc.ClientStreamingServer[cb.ReadMetadataRequest, cb.ReadMetadataResponse]) error {
+	key, in, err := keyedStream[*cb.ReadMetadataRequest]{recv: stream.Recv}.open()
+	if err != nil {
+		return err
+	}
+	r, err := archive.NewReader(in, key, archive.ReaderOptions{})
+	if err != nil {
+		return archiveStatus(stream.Context(), err, "read metadata")
+	}
+	defer r.Close()
+	meta, err := r.Metadata()
+	if err != nil {
+		return archiveStatus(stream.Context(), err, "read metadata")
+	}
+	form := cb.NonceForm_NONCE_FORM_COUNTER
+	if r.Stats().Record0Legacy {
+		form = cb.NonceForm_NONCE_FORM_LEGACY
+	}
+	// Record 0 is all it needs: it answers without reading the rest.
+	return stream.SendAndClose(&cb.ReadMetadataResponse{Version: uint32(r.Version()), Metadata: meta, Record0Nonce: form})
+}
+
+func (s *ArchiveService) Verify(stream grpc.ClientStreamingServer[cb.VerifyRequest, cb.VerifyResponse]) error {
+	key, in, err := keyedStream[*cb.VerifyRequest]{recv: stream.Recv}.open()
+	if err != nil {
+		return err
+	}
+	rep, err := backup.Verify(in, key)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if ctxErr := stream.Context().Err(); ctxErr != nil {
+		return status.FromContextError(ctxErr).Err()
+	}
+	resp := &cb.VerifyResponse{
+		Version: uint32(rep.Version), Metadata: rep.Metadata, Records: rep.Records, Groups: rep.Groups,
+		Messages: rep.Messages, ConsentRecords: rep.Consent, Skipped: rep.Skipped, LegacyRecords: rep.Legacy,
+	}
+	if rep.Err != nil {
+		if st, ok := status.FromError(rep.Err); ok && st.Code() != codes.Unknown {
+			return rep.Err // the client's stream broke: not the archive's fault
+		}
+		resp.Problem = &cb.VerifyProblem{Reason: rep.Err.Error()}
+		var re *archive.RecordError
+		if errors.As(rep.Err, &re) {
+			resp.Problem.Record = &re.Record
+		}
+	}
+	return stream.SendAndClose(resp)
+}
+
+func recvStatus(err error, want string) error {
+	if errors.Is(err, io.EOF) {
+		return status.Errorf(codes.InvalidArgument, "the stream ended before %s", want)
+	}
+	return err
+}
+
+// archiveStatus maps what reading or importing an archive returned: a
+// problem with the archive is INVALID_ARGUMENT naming the record (with an
+// ErrorInfo carrying it), a group the store lacks FAILED_PRECONDITION, a
+// store failure ABORTED (what was applied stays; retry from the start).
+func archiveStatus(ctx context.Context, err error, op string) error {
+	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
+		return err // from the client's stream itself
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return status.FromContextError(ctxErr).Err()
+	}
+	var (
+		re *archive.RecordError
+		ie *backup.ImportError
+		ve *archive.VersionError
+		fe *records.FieldError
+	)
+	record := ""
+	switch {
+	case errors.As(err, &ie):
+		record = strconv.FormatUint(ie.Record, 10)
+	case errors.As(err, &re):
+		record = strconv.FormatUint(re.Record, 10)
+	}
+	code, reason := codes.Aborted, "STORE_FAILED"
+	switch {
+	case errors.As(err, &ve):
+		code, reason = codes.InvalidArgument, "UNSUPPORTED_VERSION"
+	case errors.Is(err, backup.ErrMissingGroup):
+		code, reason = codes.FailedPrecondition, "MISSING_GROUP"
+	case errors.Is(err, archive.ErrAuthentication):
+		code, reason = codes.InvalidArgument, "AUTHENTICATION_FAILED"
+	case errors.Is(err, archive.ErrTruncated):
+		code, reason = codes.InvalidArgument, "TRUNCATED"
+	case errors.Is(err, archive.ErrNotMetadata), errors.Is(err, archive.ErrRecordSize),
+		errors.Is(err, archive.ErrCompression), errors.Is(err, archive.ErrElement), errors.As(err, &fe):
+		code, reason = codes.InvalidArgument, "MALFORMED_ARCHIVE"
+	}
+	msg := op + ": " + err.Error()
+	if code == codes.Aborted {
+		msg += "; the records before it are applied, and a retry from the start completes the rest"
+	}
+	st := status.New(code, msg)
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: "contentbackup.v1"}
+	if record != "" {
+		info.Metadata = map[string]string{"record": record}
+	}
+	if d, derr := st.WithDetails(info); derr == nil {
+		st = d
+	}
+	return st.Err()
+}
