@@ -1,0 +1,493 @@
+// Command archivectl is the operator's CLI for archives: export and import
+// through a running server, and inspect, verify and rewrap local files
+// without one.
+//
+// Keys come from a file (32 raw bytes or 64 hex characters) or an
+// environment variable, never from a flag value that would show in ps, and
+// are never printed.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/backup"
+)
+
+type cli struct {
+	Server  string     `default:"127.0.0.1:50051" env:"SERVER_ADDR" help:"Address of the contentbackup server (export, import)."`
+	JSON    bool       `name:"json" help:"Print machine-readable JSON on stdout."`
+	Export  exportCmd  `cmd:"" help:"Export an owner's archive from the server to a file."`
+	Import  importCmd  `cmd:"" help:"Import an archive file into an owner's store on the server."`
+	Inspect inspectCmd `cmd:"" help:"Print an archive's version and metadata (reads record 0 only; no server)."`
+	Verify  verifyCmd  `cmd:"" help:"Read a whole archive and report what it holds and the first problem (no server)."`
+	Rewrap  rewrapCmd  `cmd:"" help:"Rewrite an archive, legacy nonce form included, in the counter form under a new key (no server)."`
+}
+
+// keyFlags: the key from a file, or hex in an environment variable.
+type keyFlags struct {
+	KeyFile string `name:"key-file" env:"ARCHIVE_KEY_FILE" help:"File holding the 32-byte archive key, raw or as 64 hex characters. Or set ARCHIVE_KEY to the hex."`
+}
+
+func (k keyFlags) key() ([]byte, error) { return loadKey(k.KeyFile, "ARCHIVE_KEY", "--key-file") }
+
+func loadKey(path, env, flag string) ([]byte, error) {
+	if path == "" {
+		hexKey := os.Getenv(env)
+		if hexKey == "" {
+			return nil, fmt.Errorf("no key: give %s or set %s", flag, env)
+		}
+		return parseKey([]byte(hexKey), env)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	return parseKey(b, path)
+}
+
+// parseKey takes 32 raw bytes, or 64 hex characters with surrounding
+// whitespace. Error messages give lengths, never contents.
+func parseKey(b []byte, from string) ([]byte, error) {
+	if len(b) == archive.KeySize {
+		return b, nil
+	}
+	text := strings.TrimSpace(string(b))
+	if len(text) == 2*archive.KeySize {
+		if k, err := hex.DecodeString(text); err == nil {
+			return k, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: holds %d bytes; a key is 32 raw bytes or 64 hex characters (ARCH-012)", from, len(b))
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var c cli
+	kctx := kong.Parse(&c, kong.Name("archivectl"), kong.Description("Export, import, inspect, verify and rewrap XMTP archives."),
+		kong.UsageOnError(), kong.BindTo(ctx, (*context.Context)(nil)))
+	if err := kctx.Run(&c); err != nil {
+		fmt.Fprintln(os.Stderr, "archivectl:", err)
+		os.Exit(1)
+	}
+}
+
+// dial connects to the server. The commands' Run methods get the context
+// and the top-level flags from kong's bindings.
+func (c *cli) dial() (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(c.Server, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("server %s: %w", c.Server, err)
+	}
+	return conn, nil
+}
+
+// output prints v as JSON with --json, else text.
+func (c *cli) output(v any, text string) error {
+	if !c.JSON {
+		fmt.Print(text)
+		return nil
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// metadataJSON renders a metadata element with protojson's field names.
+func metadataJSON(m *ds.BackupMetadataSave) json.RawMessage {
+	if m == nil {
+		return json.RawMessage("null")
+	}
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+func metadataText(m *ds.BackupMetadataSave) string {
+	var sel []string
+	for _, e := range m.GetElements() {
+		sel = append(sel, strings.TrimPrefix(e.String(), "BACKUP_ELEMENT_SELECTION_"))
+	}
+	window := "none"
+	if m.StartNs != nil || m.EndNs != nil {
+		window = fmt.Sprintf("(%s, %s]", optNs(m.StartNs), optNs(m.EndNs))
+	}
+	return fmt.Sprintf("selection:   %s\nwindow:      %s\nexported at: %s (%d ns)\n",
+		strings.Join(sel, ", "), window, time.Unix(0, m.GetExportedAtNs()).UTC().Format(time.RFC3339Nano), m.GetExportedAtNs())
+}
+
+func optNs(v *int64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprint(*v)
+}
+
+// progress reports a long transfer on stderr, at most once a second.
+type progress struct {
+	verb        string
+	start, last time.Time
+	bytes       uint64
+}
+
+func newProgress(verb string) *progress {
+	now := time.Now()
+	return &progress{verb: verb, start: now, last: now}
+}
+
+func (p *progress) add(n int) {
+	p.bytes += uint64(n)
+	if time.Since(p.last) >= time.Second {
+		p.last = time.Now()
+		p.print()
+	}
+}
+
+func (p *progress) print() {
+	secs := max(time.Since(p.start).Seconds(), 1e-9)
+	fmt.Fprintf(os.Stderr, "%s %.1f MiB (%.1f MiB/s)\n", p.verb, float64(p.bytes)/(1<<20), float64(p.bytes)/(1<<20)/secs)
+}
+
+type exportCmd struct {
+	keyFlags
+	Owner               string   `required:"" help:"Owner (inbox) whose records to export."`
+	Output              string   `short:"o" required:"" type:"path" help:"Archive file to write; written to a temporary file and renamed only once complete."`
+	Elements            []string `enum:"messages,consent,none" help:"Categories to export: messages, consent, or none; default both (ARCH-017)."`
+	StartNs             *int64   `name:"start-ns" help:"Export messages sent after this time (ns, exclusive)."`
+	EndNs               *int64   `name:"end-ns" help:"Export messages sent up to this time (ns, inclusive)."`
+	ExcludeDisappearing bool     `help:"Leave out messages with an expiry, or whose expiry is unknown."`
+}
+
+func (e *exportCmd) options() *ds.ArchiveOptions {
+	if len(e.Elements) == 0 && e.StartNs == nil && e.EndNs == nil && !e.ExcludeDisappearing {
+		return nil // every default (ARCH-017)
+	}
+	opts := &ds.ArchiveOptions{StartNs: e.StartNs, EndNs: e.EndNs, ExcludeDisappearingMessages: e.ExcludeDisappearing}
+	elements := e.Elements
+	if len(elements) == 0 {
+		elements = []string{"messages", "consent"}
+	}
+	for _, el := range elements {
+		switch el {
+		case "messages":
+			opts.Elements = append(opts.Elements, ds.BackupElementSelection_BACKUP_ELEMENT_SELECTION_MESSAGES)
+		case "consent":
+			opts.Elements = append(opts.Elements, ds.BackupElementSelection_BACKUP_ELEMENT_SELECTION_CONSENT)
+		}
+	}
+	return opts
+}
+
+func (e *exportCmd) Run(ctx context.Context, c *cli) error {
+	key, err := e.key()
+	if err != nil {
+		return err
+	}
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stream, err := cb.NewArchiveServiceClient(conn).Export(ctx, &cb.ExportRequest{Owner: e.Owner, Key: key, Options: e.options()})
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	var summary *cb.ExportSummary
+	err = writeAtomically(e.Output, func(w io.Writer) error {
+		h := sha256.New()
+		out := io.MultiWriter(w, h)
+		prog := newProgress("exported")
+		var n uint64
+		for {
+			m, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			if summary != nil {
+				return errors.New("export: the server sent data after its summary")
+			}
+			if chunk := m.GetChunk(); len(chunk) > 0 {
+				if _, err := out.Write(chunk); err != nil {
+					return err
+				}
+				n += uint64(len(chunk))
+				prog.add(len(chunk))
+			}
+			summary = m.GetSummary()
+		}
+		return checkSummary(summary, n, h)
+	})
+	if err != nil {
+		return err
+	}
+	return c.output(map[string]any{
+		"file": e.Output, "groups": summary.GetGroups(), "messages": summary.GetMessages(), "consent_records": summary.GetConsentRecords(),
+		"archive_bytes": summary.GetArchiveBytes(), "sha256": hex.EncodeToString(summary.GetSha256()), "exported_at_ns": summary.GetExportedAtNs(),
+	}, fmt.Sprintf("wrote %s: %d groups, %d messages, %d consent records, %d bytes, sha256 %x\n",
+		e.Output, summary.GetGroups(), summary.GetMessages(), summary.GetConsentRecords(), summary.GetArchiveBytes(), summary.GetSha256()))
+}
+
+// checkSummary: without the summary, or with one that does not describe
+// the bytes received, the file is not a complete backup.
+func checkSummary(s *cb.ExportSummary, n uint64, h hash.Hash) error {
+	if s == nil {
+		return errors.New("export: the stream ended without a summary; the archive is incomplete and was not kept")
+	}
+	if s.GetArchiveBytes() != n || !strings.EqualFold(hex.EncodeToString(s.GetSha256()), hex.EncodeToString(h.Sum(nil))) {
+		return fmt.Errorf("export: received %d bytes with sha256 %x, but the summary says %d bytes with %x; not kept", n, h.Sum(nil), s.GetArchiveBytes(), s.GetSha256())
+	}
+	return nil
+}
+
+// writeAtomically writes path through a temporary file beside it, synced
+// and renamed into place only when write succeeds.
+func writeAtomically(path string, write func(io.Writer) error) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.partial")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := write(tmp); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+type importCmd struct {
+	keyFlags
+	Owner string `required:"" help:"Owner (inbox) to import into."`
+	File  string `arg:"" type:"existingfile" help:"Archive file."`
+}
+
+func (i *importCmd) Run(ctx context.Context, c *cli) error {
+	key, err := i.key()
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(i.File)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stream, err := cb.NewArchiveServiceClient(conn).Import(ctx)
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	if err := stream.Send(&cb.ImportRequest{Payload: &cb.ImportRequest_Start{Start: &cb.ImportStart{Owner: i.Owner, Key: key}}}); err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	prog := newProgress("sent")
+	buf := make([]byte, 256<<10)
+	for {
+		n, rerr := f.Read(buf)
+		if n > 0 {
+			if err := stream.Send(&cb.ImportRequest{Payload: &cb.ImportRequest_Chunk{Chunk: buf[:n]}}); err != nil {
+				break // the server has answered; CloseAndRecv says how
+			}
+			prog.add(n)
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("read %s: %w", i.File, rerr)
+		}
+	}
+	res, err := stream.CloseAndRecv()
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	counts := func(e *cb.ElementCounts) map[string]uint64 {
+		return map[string]uint64{"inserted": e.GetInserted(), "updated": e.GetUpdated(), "unchanged": e.GetUnchanged()}
+	}
+	line := func(name string, e *cb.ElementCounts) string {
+		return fmt.Sprintf("%-9s %d inserted, %d updated, %d unchanged\n", name+":", e.GetInserted(), e.GetUpdated(), e.GetUnchanged())
+	}
+	return c.output(map[string]any{
+		"metadata": metadataJSON(res.GetMetadata()), "groups": counts(res.GetGroups()), "messages": counts(res.GetMessages()),
+		"consent": counts(res.GetConsent()), "records": res.GetRecords(), "skipped": res.GetSkipped(), "legacy_records": res.GetLegacyRecords(),
+	}, line("groups", res.GetGroups())+line("messages", res.GetMessages())+line("consent", res.GetConsent())+
+		fmt.Sprintf("records:  %d read, %d skipped, %d under the legacy nonce\n", res.GetRecords(), res.GetSkipped(), res.GetLegacyRecords()))
+}
+
+type inspectCmd struct {
+	keyFlags
+	File string `arg:"" type:"existingfile" help:"Archive file."`
+}
+
+func (i *inspectCmd) Run(c *cli) error {
+	key, err := i.key()
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(i.File)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	r, err := archive.NewReader(f, key, archive.ReaderOptions{})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	meta, err := r.Metadata()
+	if err != nil {
+		return err
+	}
+	form := "counter"
+	if r.Stats().Record0Legacy {
+		form = "legacy"
+	}
+	return c.output(map[string]any{"version": r.Version(), "metadata": metadataJSON(meta), "record0_nonce": form},
+		fmt.Sprintf("version:     %d\n%srecord 0:    %s nonce\n", r.Version(), metadataText(meta), form))
+}
+
+type verifyCmd struct {
+	keyFlags
+	File string `arg:"" type:"existingfile" help:"Archive file."`
+}
+
+func (v *verifyCmd) Run(c *cli) error {
+	key, err := v.key()
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(v.File)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	rep, err := backup.Verify(f, key)
+	if err != nil {
+		return err
+	}
+	out := map[string]any{
+		"version": rep.Version, "metadata": metadataJSON(rep.Metadata), "records": rep.Records, "groups": rep.Groups,
+		"messages": rep.Messages, "consent_records": rep.Consent, "skipped": rep.Skipped, "legacy_records": rep.Legacy, "complete": rep.Err == nil,
+	}
+	text := fmt.Sprintf("records:  %d (%d groups, %d messages, %d consent, %d skipped, %d under the legacy nonce)\n",
+		rep.Records, rep.Groups, rep.Messages, rep.Consent, rep.Skipped, rep.Legacy)
+	if rep.Err != nil {
+		out["problem"] = rep.Err.Error()
+		var re *archive.RecordError
+		if errors.As(rep.Err, &re) {
+			out["problem_record"] = re.Record
+		}
+		text += "problem:  " + rep.Err.Error() + "\n"
+	} else {
+		text += "complete: every record opens and the stream ends cleanly\n"
+	}
+	if err := c.output(out, text); err != nil {
+		return err
+	}
+	if rep.Err != nil {
+		return errors.New("the archive is not complete")
+	}
+	return nil
+}
+
+type rewrapCmd struct {
+	keyFlags
+	NewKeyFile string `name:"new-key-file" env:"NEW_ARCHIVE_KEY_FILE" help:"File holding the new key, raw or hex. Or set NEW_ARCHIVE_KEY to the hex."`
+	Output     string `short:"o" required:"" type:"path" help:"Archive file to write (through a temporary file)."`
+	File       string `arg:"" type:"existingfile" help:"Archive file to read."`
+}
+
+func (rw *rewrapCmd) Run(c *cli) error {
+	key, err := rw.key()
+	if err != nil {
+		return err
+	}
+	newKey, err := loadKey(rw.NewKeyFile, "NEW_ARCHIVE_KEY", "--new-key-file")
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(rw.File)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	r, err := archive.NewReader(in, key, archive.ReaderOptions{})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	meta, err := r.Metadata()
+	if err != nil {
+		return err
+	}
+	var written uint64
+	err = writeAtomically(rw.Output, func(out io.Writer) error {
+		w, err := archive.NewWriter(out, newKey, archive.WriterOptions{})
+		if err != nil {
+			return err
+		}
+		if err := w.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: meta}}); err != nil {
+			return err
+		}
+		for {
+			el, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if err := w.WriteElement(el); err != nil {
+				return err
+			}
+		}
+		written = w.Records()
+		return w.Close()
+	})
+	if err != nil {
+		return err
+	}
+	st := r.Stats()
+	return c.output(map[string]any{"file": rw.Output, "records_written": written, "records_read": st.Records, "legacy_records_read": st.Legacy, "skipped": st.Skipped},
+		fmt.Sprintf("wrote %s: %d records in the counter form (read %d, %d under the legacy nonce, %d unknown skipped)\n",
+			rw.Output, written, st.Records, st.Legacy, st.Skipped))
+}

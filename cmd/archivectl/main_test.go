@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/server"
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+)
+
+// archivectl runs the built binary with env added to the environment and
+// returns its stdout, stderr and error.
+type tool struct {
+	t   *testing.T
+	bin string
+	env []string
+}
+
+func (tl tool) run(args ...string) (string, string, error) {
+	cmd := exec.Command(tl.bin, args...)
+	cmd.Env = append(os.Environ(), tl.env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+func build(t *testing.T) string {
+	bin := filepath.Join(t.TempDir(), "archivectl")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// serve runs a server on the embedded store on a loopback port.
+func serve(t *testing.T) (string, store.Store) {
+	s := storetest.SQLite(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(server.Config{Store: s}, zap.NewNop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return lis.Addr().String(), s
+}
+
+func TestArchivectl(t *testing.T) {
+	bin := build(t)
+	addr, s := serve(t)
+	dir := t.TempDir()
+	key := bytes.Repeat([]byte{9}, 32)
+	keyHex := filepath.Join(dir, "key.hex")
+	keyRaw := filepath.Join(dir, "key.raw")
+	os.WriteFile(keyHex, []byte(hex.EncodeToString(key)+"\n"), 0o600)
+	os.WriteFile(keyRaw, key, 0o600)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr}}
+
+	owner := storetest.Owner("ctl")
+	g := storetest.FullGroup("g")
+	if _, err := s.PutGroup(t.Context(), owner, g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendMessages(t.Context(), owner, storetest.Messages("m", g.Id, 50, 1), store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	file := filepath.Join(dir, "backup.xmtp")
+	out, stderr, err := ctl.run("--json", "export", "--owner", owner, "--key-file", keyHex, "-o", file)
+	if err != nil {
+		t.Fatalf("export: %v\n%s", err, stderr)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil || raw["groups"] != float64(1) || raw["messages"] != float64(50) {
+		t.Errorf("export --json: %s (%v)", out, err)
+	}
+	if strings.Contains(out+stderr, hex.EncodeToString(key)) {
+		t.Error("the key was printed")
+	}
+
+	out, _, err = ctl.run("inspect", "--key-file", keyRaw, file)
+	if err != nil || !strings.Contains(out, "version:     0") || !strings.Contains(out, "MESSAGES, CONSENT") {
+		t.Errorf("inspect: %v\n%s", err, out)
+	}
+	// The key from the environment, as hex.
+	envCtl := tool{t: t, bin: bin, env: []string{"ARCHIVE_KEY=" + hex.EncodeToString(key)}}
+	out, _, err = envCtl.run("--json", "verify", file)
+	if err != nil || !strings.Contains(out, `"complete": true`) || !strings.Contains(out, `"messages": 50`) {
+		t.Errorf("verify: %v\n%s", err, out)
+	}
+
+	other := storetest.Owner("other")
+	out, stderr, err = ctl.run("import", "--owner", other, "--key-file", keyHex, file)
+	if err != nil || !strings.Contains(out, "messages: 50 inserted") {
+		t.Errorf("import: %v\n%s%s", err, out, stderr)
+	}
+	if got, _ := s.ListMessages(t.Context(), other, store.MessageQuery{GroupID: g.Id, Limit: 100}); len(got) != 50 {
+		t.Errorf("imported %d messages", len(got))
+	}
+
+	// A corrupt file fails verify with the record named, exit status 1.
+	data, _ := os.ReadFile(file)
+	bad := filepath.Join(dir, "bad.xmtp")
+	os.WriteFile(bad, data[:len(data)-10], 0o600)
+	out, _, err = ctl.run("verify", "--key-file", keyHex, bad)
+	if err == nil || !strings.Contains(out, "problem:  record") {
+		t.Errorf("verify of a cut archive: %v\n%s", err, out)
+	}
+
+	// A key of the wrong length is refused, naming only its length.
+	short := filepath.Join(dir, "short.key")
+	os.WriteFile(short, []byte("abcd"), 0o600)
+	_, stderr, err = ctl.run("inspect", "--key-file", short, file)
+	if err == nil || !strings.Contains(stderr, "holds 4 bytes") || strings.Contains(stderr, "abcd") {
+		t.Errorf("short key: %v %s", err, stderr)
+	}
+
+	// An export the server refuses leaves no file behind.
+	refused := filepath.Join(dir, "refused.xmtp")
+	_, stderr, err = ctl.run("export", "--owner", "has space", "--key-file", keyHex, "-o", refused)
+	if err == nil || !strings.Contains(stderr, "owner") {
+		t.Errorf("refused export: %v %s", err, stderr)
+	}
+	if entries, _ := filepath.Glob(filepath.Join(dir, "*refused*")); len(entries) != 0 {
+		t.Errorf("files left by a refused export: %v", entries)
+	}
+}
+
+func TestArchivectlRewrapLegacy(t *testing.T) {
+	bin := build(t)
+	dir := t.TempDir()
+	oldKey, newKey := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	ctl := tool{t: t, bin: bin, env: []string{"ARCHIVE_KEY=" + hex.EncodeToString(oldKey), "NEW_ARCHIVE_KEY=" + hex.EncodeToString(newKey)}}
+
+	// A legacy repeated-nonce archive, as writers up to libxmtp 1.6.1 made.
+	var buf bytes.Buffer
+	w, _ := archive.NewWriter(&buf, oldKey, archive.WriterOptions{LegacyNonce: true})
+	els := []*ds.BackupElement{{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{ExportedAtNs: 5}}}}
+	for _, m := range storetest.Messages("m", []byte("g"), 10, 1) {
+		els = append(els, &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: m}})
+	}
+	for _, el := range els {
+		if err := w.WriteElement(el); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	legacy := filepath.Join(dir, "legacy.xmtp")
+	os.WriteFile(legacy, buf.Bytes(), 0o600)
+
+	out, _, err := ctl.run("--json", "verify", legacy)
+	if err != nil || !strings.Contains(out, `"legacy_records": 10`) {
+		t.Fatalf("verify legacy: %v\n%s", err, out)
+	}
+	rewrapped := filepath.Join(dir, "rewrapped.xmtp")
+	out, stderr, err := ctl.run("rewrap", "-o", rewrapped, legacy)
+	if err != nil || !strings.Contains(out, "11 records in the counter form") {
+		t.Fatalf("rewrap: %v\n%s%s", err, out, stderr)
+	}
+	// Under the new key, in the counter form, with the same elements.
+	f, _ := os.Open(rewrapped)
+	defer f.Close()
+	r, err := archive.NewReader(f, newKey, archive.ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Metadata(); err != nil {
+		t.Fatal(err)
+	}
+	var got []*mb.GroupMessageSave
+	for {
+		el, err := r.Next()
+		if err != nil {
+			break
+		}
+		got = append(got, el.GetGroupMessage())
+	}
+	if len(got) != 10 || r.Stats().Legacy != 0 || string(got[9].Id) != "m-000009" {
+		t.Errorf("rewrapped: %d messages, stats %+v", len(got), r.Stats())
+	}
+}
