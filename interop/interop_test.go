@@ -33,6 +33,13 @@ import (
 // runReference runs reference.mjs in the given mode and decodes its JSON.
 func runReference(t *testing.T, mode string, stdin any, out any) {
 	t.Helper()
+	runScript(t, "reference.mjs", mode, stdin, out)
+}
+
+// runScript runs a Node script of this folder with stdin as JSON and
+// decodes the JSON it prints.
+func runScript(t *testing.T, script, mode string, stdin any, out any) {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("node is required for the interoperability tests: %v", err)
@@ -40,7 +47,7 @@ func runReference(t *testing.T, mode string, stdin any, out any) {
 	if _, err := os.Stat(filepath.Join("node_modules", "@xmtp", "wasm-bindings")); err != nil {
 		t.Fatalf("@xmtp/wasm-bindings is not installed here; run `make interop-deps` (npm ci in interop/): %v", err)
 	}
-	cmd := exec.Command(node, "reference.mjs", mode)
+	cmd := exec.Command(node, script, mode)
 	if stdin != nil {
 		b, _ := json.Marshal(stdin)
 		cmd.Stdin = bytes.NewReader(b)
@@ -49,10 +56,10 @@ func runReference(t *testing.T, mode string, stdin any, out any) {
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("reference %s: %v\n%s", mode, err, stderr.String())
+		t.Fatalf("%s %s: %v\n%s", script, mode, err, stderr.String())
 	}
 	if err := json.Unmarshal(stdout, out); err != nil {
-		t.Fatalf("reference %s output: %v\n%s", mode, err, stdout)
+		t.Fatalf("%s %s output: %v\n%s", script, mode, err, stdout)
 	}
 }
 

@@ -1,0 +1,144 @@
+// Runs the reference client's archive code (libxmtp through
+// @xmtp/wasm-bindings) for the Go interoperability tests, with a client
+// made offline as REFERENCE.md describes: every network call is answered
+// with an empty success, and the identity is signed with a fixed key.
+//
+//   node archive.mjs create   stdin {key, custom: [envelope]}; writes messages
+//                             of every catalogue type the reference encodes,
+//                             plus the given envelopes, and consent, then
+//                             prints {archive, groups, messages, consent}
+//   node archive.mjs import   stdin {key, archive, consent: [{entityType, entity}]};
+//                             prints the reference's reading of the archive:
+//                             {metadata, conversations, messages, consent}
+//
+// Bytes travel as lowercase hex; envelopes as {type, parameters, fallback,
+// compression, content (hex)}.
+import fs from 'node:fs';
+import * as b from '@xmtp/wasm-bindings';
+import { secp256k1 } from '@noble/curves/secp256k1.js';
+import { keccak_256 } from '@noble/hashes/sha3.js';
+
+const wasm = new URL('./node_modules/@xmtp/wasm-bindings/dist/bindings_wasm_bg.wasm', import.meta.url);
+b.initSync({ module: fs.readFileSync(wasm) });
+
+const hex = (u8) => Buffer.from(u8).toString('hex');
+const unhex = (s) => new Uint8Array(Buffer.from(s, 'hex'));
+const json = (v) => JSON.stringify(v, (_, x) => (typeof x === 'bigint' ? x.toString() : x instanceof Map ? Object.fromEntries(x) : x));
+
+// Every gRPC-web call succeeds with an empty message: one data frame of
+// length 0, then a trailer frame with grpc-status 0.
+globalThis.fetch = async () => {
+  const trailer = new TextEncoder().encode('grpc-status:0\r\n');
+  const body = new Uint8Array(10 + trailer.length);
+  body[5] = 0x80;
+  new DataView(body.buffer).setUint32(6, trailer.length);
+  body.set(trailer, 10);
+  return new Response(body, { status: 200, headers: { 'content-type': 'application/grpc-web+proto' } });
+};
+
+// offlineClient registers a fresh in-memory client whose wallet is the
+// secp256k1 key seed × 32, signing its identity with EIP-191.
+async function offlineClient(seed) {
+  const priv = new Uint8Array(32).fill(seed);
+  const pub = secp256k1.getPublicKey(priv, false);
+  const address = '0x' + hex(keccak_256(pub.slice(1)).slice(-20));
+  const ident = { identifier: address, identifierKind: b.IdentifierKind.Ethereum };
+  const inboxId = b.generateInboxId(ident, 0n);
+  const client = await b.createClient('http://localhost:5556', inboxId, ident, null, null,
+    b.DeviceSyncMode.Disabled, null, { structured: false, level: b.LogLevel.Error }, true, null, null, 0n);
+  const req = client.createInboxSignatureRequest();
+  const text = new TextEncoder().encode(await req.signatureText());
+  const prefix = new TextEncoder().encode(`\x19Ethereum Signed Message:\n${text.length}`);
+  const digest = keccak_256(new Uint8Array([...prefix, ...text]));
+  const sig = secp256k1.sign(digest, priv, { prehash: false, format: 'recovered' });
+  const rsv = new Uint8Array(65); // noble puts the recovery byte first; Ethereum last
+  rsv.set(sig.slice(1), 0);
+  rsv[64] = sig[0] + 27;
+  await req.addEcdsaSignature(rsv);
+  await client.registerIdentity(req);
+  return client;
+}
+
+const envelopeOut = (ec) => ({
+  type: ec.type, parameters: ec.parameters instanceof Map ? Object.fromEntries(ec.parameters) : ec.parameters,
+  fallback: ec.fallback, compression: ec.compression, content: hex(ec.content),
+});
+const envelopeIn = (e) => ({ type: e.type, parameters: e.parameters || {}, fallback: e.fallback, compression: e.compression, content: unhex(e.content) });
+
+const fill = (n, v) => new Uint8Array(n).fill(v);
+const remote = {
+  url: 'https://files.example.com/object/1', contentDigest: 'ab'.repeat(32),
+  secret: fill(32, 1), salt: fill(32, 2), nonce: fill(12, 3), scheme: 'https://', contentLength: 1234, filename: 'photo.jpg',
+};
+const referenceContent = {
+  text: () => b.encodeText('Hello from the reference ✓'),
+  markdown: () => b.encodeMarkdown('# Title\n\n*body*'),
+  reaction: () => b.encodeReaction({ reference: 'ab'.repeat(32), referenceInboxId: '', action: b.ReactionAction.Added, content: '👍', schema: b.ReactionSchema.Unicode }),
+  readReceipt: () => b.encodeReadReceipt({}),
+  attachment: () => b.encodeAttachment({ filename: 'notes.txt', mimeType: 'text/plain', content: new TextEncoder().encode('attached bytes') }),
+  remoteAttachment: () => b.encodeRemoteAttachment(remote),
+  multiRemoteAttachment: () => b.encodeMultiRemoteAttachment({ attachments: [remote] }),
+  transactionReference: () => b.encodeTransactionReference({ networkId: '8453', reference: '0xfeedbeef' }),
+  intent: () => b.encodeIntent({ id: 'i1', actionId: 'yes' }),
+};
+
+async function create(input) {
+  const client = await offlineClient(7);
+  const convs = client.conversations();
+  const groups = [convs.createGroupOptimistic({ groupName: 'Reference group' }), convs.createGroupOptimistic()];
+  const messages = [];
+  const push = (group, ec, name) => {
+    const id = group.prepareMessage(ec, false);
+    messages.push({ name, id, group: group.id(), envelope: envelopeOut(ec) });
+  };
+  for (const [name, make] of Object.entries(referenceContent)) push(groups[0], make(), name);
+  for (const [i, e] of (input.custom || []).entries()) push(groups[1], envelopeIn(e), `custom${i}`);
+  const consent = [
+    { entityType: b.ConsentEntityType.InboxId, state: b.ConsentState.Denied, entity: 'a'.repeat(64) },
+    { entityType: b.ConsentEntityType.GroupId, state: b.ConsentState.Allowed, entity: groups[1].id() },
+  ];
+  await client.setConsentStates(consent);
+  const archive = await client.device_sync().createArchive(
+    { elements: [b.BackupElementSelectionOption.Messages, b.BackupElementSelectionOption.Consent], excludeDisappearingMessages: false },
+    unhex(input.key));
+  return { archive: hex(archive), inboxId: client.inboxId, groups: groups.map((g) => g.id()), messages, consent };
+}
+
+async function importArchive(input) {
+  const client = await offlineClient(9);
+  const sync = client.device_sync();
+  const data = unhex(input.archive);
+  const key = unhex(input.key);
+  const metadata = await sync.archiveMetadata(data, key);
+  await sync.importArchive(data, key);
+  const conversations = [];
+  const messages = [];
+  for (const item of client.conversations().list({})) {
+    const conv = item.conversation ?? item;
+    conversations.push({ id: conv.id(), membershipState: conv.membershipState(), name: safe(() => conv.groupName()) });
+    for (const m of await conv.findMessages({})) {
+      messages.push({ id: m.id, convoId: m.convoId, kind: m.kind, sentAtNs: m.sentAtNs, envelope: envelopeOut(m.content) });
+    }
+    for (const d of await conv.findEnrichedMessages({})) {
+      const m = messages.find((x) => x.id === d.id);
+      if (m) { m.decodedType = d.content?.type; m.contentType = d.contentType; }
+    }
+  }
+  const consent = [];
+  for (const c of input.consent || []) {
+    consent.push({ ...c, state: await client.getConsentState(c.entityType, c.entity) });
+  }
+  return { metadata, conversations, messages, consent };
+}
+
+function safe(f) { try { return f(); } catch { return undefined; } }
+
+const input = JSON.parse(fs.readFileSync(0, 'utf8') || '{}');
+const commands = { create, import: importArchive };
+const cmd = commands[process.argv[2]];
+if (!cmd) {
+  console.error('usage: node archive.mjs create|import < input.json');
+  process.exit(2);
+}
+// The client's background tasks would keep Node alive: exit once written.
+process.stdout.write(json(await cmd(input)) + '\n', () => process.exit(0));
