@@ -16,13 +16,14 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build tools generate lint test fuzz check-generated interop-deps bench bench-store load postgres
+.PHONY: run build tools generate lint test fuzz check-generated interop-deps bench bench-store bench-archive load postgres
 
 run:
 	go run ./cmd/server
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/server ./cmd/server
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/archivectl ./cmd/archivectl
 
 tools:
 	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -82,6 +83,17 @@ bench-store:
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
 	TEST_DATABASE_URL="$$url" go test ./internal/server -run '^$$' -bench 'AppendMessages|ListMessages|PostgresCopy' -benchtime 20x -count 3
+
+# bench-archive: export and import of 1,000,000 messages of 1 KiB on
+# Postgres beside COPY and raw AES-256-GCM + zstd, with the server's peak
+# RSS (BENCHMARKS.md). Needs a few GB of disk; by hand, not in CI.
+bench-archive: build
+	@url="$${TEST_DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+	db="archivebench_$$(date +%s)"; \
+	psql "$$url" -qc "CREATE DATABASE $$db" && \
+	go run ./tools/archivebench --server bin/server --database-url "$$(echo $$url | sed "s|/postgres?|/$$db?|")"; \
+	status=$$?; psql "$$url" -qc "DROP DATABASE $$db WITH (FORCE)"; exit $$status
 
 # load runs the live server under ghz; by hand, not in CI (figures in BENCHMARKS.md).
 load:

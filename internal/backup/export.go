@@ -17,7 +17,6 @@ import (
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/archive"
-	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
@@ -122,7 +121,6 @@ func exportConversations(ctx context.Context, snap store.Snapshot, aw *archive.W
 			if !MessageEligible(m, exportedAtNs, opts.GetExcludeDisappearingMessages()) {
 				return nil
 			}
-			records.DeriveIdentifiers(m)
 			counts.Messages++
 			return aw.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: m}})
 		})

@@ -169,7 +169,6 @@ func (im *importer) apply(record uint64, el *ds.BackupElement) error {
 			}
 			im.groups[string(m.GetGroupId())] = true
 		}
-		records.DeriveIdentifiers(m)
 		if err := im.flushConsent(); err != nil {
 			return err
 		}

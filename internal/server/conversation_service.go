@@ -107,7 +107,6 @@ func (s *ConversationService) AppendMessages(ctx context.Context, req *cb.Append
 		if err := records.CheckMessage(m); err != nil {
 			return nil, statusOf(records.At(fmt.Sprintf("messages[%d]", i), err))
 		}
-		records.DeriveIdentifiers(m)
 	}
 	outcomes, err := s.store.AppendMessages(ctx, req.GetOwner(), msgs, store.AppendOptions{})
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/records"
 )
 
 // Errors callers tell apart with errors.Is. The wrapping error names the
@@ -79,7 +80,10 @@ type Groups interface {
 
 // Messages stores group messages.
 type Messages interface {
-	// AppendMessages stores messages in one transaction. Every group named
+	// AppendMessages stores messages in one transaction, with their
+	// identifier fields derived from a typed envelope first (Derive): so
+	// every stored message has them as ARCH-008 decides, and export reads
+	// them as stored. Every group named
 	// must exist (ErrNotFound) and, unless opts.AllowRestored, must not be
 	// Restored (ErrGroupInactive); on either failure nothing is written. A
 	// message whose id is already stored, or repeats an earlier id of the
@@ -208,5 +212,14 @@ func Activate(g *gb.GroupSave) (bool, error) {
 		return true, nil
 	default:
 		return false, fmt.Errorf("group %x is %s, not restored: %w", g.GetId(), g.GetMembershipState(), ErrFailedPrecondition)
+	}
+}
+
+// Derive sets each message's identifier fields from its typed envelope
+// (ARCH-008) before an engine stores it: the one place every write of a
+// message passes.
+func Derive(msgs []*mb.GroupMessageSave) {
+	for _, m := range msgs {
+		records.DeriveIdentifiers(m)
 	}
 }

@@ -283,6 +283,7 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 	if len(msgs) == 0 {
 		return nil, nil
 	}
+	store.Derive(msgs)
 	cols := columnsOf(msgs)
 	out := make([]store.Outcome, len(msgs))
 	err := s.inTx(ctx, func(tx pgx.Tx) error {

@@ -273,6 +273,7 @@ func (s *Store) MergeGroups(ctx context.Context, owner string, groups []*gb.Grou
 }
 
 func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.GroupMessageSave, opts store.AppendOptions) ([]store.Outcome, error) {
+	store.Derive(msgs)
 	out := make([]store.Outcome, len(msgs))
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if err := checkGroups(ctx, tx, owner, msgs, opts); err != nil {

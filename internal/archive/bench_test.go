@@ -1,0 +1,159 @@
+package archive
+
+import (
+	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/binary"
+	"io"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+	"google.golang.org/protobuf/proto"
+
+	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+)
+
+// The container against its ceiling, measured side by side: the raw work
+// every archive needs (AES-256-GCM sealing or opening of the same record
+// bytes, and one zstd stream over the framed ciphertext, with the same
+// encoder settings), with no element marshalling, framing logic or nonce
+// bookkeeping. Records are messages of 1 KiB of content.
+
+const benchRecords = 4096
+
+func benchElement() *ds.BackupElement {
+	return &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: &mb.GroupMessageSave{
+		Id: bytes.Repeat([]byte{1}, 32), GroupId: bytes.Repeat([]byte{2}, 16), DecryptedMessageBytes: bytes.Repeat([]byte("x"), 1024),
+		SentAtNs: 1_700_000_000_000_000_000, Kind: mb.GroupMessageKindSave_GROUP_MESSAGE_KIND_SAVE_APPLICATION,
+		SenderInstallationId: bytes.Repeat([]byte{3}, 32), SenderInboxId: string(bytes.Repeat([]byte("a"), 64)),
+	}}}
+}
+
+func recordSize(b *testing.B) int {
+	n, err := proto.Marshal(benchElement())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return len(n)
+}
+
+func newEncoder(w io.Writer) *zstd.Encoder {
+	enc, _ := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+		zstd.WithEncoderCRC(false), zstd.WithWindowSize(2<<20), zstd.WithLowerEncoderMem(true))
+	return enc
+}
+
+// BenchmarkRawSealCompress is the writer's ceiling.
+func BenchmarkRawSealCompress(b *testing.B) {
+	plain, _ := proto.Marshal(benchElement())
+	block, _ := aes.NewCipher(testKey)
+	aead, _ := cipher.NewGCM(block)
+	var nonce [NonceSize]byte
+	sealed := make([]byte, 0, len(plain)+TagSize+4)
+	b.SetBytes(int64(len(plain) * benchRecords))
+	for b.Loop() {
+		enc := newEncoder(io.Discard)
+		for i := range benchRecords {
+			binary.LittleEndian.PutUint64(nonce[:], uint64(i))
+			sealed = binary.LittleEndian.AppendUint32(sealed[:0], uint32(len(plain)+TagSize))
+			sealed = aead.Seal(sealed, nonce[:], plain, nil)
+			enc.Write(sealed)
+		}
+		enc.Close()
+	}
+}
+
+// BenchmarkWriter is the container writing the same records, marshalling
+// each element from its message.
+func BenchmarkWriter(b *testing.B) {
+	el := benchElement()
+	b.SetBytes(int64(recordSize(b) * benchRecords))
+	for b.Loop() {
+		w, _ := NewWriter(io.Discard, testKey, WriterOptions{})
+		for range benchRecords {
+			if err := w.WriteElement(el); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchArchive(b *testing.B) []byte {
+	var buf bytes.Buffer
+	w, _ := NewWriter(&buf, testKey, WriterOptions{})
+	w.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{}}})
+	el := benchElement()
+	for range benchRecords {
+		w.WriteElement(el)
+	}
+	w.Close()
+	return buf.Bytes()
+}
+
+// BenchmarkRawDecompressOpen is the reader's ceiling: one zstd stream
+// decoded, each record opened, nothing parsed.
+func BenchmarkRawDecompressOpen(b *testing.B) {
+	data := benchArchive(b)
+	block, _ := aes.NewCipher(testKey)
+	aead, _ := cipher.NewGCM(block)
+	base := Nonce(data[2:14])
+	b.SetBytes(int64(recordSize(b) * benchRecords))
+	dec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+	ct := make([]byte, 0, 2048)
+	plain := make([]byte, 0, 2048)
+	for b.Loop() {
+		if err := dec.Reset(bytes.NewReader(data[HeaderSize:])); err != nil {
+			b.Fatal(err)
+		}
+		var prefix [4]byte
+		for i := uint64(0); ; i++ {
+			if _, err := io.ReadFull(dec, prefix[:]); err != nil {
+				break
+			}
+			ct = ct[:binary.LittleEndian.Uint32(prefix[:])]
+			if _, err := io.ReadFull(dec, ct); err != nil {
+				b.Fatal(err)
+			}
+			nonce := base.Add(i)
+			var err error
+			if plain, err = aead.Open(plain[:0], nonce[:], ct, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkReader is the container reading the same archive into elements.
+func BenchmarkReader(b *testing.B) {
+	data := benchArchive(b)
+	b.SetBytes(int64(recordSize(b) * benchRecords))
+	for b.Loop() {
+		r, err := NewReader(bytes.NewReader(data), testKey, ReaderOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Metadata(); err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for {
+			_, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			n++
+		}
+		if n != benchRecords {
+			b.Fatalf("%d records", n)
+		}
+		r.Close()
+	}
+}
