@@ -12,11 +12,15 @@ import (
 // SnapshotPageSize is how many rows a Pager reads per query.
 const SnapshotPageSize = 1000
 
-// Pager is a Snapshot built from an engine's keyset page reads, each bound
-// to one read transaction: the iterators hold one page at a time.
+// Pager is a Snapshot built from an engine's reads, each bound to one read
+// transaction. Groups and consent come in keyset pages, so that the
+// function called for each may read the snapshot (export reads a group's
+// messages inside its group loop); a group's messages come from one
+// streaming query, the database sending rows ahead while they are written
+// out, so the function called for each message must not read the snapshot.
 type Pager struct {
 	Groups   func(ctx context.Context, after []byte, limit int) ([]*gb.GroupSave, error)
-	Messages func(ctx context.Context, q MessageQuery) ([]*mb.GroupMessageSave, error)
+	Messages func(ctx context.Context, q MessageQuery, fn func(*mb.GroupMessageSave) error) error
 	Consent  func(ctx context.Context, after *ConsentKey, limit int) ([]*cs.ConsentSave, error)
 }
 
@@ -42,23 +46,8 @@ func (p Pager) EachGroup(ctx context.Context, fn func(*gb.GroupSave) error) erro
 }
 
 func (p Pager) EachMessage(ctx context.Context, q MessageQuery, fn func(*mb.GroupMessageSave) error) error {
-	q.After, q.Limit = nil, SnapshotPageSize
-	for {
-		page, err := p.Messages(ctx, q)
-		if err != nil {
-			return err
-		}
-		for _, m := range page {
-			if err := fn(m); err != nil {
-				return err
-			}
-		}
-		if len(page) < SnapshotPageSize {
-			return nil
-		}
-		last := page[len(page)-1]
-		q.After = &MessageCursor{SentAtNs: last.GetSentAtNs(), ID: last.GetId()}
-	}
+	q.After, q.Limit = nil, 0
+	return p.Messages(ctx, q, fn)
 }
 
 func (p Pager) EachConsent(ctx context.Context, fn func(*cs.ConsentSave) error) error {

@@ -112,12 +112,14 @@ type Consent interface {
 }
 
 // Snapshot is a consistent read-only view of one owner's records. Its
-// iterators stream: they hold one page at a time, never a whole table.
+// iterators stream: they hold one page or one row at a time, never a whole
+// table.
 type Snapshot interface {
 	// EachGroup calls fn for every group in id order.
 	EachGroup(ctx context.Context, fn func(*gb.GroupSave) error) error
 	// EachMessage calls fn for every message of the group, in send order,
-	// that the query's window admits (q.GroupID set, q.After ignored).
+	// that the query's window admits (q.GroupID set, q.After and q.Limit
+	// ignored). It streams one query: fn must not read the snapshot.
 	EachMessage(ctx context.Context, q MessageQuery, fn func(*mb.GroupMessageSave) error) error
 	// EachConsent calls fn for every consent record in key order.
 	EachConsent(ctx context.Context, fn func(*cs.ConsentSave) error) error

@@ -394,6 +394,18 @@ func (s *Store) ListMessages(ctx context.Context, owner string, q store.MessageQ
 }
 
 func listMessages(ctx context.Context, q querier, owner string, mq store.MessageQuery) ([]*mb.GroupMessageSave, error) {
+	page := make([]*mb.GroupMessageSave, 0, min(mq.Limit, store.SnapshotPageSize))
+	err := eachMessage(ctx, q, owner, mq, func(m *mb.GroupMessageSave) error {
+		page = append(page, m)
+		return nil
+	})
+	return page, err
+}
+
+// eachMessage runs one query and calls fn for each row as it arrives; with
+// no limit it streams a whole group, the server sending rows ahead while fn
+// works. fn must not query q meanwhile: the connection is busy.
+func eachMessage(ctx context.Context, q querier, owner string, mq store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
 	query, args := messageSelect+` WHERE owner = $1 AND group_id = $2`, []any{owner, mq.GroupID}
 	arg := func(v any) string { args = append(args, v); return fmt.Sprintf("$%d", len(args)) }
 	if mq.StartNs != nil {
@@ -405,23 +417,28 @@ func listMessages(ctx context.Context, q querier, owner string, mq store.Message
 	if mq.After != nil {
 		query += ` AND (sent_at_ns, id) > (` + arg(mq.After.SentAtNs) + `, ` + arg(mq.After.ID) + `)`
 	}
-	rows, err := q.Query(ctx, query+fmt.Sprintf(` ORDER BY sent_at_ns, id LIMIT %d`, mq.Limit), args...)
+	query += ` ORDER BY sent_at_ns, id`
+	if mq.Limit > 0 {
+		query += fmt.Sprintf(` LIMIT %d`, mq.Limit)
+	}
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: list messages: %w", err)
+		return fmt.Errorf("postgres: list messages: %w", err)
 	}
 	defer rows.Close()
-	page := make([]*mb.GroupMessageSave, 0, min(mq.Limit, store.SnapshotPageSize))
 	for rows.Next() {
 		row := new(store.MessageRow)
 		if err := rows.Scan(row.Dest()...); err != nil {
-			return nil, fmt.Errorf("postgres: list messages: %w", err)
+			return fmt.Errorf("postgres: list messages: %w", err)
 		}
-		page = append(page, row.Message())
+		if err := fn(row.Message()); err != nil {
+			return err
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: list messages: %w", err)
+		return fmt.Errorf("postgres: list messages: %w", err)
 	}
-	return page, nil
+	return nil
 }
 
 func (s *Store) DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error {
@@ -521,8 +538,8 @@ func (s *Store) Snapshot(ctx context.Context, owner string, fn func(store.Snapsh
 		Groups: func(ctx context.Context, after []byte, limit int) ([]*gb.GroupSave, error) {
 			return listGroups(ctx, tx, owner, after, limit)
 		},
-		Messages: func(ctx context.Context, q store.MessageQuery) ([]*mb.GroupMessageSave, error) {
-			return listMessages(ctx, tx, owner, q)
+		Messages: func(ctx context.Context, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
+			return eachMessage(ctx, tx, owner, q, fn)
 		},
 		Consent: func(ctx context.Context, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
 			return listConsent(ctx, tx, owner, after, limit)

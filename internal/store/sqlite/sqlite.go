@@ -386,6 +386,17 @@ func (s *Store) ListMessages(ctx context.Context, owner string, q store.MessageQ
 }
 
 func listMessages(ctx context.Context, q querier, owner string, mq store.MessageQuery) ([]*mb.GroupMessageSave, error) {
+	var page []*mb.GroupMessageSave
+	err := eachMessage(ctx, q, owner, mq, func(m *mb.GroupMessageSave) error {
+		page = append(page, m)
+		return nil
+	})
+	return page, err
+}
+
+// eachMessage runs one query and calls fn for each row as it is read; with
+// no limit it streams a whole group. fn must not query q meanwhile.
+func eachMessage(ctx context.Context, q querier, owner string, mq store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
 	query, args := messageSelect+` WHERE owner = ? AND group_id = ?`, []any{owner, mq.GroupID}
 	if mq.StartNs != nil {
 		query, args = query+` AND sent_at_ns > ?`, append(args, *mq.StartNs)
@@ -396,23 +407,28 @@ func listMessages(ctx context.Context, q querier, owner string, mq store.Message
 	if mq.After != nil {
 		query, args = query+` AND (sent_at_ns, id) > (?, ?)`, append(args, mq.After.SentAtNs, mq.After.ID)
 	}
-	rows, err := q.QueryContext(ctx, query+` ORDER BY sent_at_ns, id LIMIT ?`, append(args, mq.Limit)...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: list messages: %w", err)
+	query += ` ORDER BY sent_at_ns, id`
+	if mq.Limit > 0 {
+		query, args = query+` LIMIT ?`, append(args, mq.Limit)
 	}
-	var page []*mb.GroupMessageSave
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("sqlite: list messages: %w", err)
+	}
+	defer rows.Close()
 	for rows.Next() {
 		row := new(store.MessageRow)
 		if err := rows.Scan(row.Dest()...); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("sqlite: list messages: %w", err)
+			return fmt.Errorf("sqlite: list messages: %w", err)
 		}
-		page = append(page, row.Message())
+		if err := fn(row.Message()); err != nil {
+			return err
+		}
 	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, fmt.Errorf("sqlite: list messages: %w", err)
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: list messages: %w", err)
 	}
-	return page, nil
+	return nil
 }
 
 func (s *Store) DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error {
@@ -513,8 +529,8 @@ func (s *Store) Snapshot(ctx context.Context, owner string, fn func(store.Snapsh
 		Groups: func(ctx context.Context, after []byte, limit int) ([]*gb.GroupSave, error) {
 			return listGroups(ctx, tx, owner, after, limit)
 		},
-		Messages: func(ctx context.Context, q store.MessageQuery) ([]*mb.GroupMessageSave, error) {
-			return listMessages(ctx, tx, owner, q)
+		Messages: func(ctx context.Context, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
+			return eachMessage(ctx, tx, owner, q, fn)
 		},
 		Consent: func(ctx context.Context, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
 			return listConsent(ctx, tx, owner, after, limit)
