@@ -18,7 +18,7 @@ import (
 // importBatch is how many consecutive messages (or consent records) are
 // written per store call: enough to amortise a transaction, few enough to
 // keep memory flat.
-const importBatch = 1000
+const importBatch = 4000
 
 // ElementCounts is what an import did with one kind of element.
 type ElementCounts struct {
@@ -84,34 +84,69 @@ func Import(ctx context.Context, st store.Store, owner string, key []byte, r io.
 	}
 	defer ar.Close()
 	im := &importer{ctx: ctx, st: st, owner: owner, res: &res, groups: make(map[string]bool)}
-	defer func() {
-		stats := ar.Stats()
-		res.Records, res.Skipped, res.Legacy = stats.Records, res.Skipped+stats.Skipped, stats.Legacy
-	}()
 	if res.Metadata, err = ar.Metadata(); err != nil {
 		return res, err
 	}
+	// Reading (decompressing, opening, parsing) runs one step ahead of
+	// applying, so the two overlap; records are still applied one after
+	// another, in order, and the reader stops when applying does.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	records := make(chan readRecord, readAhead)
+	go readRecords(ctx, ar, records)
+	defer func() {
+		cancel()
+		for range records { // wait for the reader to stop before its stats
+		}
+		stats := ar.Stats()
+		res.Records, res.Skipped, res.Legacy = stats.Records, res.Skipped+stats.Skipped, stats.Legacy
+	}()
+	for rec := range records {
+		if rec.err == nil {
+			rec.err = im.apply(rec.num, rec.el)
+		}
+		if rec.err != nil {
+			// What is buffered came before the failing record: apply it,
+			// then report the failure.
+			if ferr := im.flush(); ferr != nil {
+				return res, ferr
+			}
+			return res, rec.err
+		}
+	}
+	if err := im.flush(); err != nil {
+		return res, err
+	}
+	return res, ctx.Err()
+}
+
+// readAhead bounds how many parsed records wait to be applied.
+const readAhead = 256
+
+// readRecord is one element read ahead, or the error that ended reading.
+type readRecord struct {
+	num uint64
+	el  *ds.BackupElement
+	err error
+}
+
+// readRecords sends the archive's elements until its end, an error, or ctx
+// is done, then closes out.
+func readRecords(ctx context.Context, ar *archive.Reader, out chan<- readRecord) {
+	defer close(out)
 	for {
 		el, err := ar.Next()
 		if errors.Is(err, io.EOF) {
-			if err := im.flush(); err != nil {
-				return res, err
-			}
-			return res, nil
+			return
+		}
+		rec := readRecord{num: ar.Record(), el: el, err: err}
+		select {
+		case out <- rec:
+		case <-ctx.Done():
+			return
 		}
 		if err != nil {
-			// Apply what came before the bad record, then report it.
-			if ferr := im.flush(); ferr != nil {
-				return res, ferr
-			}
-			return res, err
-		}
-		if err := im.apply(ar.Record(), el); err != nil {
-			// What is buffered came before the failing record: apply it.
-			if ferr := im.flush(); ferr != nil {
-				return res, ferr
-			}
-			return res, err
+			return
 		}
 	}
 }

@@ -26,6 +26,9 @@ import (
 // per-message overhead vanishes, small enough to stream.
 const exportChunkSize = 256 << 10
 
+// sendAhead is how many chunks may wait to be sent while export goes on.
+const sendAhead = 4
+
 // ArchiveService implements contentbackup.v1.ArchiveService: it moves bytes
 // between gRPC streams and the backup package, and maps errors to codes.
 type ArchiveService struct {
@@ -57,13 +60,39 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	if _, err := backup.Resolve(req.GetOptions()); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	out := &chunkWriter{send: func(b []byte) error {
-		return stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Chunk{Chunk: b}})
-	}, hash: sha256.New()}
+	// Chunks go out from a goroutine of their own, so that building the
+	// archive and sending it overlap; at most sendAhead chunks wait.
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	chunks := make(chan []byte, sendAhead)
+	sent := make(chan error, 1)
+	go func() {
+		var err error
+		for c := range chunks {
+			if err == nil {
+				if err = stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Chunk{Chunk: c}}); err != nil {
+					cancel() // stop the export: nobody is reading
+				}
+			}
+		}
+		sent <- err
+	}()
+	out := &chunkWriter{hash: sha256.New(), send: func(b []byte) error {
+		select {
+		case chunks <- b:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
 	exportedAt := s.now().UnixNano()
-	counts, err := backup.Export(stream.Context(), s.store, req.GetOwner(), req.GetKey(), req.GetOptions(), exportedAt, out)
+	counts, err := backup.Export(ctx, s.store, req.GetOwner(), req.GetKey(), req.GetOptions(), exportedAt, out)
 	if err == nil {
 		err = out.Flush()
+	}
+	close(chunks)
+	if serr := <-sent; err == nil {
+		err = serr
 	}
 	if err != nil {
 		// The stream ends without a summary: not a complete backup.
@@ -112,12 +141,11 @@ func (w *chunkWriter) Flush() error {
 	}
 	w.hash.Write(w.buf)
 	w.n += uint64(len(w.buf))
-	// The stream marshals the message before Send returns, so the buffer
-	// can be reused.
+	// send keeps the buffer: the next chunk gets a new one.
 	if err := w.send(w.buf); err != nil {
 		return fmt.Errorf("send chunk: %w", err)
 	}
-	w.buf = w.buf[:0]
+	w.buf = nil
 	return nil
 }
 

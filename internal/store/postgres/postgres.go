@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -138,6 +139,15 @@ func prefixed(prefix, columns string) string {
 	}
 	return strings.Join(cols, ", ")
 }
+
+// copyColumns are the messages table's columns, owner first, for COPY.
+var copyColumns = func() []string {
+	cols := []string{"owner"}
+	for _, c := range strings.Split(store.MessageColumns, ",") {
+		cols = append(cols, strings.TrimSpace(c))
+	}
+	return cols
+}()
 
 func placeholders(n int) string {
 	p := make([]string, n)
@@ -284,37 +294,106 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 		return nil, nil
 	}
 	store.Derive(msgs)
-	cols := columnsOf(msgs)
-	out := make([]store.Outcome, len(msgs))
+	var out []store.Outcome
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := checkGroups(ctx, tx, owner, msgs, opts); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, messageAppend, append([]any{owner}, cols...)...)
-		if err != nil {
-			return fmt.Errorf("postgres: append messages: %w", err)
+		var err error
+		out, err = copyNew(ctx, tx, owner, msgs)
+		if errors.Is(err, errConcurrentInsert) {
+			out, err = insertNew(ctx, tx, owner, msgs)
 		}
-		inserted := make(map[string]bool, len(msgs))
-		var id []byte
-		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-			inserted[string(id)] = true
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("postgres: append messages: %w", err)
-		}
-		// The first occurrence of an id in the batch is the one stored.
-		for i, m := range msgs {
-			out[i] = store.Unchanged
-			if inserted[string(m.GetId())] {
-				out[i] = store.Inserted
-				delete(inserted, string(m.GetId()))
-			}
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// errConcurrentInsert: an id copyNew found absent was stored meanwhile by
+// another transaction.
+var errConcurrentInsert = errors.New("a message id was inserted concurrently")
+
+// copyNew is the fast path of an append: find which ids are stored, then
+// COPY the rest, the first occurrence of each id in the batch. A
+// concurrent insert of one of them makes COPY fail on the primary key; the
+// savepoint is rolled back and insertNew, which tolerates it, runs instead.
+func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessageSave) ([]store.Outcome, error) {
+	ids := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.GetId()
+	}
+	rows, err := tx.Query(ctx, `SELECT id FROM messages WHERE owner = $1 AND id = ANY($2)`, owner, ids)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: read message ids: %w", err)
+	}
+	known := make(map[string]bool)
+	var id []byte
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { known[string(id)] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("postgres: read message ids: %w", err)
+	}
+	out := make([]store.Outcome, len(msgs))
+	fresh := make([]*mb.GroupMessageSave, 0, len(msgs))
+	for i, m := range msgs {
+		out[i] = store.Unchanged
+		if !known[string(m.GetId())] {
+			known[string(m.GetId())] = true
+			out[i] = store.Inserted
+			fresh = append(fresh, m)
+		}
+	}
+	if len(fresh) == 0 {
+		return out, nil
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: savepoint: %w", err)
+	}
+	_, err = sp.CopyFrom(ctx, pgx.Identifier{"messages"}, copyColumns, pgx.CopyFromSlice(len(fresh), func(i int) ([]any, error) {
+		return append([]any{owner}, store.MessageArgs(fresh[i])...), nil
+	}))
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return nil, fmt.Errorf("postgres: rollback to savepoint: %w", rerr)
+		}
+		return nil, errConcurrentInsert
+	case err != nil:
+		return nil, fmt.Errorf("postgres: append messages: %w", err)
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("postgres: release savepoint: %w", err)
+	}
+	return out, nil
+}
+
+// insertNew inserts the batch in one statement that leaves stored ids
+// alone and returns the ids it stored.
+func insertNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessageSave) ([]store.Outcome, error) {
+	rows, err := tx.Query(ctx, messageAppend, append([]any{owner}, columnsOf(msgs)...)...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: append messages: %w", err)
+	}
+	inserted := make(map[string]bool, len(msgs))
+	var id []byte
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		inserted[string(id)] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: append messages: %w", err)
+	}
+	// The first occurrence of an id in the batch is the one stored.
+	out := make([]store.Outcome, len(msgs))
+	for i, m := range msgs {
+		out[i] = store.Unchanged
+		if inserted[string(m.GetId())] {
+			out[i] = store.Inserted
+			delete(inserted, string(m.GetId()))
+		}
 	}
 	return out, nil
 }

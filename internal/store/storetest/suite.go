@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"SnapshotIsConsistent", testSnapshotConsistent},
 		{"SnapshotStreamsPastOnePage", testSnapshotPages},
 		{"BulkAppend100k", testBulkAppend},
+		{"ARCH013_ConcurrentAppendsOfTheSameIDs", testConcurrentAppends},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -682,5 +683,40 @@ func testBulkAppend(t *testing.T, s store.Store) {
 	}
 	if n != total {
 		t.Errorf("stored %d of %d messages", n, total)
+	}
+}
+
+// Two writers appending the same ids at once: each id is stored once, by
+// one of them, and neither fails (Postgres's fast path finds the other's
+// insert and falls back; SQLite takes one writer at a time).
+func testConcurrentAppends(t *testing.T, s store.Store) {
+	owner := Owner("concurrent")
+	mustPut(t, s, owner, MinimalGroup("g"))
+	const n = 2000
+	results := make(chan []store.Outcome, 4)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			out, err := s.AppendMessages(ctx(t), owner, Messages("m", []byte("g"), n, 0), store.AppendOptions{})
+			results <- out
+			errs <- err
+		}()
+	}
+	inserted := 0
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent append: %v", err)
+		}
+		for _, o := range <-results {
+			if o == store.Inserted {
+				inserted++
+			}
+		}
+	}
+	if inserted != n {
+		t.Errorf("%d inserted outcomes for %d ids", inserted, n)
+	}
+	if got := allMessages(t, s, owner, []byte("g")); len(got) != n {
+		t.Errorf("stored %d of %d", len(got), n)
 	}
 }
