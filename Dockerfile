@@ -7,11 +7,14 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-X main.buildVersion=${VERSION}" -o /out/server ./cmd/server \
+ && CGO_ENABLED=0 go build -trimpath -o /out/archivectl ./cmd/archivectl \
  && mkdir -p /out/data
 
 # distroless: no shell, no package manager, runs as an unprivileged user.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/server /usr/local/bin/server
+# The operator CLI, for `kubectl exec … archivectl export|import|verify`.
+COPY --from=build /out/archivectl /usr/local/bin/archivectl
 # The embedded store's directory, owned by the unprivileged user; mount a
 # volume here, or set DATABASE_URL to use Postgres instead.
 COPY --from=build --chown=nonroot:nonroot /out/data /var/lib/contentbackup

@@ -97,7 +97,10 @@ func main() {
 // and the top-level flags from kong's bindings.
 func (c *cli) dial() (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient(c.Server, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
+		// An export streams the whole archive to us: a few MiB of window
+		// keep the server from waiting on our window updates.
+		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(8<<20))
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", c.Server, err)
 	}

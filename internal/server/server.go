@@ -95,6 +95,11 @@ func New(cfg Config, log *zap.Logger) *Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
+		// Archives stream hundreds of megabytes one way: windows of a few
+		// MiB keep the sender from waiting on window updates (grpc-go's
+		// dynamic window starts at 64 KiB and grows only as pings measure).
+		grpc.InitialWindowSize(4<<20),
+		grpc.InitialConnWindowSize(8<<20),
 		grpc.MaxSendMsgSize(cfg.MaxRecvBytes*2),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),

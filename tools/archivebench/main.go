@@ -178,7 +178,8 @@ func run(dbURL, serverBin string, small, big int) error {
 		return err
 	}
 	defer srv.stop()
-	cc, err := grpc.NewClient(srv.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(srv.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(8<<20)) // as archivectl
 	if err != nil {
 		return err
 	}
