@@ -525,3 +525,33 @@ func TestVerify(t *testing.T) {
 		}
 	})
 }
+
+// ARCH-022: an archive in the legacy repeated-nonce form imports, every
+// element applied, the retry counted.
+func TestImportLegacyArchive_ARCH002_ARCH022(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, s store.Store) {
+		var buf bytes.Buffer
+		w, err := archive.NewWriter(&buf, key, archive.WriterOptions{LegacyNonce: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, el := range []*ds.BackupElement{metaEl(), groupEl("g1"), msgEl("m1", "g1"), msgEl("m2", "g1")} {
+			if err := w.WriteElement(el); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		owner := storetest.Owner("legacy")
+		res, err := Import(t.Context(), s, owner, key, &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Groups.Inserted != 1 || res.Messages.Inserted != 2 || res.Legacy != 3 {
+			t.Errorf("legacy import %+v", res)
+		}
+		_, msgs, _ := snapshotOf(t, s, owner)
+		diff(t, "messages", ids(msgs), []string{"m1", "m2"})
+	})
+}
