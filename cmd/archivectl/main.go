@@ -51,6 +51,29 @@ type keyFlags struct {
 
 func (k keyFlags) key() ([]byte, error) { return loadKey(k.KeyFile, "ARCHIVE_KEY", "--key-file") }
 
+// openArchive loads the key and opens a local archive with its metadata
+// read. close releases both.
+func (k keyFlags) openArchive(path string) (r *archive.Reader, meta *ds.BackupMetadataSave, close func(), err error) {
+	key, err := k.key()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if r, err = archive.NewReader(f, key, archive.ReaderOptions{}); err != nil {
+		f.Close()
+		return nil, nil, nil, err
+	}
+	close = func() { r.Close(); f.Close() }
+	if meta, err = r.Metadata(); err != nil {
+		close()
+		return nil, nil, nil, err
+	}
+	return r, meta, close, nil
+}
+
 func loadKey(path, env, flag string) ([]byte, error) {
 	if path == "" {
 		hexKey := os.Getenv(env)
@@ -362,24 +385,11 @@ type inspectCmd struct {
 }
 
 func (i *inspectCmd) Run(c *cli) error {
-	key, err := i.key()
+	r, meta, closeArchive, err := i.openArchive(i.File)
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(i.File)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	r, err := archive.NewReader(f, key, archive.ReaderOptions{})
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	meta, err := r.Metadata()
-	if err != nil {
-		return err
-	}
+	defer closeArchive()
 	form := "counter"
 	if r.Stats().Record0Legacy {
 		form = "legacy"
@@ -440,28 +450,15 @@ type rewrapCmd struct {
 }
 
 func (rw *rewrapCmd) Run(c *cli) error {
-	key, err := rw.key()
-	if err != nil {
-		return err
-	}
 	newKey, err := loadKey(rw.NewKeyFile, "NEW_ARCHIVE_KEY", "--new-key-file")
 	if err != nil {
 		return err
 	}
-	in, err := os.Open(rw.File)
+	r, meta, closeArchive, err := rw.openArchive(rw.File)
 	if err != nil {
 		return err
 	}
-	defer in.Close()
-	r, err := archive.NewReader(in, key, archive.ReaderOptions{})
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	meta, err := r.Metadata()
-	if err != nil {
-		return err
-	}
+	defer closeArchive()
 	var written uint64
 	err = writeAtomically(rw.Output, func(out io.Writer) error {
 		w, err := archive.NewWriter(out, newKey, archive.WriterOptions{})

@@ -21,19 +21,7 @@ func BenchmarkExport(b *testing.B) {
 	for _, e := range storetest.Engines() {
 		b.Run(e.Name, func(b *testing.B) {
 			s := e.Open(b)
-			owner := storetest.Owner("bench")
-			if _, err := s.PutGroup(b.Context(), owner, storetest.MinimalGroup("g")); err != nil {
-				b.Fatal(err)
-			}
-			for i := 0; i < n; i += 10_000 {
-				msgs := storetest.Messages(fmt.Sprintf("b%d", i), []byte("g"), 10_000, int64(i))
-				for _, m := range msgs {
-					m.DecryptedMessageBytes = body
-				}
-				if _, err := s.AppendMessages(b.Context(), owner, msgs, store.AppendOptions{}); err != nil {
-					b.Fatal(err)
-				}
-			}
+			owner := benchOwner(b, s, n, body)
 			b.SetBytes(int64(n * (len(body) + 64)))
 			for b.Loop() {
 				counts, err := Export(b.Context(), s, owner, key, nil, exportAt, io.Discard)
@@ -54,19 +42,7 @@ func BenchmarkImport(b *testing.B) {
 	for _, e := range storetest.Engines() {
 		b.Run(e.Name, func(b *testing.B) {
 			s := e.Open(b)
-			owner := storetest.Owner("bench")
-			if _, err := s.PutGroup(b.Context(), owner, storetest.MinimalGroup("g")); err != nil {
-				b.Fatal(err)
-			}
-			for i := 0; i < n; i += 10_000 {
-				msgs := storetest.Messages(fmt.Sprintf("b%d", i), []byte("g"), 10_000, int64(i))
-				for _, m := range msgs {
-					m.DecryptedMessageBytes = body
-				}
-				if _, err := s.AppendMessages(b.Context(), owner, msgs, store.AppendOptions{}); err != nil {
-					b.Fatal(err)
-				}
-			}
+			owner := benchOwner(b, s, n, body)
 			var archiveBytes bytes.Buffer
 			if _, err := Export(b.Context(), s, owner, key, nil, exportAt, &archiveBytes); err != nil {
 				b.Fatal(err)
@@ -83,4 +59,23 @@ func BenchmarkImport(b *testing.B) {
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 		})
 	}
+}
+
+// benchOwner stores n messages with the given content in one group of a
+// new owner, and returns the owner.
+func benchOwner(b *testing.B, s store.Store, n int, body []byte) string {
+	owner := storetest.Owner("bench")
+	if _, err := s.PutGroup(b.Context(), owner, storetest.MinimalGroup("g")); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < n; i += 10_000 {
+		msgs := storetest.Messages(fmt.Sprintf("b%d", i), []byte("g"), 10_000, int64(i))
+		for _, m := range msgs {
+			m.DecryptedMessageBytes = body
+		}
+		if _, err := s.AppendMessages(b.Context(), owner, msgs, store.AppendOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return owner
 }

@@ -5,6 +5,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
@@ -195,4 +196,53 @@ func (r *MessageRow) Message() *mb.GroupMessageSave {
 		}
 	}
 	return m
+}
+
+// MessageSelect is the query of a MessageQuery over the messages table, in
+// send order, with placeholder(i) writing the i-th parameter (1-based) in
+// the engine's dialect: "$1" or "?".
+func MessageSelect(owner string, q MessageQuery, placeholder func(int) string) (string, []any) {
+	args := []any{owner, q.GroupID}
+	arg := func(v any) string { args = append(args, v); return placeholder(len(args)) }
+	var b strings.Builder
+	b.WriteString(`SELECT ` + MessageColumns + ` FROM messages WHERE owner = ` + placeholder(1) + ` AND group_id = ` + placeholder(2))
+	if q.StartNs != nil {
+		b.WriteString(` AND sent_at_ns > ` + arg(*q.StartNs))
+	}
+	if q.EndNs != nil {
+		b.WriteString(` AND sent_at_ns <= ` + arg(*q.EndNs))
+	}
+	if q.After != nil {
+		b.WriteString(` AND (sent_at_ns, id) > (` + arg(q.After.SentAtNs) + `, ` + arg(q.After.ID) + `)`)
+	}
+	b.WriteString(` ORDER BY sent_at_ns, id`)
+	if q.Limit > 0 {
+		b.WriteString(` LIMIT ` + arg(q.Limit))
+	}
+	return b.String(), args
+}
+
+// Rows is what both drivers' result sets offer.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// EachMessageRow scans each row of a MessageSelect query as it arrives and
+// calls fn with its record.
+func EachMessageRow(rows Rows, fn func(*mb.GroupMessageSave) error) error {
+	for rows.Next() {
+		row := new(MessageRow)
+		if err := rows.Scan(row.Dest()...); err != nil {
+			return fmt.Errorf("list messages: %w", err)
+		}
+		if err := fn(row.Message()); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list messages: %w", err)
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -485,39 +486,13 @@ func listMessages(ctx context.Context, q querier, owner string, mq store.Message
 // no limit it streams a whole group, the server sending rows ahead while fn
 // works. fn must not query q meanwhile: the connection is busy.
 func eachMessage(ctx context.Context, q querier, owner string, mq store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
-	query, args := messageSelect+` WHERE owner = $1 AND group_id = $2`, []any{owner, mq.GroupID}
-	arg := func(v any) string { args = append(args, v); return fmt.Sprintf("$%d", len(args)) }
-	if mq.StartNs != nil {
-		query += ` AND sent_at_ns > ` + arg(*mq.StartNs)
-	}
-	if mq.EndNs != nil {
-		query += ` AND sent_at_ns <= ` + arg(*mq.EndNs)
-	}
-	if mq.After != nil {
-		query += ` AND (sent_at_ns, id) > (` + arg(mq.After.SentAtNs) + `, ` + arg(mq.After.ID) + `)`
-	}
-	query += ` ORDER BY sent_at_ns, id`
-	if mq.Limit > 0 {
-		query += fmt.Sprintf(` LIMIT %d`, mq.Limit)
-	}
+	query, args := store.MessageSelect(owner, mq, func(i int) string { return "$" + strconv.Itoa(i) })
 	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("postgres: list messages: %w", err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		row := new(store.MessageRow)
-		if err := rows.Scan(row.Dest()...); err != nil {
-			return fmt.Errorf("postgres: list messages: %w", err)
-		}
-		if err := fn(row.Message()); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("postgres: list messages: %w", err)
-	}
-	return nil
+	return store.EachMessageRow(rows, fn)
 }
 
 func (s *Store) DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error {

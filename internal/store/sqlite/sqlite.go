@@ -397,38 +397,13 @@ func listMessages(ctx context.Context, q querier, owner string, mq store.Message
 // eachMessage runs one query and calls fn for each row as it is read; with
 // no limit it streams a whole group. fn must not query q meanwhile.
 func eachMessage(ctx context.Context, q querier, owner string, mq store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
-	query, args := messageSelect+` WHERE owner = ? AND group_id = ?`, []any{owner, mq.GroupID}
-	if mq.StartNs != nil {
-		query, args = query+` AND sent_at_ns > ?`, append(args, *mq.StartNs)
-	}
-	if mq.EndNs != nil {
-		query, args = query+` AND sent_at_ns <= ?`, append(args, *mq.EndNs)
-	}
-	if mq.After != nil {
-		query, args = query+` AND (sent_at_ns, id) > (?, ?)`, append(args, mq.After.SentAtNs, mq.After.ID)
-	}
-	query += ` ORDER BY sent_at_ns, id`
-	if mq.Limit > 0 {
-		query, args = query+` LIMIT ?`, append(args, mq.Limit)
-	}
+	query, args := store.MessageSelect(owner, mq, func(int) string { return "?" })
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("sqlite: list messages: %w", err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		row := new(store.MessageRow)
-		if err := rows.Scan(row.Dest()...); err != nil {
-			return fmt.Errorf("sqlite: list messages: %w", err)
-		}
-		if err := fn(row.Message()); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("sqlite: list messages: %w", err)
-	}
-	return nil
+	return store.EachMessageRow(rows, fn)
 }
 
 func (s *Store) DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error {
