@@ -23,6 +23,7 @@ import (
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/server"
@@ -103,9 +104,10 @@ var referenceDecodedType = map[string]string{
 	"remote_attachment": "remoteAttachment", "multi_remote_attachment": "multiRemoteAttachment",
 	"transaction_reference": "transactionReference", "transaction_reference_min": "transactionReference",
 	"wallet_send_calls": "walletSendCalls", "actions": "actions", "intent": "intent",
-	// Reactions attach to their target and read receipts are not listed:
-	// the reference's enriched listing shows neither on its own.
-	"reaction_added": "", "reaction_removed": "", "read_receipt": "",
+	"reply": "reply", "leave_request": "leaveRequest",
+	// Reactions attach to their target, and read receipts and deletions are
+	// not listed: the reference's enriched listing shows none on its own.
+	"reaction_added": "", "reaction_removed": "", "read_receipt": "", "delete_message": "",
 }
 
 func TestReferenceImportsOurArchive(t *testing.T) {
@@ -149,6 +151,22 @@ func TestReferenceImportsOurArchive(t *testing.T) {
 		byID[hex.EncodeToString(m.Id)] = sent{name, env}
 	}
 	for name, content := range interopValues() {
+		ec, err := reg.EncodeContent(content)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		b, _ := proto.Marshal(ec)
+		add(name, group, b)
+	}
+	// The catalogue types the standalone encoders of reference.mjs do not
+	// cover: a reply (nested text), a leave request and a deletion naming
+	// no stored message.
+	for name, content := range map[string]*cb.Content{
+		"reply": {Value: &cb.Content_Reply{Reply: &cb.Reply{Reference: hex.EncodeToString(id32("message text")),
+			Nested: &cb.Reply_Content{Content: &cb.Content{Value: &cb.Content_Text{Text: "a reply"}}}}}},
+		"leave_request":  {Value: &cb.Content_LeaveRequest{LeaveRequest: &ct.LeaveRequest{}}},
+		"delete_message": {Value: &cb.Content_DeleteMessage{DeleteMessage: &ct.DeleteMessage{MessageId: hex.EncodeToString(id32("nothing"))}}},
+	} {
 		ec, err := reg.EncodeContent(content)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
