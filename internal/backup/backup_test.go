@@ -209,7 +209,7 @@ func TestExportSelection_ARCH006_ARCH007_ARCH010_ARCH026(t *testing.T) {
 	})
 }
 
-func TestExportWindowAndOptions_ARCH009_ARCH017(t *testing.T) {
+func TestExportWindowAndOptions_ARCH009_ARCH017_ARCH019(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, s store.Store) {
 		owner := storetest.Owner("window")
 		f := fill(t, s, owner)

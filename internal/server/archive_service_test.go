@@ -224,7 +224,7 @@ func TestE2EArchiveImportIntoLiveStore_ARCH014(t *testing.T) {
 	})
 }
 
-func TestE2EArchiveFailedImportRetry_ARCH021(t *testing.T) {
+func TestE2EArchiveReadMetadataAndFailedImportRetry_ARCH011_ARCH021(t *testing.T) {
 	forEachEngineArchive(t, func(t *testing.T, c archiveClients, _ store.Store) {
 		a, b := storetest.Owner("a"), storetest.Owner("b")
 		put(t, c.conv, a, storetest.MinimalGroup("g"))

@@ -34,7 +34,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"PutGroupReplaces", testPutGroupReplaces},
 		{"PutGroupOverRestoredFails", testPutGroupOverRestored},
 		{"ListGroupsPages", testListGroupsPages},
-		{"MessageRoundTripEveryField", testMessageRoundTrip},
+		{"MessageRoundTripEveryField_ARCH019", testMessageRoundTrip},
 		{"AppendMissingGroupWritesNothing", testAppendMissingGroup},
 		{"ARCH015_AppendToRestoredGroupFails", testAppendRestored},
 		{"ARCH013_KnownMessageUnchanged", testKnownMessageUnchanged},
