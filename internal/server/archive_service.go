@@ -57,9 +57,6 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	if err := checkKey("key", req.GetKey()); err != nil {
 		return err
 	}
-	if _, err := backup.Resolve(req.GetOptions()); err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
 	// Chunks go out from a goroutine of their own, so that building the
 	// archive and sending it overlap; at most sendAhead chunks wait.
 	ctx, cancel := context.WithCancel(stream.Context())
@@ -93,6 +90,10 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	close(chunks)
 	if serr := <-sent; err == nil {
 		err = serr
+	}
+	if backup.IsOptionsError(err) {
+		// Refused before a byte was written.
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	if err != nil {
 		// The stream ends without a summary: not a complete backup.
