@@ -13,42 +13,99 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/transport"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 )
 
-// startTCP serves a real server on a loopback TCP port and returns a client
-// connection to it; the server stops when the test ends.
-func startTCP(t testing.TB, cfg Config) *grpc.ClientConn {
+// testAdminToken proves the operator principal startTCP's clients use.
+const testAdminToken = "test-admin-token"
+
+// adminPolicy is a policy whose one principal holds every scope for every
+// owner, proven by testAdminToken.
+func adminPolicy(t testing.TB) *auth.Authenticator {
 	t.Helper()
+	return policyAuth(t, `
+principals:
+  - name: test-admin
+    tokens_sha256: [`+auth.TokenDigest(testAdminToken)+`]
+    scopes: [admin]
+    owners: ["*"]
+`)
+}
+
+func policyAuth(t testing.TB, yaml string) *auth.Authenticator {
+	t.Helper()
+	p, err := auth.ParsePolicy([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := auth.NewAuthenticator(auth.StaticPolicy(p), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// serveTCP serves a real server on a loopback TCP port until the test
+// ends and returns its address. Without cfg.Auth it proves callers with
+// adminPolicy.
+func serveTCP(t testing.TB, cfg Config, log *zap.Logger) string {
+	t.Helper()
+	if cfg.Auth == nil {
+		cfg.Auth = adminPolicy(t)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(cfg, zap.NewNop())
+	srv := New(cfg, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		conn.Close()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})
+	return lis.Addr().String()
+}
+
+// dial connects to addr as a client configured by o; the connection
+// closes when the test ends.
+func dial(t testing.TB, addr string, o transport.ClientOptions) *grpc.ClientConn {
+	t.Helper()
+	opts, err := transport.DialOptions(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// startTCP serves a real server on a loopback TCP port and returns a
+// client connection to it as the test operator; the server stops when the
+// test ends.
+func startTCP(t testing.TB, cfg Config) *grpc.ClientConn {
+	t.Helper()
+	addr := serveTCP(t, cfg, nil)
+	return dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
 }
 
 func wantCode(t *testing.T, err error, code codes.Code, mentions string) {

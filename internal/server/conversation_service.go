@@ -36,15 +36,16 @@ type ConversationService struct {
 	store     store.Store
 	registry  *codec.Registry
 	maxAppend int
+	tokens    *pageTokens
 }
 
 // NewConversationService returns the service; maxAppend <= 0 means the
 // default.
-func NewConversationService(s store.Store, reg *codec.Registry, maxAppend int) *ConversationService {
+func NewConversationService(s store.Store, reg *codec.Registry, maxAppend int, tokens *pageTokens) *ConversationService {
 	if maxAppend <= 0 {
 		maxAppend = DefaultMaxAppendBatch
 	}
-	return &ConversationService{store: s, registry: reg, maxAppend: maxAppend}
+	return &ConversationService{store: s, registry: reg, maxAppend: maxAppend, tokens: tokens}
 }
 
 func (s *ConversationService) PutGroup(ctx context.Context, req *cb.PutGroupRequest) (*cb.PutGroupResponse, error) {
@@ -77,7 +78,7 @@ func (s *ConversationService) ListGroups(ctx context.Context, req *cb.ListGroups
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	after, err := parseGroupsToken(req.GetPageToken())
+	after, err := s.tokens.parseGroups(req.GetOwner(), req.GetPageToken())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -87,7 +88,7 @@ func (s *ConversationService) ListGroups(ctx context.Context, req *cb.ListGroups
 	}
 	resp := &cb.ListGroupsResponse{Groups: groups}
 	if len(groups) == limit {
-		resp.NextPageToken = groupsToken(groups[len(groups)-1].GetId())
+		resp.NextPageToken = s.tokens.groups(req.GetOwner(), groups[len(groups)-1].GetId())
 	}
 	return resp, nil
 }
@@ -136,11 +137,10 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	after, err := parseMessagesToken(req.GetPageToken())
-	if err != nil {
+	q := store.MessageQuery{GroupID: req.GetGroupId(), StartNs: req.StartNs, EndNs: req.EndNs, Limit: limit}
+	if q.After, err = s.tokens.parseMessages(req.GetOwner(), q, req.GetPageToken()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	q := store.MessageQuery{GroupID: req.GetGroupId(), StartNs: req.StartNs, EndNs: req.EndNs, After: after, Limit: limit}
 	msgs, err := s.store.ListMessages(ctx, req.GetOwner(), q)
 	if err != nil {
 		return nil, statusOf(err)
@@ -165,7 +165,7 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 	}
 	if n := len(resp.Messages); n == limit || n < len(msgs) {
 		last := resp.Messages[n-1].GetMessage()
-		resp.NextPageToken = messagesToken(store.MessageCursor{SentAtNs: last.GetSentAtNs(), ID: last.GetId()})
+		resp.NextPageToken = s.tokens.messages(req.GetOwner(), q, store.MessageCursor{SentAtNs: last.GetSentAtNs(), ID: last.GetId()})
 	}
 	return resp, nil
 }
@@ -230,7 +230,7 @@ func (s *ConversationService) ListConsent(ctx context.Context, req *cb.ListConse
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	after, err := parseConsentToken(req.GetPageToken())
+	after, err := s.tokens.parseConsent(req.GetOwner(), req.GetPageToken())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -241,7 +241,7 @@ func (s *ConversationService) ListConsent(ctx context.Context, req *cb.ListConse
 	resp := &cb.ListConsentResponse{Records: recs}
 	if len(recs) == limit {
 		last := recs[len(recs)-1]
-		resp.NextPageToken = consentToken(store.ConsentKey{EntityType: last.GetEntityType(), Entity: last.GetEntity()})
+		resp.NextPageToken = s.tokens.consent(req.GetOwner(), store.ConsentKey{EntityType: last.GetEntityType(), Entity: last.GetEntity()})
 	}
 	return resp, nil
 }

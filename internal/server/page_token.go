@@ -1,6 +1,9 @@
 package server
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
@@ -9,9 +12,12 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
-// Page tokens are opaque to callers: a kind byte, then the keyset cursor
-// of the last record of the previous page, base64url-encoded. The kind
-// byte stops a token of one list being replayed against another.
+// Page tokens are opaque to callers and unforgeable: a kind byte, the
+// keyset cursor of the last record of the previous page, and an
+// HMAC-SHA256 tag (truncated to 16 bytes) over the kind, the cursor and
+// the request it continues (owner, group, window). A token replayed
+// against another owner, another list or another window, or with an
+// altered cursor, fails its tag and is refused.
 
 const (
 	tokenGroups   byte = 'g'
@@ -19,11 +25,20 @@ const (
 	tokenConsent  byte = 'c'
 )
 
+const (
+	tokenTagSize = 16
+	// maxPageTokenLen bounds what is decoded: a cursor holds at most an id
+	// or consent entity (records bound them) and a few fixed fields.
+	maxPageTokenLen = 2048
+)
+
 // Page size bounds shared by every List call.
 const (
 	defaultPageSize = 100
 	maxPageSize     = 1000
 )
+
+var errBadToken = fmt.Errorf("page_token: not a token this list issued for this request")
 
 func pageSize(n int32) (int, error) {
 	switch {
@@ -37,63 +52,118 @@ func pageSize(n int32) (int, error) {
 	return int(n), nil
 }
 
-func encodeToken(kind byte, parts ...[]byte) string {
-	b := []byte{kind}
+// pageTokens issues and opens page tokens under one key.
+type pageTokens struct{ key []byte }
+
+// newPageTokens signs with key, or with a random key when none is given.
+func newPageTokens(key []byte) *pageTokens {
+	if len(key) == 0 {
+		key = make([]byte, 32)
+		_, _ = rand.Read(key) // crypto/rand.Read never fails (Go 1.24+)
+	}
+	return &pageTokens{key: key}
+}
+
+// binding is the request a token continues, length-prefixed so that no
+// two different requests share one.
+func binding(parts ...[]byte) []byte {
+	var b []byte
 	for _, p := range parts {
+		b = binary.AppendUvarint(b, uint64(len(p)))
 		b = append(b, p...)
 	}
+	return b
+}
+
+func (t *pageTokens) tag(kind byte, bound, cursor []byte) []byte {
+	m := hmac.New(sha256.New, t.key)
+	m.Write([]byte{kind})
+	m.Write(binary.AppendUvarint(nil, uint64(len(bound))))
+	m.Write(bound)
+	m.Write(cursor)
+	return m.Sum(nil)[:tokenTagSize]
+}
+
+func (t *pageTokens) issue(kind byte, bound, cursor []byte) string {
+	b := append([]byte{kind}, cursor...)
+	b = append(b, t.tag(kind, bound, cursor)...)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeToken(kind byte, token string) ([]byte, error) {
+// open returns the cursor of a token this server issued for the same kind
+// and request.
+func (t *pageTokens) open(kind byte, bound []byte, token string) ([]byte, error) {
+	if len(token) > maxPageTokenLen {
+		return nil, fmt.Errorf("page_token: %d bytes is longer than any token this server issues (%d)", len(token), maxPageTokenLen)
+	}
 	b, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(b) < 2 || b[0] != kind {
-		return nil, fmt.Errorf("page_token: not a token this list issued")
+	if err != nil || len(b) < 1+tokenTagSize+1 || b[0] != kind {
+		return nil, errBadToken
 	}
-	return b[1:], nil
+	cursor, tag := b[1:len(b)-tokenTagSize], b[len(b)-tokenTagSize:]
+	if !hmac.Equal(tag, t.tag(kind, bound, cursor)) {
+		return nil, errBadToken
+	}
+	return cursor, nil
 }
 
-func groupsToken(lastID []byte) string { return encodeToken(tokenGroups, lastID) }
+func groupsBinding(owner string) []byte { return binding([]byte(owner)) }
 
-func parseGroupsToken(token string) ([]byte, error) {
+func (t *pageTokens) groups(owner string, lastID []byte) string {
+	return t.issue(tokenGroups, groupsBinding(owner), lastID)
+}
+
+func (t *pageTokens) parseGroups(owner, token string) ([]byte, error) {
 	if token == "" {
 		return nil, nil
 	}
-	return decodeToken(tokenGroups, token)
+	return t.open(tokenGroups, groupsBinding(owner), token)
 }
 
-func messagesToken(c store.MessageCursor) string {
-	return encodeToken(tokenMessages, binary.BigEndian.AppendUint64(nil, uint64(c.SentAtNs)), c.ID)
+func messagesBinding(owner string, q store.MessageQuery) []byte {
+	window := func(v *int64) []byte {
+		if v == nil {
+			return nil
+		}
+		return binary.BigEndian.AppendUint64([]byte{1}, uint64(*v))
+	}
+	return binding([]byte(owner), q.GroupID, window(q.StartNs), window(q.EndNs))
 }
 
-func parseMessagesToken(token string) (*store.MessageCursor, error) {
+func (t *pageTokens) messages(owner string, q store.MessageQuery, c store.MessageCursor) string {
+	cursor := append(binary.BigEndian.AppendUint64(nil, uint64(c.SentAtNs)), c.ID...)
+	return t.issue(tokenMessages, messagesBinding(owner, q), cursor)
+}
+
+func (t *pageTokens) parseMessages(owner string, q store.MessageQuery, token string) (*store.MessageCursor, error) {
 	if token == "" {
 		return nil, nil
 	}
-	b, err := decodeToken(tokenMessages, token)
+	b, err := t.open(tokenMessages, messagesBinding(owner, q), token)
 	if err != nil {
 		return nil, err
 	}
 	if len(b) < 9 {
-		return nil, fmt.Errorf("page_token: not a token this list issued")
+		return nil, errBadToken
 	}
 	return &store.MessageCursor{SentAtNs: int64(binary.BigEndian.Uint64(b)), ID: b[8:]}, nil
 }
 
-func consentToken(k store.ConsentKey) string {
-	return encodeToken(tokenConsent, binary.BigEndian.AppendUint32(nil, uint32(k.EntityType)), []byte(k.Entity))
+func (t *pageTokens) consent(owner string, k store.ConsentKey) string {
+	cursor := binary.BigEndian.AppendUint32(nil, uint32(k.EntityType))
+	return t.issue(tokenConsent, groupsBinding(owner), append(cursor, k.Entity...))
 }
 
-func parseConsentToken(token string) (*store.ConsentKey, error) {
+func (t *pageTokens) parseConsent(owner, token string) (*store.ConsentKey, error) {
 	if token == "" {
 		return nil, nil
 	}
-	b, err := decodeToken(tokenConsent, token)
+	b, err := t.open(tokenConsent, groupsBinding(owner), token)
 	if err != nil {
 		return nil, err
 	}
 	if len(b) < 5 {
-		return nil, fmt.Errorf("page_token: not a token this list issued")
+		return nil, errBadToken
 	}
 	return &store.ConsentKey{EntityType: cs.ConsentTypeSave(binary.BigEndian.Uint32(b)), Entity: string(b[4:])}, nil
 }

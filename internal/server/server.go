@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -25,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -47,6 +49,20 @@ type Config struct {
 	Store store.Store
 	// MaxAppendBatch bounds the messages of one AppendMessages call.
 	MaxAppendBatch int
+
+	// Auth proves callers. Nil refuses every call but health: the server
+	// never runs open.
+	Auth *auth.Authenticator
+	// PublicReflection serves reflection without credentials; otherwise
+	// any proven principal may use it.
+	PublicReflection bool
+	// Credentials secure the transport (TLS or mutual TLS); nil serves
+	// plaintext, which cmd/server allows only on loopback or with --insecure.
+	Credentials credentials.TransportCredentials
+	// PageTokenKey signs page tokens (HMAC-SHA256). Replicas behind one
+	// address need the same key; nil draws a random key, so tokens die
+	// with the process.
+	PageTokenKey []byte
 }
 
 // Server is a configured gRPC server with its health state.
@@ -70,13 +86,26 @@ func New(cfg Config, log *zap.Logger) *Server {
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithLevels(callLevel),
+		logging.WithFieldsFromContext(principalField),
 	}
 	panicHandler := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.Error("panic in handler", zap.Any("panic", p), zap.Stack("stack"))
 		return status.Error(codes.Internal, "internal error")
 	})
-	var unary []grpc.UnaryServerInterceptor
-	var stream []grpc.StreamServerInterceptor
+	authz := &authorizer{authn: cfg.Auth, publicReflection: cfg.PublicReflection, log: log}
+	if cfg.Metrics != nil {
+		refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "contentbackup_auth_refusals_total",
+			Help: "Calls refused before their handler ran, by reason: unauthenticated, scope, owner or actor.",
+		}, []string{"reason"})
+		cfg.Metrics.MustRegister(refused)
+		authz.denied = func(reason string) { refused.WithLabelValues(reason).Inc() }
+	}
+	// One chain for unary and streaming calls alike, outermost first: the
+	// caller is proven before anything else runs, and every log line
+	// below names the principal.
+	unary := []grpc.UnaryServerInterceptor{authz.unary, logging.UnaryServerInterceptor(interceptorLogger(log), logOpts...)}
+	stream := []grpc.StreamServerInterceptor{authz.stream, logging.StreamServerInterceptor(interceptorLogger(log), logOpts...)}
 	var metrics *grpcprom.ServerMetrics
 	if cfg.Metrics != nil {
 		metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
@@ -84,13 +113,9 @@ func New(cfg Config, log *zap.Logger) *Server {
 		unary = append(unary, metrics.UnaryServerInterceptor())
 		stream = append(stream, metrics.StreamServerInterceptor())
 	}
-	unary = append(unary,
-		logging.UnaryServerInterceptor(interceptorLogger(log), logOpts...),
-		recovery.UnaryServerInterceptor(panicHandler))
-	stream = append(stream,
-		logging.StreamServerInterceptor(interceptorLogger(log), logOpts...),
-		recovery.StreamServerInterceptor(panicHandler))
-	g := grpc.NewServer(
+	unary = append(unary, recovery.UnaryServerInterceptor(panicHandler))
+	stream = append(stream, recovery.StreamServerInterceptor(panicHandler))
+	serverOpts := []grpc.ServerOption{
 		// Clients may ping idle connections, but not more than every 10 s.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
@@ -103,10 +128,14 @@ func New(cfg Config, log *zap.Logger) *Server {
 		grpc.MaxSendMsgSize(cfg.MaxRecvBytes*2),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-	)
+	}
+	if cfg.Credentials != nil {
+		serverOpts = append(serverOpts, grpc.Creds(cfg.Credentials))
+	}
+	g := grpc.NewServer(serverOpts...)
 	cb.RegisterContentServiceServer(g, NewContentService(reg, cfg.MaxDecodeBatch, cfg.MaxBatchExpanded))
 	if cfg.Store != nil {
-		cb.RegisterConversationServiceServer(g, NewConversationService(cfg.Store, reg, cfg.MaxAppendBatch))
+		cb.RegisterConversationServiceServer(g, NewConversationService(cfg.Store, reg, cfg.MaxAppendBatch, newPageTokens(cfg.PageTokenKey)))
 		cb.RegisterArchiveServiceServer(g, NewArchiveService(cfg.Store))
 	}
 
@@ -148,6 +177,15 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 	}
 	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// principalField names the proven principal in every request log line;
+// never a credential.
+func principalField(ctx context.Context) logging.Fields {
+	if p := auth.FromContext(ctx); p != nil {
+		return logging.Fields{"principal", p.Name, "auth.method", p.Method}
 	}
 	return nil
 }
