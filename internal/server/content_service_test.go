@@ -19,10 +19,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
-	"github.com/contentbackup/contentbackup/internal/auth"
-	"github.com/contentbackup/contentbackup/internal/transport"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
+	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
 // testAdminToken proves the operator principal startTCP's clients use.

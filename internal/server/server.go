@@ -123,9 +123,9 @@ func New(cfg Config, log *zap.Logger) *Server {
 		// Archives stream hundreds of megabytes one way: windows of a few
 		// MiB keep the sender from waiting on window updates (grpc-go's
 		// dynamic window starts at 64 KiB and grows only as pings measure).
-		grpc.InitialWindowSize(4<<20),
-		grpc.InitialConnWindowSize(8<<20),
-		grpc.MaxSendMsgSize(cfg.MaxRecvBytes*2),
+		grpc.InitialWindowSize(4 << 20),
+		grpc.InitialConnWindowSize(8 << 20),
+		grpc.MaxSendMsgSize(cfg.MaxRecvBytes * 2),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	}
