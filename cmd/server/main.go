@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -45,9 +46,34 @@ type logFlags struct {
 	LogFormat string `default:"json" env:"LOG_FORMAT" enum:"json,console" help:"Log encoding: json or console."`
 }
 
+// securityFlags set the perimeter: TLS, who may call, and what signs page
+// tokens.
+type securityFlags struct {
+	TLSCert       string        `name:"tls-cert" env:"TLS_CERT" help:"PEM certificate (chain) to serve TLS with; re-read every --tls-refresh, so a rotated certificate needs no restart."`
+	TLSKey        string        `name:"tls-key" env:"TLS_KEY" help:"PEM private key of --tls-cert."`
+	TLSClientCA   string        `name:"tls-client-ca" env:"TLS_CLIENT_CA" help:"PEM CA bundle that verifies client certificates (mutual TLS); a verified certificate proves the principal the policy names for it."`
+	TLSClientAuth string        `name:"tls-client-auth" env:"TLS_CLIENT_AUTH" default:"verify-if-given" enum:"verify-if-given,require" help:"With --tls-client-ca: verify-if-given lets token callers in without a certificate; require refuses the handshake without one."`
+	TLSRefresh    time.Duration `name:"tls-refresh" env:"TLS_REFRESH" default:"10s" help:"How often the TLS files are re-read."`
+	Insecure      bool          `env:"INSECURE" help:"Serve plaintext on a non-loopback address (behind a mesh that terminates mTLS). Loopback addresses never need it."`
+
+	AuthPolicy        string        `name:"auth-policy" env:"AUTH_POLICY" help:"Policy file (YAML) mapping token digests and certificate identities to principals; re-read on SIGHUP and when it changes."`
+	AuthPolicyRefresh time.Duration `name:"auth-policy-refresh" env:"AUTH_POLICY_REFRESH" default:"5s" help:"How often the policy file is checked for changes."`
+	JWKS              string        `name:"jwt-jwks" env:"JWT_JWKS" help:"JWKS of the identity provider whose JWTs prove principals: a file or an https URL (cached, refreshed every --jwt-refresh)."`
+	JWTIssuer         string        `name:"jwt-issuer" env:"JWT_ISSUER" help:"Required iss of a JWT."`
+	JWTAudience       string        `name:"jwt-audience" env:"JWT_AUDIENCE" help:"Required aud of a JWT."`
+	JWTOwnerClaim     string        `name:"jwt-owner-claim" env:"JWT_OWNER_CLAIM" default:"owner" help:"Claim naming the owner (string) or owners (list) a JWT may act for."`
+	JWTScopeClaim     string        `name:"jwt-scope-claim" env:"JWT_SCOPE_CLAIM" default:"scope" help:"Claim holding the scopes: a space-separated string or a list."`
+	JWTRefresh        time.Duration `name:"jwt-refresh" env:"JWT_REFRESH" default:"5m" help:"How often the JWKS is fetched or re-read."`
+	JWTLeeway         time.Duration `name:"jwt-leeway" env:"JWT_LEEWAY" default:"30s" help:"Clock skew tolerated on exp and nbf."`
+
+	PublicReflection bool   `name:"public-reflection" env:"PUBLIC_REFLECTION" help:"Serve gRPC reflection without credentials (by default any proven principal may use it)."`
+	PageTokenKeyFile string `name:"page-token-key-file" env:"PAGE_TOKEN_KEY_FILE" help:"File of at least 32 bytes that signs page tokens; replicas behind one address need the same. Unset: a random key per process."`
+}
+
 type serveCmd struct {
 	storeFlags
 	logFlags
+	securityFlags
 	Listen           string        `default:"127.0.0.1:50051" env:"LISTEN_ADDR" help:"Address to serve gRPC on."`
 	Migrate          bool          `default:"true" negatable:"" env:"MIGRATE" help:"Apply pending schema migrations at start (--no-migrate to require an up-to-date schema)."`
 	MaxRecvBytes     int           `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
@@ -110,11 +136,21 @@ func (c *serveCmd) Run() error {
 	}
 	defer st.Close()
 
+	perimeter, err := c.perimeter(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer perimeter.stop()
+
 	lis, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
 	cfg := server.Config{
+		Auth:             perimeter.auth,
+		Credentials:      perimeter.creds,
+		PublicReflection: c.PublicReflection,
+		PageTokenKey:     perimeter.pageTokenKey,
 		MaxRecvBytes:     c.MaxRecvBytes,
 		MaxDecodeBatch:   c.MaxDecodeBatch,
 		MaxNestingDepth:  c.MaxNestingDepth,
@@ -122,17 +158,20 @@ func (c *serveCmd) Run() error {
 		MaxAppendBatch:   c.MaxAppendBatch,
 		Store:            st,
 	}
+	var reg *prometheus.Registry
 	if c.MetricsListen != "" {
-		reg := prometheus.NewRegistry()
+		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		cfg.Metrics = reg
-		stopMetrics, err := serveMetrics(c.MetricsListen, reg, log)
+	}
+	srv := server.New(cfg, log)
+	if reg != nil {
+		stopMetrics, err := serveMetrics(c.MetricsListen, reg, srv, log)
 		if err != nil {
 			return err
 		}
 		defer stopMetrics()
 	}
-	srv := server.New(cfg, log)
 	log.Info("serving", zap.String("addr", lis.Addr().String()), zap.String("version", version()))
 	return srv.Serve(ctx, lis, c.ShutdownGrace)
 }
@@ -158,14 +197,26 @@ func openStore(ctx context.Context, f storeFlags, migrate bool, log *zap.Logger)
 	return s, nil
 }
 
-// serveMetrics serves /metrics on addr until the returned stop is called.
-func serveMetrics(addr string, reg *prometheus.Registry, log *zap.Logger) (stop func(), err error) {
+// serveMetrics serves /metrics, and the probes /livez and /readyz, on addr
+// until the returned stop is called. The probes are plain HTTP because
+// Kubernetes' gRPC probes cannot speak TLS.
+func serveMetrics(addr string, reg *prometheus.Registry, srv *server.Server, log *zap.Logger) (stop func(), err error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// Liveness says only that the process answers: a database outage must
+	// not restart it. Readiness follows the health service.
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !srv.Serving(r.Context()) {
+			http.Error(w, "not serving", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {

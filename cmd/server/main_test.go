@@ -16,12 +16,15 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
 // TestBinary builds the server, starts it the way the README does (with
@@ -33,8 +36,9 @@ func TestBinary(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	dataDir := t.TempDir()
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=127.0.0.1:0", "LOG_FORMAT=json", "DATA_DIR="+t.TempDir())
+	cmd.Env = append(os.Environ(), "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=127.0.0.1:0", "LOG_FORMAT=json", "DATA_DIR="+dataDir)
 	// An io.Pipe rather than StderrPipe: Wait then returns only after every
 	// line the server wrote has been handed to the reader.
 	pr, pw := io.Pipe()
@@ -75,16 +79,29 @@ func TestBinary(t *testing.T) {
 		t.Fatal("server did not log its address")
 	}
 
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Health answers without credentials; nothing else does.
+	anon, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer anon.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+	if resp, err := healthpb.NewHealthClient(anon).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v", resp, err)
 	}
+	_, err = cb.NewContentServiceClient(anon).Encode(ctx, &cb.EncodeRequest{Input: &cb.EncodeRequest_Content{Content: &cb.Content{Value: &cb.Content_Text{Text: "hi"}}}})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("Encode without a token: %v; want UNAUTHENTICATED", err)
+	}
+
+	// With nothing configured on loopback, the server keeps a development
+	// operator token in the data directory, readable by its owner only.
+	tokenPath := filepath.Join(dataDir, "dev-token")
+	if fi, err := os.Stat(tokenPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("dev token file: %v %v", fi, err)
+	}
+	conn := dialToken(t, target, tokenPath)
 	enc, err := cb.NewContentServiceClient(conn).Encode(ctx, &cb.EncodeRequest{Input: &cb.EncodeRequest_Content{Content: &cb.Content{Value: &cb.Content_Text{Text: "hi"}}}})
 	if err != nil || enc.GetContentType() != "xmtp.org/text:1.0" {
 		t.Fatalf("encode: %v %v", enc, err)
@@ -98,7 +115,14 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("PutGroup on the embedded store: %v", err)
 	}
 
-	metrics := scrape(t, "http://"+<-metricsAddr+"/metrics")
+	maddr := <-metricsAddr
+	if got := scrape(t, "http://"+maddr+"/readyz"); got != "ok\n" {
+		t.Errorf("/readyz: %q", got)
+	}
+	if got := scrape(t, "http://"+maddr+"/livez"); got != "ok\n" {
+		t.Errorf("/livez: %q", got)
+	}
+	metrics := scrape(t, "http://"+maddr+"/metrics")
 	if !strings.Contains(metrics, `grpc_server_handled_total{grpc_code="OK",grpc_method="Encode",grpc_service="contentbackup.v1.ContentService",grpc_type="unary"} 1`) {
 		t.Errorf("metrics do not count the Encode call:\n%s", metrics)
 	}
@@ -112,9 +136,34 @@ func TestBinary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, strings.Join(logs, "\n"))
 	}
-	if !strings.Contains(strings.Join(logs, "\n"), "shutting down") {
-		t.Errorf("no graceful shutdown logged:\n%s", strings.Join(logs, "\n"))
+	all := strings.Join(logs, "\n")
+	if !strings.Contains(all, "shutting down") {
+		t.Errorf("no graceful shutdown logged:\n%s", all)
 	}
+	token, _ := os.ReadFile(tokenPath)
+	if strings.Contains(all, strings.TrimSpace(string(token))) {
+		t.Errorf("the development token was logged:\n%s", all)
+	}
+}
+
+// dialToken connects over plaintext (a loopback server) with the bearer
+// token in tokenFile.
+func dialToken(t *testing.T, target, tokenFile string) *grpc.ClientConn {
+	t.Helper()
+	token, err := transport.ReadToken(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := transport.DialOptions(transport.ClientOptions{Insecure: true, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 func scrape(t *testing.T, url string) string {
@@ -151,7 +200,8 @@ func TestBinaryPostgres(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	dbURL := storetest.NewPostgresDatabase(t)
-	env := append(os.Environ(), "DATABASE_URL="+dbURL, "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json")
+	dataDir := t.TempDir()
+	env := append(os.Environ(), "DATABASE_URL="+dbURL, "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR="+dataDir)
 
 	unmigrated := exec.Command(bin, "--no-migrate")
 	unmigrated.Env = env
@@ -194,12 +244,7 @@ func TestBinaryPostgres(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("server did not log its address")
 	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conv := cb.NewConversationServiceClient(conn)
+	conv := cb.NewConversationServiceClient(dialToken(t, target, filepath.Join(dataDir, "dev-token")))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	group := storetest.FullGroup("g")

@@ -239,3 +239,9 @@ func zapLevel(lvl logging.Level) zapcore.Level {
 		return zapcore.ErrorLevel
 	}
 }
+
+// Serving reports whether the health service says the server serves.
+func (s *Server) Serving(ctx context.Context) bool {
+	resp, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{})
+	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+}
