@@ -25,7 +25,6 @@ import (
 
 	"github.com/alecthomas/kong"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
@@ -35,7 +34,8 @@ import (
 )
 
 type cli struct {
-	Server  string     `default:"127.0.0.1:50051" env:"SERVER_ADDR" help:"Address of the contentbackup server (export, import)."`
+	Server string `default:"127.0.0.1:50051" env:"SERVER_ADDR" help:"Address of the contentbackup server (export, import)."`
+	connFlags
 	JSON    bool       `name:"json" help:"Print machine-readable JSON on stdout."`
 	Export  exportCmd  `cmd:"" help:"Export an owner's archive from the server to a file."`
 	Import  importCmd  `cmd:"" help:"Import an archive file into an owner's store on the server."`
@@ -119,11 +119,15 @@ func main() {
 // dial connects to the server. The commands' Run methods get the context
 // and the top-level flags from kong's bindings.
 func (c *cli) dial() (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(c.Server, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	opts, err := c.connFlags.dialOptions(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(c.Server, append(opts,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
 		// An export streams the whole archive to us: a few MiB of window
 		// keep the server from waiting on our window updates.
-		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(8<<20))
+		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(8<<20))...)
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", c.Server, err)
 	}

@@ -14,13 +14,17 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc/credentials"
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/devpki"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
 // archivectl runs the built binary with env added to the environment and
@@ -48,14 +52,27 @@ func build(t *testing.T) string {
 	return bin
 }
 
-// serve runs a server on the embedded store on a loopback port.
-func serve(t *testing.T) (string, store.Store) {
+// ctlToken proves the operator principal of the servers these tests run.
+const ctlToken = "archivectl-test-token"
+
+// serve runs a server on the embedded store on a loopback port, with a
+// policy of one operator proven by ctlToken or by the client certificate
+// CN=archivectl; creds, when set, serve TLS.
+func serve(t *testing.T, creds credentials.TransportCredentials) (string, store.Store) {
 	s := storetest.SQLite(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.Config{Store: s}, zap.NewNop())
+	pol, err := auth.ParsePolicy([]byte("principals:\n  - name: ops\n    tokens_sha256: [" + auth.TokenDigest(ctlToken) + "]\n    certificates: [CN=archivectl]\n    scopes: [admin]\n    owners: [\"*\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := auth.NewAuthenticator(auth.StaticPolicy(pol), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(server.Config{Store: s, Auth: authn, Credentials: creds}, zap.NewNop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
@@ -65,14 +82,14 @@ func serve(t *testing.T) (string, store.Store) {
 
 func TestArchivectl(t *testing.T) {
 	bin := build(t)
-	addr, s := serve(t)
+	addr, s := serve(t, nil)
 	dir := t.TempDir()
 	key := bytes.Repeat([]byte{9}, 32)
 	keyHex := filepath.Join(dir, "key.hex")
 	keyRaw := filepath.Join(dir, "key.raw")
 	os.WriteFile(keyHex, []byte(hex.EncodeToString(key)+"\n"), 0o600)
 	os.WriteFile(keyRaw, key, 0o600)
-	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr}}
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
 
 	owner := storetest.Owner("ctl")
 	g := storetest.FullGroup("g")
@@ -195,5 +212,69 @@ func TestArchivectlRewrapLegacy(t *testing.T) {
 	}
 	if len(got) != 10 || r.Stats().Legacy != 0 || string(got[9].Id) != "m-000009" {
 		t.Errorf("rewrapped: %d messages, stats %+v", len(got), r.Stats())
+	}
+}
+
+// TestArchivectlTLS: archivectl reaches a TLS server with --tls-ca and a
+// token file, a mutual-TLS server with its client certificate alone, and
+// without credentials is refused.
+func TestArchivectlTLS(t *testing.T) {
+	bin := build(t)
+	dir := t.TempDir()
+	ca, err := devpki.NewCA("ctl test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	sc, sk, err := ca.Issue(devpki.Leaf{CommonName: "localhost", DNSNames: []string{"localhost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, ck, err := ca.Issue(devpki.Leaf{CommonName: "archivectl", Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, certFile, keyFile := write("ca.crt", ca.CertPEM), write("client.crt", cc), write("client.key", ck)
+	creds, stop, err := transport.ServerCredentials(t.Context(), transport.ServerFiles{
+		CertFile: write("server.crt", sc), KeyFile: write("server.key", sk), ClientCAFile: caFile,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	addr, s := serve(t, creds)
+	owner := storetest.Owner("tls")
+	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
+		t.Fatal(err)
+	}
+	keyFileArg := write("key.hex", []byte(strings.Repeat("ab", 32)))
+	tokenFile := write("token", []byte(ctlToken+"\n"))
+	// A loopback address with --tls-* flags dials TLS; the name checked is
+	// the certificate's.
+	base := []string{"--server", "localhost" + addr[strings.LastIndexByte(addr, ':'):], "--tls-ca", caFile}
+	ctl := tool{t: t, bin: bin}
+	for name, args := range map[string][]string{
+		"token file":         {"--token-file", tokenFile},
+		"client certificate": {"--tls-cert", certFile, "--tls-key", keyFile},
+	} {
+		out := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".archive")
+		cmd := append(append(append([]string{}, base...), args...), "export", "--owner", owner, "--key-file", keyFileArg, "--output", out)
+		if _, stderr, err := ctl.run(cmd...); err != nil {
+			t.Errorf("%s: export: %v\n%s", name, err, stderr)
+		}
+	}
+	cmd := append(append([]string{}, base...), "export", "--owner", owner, "--key-file", keyFileArg, "--output", filepath.Join(dir, "anon.archive"))
+	_, stderr, err := ctl.run(cmd...)
+	if err == nil || !strings.Contains(stderr, "Unauthenticated") {
+		t.Errorf("export without credentials: %v\n%s", err, stderr)
+	}
+	if strings.Contains(stderr, ctlToken) {
+		t.Errorf("stderr shows the token")
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -37,19 +36,6 @@ func (p *perimeter) stop() {
 	}
 }
 
-// isLoopback reports whether a listen address accepts only local callers.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 func (c *serveCmd) perimeter(ctx context.Context, log *zap.Logger) (*perimeter, error) {
 	p := &perimeter{}
 	ok := false
@@ -58,7 +44,7 @@ func (c *serveCmd) perimeter(ctx context.Context, log *zap.Logger) (*perimeter, 
 			p.stop()
 		}
 	}()
-	loopback := isLoopback(c.Listen)
+	loopback := transport.IsLoopback(c.Listen)
 
 	switch {
 	case c.TLSCert != "" || c.TLSKey != "":
