@@ -2,20 +2,14 @@ package interop
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"testing"
-	"time"
 
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
@@ -51,19 +45,7 @@ type services struct {
 // startServices serves the whole API on the embedded store over TCP.
 func startServices(t *testing.T) services {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(server.Config{Store: storetest.SQLite(t)}, zap.NewNop())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(); cancel(); <-done })
+	conn := serve(t, server.Config{Store: storetest.SQLite(t)})
 	return services{cb.NewConversationServiceClient(conn), cb.NewArchiveServiceClient(conn)}
 }
 
