@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -254,5 +255,163 @@ func TestBinaryPostgres(t *testing.T) {
 	got, err := conv.GetGroup(ctx, &cb.GetGroupRequest{Owner: "o", GroupId: group.Id})
 	if err != nil || !proto.Equal(got.GetGroup(), group) {
 		t.Fatalf("GetGroup on Postgres: %v, %v", got, err)
+	}
+}
+
+// startBinary starts the built server with env and returns the address it
+// logged, and a function returning what it logged so far. It is killed
+// when the test ends.
+func startBinary(t *testing.T, bin string, env ...string) (addr string, logs func() string, proc *os.Process) {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), env...)
+	var buf syncBuffer
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); pw.Close() })
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			buf.Write(append(sc.Bytes(), '\n'))
+			var entry struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &entry) == nil && entry.Msg == "serving" {
+				addrc <- entry.Addr
+			}
+		}
+	}()
+	select {
+	case addr = <-addrc:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("server did not log its address:\n%s", buf.String())
+	}
+	return addr, buf.String, cmd.Process
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func buildServer(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "server")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestBinaryRefusesAnOpenPerimeter: on an address other than loopback the
+// server will not serve plaintext without --insecure, nor without an
+// authentication source; with --insecure it warns.
+func TestBinaryRefusesAnOpenPerimeter(t *testing.T) {
+	bin := buildServer(t)
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("principals: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"LISTEN_ADDR=0.0.0.0:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR=" + t.TempDir()}
+	for name, tc := range map[string]struct {
+		env  []string
+		want string
+	}{
+		"plaintext":         {[]string{"AUTH_POLICY=" + policy}, "refusing to serve plaintext"},
+		"no authentication": {[]string{"INSECURE=true"}, "no authentication configured"},
+		"client CA alone":   {[]string{"AUTH_POLICY=" + policy, "TLS_CLIENT_CA=" + policy}, "--tls-client-ca needs --tls-cert"},
+	} {
+		cmd := exec.Command(bin)
+		cmd.Env = append(append(os.Environ(), base...), tc.env...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s: %v\n%s", name, err, out)
+		}
+	}
+	_, logs, _ := startBinary(t, bin, append(base, "AUTH_POLICY="+policy, "INSECURE=true")...)
+	if !strings.Contains(logs(), "PLAINTEXT") {
+		t.Errorf("no warning for plaintext on a non-loopback address:\n%s", logs())
+	}
+}
+
+// TestComposeSetup runs deploy/compose/setup.sh into a directory and
+// serves the way docker-compose.yaml configures the server (TLS, mutual
+// TLS verified if given, the policy, the page token key): the token it
+// made and the client certificate it made both prove the operator, and
+// a SIGHUP reloads the policy, revoking the token.
+func TestComposeSetup(t *testing.T) {
+	bin := buildServer(t)
+	out := t.TempDir()
+	setup := exec.Command("bash", "../../deploy/compose/setup.sh")
+	setup.Env = append(os.Environ(), "OUT="+out)
+	if b, err := setup.CombinedOutput(); err != nil {
+		t.Fatalf("setup.sh: %v\n%s", err, b)
+	}
+	policy := filepath.Join(out, "policy.yaml")
+	addr, logs, proc := startBinary(t, bin,
+		"LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR="+t.TempDir(),
+		"TLS_CERT="+filepath.Join(out, "tls/server.crt"), "TLS_KEY="+filepath.Join(out, "tls/server.key"),
+		"TLS_CLIENT_CA="+filepath.Join(out, "tls/ca.crt"), "AUTH_POLICY="+policy, "AUTH_POLICY_REFRESH=1h",
+		"PAGE_TOKEN_KEY_FILE="+filepath.Join(out, "page-token.key"))
+	token, err := transport.ReadToken(filepath.Join(out, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	call := func(o transport.ClientOptions) error {
+		o.CAFile, o.ServerName = filepath.Join(out, "tls/ca.crt"), "localhost"
+		opts, err := transport.DialOptions(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = cb.NewConversationServiceClient(conn).ListGroups(ctx, &cb.ListGroupsRequest{Owner: "alice"})
+		return err
+	}
+	if err := call(transport.ClientOptions{Token: token}); err != nil {
+		t.Errorf("the setup's token: %v", err)
+	}
+	if err := call(transport.ClientOptions{CertFile: filepath.Join(out, "tls/client.crt"), KeyFile: filepath.Join(out, "tls/client.key")}); err != nil {
+		t.Errorf("the setup's client certificate: %v", err)
+	}
+	if code := status.Code(call(transport.ClientOptions{})); code != codes.Unauthenticated {
+		t.Errorf("no credential: %v", code)
+	}
+
+	// Revoke the token: an empty policy, then SIGHUP (the refresh is an
+	// hour, so only the signal can have reloaded it).
+	if err := os.WriteFile(policy, []byte("principals: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for status.Code(call(transport.ClientOptions{Token: token})) != codes.Unauthenticated {
+		if time.Now().After(deadline) {
+			t.Fatalf("the token still works 10 s after SIGHUP:\n%s", logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if strings.Contains(logs(), token) {
+		t.Errorf("the token was logged")
 	}
 }

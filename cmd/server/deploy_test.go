@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// TestDeployFiles holds the deployment files to what the perimeter needs:
+// a numeric non-root user, versioned images, TLS and the policy mounted
+// from Secrets, HTTP probes (gRPC probes cannot speak TLS), a
+// NetworkPolicy, and a compose file with its one-shot migration.
+func TestDeployFiles(t *testing.T) {
+	docker, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^USER 65532:65532$`).Match(docker) {
+		t.Error("Dockerfile: USER is not numeric 65532:65532 (runAsNonRoot refuses a named user)")
+	}
+
+	kinds := map[string]map[string]any{}
+	for _, doc := range yamlDocs(t, "../../deploy/kubernetes/contentbackup.yaml") {
+		kinds[doc["kind"].(string)] = doc
+	}
+	for _, k := range []string{"Deployment", "Service", "NetworkPolicy"} {
+		if kinds[k] == nil {
+			t.Errorf("kubernetes: no %s", k)
+		}
+	}
+	manifest, _ := os.ReadFile("../../deploy/kubernetes/contentbackup.yaml")
+	compose, _ := os.ReadFile("../../deploy/compose/docker-compose.yaml")
+	for name, b := range map[string][]byte{"kubernetes": manifest, "compose": compose} {
+		if bytes.Contains(b, []byte(":latest")) {
+			t.Errorf("%s: an image tagged latest", name)
+		}
+	}
+	text := string(manifest)
+	for _, want := range []string{"runAsNonRoot: true", "runAsUser: 65532", "secretName: contentbackup-tls", "secretName: contentbackup-policy",
+		"TLS_CERT", "TLS_CLIENT_CA", "AUTH_POLICY", "PAGE_TOKEN_KEY_FILE", "path: /livez", "path: /readyz"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("kubernetes: no %q", want)
+		}
+	}
+	if strings.Contains(text, "grpc: {port") {
+		t.Error("kubernetes: a gRPC probe, which cannot reach a TLS port")
+	}
+
+	c := yamlDocs(t, "../../deploy/compose/docker-compose.yaml")[0]
+	services, _ := c["services"].(map[string]any)
+	for _, s := range []string{"postgres", "migrate", "server"} {
+		if services[s] == nil {
+			t.Errorf("compose: no service %s", s)
+		}
+	}
+	if !strings.Contains(string(compose), "service_completed_successfully") || !strings.Contains(string(compose), "image: postgres:15") {
+		t.Error("compose: the server does not wait for the one-shot migration, or Postgres is not 15")
+	}
+}
+
+func yamlDocs(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []map[string]any
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var d map[string]any
+		err := dec.Decode(&d)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		docs = append(docs, d)
+	}
+}
