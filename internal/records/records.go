@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -311,4 +312,19 @@ func describe(t codec.TypeID) string {
 	default:
 		return t.String() + " (marked Deletable: no)"
 	}
+}
+
+// MaxConsentFutureSkew is how far ahead of the server's clock a consent
+// record written through the API may be dated. Consent merges by the
+// greater consented_at_ns, so a record dated years ahead would pin its
+// state against every later change.
+const MaxConsentFutureSkew = time.Hour
+
+// CheckConsentTime refuses a consent record dated more than
+// MaxConsentFutureSkew after now.
+func CheckConsentTime(c *cs.ConsentSave, now time.Time) error {
+	if limit := now.Add(MaxConsentFutureSkew).UnixNano(); c.GetConsentedAtNs() > limit {
+		return fieldErr("consented_at_ns", "%d is more than %s ahead of the server's clock; consent cannot be dated in the future", c.GetConsentedAtNs(), MaxConsentFutureSkew)
+	}
+	return nil
 }

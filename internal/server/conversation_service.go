@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -204,7 +205,7 @@ func (s *ConversationService) SetConsent(ctx context.Context, req *cb.SetConsent
 		return nil, status.Errorf(codes.InvalidArgument, "records: %d exceed the limit of %d per call", len(recs), maxSetConsent)
 	}
 	for i, r := range recs {
-		if err := records.CheckConsent(r); err != nil {
+		if err := errors.Join(records.CheckConsent(r), records.CheckConsentTime(r, time.Now())); err != nil {
 			return nil, statusOf(records.At(fmt.Sprintf("records[%d]", i), err))
 		}
 	}

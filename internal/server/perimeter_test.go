@@ -869,3 +869,22 @@ func (b *syncBuffer) String() string {
 func zapJSONCore(w zapcore.WriteSyncer) zapcore.Core {
 	return zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), w, zapcore.DebugLevel)
 }
+
+// TestSetConsentRefusesFarFuture: a consent record dated years ahead would
+// win every later merge; SetConsent refuses it and keeps the stored state.
+func TestSetConsentRefusesFarFuture(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, c cb.ConversationServiceClient, _ store.Store) {
+		now := time.Now().UnixNano()
+		ok := storetest.Consent("inbox-x", cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED, now)
+		if _, err := c.SetConsent(t.Context(), &cb.SetConsentRequest{Owner: "alice", Records: []*cs.ConsentSave{ok}}); err != nil {
+			t.Fatal(err)
+		}
+		pinned := storetest.Consent("inbox-x", cs.ConsentStateSave_CONSENT_STATE_SAVE_DENIED, now+int64(48*time.Hour))
+		_, err := c.SetConsent(t.Context(), &cb.SetConsentRequest{Owner: "alice", Records: []*cs.ConsentSave{pinned}})
+		wantCode(t, err, codes.InvalidArgument, "records[0].consented_at_ns")
+		got, err := c.ListConsent(t.Context(), &cb.ListConsentRequest{Owner: "alice"})
+		if err != nil || len(got.GetRecords()) != 1 || got.GetRecords()[0].GetState() != cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED {
+			t.Errorf("consent after the refused write: %v %v", got, err)
+		}
+	})
+}
