@@ -32,6 +32,13 @@ const (
 // ArchiveService writes and reads archives in the container format of the
 // archive specification (ARCH), from and into an owner's conversation
 // store. Keys are 32 bytes (ARCH-012); the service never logs them.
+//
+// Authorization: Export needs the scope archive.export and Import
+// archive.import, each for the owner it names; ReadMetadata and Verify
+// touch no owner's data and take either scope. An archive is authenticated
+// by its key alone (the archive specification's security section): Import
+// keeps each record's sender as written, so the archive.import scope is
+// trust in the archives that principal brings.
 type ArchiveServiceClient interface {
 	// Export streams the owner's archive: chunk payloads that concatenate to
 	// exactly the archive file, then one summary. The container has no end
@@ -125,6 +132,13 @@ type ArchiveService_VerifyClient = grpc.ClientStreamingClient[VerifyRequest, Ver
 // ArchiveService writes and reads archives in the container format of the
 // archive specification (ARCH), from and into an owner's conversation
 // store. Keys are 32 bytes (ARCH-012); the service never logs them.
+//
+// Authorization: Export needs the scope archive.export and Import
+// archive.import, each for the owner it names; ReadMetadata and Verify
+// touch no owner's data and take either scope. An archive is authenticated
+// by its key alone (the archive specification's security section): Import
+// keeps each record's sender as written, so the archive.import scope is
+// trust in the archives that principal brings.
 type ArchiveServiceServer interface {
 	// Export streams the owner's archive: chunk payloads that concatenate to
 	// exactly the archive file, then one summary. The container has no end

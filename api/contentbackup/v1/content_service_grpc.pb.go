@@ -31,6 +31,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // ContentService encodes and decodes XMTP content of every catalogue type.
+// It touches no stored data; every method needs the scope content.
 type ContentServiceClient interface {
 	// Encode builds an EncodedContent from a catalogue value or checks a
 	// caller-built one, compressing only when asked (CTYPE-031).
@@ -110,6 +111,7 @@ func (c *contentServiceClient) DecryptAttachment(ctx context.Context, in *Decryp
 // for forward compatibility.
 //
 // ContentService encodes and decodes XMTP content of every catalogue type.
+// It touches no stored data; every method needs the scope content.
 type ContentServiceServer interface {
 	// Encode builds an EncodedContent from a catalogue value or checks a
 	// caller-built one, compressing only when asked (CTYPE-031).

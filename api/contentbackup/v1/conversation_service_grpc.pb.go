@@ -39,6 +39,16 @@ const (
 // (GroupSave, GroupMessageSave, ConsentSave). Every request names the owner
 // (the inbox whose store it is); nothing ever crosses owners, and a record
 // of another owner is indistinguishable from one that does not exist.
+//
+// Authorization: reads need the scope conversations.read, writes
+// conversations.write, and the caller's principal must hold the owner the
+// request names; otherwise PERMISSION_DENIED, with the same message whether
+// or not the owner exists. Trusted actors: a principal bound to listed
+// owners acts only as the owner it names: every appended message's
+// sender_inbox_id, and a deletion's actor_inbox_id, must equal the owner,
+// unless the principal holds conversations.write.any_sender (the backend
+// that relays network messages). Operators, whose principal holds every
+// owner, act as anyone.
 type ConversationServiceClient interface {
 	// PutGroup creates or replaces one of the owner's live groups. A
 	// Restored group cannot be put over (activate it first), and no group
@@ -53,7 +63,9 @@ type ConversationServiceClient interface {
 	// unchanged, identifier fields derived from a typed envelope (ARCH-008).
 	// A message whose id is already stored is left unchanged and reported so.
 	// Every group must exist (NOT_FOUND) and be active: appending to a
-	// Restored group is FAILED_PRECONDITION (ARCH-015).
+	// Restored group is FAILED_PRECONDITION (ARCH-015). Each sender_inbox_id
+	// must be the owner unless the caller may act as any sender (see the
+	// service comment); otherwise PERMISSION_DENIED naming the message.
 	AppendMessages(ctx context.Context, in *AppendMessagesRequest, opts ...grpc.CallOption) (*AppendMessagesResponse, error)
 	// ListMessages pages through one group's messages in send order, each
 	// with its decoded content or, when it cannot be decoded, Undecoded with
@@ -61,10 +73,13 @@ type ConversationServiceClient interface {
 	ListMessages(ctx context.Context, in *ListMessagesRequest, opts ...grpc.CallOption) (*ListMessagesResponse, error)
 	// DeleteMessage deletes one message under CTYPE-018 (type and kind
 	// eligibility) and PROC-037 (only its sender or a current super admin).
-	// A rejected deletion changes nothing.
+	// A rejected deletion changes nothing. actor_inbox_id must be the owner
+	// unless the caller may act as any sender (see the service comment).
 	DeleteMessage(ctx context.Context, in *DeleteMessageRequest, opts ...grpc.CallOption) (*DeleteMessageResponse, error)
 	// SetConsent merges consent records: a record replaces the stored one
 	// only when its consented_at_ns is greater (CONS-010 as NOTES.md states).
+	// A record dated more than an hour ahead of the server's clock is
+	// INVALID_ARGUMENT: it would pin its state against every later change.
 	SetConsent(ctx context.Context, in *SetConsentRequest, opts ...grpc.CallOption) (*SetConsentResponse, error)
 	// ListConsent pages through the owner's consent records.
 	ListConsent(ctx context.Context, in *ListConsentRequest, opts ...grpc.CallOption) (*ListConsentResponse, error)
@@ -181,6 +196,16 @@ func (c *conversationServiceClient) ActivateGroup(ctx context.Context, in *Activ
 // (GroupSave, GroupMessageSave, ConsentSave). Every request names the owner
 // (the inbox whose store it is); nothing ever crosses owners, and a record
 // of another owner is indistinguishable from one that does not exist.
+//
+// Authorization: reads need the scope conversations.read, writes
+// conversations.write, and the caller's principal must hold the owner the
+// request names; otherwise PERMISSION_DENIED, with the same message whether
+// or not the owner exists. Trusted actors: a principal bound to listed
+// owners acts only as the owner it names: every appended message's
+// sender_inbox_id, and a deletion's actor_inbox_id, must equal the owner,
+// unless the principal holds conversations.write.any_sender (the backend
+// that relays network messages). Operators, whose principal holds every
+// owner, act as anyone.
 type ConversationServiceServer interface {
 	// PutGroup creates or replaces one of the owner's live groups. A
 	// Restored group cannot be put over (activate it first), and no group
@@ -195,7 +220,9 @@ type ConversationServiceServer interface {
 	// unchanged, identifier fields derived from a typed envelope (ARCH-008).
 	// A message whose id is already stored is left unchanged and reported so.
 	// Every group must exist (NOT_FOUND) and be active: appending to a
-	// Restored group is FAILED_PRECONDITION (ARCH-015).
+	// Restored group is FAILED_PRECONDITION (ARCH-015). Each sender_inbox_id
+	// must be the owner unless the caller may act as any sender (see the
+	// service comment); otherwise PERMISSION_DENIED naming the message.
 	AppendMessages(context.Context, *AppendMessagesRequest) (*AppendMessagesResponse, error)
 	// ListMessages pages through one group's messages in send order, each
 	// with its decoded content or, when it cannot be decoded, Undecoded with
@@ -203,10 +230,13 @@ type ConversationServiceServer interface {
 	ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error)
 	// DeleteMessage deletes one message under CTYPE-018 (type and kind
 	// eligibility) and PROC-037 (only its sender or a current super admin).
-	// A rejected deletion changes nothing.
+	// A rejected deletion changes nothing. actor_inbox_id must be the owner
+	// unless the caller may act as any sender (see the service comment).
 	DeleteMessage(context.Context, *DeleteMessageRequest) (*DeleteMessageResponse, error)
 	// SetConsent merges consent records: a record replaces the stored one
 	// only when its consented_at_ns is greater (CONS-010 as NOTES.md states).
+	// A record dated more than an hour ahead of the server's clock is
+	// INVALID_ARGUMENT: it would pin its state against every later change.
 	SetConsent(context.Context, *SetConsentRequest) (*SetConsentResponse, error)
 	// ListConsent pages through the owner's consent records.
 	ListConsent(context.Context, *ListConsentRequest) (*ListConsentResponse, error)
