@@ -4,6 +4,7 @@ PROTOC_GEN_GO_VERSION    := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 STATICCHECK_VERSION      := v0.8.2
 GHZ_VERSION              := v0.93.0
+GRPCURL_VERSION          := v1.9.3
 
 GOBIN ?= $(shell go env GOPATH)/bin
 export PATH := $(GOBIN):$(PATH)
@@ -30,6 +31,7 @@ tools:
 	go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 
 generate:
 	cd api && buf lint && buf generate

@@ -1,0 +1,197 @@
+// Package readme runs the README: every sh block, in order, as a newcomer
+// would paste it, against the servers the README itself starts, in a copy
+// of the repository. A block followed by an "ERROR:" output block must
+// fail; a block after "<!-- readme-test: skip (why) -->" is not run.
+package readme
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type block struct {
+	line       int
+	text       string
+	skip       string
+	expectFail bool
+}
+
+// parse returns the README's sh blocks.
+func parse(t *testing.T, readme []byte) []block {
+	t.Helper()
+	var (
+		blocks   []block
+		cur      *block
+		skipNext string
+		inFence  bool
+		fenceSh  bool
+		body     strings.Builder
+		lastSh   = -1
+	)
+	sc := bufio.NewScanner(bytes.NewReader(readme))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		switch {
+		case !inFence && strings.HasPrefix(line, "<!-- readme-test: skip"):
+			skipNext = line
+		case !inFence && strings.HasPrefix(line, "```"):
+			inFence, fenceSh = true, line == "```sh"
+			body.Reset()
+			if fenceSh {
+				cur = &block{line: n, skip: skipNext}
+				skipNext = ""
+			}
+		case inFence && line == "```":
+			inFence = false
+			if fenceSh {
+				cur.text = body.String()
+				blocks = append(blocks, *cur)
+				lastSh = len(blocks) - 1
+			} else if strings.HasPrefix(body.String(), "ERROR:") && lastSh >= 0 {
+				blocks[lastSh].expectFail = true
+			}
+			if !fenceSh {
+				lastSh = -1
+			}
+		case inFence:
+			body.WriteString(line + "\n")
+		}
+	}
+	if inFence {
+		t.Fatal("README: an unclosed code fence")
+	}
+	return blocks
+}
+
+var listenFlag = regexp.MustCompile(`--listen (\S+)`)
+
+// script turns the blocks into one bash script: a server started in the
+// foreground by the README is started in the background here, and the
+// script waits for every server it starts to answer.
+func script(blocks []block) string {
+	var b strings.Builder
+	b.WriteString(`set -euo pipefail
+# Stop every server the README started: the whole process group, but not
+# this shell, whose exit status is the verdict.
+trap 'status=$?; trap "" TERM; kill -TERM 0 2>/dev/null; exit $status' EXIT
+wait_port() { for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.2; done; echo "nothing answers on $1" >&2; exit 1; }
+wait_file() { for _ in $(seq 600); do [ -s "$1" ] && return 0; sleep 0.2; done; echo "no $1" >&2; exit 1; }
+`)
+	for _, bl := range blocks {
+		fmt.Fprintf(&b, "\necho '--- README line %d' >&2\n", bl.line)
+		switch text := strings.TrimSpace(bl.text); {
+		case bl.skip != "":
+			fmt.Fprintf(&b, "# skipped: %s\n", bl.skip)
+		case text == "go run ./cmd/server":
+			b.WriteString("go run ./cmd/server > server.log 2>&1 &\nwait_port 50051\nwait_file data/dev-token\n")
+		case bl.expectFail:
+			fmt.Fprintf(&b, "if (\n%s) >expected-failure.log 2>&1; then echo 'README line %d: this block should fail' >&2; exit 1; fi\n", bl.text, bl.line)
+		default:
+			b.WriteString(bl.text)
+			if strings.HasSuffix(text, "&") {
+				port := "50051"
+				if m := listenFlag.FindStringSubmatch(text); m != nil {
+					port = m[1][strings.LastIndexByte(m[1], ':')+1:]
+				}
+				fmt.Fprintf(&b, "wait_port %s\n", port)
+			}
+		}
+	}
+	return b.String()
+}
+
+// copyRepo copies the tracked files (and any not yet committed) into dir.
+func copyRepo(t *testing.T, root, dir string) {
+	t.Helper()
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	for _, f := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		src := filepath.Join(root, f)
+		fi, err := os.Lstat(src)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue // deleted in the work tree, or not a file
+		}
+		dst := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		in, err := os.Open(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fi.Mode().Perm())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.Copy(w, in)
+		in.Close()
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestREADME(t *testing.T) {
+	for _, tool := range []string{"grpcurl", "bash", "git", "od", "sha256sum"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the README needs %s on PATH (make tools installs grpcurl): %v", tool, err)
+		}
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := parse(t, readme)
+	ran := 0
+	for _, b := range blocks {
+		if b.skip == "" {
+			ran++
+		}
+	}
+	if ran < 15 {
+		t.Fatalf("only %d runnable sh blocks found in the README", ran)
+	}
+	dir := t.TempDir()
+	copyRepo(t, root, dir)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script(blocks))
+	cmd.Dir = dir
+	// Its own process group, so the servers it starts in the background
+	// (and go run's children) are stopped with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }()
+	if err := cmd.Wait(); err != nil {
+		logs, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+		t.Fatalf("the README's blocks failed: %v\n%s\nserver log:\n%s", err, out.String(), logs)
+	}
+	t.Logf("ran %d README blocks (%d skipped)", ran, len(blocks)-ran)
+}
