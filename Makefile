@@ -69,7 +69,8 @@ FUZZ_TARGETS := \
 	internal/codec:FuzzDecode internal/codec:FuzzUnmarshalEnvelopeMatchesProto internal/codec:FuzzDecodeReply \
 	internal/codec:FuzzDecodeTransactionReference internal/codec:FuzzDecodeWalletSendCalls internal/codec:FuzzDecodeActions \
 	internal/codec:FuzzDecodeIntent internal/codec:FuzzDecodeLegacyReaction \
-	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive
+	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive \
+	internal/server:FuzzPageToken
 fuzz:
 	for entry in $(FUZZ_TARGETS); do \
 		pkg=$${entry%%:*}; target=$${entry#*:}; \

@@ -86,6 +86,7 @@ func script(blocks []block) string {
 # Stop every server the README started: the whole process group, but not
 # this shell, whose exit status is the verdict.
 trap 'status=$?; trap "" TERM; kill -TERM 0 2>/dev/null; exit $status' EXIT
+if (exec 3<>/dev/tcp/127.0.0.1/50051) 2>/dev/null; then echo "something already answers on 127.0.0.1:50051, where the README starts its server: stop it first" >&2; exit 1; fi
 wait_port() { for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.2; done; echo "nothing answers on $1" >&2; exit 1; }
 wait_file() { for _ in $(seq 600); do [ -s "$1" ] && return 0; sleep 0.2; done; echo "no $1" >&2; exit 1; }
 `)

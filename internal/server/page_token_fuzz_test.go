@@ -1,0 +1,34 @@
+package server
+
+import (
+	"testing"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+// FuzzPageToken: a page token is caller input. Opening any string never
+// panics, and a string accepted as a token is one the server issued for
+// that request (altered tokens are refused).
+func FuzzPageToken(f *testing.F) {
+	tokens := newPageTokens([]byte("fuzz-key-0123456789-0123456789-0"))
+	q := store.MessageQuery{GroupID: []byte("g")}
+	issued := tokens.messages("alice", q, store.MessageCursor{SentAtNs: 5, ID: []byte("m1")})
+	f.Add(issued)
+	f.Add(tokens.groups("alice", []byte("g")))
+	f.Add(tokens.consent("alice", store.ConsentKey{EntityType: 1, Entity: "x"}))
+	f.Add("")
+	f.Add("!!")
+	f.Add("bQ")
+	f.Fuzz(func(t *testing.T, token string) {
+		c, err := tokens.parseMessages("alice", q, token)
+		if err == nil && token != "" && token != issued {
+			// Only the issued token (or its other base64 spellings, which
+			// decode to the same bytes) opens.
+			if c == nil || c.SentAtNs != 5 || string(c.ID) != "m1" {
+				t.Fatalf("an altered token %q opened to %+v", token, c)
+			}
+		}
+		_, _ = tokens.parseGroups("alice", token)
+		_, _ = tokens.parseConsent("alice", token)
+	})
+}
