@@ -129,8 +129,8 @@ func TestArchivectl(t *testing.T) {
 	if err != nil || !strings.Contains(out, "messages: 50 inserted") {
 		t.Errorf("import: %v\n%s%s", err, out, stderr)
 	}
-	if got, _ := s.ListMessages(t.Context(), other, store.MessageQuery{GroupID: g.Id, Limit: 100}); len(got) != 50 {
-		t.Errorf("imported %d messages", len(got))
+	if got, _ := s.ListMessages(t.Context(), other, store.MessageQuery{GroupID: g.Id, Limit: 100}); len(got.Messages) != 50 {
+		t.Errorf("imported %d messages", len(got.Messages))
 	}
 
 	// A corrupt file fails verify with the record named, exit status 1.

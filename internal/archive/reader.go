@@ -30,13 +30,24 @@ const (
 type ReaderOptions struct {
 	MaxRecordSize int
 	MaxWindow     uint64
+	// Meter, when set, is charged before the reader allocates: the zstd
+	// window and buffers when it opens, then each growth of its record
+	// buffers. A refused charge fails the read with the meter's error.
+	Meter interface{ Charge(n int64) error }
 }
+
+// readerOverhead is what a Reader holds besides its record buffers: the
+// zstd decoder's history (its window, twice over at worst while a block is
+// copied out), its block buffers and the 64 KiB bufio buffer.
+func readerOverhead(window uint64) int64 { return 2*int64(window) + 1<<20 }
 
 // Reader reads an archive. NewReader reads and checks the header; Metadata
 // reads record 0, which must be the metadata element; Next yields the
 // elements after it and io.EOF at a complete end.
 type Reader struct {
 	aead      cipher.AEAD
+	src       *sourceReader
+	meter     interface{ Charge(n int64) error }
 	zr        *zstd.Decoder
 	br        *bufio.Reader // over zr, so length prefixes cost no call each
 	version   uint16
@@ -90,7 +101,13 @@ func NewReader(r io.Reader, key []byte, opts ReaderOptions) (*Reader, error) {
 	if opts.MaxWindow == 0 {
 		opts.MaxWindow = DefaultMaxWindow
 	}
-	zr, err := zstd.NewReader(r,
+	if opts.Meter != nil {
+		if err := opts.Meter.Charge(readerOverhead(opts.MaxWindow)); err != nil {
+			return nil, err
+		}
+	}
+	src := &sourceReader{r: r}
+	zr, err := zstd.NewReader(src,
 		zstd.WithDecoderConcurrency(1),
 		zstd.WithDecoderMaxWindow(opts.MaxWindow),
 		zstd.WithDecoderMaxMemory(uint64(opts.MaxRecordSize)+opts.MaxWindow+(1<<20)),
@@ -99,7 +116,7 @@ func NewReader(r io.Reader, key []byte, opts ReaderOptions) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("archive: zstd: %w", err)
 	}
-	rd := &Reader{aead: aead, zr: zr, br: bufio.NewReaderSize(zr, 64<<10), version: version, maxRecord: opts.MaxRecordSize}
+	rd := &Reader{aead: aead, src: src, meter: opts.Meter, zr: zr, br: bufio.NewReaderSize(zr, 64<<10), version: version, maxRecord: opts.MaxRecordSize}
 	copy(rd.base[:], header[2:])
 	rd.next = rd.base
 	return rd, nil
@@ -184,7 +201,7 @@ func (r *Reader) record() (*ds.BackupElement, error) {
 		// frame, so nothing is pending.
 		return nil, io.EOF
 	case err != nil:
-		return nil, fail(streamError(err, fmt.Sprintf("length prefix (%d of %d bytes)", n, lengthSize)))
+		return nil, fail(r.streamError(err, fmt.Sprintf("length prefix (%d of %d bytes)", n, lengthSize)))
 	}
 	size := binary.LittleEndian.Uint32(prefix[:])
 	if size < TagSize {
@@ -225,7 +242,13 @@ func (r *Reader) readCiphertext(size int) ([]byte, error) {
 	for len(buf) < size {
 		chunk := min(size-len(buf), step)
 		if cap(buf)-len(buf) < chunk {
-			grown := make([]byte, len(buf), len(buf)+max(chunk, min(size-len(buf), 2*len(buf))))
+			newCap := len(buf) + max(chunk, min(size-len(buf), 2*len(buf)))
+			// The plaintext buffer grows to match: charge both.
+			if err := r.charge(2 * int64(newCap-cap(buf))); err != nil {
+				r.buf = buf
+				return nil, err
+			}
+			grown := make([]byte, len(buf), newCap)
 			copy(grown, buf)
 			buf = grown
 		}
@@ -233,7 +256,7 @@ func (r *Reader) readCiphertext(size int) ([]byte, error) {
 		buf = buf[:len(buf)+n]
 		if err != nil {
 			r.buf = buf
-			return nil, streamError(err, fmt.Sprintf("ciphertext (%d of %d bytes)", len(buf), size))
+			return nil, r.streamError(err, fmt.Sprintf("ciphertext (%d of %d bytes)", len(buf), size))
 		}
 	}
 	r.buf = buf
@@ -258,8 +281,43 @@ func (r *Reader) open(ct []byte) (plain []byte, legacy bool, err error) {
 	return nil, false, ErrAuthentication
 }
 
-// streamError says what an error inside the zstd stream means: an early
-// end is a truncation, a decoder error an invalid stream (ARCH-018).
+func (r *Reader) charge(n int64) error {
+	if r.meter == nil || n <= 0 {
+		return nil
+	}
+	return r.meter.Charge(n)
+}
+
+// sourceReader keeps the first error of the reader under the archive
+// other than its end, so that a broken transport (a cancelled call, an
+// idle timeout) is reported as itself, not as the invalid zstd stream the
+// decoder sees it as.
+type sourceReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && s.err == nil {
+		s.err = err
+	}
+	return n, err
+}
+
+// ErrSource wraps an error of the reader the archive is read from.
+var ErrSource = errors.New("archive: reading the source")
+
+// streamError says what an error inside the zstd stream means: the
+// source's own failure as itself; an early end a truncation; a decoder
+// error an invalid stream (ARCH-018).
+func (r *Reader) streamError(err error, what string) error {
+	if r.src != nil && r.src.err != nil {
+		return fmt.Errorf("%w inside a %s: %w", ErrSource, what, r.src.err)
+	}
+	return streamError(err, what)
+}
+
 func streamError(err error, what string) error {
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):

@@ -386,7 +386,8 @@ func TestImportKeepsLiveState_ARCH014(t *testing.T) {
 		diff(t, "a live group keeps state and metadata, takes the later last_message_ns", got, want)
 		got, _ = s.GetGroup(t.Context(), b, liveLater.Id)
 		diff(t, "a live group with a later last message", got, liveLater)
-		msgs, _ := s.ListMessages(t.Context(), b, store.MessageQuery{GroupID: live.Id, Limit: 100})
+		page, _ := s.ListMessages(t.Context(), b, store.MessageQuery{GroupID: live.Id, Limit: 100})
+		msgs := page.Messages
 		if len(msgs) == 0 || !proto.Equal(msgs[len(msgs)-1], liveMsg) && !proto.Equal(msgs[0], liveMsg) {
 			t.Errorf("the stored message with an archived id changed")
 		}

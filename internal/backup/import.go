@@ -10,15 +10,36 @@ import (
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
-// importBatch is how many consecutive messages (or consent records) are
-// written per store call: enough to amortise a transaction, few enough to
-// keep memory flat.
+// importBatch is the most consecutive messages (or consent records)
+// written per store call: enough to amortise a transaction. Memory is
+// bounded by bytes, not by this count: see ImportOptions.ReadAhead.
 const importBatch = 4000
+
+// ImportOptions bounds an import.
+type ImportOptions struct {
+	// Limits are the record size limits every way in enforces; an archive
+	// record over one fails with its number, as any invalid record.
+	Limits records.Limits
+	// Reader sets the archive reader's limits and meter.
+	Reader archive.ReaderOptions
+	// ReadAhead, when set, is charged with every record read before it is
+	// applied (twice its encoded size: the bytes and the parsed element)
+	// and released once it is: reading waits while the budget is held, so
+	// memory is bounded by bytes whatever the records' count or size. It
+	// must hold at least two of the largest records.
+	ReadAhead *budget.Call
+	// ReadAheadBytes is ReadAhead's limit, which decides when buffered
+	// records are written (at half of it).
+	ReadAheadBytes int64
+}
 
 // ElementCounts is what an import did with one kind of element.
 type ElementCounts struct {
@@ -78,12 +99,20 @@ var ErrMissingGroup = errors.New("the message's group is neither stored nor earl
 // applied, it and the later ones are not, and a retry from the start
 // applies the rest under the same rules (ARCH-021).
 func Import(ctx context.Context, st store.Store, owner string, key []byte, r io.Reader) (res ImportResult, err error) {
-	ar, err := archive.NewReader(r, key, archive.ReaderOptions{})
+	return ImportWith(ctx, st, owner, key, r, ImportOptions{})
+}
+
+// ImportWith is Import under opts.
+func ImportWith(ctx context.Context, st store.Store, owner string, key []byte, r io.Reader, opts ImportOptions) (res ImportResult, err error) {
+	ar, err := archive.NewReader(r, key, opts.Reader)
 	if err != nil {
 		return res, err
 	}
 	defer ar.Close()
-	im := &importer{ctx: ctx, st: st, owner: owner, res: &res, groups: make(map[string]bool)}
+	im := &importer{ctx: ctx, st: st, owner: owner, res: &res, groups: make(map[string]bool), limits: opts.Limits, ahead: opts.ReadAhead}
+	if opts.ReadAhead != nil {
+		im.flushAt = opts.ReadAheadBytes / 2
+	}
 	if res.Metadata, err = ar.Metadata(); err != nil {
 		return res, err
 	}
@@ -93,7 +122,7 @@ func Import(ctx context.Context, st store.Store, owner string, key []byte, r io.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	records := make(chan readRecord, readAhead)
-	go readRecords(ctx, ar, records)
+	go readRecords(ctx, ar, records, opts.ReadAhead)
 	defer func() {
 		cancel()
 		for range records { // wait for the reader to stop before its stats
@@ -103,7 +132,7 @@ func Import(ctx context.Context, st store.Store, owner string, key []byte, r io.
 	}()
 	for rec := range records {
 		if rec.err == nil {
-			rec.err = im.apply(rec.num, rec.el)
+			rec.err = im.apply(rec.num, rec.el, rec.cost)
 		}
 		if rec.err != nil {
 			// What is buffered came before the failing record: apply it,
@@ -120,19 +149,23 @@ func Import(ctx context.Context, st store.Store, owner string, key []byte, r io.
 	return res, ctx.Err()
 }
 
-// readAhead bounds how many parsed records wait to be applied.
+// readAhead bounds how many parsed records wait to be applied; their bytes
+// are bounded by ImportOptions.ReadAhead.
 const readAhead = 256
 
-// readRecord is one element read ahead, or the error that ended reading.
+// readRecord is one element read ahead, or the error that ended reading;
+// cost is what it holds of the read-ahead budget.
 type readRecord struct {
-	num uint64
-	el  *ds.BackupElement
-	err error
+	num  uint64
+	el   *ds.BackupElement
+	cost int64
+	err  error
 }
 
 // readRecords sends the archive's elements until its end, an error, or ctx
-// is done, then closes out.
-func readRecords(ctx context.Context, ar *archive.Reader, out chan<- readRecord) {
+// is done, then closes out. Each element is charged to ahead (when set)
+// before it is passed on; the applier releases it.
+func readRecords(ctx context.Context, ar *archive.Reader, out chan<- readRecord, ahead *budget.Call) {
 	defer close(out)
 	for {
 		el, err := ar.Next()
@@ -140,6 +173,12 @@ func readRecords(ctx context.Context, ar *archive.Reader, out chan<- readRecord)
 			return
 		}
 		rec := readRecord{num: ar.Record(), el: el, err: err}
+		if err == nil && ahead != nil {
+			rec.cost = 2 * int64(proto.Size(el))
+			if werr := ahead.Wait(ctx, rec.cost); werr != nil {
+				rec.el, rec.cost, rec.err = nil, 0, &ImportError{Record: rec.num, Err: werr}
+			}
+		}
 		select {
 		case out <- rec:
 		case <-ctx.Done():
@@ -157,14 +196,33 @@ type importer struct {
 	owner  string
 	res    *ImportResult
 	groups map[string]bool // group ids known to exist in the store
+	limits records.Limits
+	ahead  *budget.Call
+	// flushAt is the buffered cost at which buffered records are written,
+	// so the reader always has budget to read the next one.
+	flushAt int64
 
 	msgs       []*mb.GroupMessageSave
 	msgRecords []uint64
 	consent    []*cs.ConsentSave
 	consentRec []uint64
+	held       int64 // read-ahead budget the buffers hold
 }
 
-func (im *importer) apply(record uint64, el *ds.BackupElement) error {
+// release returns read-ahead budget.
+func (im *importer) release(n int64) {
+	if im.ahead != nil {
+		im.ahead.Release(n)
+	}
+}
+
+func (im *importer) apply(record uint64, el *ds.BackupElement, cost int64) error {
+	buffered := false
+	defer func() {
+		if !buffered {
+			im.release(cost)
+		}
+	}()
 	fail := func(err error) error { return &ImportError{Record: record, Err: err} }
 	switch e := el.GetElement().(type) {
 	case *ds.BackupElement_Metadata:
@@ -173,7 +231,7 @@ func (im *importer) apply(record uint64, el *ds.BackupElement) error {
 		im.res.Skipped++
 	case *ds.BackupElement_Group:
 		g := e.Group
-		if err := records.CheckArchivedGroup(g); err != nil {
+		if err := errors.Join(records.CheckArchivedGroup(g), im.limits.CheckGroupSize(g)); err != nil {
 			return fail(records.At("group", err))
 		}
 		// Groups go in as they come, so the messages after them find them.
@@ -188,7 +246,7 @@ func (im *importer) apply(record uint64, el *ds.BackupElement) error {
 		im.groups[string(g.GetId())] = true
 	case *ds.BackupElement_GroupMessage:
 		m := e.GroupMessage
-		if err := records.CheckMessage(m); err != nil {
+		if err := errors.Join(records.CheckMessage(m), im.limits.CheckMessageSize(m)); err != nil {
 			return fail(records.At("group_message", err))
 		}
 		if !im.groups[string(m.GetGroupId())] {
@@ -208,19 +266,21 @@ func (im *importer) apply(record uint64, el *ds.BackupElement) error {
 			return err
 		}
 		im.msgs, im.msgRecords = append(im.msgs, m), append(im.msgRecords, record)
-		if len(im.msgs) >= importBatch {
+		buffered, im.held = true, im.held+cost
+		if len(im.msgs) >= importBatch || (im.flushAt > 0 && im.held >= im.flushAt) {
 			return im.flushMessages()
 		}
 	case *ds.BackupElement_Consent:
 		c := e.Consent
-		if err := records.CheckConsent(c); err != nil {
+		if err := errors.Join(records.CheckConsent(c), im.limits.CheckConsentSize(c)); err != nil {
 			return fail(records.At("consent", err))
 		}
 		if err := im.flushMessages(); err != nil {
 			return err
 		}
 		im.consent, im.consentRec = append(im.consent, c), append(im.consentRec, record)
-		if len(im.consent) >= importBatch {
+		buffered, im.held = true, im.held+cost
+		if len(im.consent) >= importBatch || (im.flushAt > 0 && im.held >= im.flushAt) {
 			return im.flushConsent()
 		}
 	}
@@ -250,7 +310,10 @@ func (im *importer) flushMessages() error {
 		return &ImportError{Record: im.msgRecords[0], Err: err}
 	}
 	im.res.Messages.add(out)
+	clear(im.msgs) // drop the references, so the released bytes can be collected
 	im.msgs, im.msgRecords = im.msgs[:0], im.msgRecords[:0]
+	im.release(im.held)
+	im.held = 0
 	return nil
 }
 
@@ -263,6 +326,9 @@ func (im *importer) flushConsent() error {
 		return &ImportError{Record: im.consentRec[0], Err: err}
 	}
 	im.res.Consent.add(out)
+	clear(im.consent)
 	im.consent, im.consentRec = im.consent[:0], im.consentRec[:0]
+	im.release(im.held)
+	im.held = 0
 	return nil
 }

@@ -26,7 +26,12 @@ type Report struct {
 // key of the wrong length (archive.ErrKeySize) is returned as an error;
 // what is wrong with the archive is in the report.
 func Verify(r io.Reader, key []byte) (rep Report, err error) {
-	ar, err := archive.NewReader(r, key, archive.ReaderOptions{})
+	return VerifyWith(r, key, archive.ReaderOptions{})
+}
+
+// VerifyWith is Verify with the reader's limits and meter.
+func VerifyWith(r io.Reader, key []byte, opts archive.ReaderOptions) (rep Report, err error) {
+	ar, err := archive.NewReader(r, key, opts)
 	if errors.Is(err, archive.ErrKeySize) {
 		return rep, err
 	}

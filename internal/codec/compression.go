@@ -49,26 +49,32 @@ func Compress(content []byte, alg mc.Compression) ([]byte, error) {
 // DEFLATE. Output is capped at limit bytes (CTYPE-025): memory never grows
 // past limit+1 however the input expands. Every failure is a decode failure.
 func Decompress(content []byte, alg mc.Compression, limit int64) ([]byte, error) {
+	return decompress(content, alg, limit, nil)
+}
+
+// decompress is Decompress calling charge (when set) with the size of each
+// chunk of output before it is allocated; an error from charge stops it.
+func decompress(content []byte, alg mc.Compression, limit int64, charge func(int64) error) ([]byte, error) {
 	switch alg {
 	case mc.Compression_COMPRESSION_GZIP:
 		zr, err := gzip.NewReader(bytes.NewReader(content))
 		if err != nil {
 			return nil, decodeError("compression", "gzip: %v", err)
 		}
-		out, err := readLimited(zr, limit)
+		out, err := readLimited(zr, limit, charge)
 		if err != nil {
 			return nil, decodeError("compression", "gzip: %v", err)
 		}
 		return out, nil
 	case mc.Compression_COMPRESSION_DEFLATE:
-		out, zerr := inflateZlib(content, limit)
+		out, zerr := inflateZlib(content, limit, charge)
 		if zerr == nil {
 			return out, nil
 		}
 		if _, ok := zerr.(errTooLarge); ok {
 			return nil, decodeError("compression", "zlib: %v", zerr)
 		}
-		out, rerr := readLimited(flate.NewReader(bytes.NewReader(content)), limit)
+		out, rerr := readLimited(flate.NewReader(bytes.NewReader(content)), limit, charge)
 		if rerr != nil {
 			return nil, decodeError("compression", "neither zlib (%v) nor raw deflate (%v)", zerr, rerr)
 		}
@@ -78,12 +84,12 @@ func Decompress(content []byte, alg mc.Compression, limit int64) ([]byte, error)
 	}
 }
 
-func inflateZlib(content []byte, limit int64) ([]byte, error) {
+func inflateZlib(content []byte, limit int64, charge func(int64) error) ([]byte, error) {
 	zr, err := zlib.NewReader(bytes.NewReader(content))
 	if err != nil {
 		return nil, err
 	}
-	return readLimited(zr, limit)
+	return readLimited(zr, limit, charge)
 }
 
 // readLimited reads r to its end, failing as soon as more than limit bytes
@@ -92,12 +98,23 @@ func inflateZlib(content []byte, limit int64) ([]byte, error) {
 // 1 MiB and joins them once at the end, so a stream cut off at the limit
 // costs about the limit in memory, and a complete one about twice its size,
 // rather than the sum of a doubling buffer's copies.
-func readLimited(r io.Reader, limit int64) ([]byte, error) {
+func readLimited(r io.Reader, limit int64, charge func(int64) error) ([]byte, error) {
+	if limit < 0 {
+		limit = 0
+	}
 	lr := io.LimitReader(r, limit+1)
 	var chunks [][]byte
 	var total int64
 	size := 4 << 10
 	for {
+		// Never allocate past what the limit still allows (plus the one
+		// byte that shows it was passed).
+		size = int(min(int64(size), limit+1-total))
+		if charge != nil {
+			if err := charge(int64(size)); err != nil {
+				return nil, err
+			}
+		}
 		buf := make([]byte, size)
 		n, err := io.ReadFull(lr, buf)
 		total += int64(n)
@@ -126,6 +143,8 @@ func readLimited(r io.Reader, limit int64) ([]byte, error) {
 	case 1:
 		return chunks[0], nil
 	}
+	// The join is not charged: the chunks it copies are dropped at once,
+	// so it holds what the chunks held.
 	out := make([]byte, 0, total)
 	for _, c := range chunks {
 		out = append(out, c...)

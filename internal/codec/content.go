@@ -228,31 +228,20 @@ func (r *Registry) Push(t TypeID) (push, ok bool) {
 // the actual identifier, the fallback and the original bytes (CTYPE-008,
 // CTYPE-009). It never fails: every input has an outcome.
 func (r *Registry) DecodeResponse(b []byte) *cb.DecodeResponse {
-	resp, _ := r.DecodeResponseExpanded(b)
+	resp, _ := r.DecodeResponseMetered(b, nil)
 	return resp
 }
 
-// DecodeResponseExpanded is DecodeResponse that also reports how many bytes
-// of decompressed content the outcome holds (top level and nested), for a
-// caller that budgets memory across many envelopes: each is capped at
-// MaxDecompressedSize, but a batch of them is not.
-func (r *Registry) DecodeResponseExpanded(b []byte) (*cb.DecodeResponse, int64) {
-	d, ec, err := r.Decode(b)
-	return r.outcome(b, d, ec, err), expandedSize(ec, d)
-}
-
-// expandedSize counts the content that decompression may have grown: the
-// top-level content when the envelope was compressed, and every nested
-// reply's content.
-func expandedSize(ec *mc.EncodedContent, d Decoded) int64 {
-	var n int64
-	if ec != nil && ec.Compression != nil && d.Envelope != nil {
-		n += int64(len(d.Envelope.GetContent()))
+// DecodeResponseMetered is DecodeResponse charging m for what decoding
+// allocates (see DecodeMetered). The only error is a *BudgetError: the
+// budget, not the content, stopped it, and there is no outcome to report.
+func (r *Registry) DecodeResponseMetered(b []byte, m Meter) (*cb.DecodeResponse, error) {
+	d, ec, err := r.DecodeMetered(b, m)
+	var be *BudgetError
+	if errors.As(err, &be) {
+		return nil, be
 	}
-	for r, ok := d.Value.(*Reply); ok && r != nil; r, ok = r.Nested.Value.(*Reply) {
-		n += int64(len(r.Content.GetContent()))
-	}
-	return n
+	return r.outcome(b, d, ec, err), nil
 }
 
 func (r *Registry) outcome(b []byte, d Decoded, ec *mc.EncodedContent, err error) *cb.DecodeResponse {

@@ -17,7 +17,6 @@ const DefaultMaxNestingDepth = 16
 // concurrent use; Register must not race with decoding.
 type Registry struct {
 	codecs          map[Key]Codec
-	nested          []nestedDecoder // one per depth, so passing one allocates nothing
 	maxDepth        int
 	maxDecompressed int64
 }
@@ -53,10 +52,6 @@ func NewRegistry(opts ...Option) *Registry {
 	}
 	for _, o := range opts {
 		o(r)
-	}
-	r.nested = make([]nestedDecoder, r.maxDepth+1)
-	for d := range r.nested {
-		r.nested[d] = nestedDecoder{r, d}
 	}
 	for _, c := range StandardCodecs() {
 		r.codecs[c.ContentType().Key()] = c
@@ -116,12 +111,43 @@ func (r *Registry) Encode(t TypeID, value any) (*mc.EncodedContent, error) {
 // passed in, which CTYPE-008 requires it to keep. Byte slices in the result
 // may alias b: do not modify b while the result is in use.
 func (r *Registry) Decode(b []byte) (Decoded, *mc.EncodedContent, error) {
+	return r.DecodeMetered(b, nil)
+}
+
+// A Meter is charged with the bytes decoding is about to allocate
+// (decompressed output as it comes, decoded values), before they are
+// allocated. A charge it refuses stops decoding: DecodeMetered then
+// returns a *BudgetError carrying the meter's error.
+type Meter interface {
+	Charge(n int64) error
+}
+
+// BudgetError is a decode stopped because its Meter refused a charge: the
+// request's or the server's budget is spent, not the content's fault.
+type BudgetError struct{ Err error }
+
+func (e *BudgetError) Error() string { return "decode stopped: " + e.Err.Error() }
+func (e *BudgetError) Unwrap() error { return e.Err }
+
+// jsonExpansion is what a JSON type's decode is charged per content byte:
+// the parsed members and the strings built from them.
+const jsonExpansion = 3
+
+// DecodeMetered is Decode charging m (which may be nil) for what it
+// allocates, failed decodes included. The decompressed content of every
+// nesting level together is held to the one CTYPE-025 limit, so nested
+// compressed replies cannot multiply it.
+func (r *Registry) DecodeMetered(b []byte, m Meter) (Decoded, *mc.EncodedContent, error) {
 	ec, err := ParseEnvelope(b)
 	if err != nil {
 		return Decoded{}, nil, err
 	}
-	d, err := r.DecodeEnvelope(ec)
-	return d, ec, err
+	d := &decoding{r: r, meter: m}
+	out, err := d.decode(ec)
+	if d.exhausted != nil {
+		return Decoded{}, ec, d.exhausted
+	}
+	return out, ec, err
 }
 
 // ParseEnvelope parses EncodedContent bytes and checks that the type is
@@ -159,23 +185,60 @@ func checkTyped(ec *mc.EncodedContent) error {
 // CTYPE-025), then select a codec on authority, type and major version
 // (CTYPE-001), then decode.
 func (r *Registry) DecodeEnvelope(ec *mc.EncodedContent) (Decoded, error) {
-	return r.decodeAt(ec, 0)
+	d := &decoding{r: r}
+	return d.decode(ec)
 }
 
-func (r *Registry) decodeAt(ec *mc.EncodedContent, depth int) (Decoded, error) {
+// decoding is the state of one top-level decode, shared by its nesting
+// levels: the depth reached, the decompressed bytes produced so far, and
+// the meter.
+type decoding struct {
+	r        *Registry
+	meter    Meter
+	depth    int
+	expanded int64 // decompressed bytes at every level together (CTYPE-025)
+	// exhausted is the meter's refusal; once set, decoding only unwinds.
+	exhausted error
+}
+
+func (d *decoding) charge(n int64) error {
+	if d.exhausted != nil {
+		return d.exhausted
+	}
+	if d.meter == nil {
+		return nil
+	}
+	if err := d.meter.Charge(n); err != nil {
+		d.exhausted = &BudgetError{Err: err}
+		return d.exhausted
+	}
+	return nil
+}
+
+func (d *decoding) decode(ec *mc.EncodedContent) (Decoded, error) {
 	if err := checkTyped(ec); err != nil {
 		return Decoded{}, err
 	}
 	t := TypeIDOf(ec.GetType())
-	plain, err := r.decompressed(ec)
+	plain, err := d.decompressed(ec)
 	if err != nil {
 		return Decoded{}, withType(err, t)
 	}
-	c, ok := r.Lookup(t)
+	c, ok := d.r.Lookup(t)
 	if !ok {
 		return Decoded{Type: t, Envelope: plain}, &Error{Kind: KindNoMatchingCodec, Type: t, Reason: "no codec for this authority, type and major version"}
 	}
-	v, err := c.Decode(plain, &r.nested[depth])
+	cost := int64(len(plain.GetContent()))
+	if isJSONType(t) {
+		cost *= jsonExpansion
+	}
+	if err := d.charge(cost); err != nil {
+		return Decoded{Type: t, Envelope: plain}, err
+	}
+	v, err := c.Decode(plain, d)
+	if d.exhausted != nil {
+		return Decoded{Type: t, Envelope: plain}, d.exhausted
+	}
 	if err != nil {
 		var ce *Error
 		if !errors.As(err, &ce) {
@@ -187,29 +250,48 @@ func (r *Registry) decodeAt(ec *mc.EncodedContent, depth int) (Decoded, error) {
 }
 
 // decompressed returns ec with its content decompressed and compression
-// cleared, or ec itself when it is not compressed.
-func (r *Registry) decompressed(ec *mc.EncodedContent) (*mc.EncodedContent, error) {
+// cleared, or ec itself when it is not compressed. What it may produce is
+// what the CTYPE-025 limit leaves after the levels above it.
+func (d *decoding) decompressed(ec *mc.EncodedContent) (*mc.EncodedContent, error) {
 	if ec.Compression == nil {
 		return ec, nil
 	}
-	out, err := Decompress(ec.GetContent(), ec.GetCompression(), r.maxDecompressed)
+	remaining := d.r.maxDecompressed - d.expanded
+	out, err := decompress(ec.GetContent(), ec.GetCompression(), remaining, func(n int64) error {
+		d.expanded += n
+		return d.charge(n)
+	})
 	if err != nil {
+		if d.exhausted != nil {
+			return nil, d.exhausted
+		}
+		var tl errTooLarge
+		if errors.As(err, &tl) && d.depth > 0 {
+			return nil, decodeError("compression", "decompressed content of every nesting level together exceeds %d bytes (CTYPE-025)", d.r.maxDecompressed)
+		}
 		return nil, err
 	}
 	plain := &mc.EncodedContent{Type: ec.GetType(), Parameters: ec.GetParameters(), Fallback: ec.Fallback, Content: out}
 	return plain, nil
 }
 
-type nestedDecoder struct {
-	r     *Registry
-	depth int
+// DecodeNested decodes content carried in content, one level deeper.
+func (d *decoding) DecodeNested(ec *mc.EncodedContent) (Decoded, error) {
+	if d.depth+1 > d.r.maxDepth {
+		return Decoded{}, decodeError("content", "content nested deeper than %d levels", d.r.maxDepth)
+	}
+	d.depth++
+	defer func() { d.depth-- }()
+	return d.decode(ec)
 }
 
-func (n *nestedDecoder) DecodeNested(ec *mc.EncodedContent) (Decoded, error) {
-	if n.depth+1 > n.r.maxDepth {
-		return Decoded{}, decodeError("content", "content nested deeper than %d levels", n.r.maxDepth)
+// isJSONType reports the section 7.2 types whose content is JSON.
+func isJSONType(t TypeID) bool {
+	switch t.Key() {
+	case TypeTransactionReference.Key(), TypeWalletSendCalls.Key(), TypeActions.Key(), TypeIntent.Key(), TypeLegacyReaction.Key():
+		return true
 	}
-	return n.r.decodeAt(ec, n.depth+1)
+	return false
 }
 
 // CheckPublishable accepts a caller-built envelope for publishing when it
@@ -218,6 +300,12 @@ func (n *nestedDecoder) DecodeNested(ec *mc.EncodedContent) (Decoded, error) {
 // CTYPE-022) and, for an identifier a codec knows, when that codec decodes
 // it: a catalogue envelope a recipient would reject is not publishable.
 func (r *Registry) CheckPublishable(ec *mc.EncodedContent) error {
+	return r.CheckPublishableMetered(ec, nil)
+}
+
+// CheckPublishableMetered is CheckPublishable charging m for the decode it
+// runs; a refused charge is a *BudgetError.
+func (r *Registry) CheckPublishableMetered(ec *mc.EncodedContent, m Meter) error {
 	if err := checkTyped(ec); err != nil {
 		var ce *Error
 		errors.As(err, &ce)
@@ -231,7 +319,11 @@ func (r *Registry) CheckPublishable(ec *mc.EncodedContent) error {
 		return encodeError("type", "%s is deprecated; publish xmtp.org/reaction:2.0 (CTYPE-022)", t)
 	}
 	if _, known := r.Lookup(t); known {
-		if _, err := r.DecodeEnvelope(ec); err != nil {
+		d := &decoding{r: r, meter: m}
+		if _, err := d.decode(ec); err != nil {
+			if d.exhausted != nil {
+				return d.exhausted
+			}
 			return encodeError("", "not valid %s content: %v", t, err)
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -52,19 +51,10 @@ func At(prefix string, err error) error {
 	return err
 }
 
-// CheckOwner checks the owner every request names.
+// CheckOwner checks the owner every request names (see checkInboxText for
+// the characters allowed).
 func CheckOwner(owner string) error {
-	switch {
-	case owner == "":
-		return fieldErr("owner", "required")
-	case len(owner) > MaxOwnerBytes:
-		return fieldErr("owner", "%d bytes exceed the limit of %d", len(owner), MaxOwnerBytes)
-	case strings.IndexFunc(owner, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }) >= 0:
-		return fieldErr("owner", "contains whitespace or control characters")
-	case !utf8.ValidString(owner):
-		return fieldErr("owner", "not valid UTF-8")
-	}
-	return nil
+	return checkInboxText("owner", owner, MaxOwnerBytes)
 }
 
 // CheckID checks a group or message id.

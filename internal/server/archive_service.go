@@ -17,7 +17,9 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/backup"
+	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -33,13 +35,36 @@ const sendAhead = 4
 // between gRPC streams and the backup package, and maps errors to codes.
 type ArchiveService struct {
 	cb.UnimplementedArchiveServiceServer
-	store store.Store
-	now   func() time.Time
+	store   store.Store
+	now     func() time.Time
+	limits  Limits
+	pool    *budget.Pool
+	streams *streamLimiter
 }
 
-// NewArchiveService returns the service over s.
-func NewArchiveService(s store.Store) *ArchiveService {
-	return &ArchiveService{store: s, now: time.Now}
+// NewArchiveService returns the service over s, holding its streams to
+// limits and charging what they read to pool.
+func NewArchiveService(s store.Store, limits Limits, pool *budget.Pool) *ArchiveService {
+	limits = limits.withDefaults()
+	return &ArchiveService{store: s, now: time.Now, limits: limits, pool: pool,
+		streams: newStreamLimiter(limits.MaxArchiveStreams, limits.MaxArchiveStreamsPerOwner)}
+}
+
+// readerOptions are the archive reader's limits on this server: records no
+// larger than the largest record the limits let in, the zstd window the
+// limits allow, every buffer charged to meter.
+func (s *ArchiveService) readerOptions(meter *budget.Call) archive.ReaderOptions {
+	return archive.ReaderOptions{
+		MaxRecordSize: s.limits.maxArchiveRecord(),
+		MaxWindow:     uint64(s.limits.ArchiveWindowBytes),
+		Meter:         meter,
+	}
+}
+
+// readerCall is the budget of one stream's archive reader: its window and
+// buffers, which grow with the largest record read.
+func (s *ArchiveService) readerCall() *budget.Call {
+	return s.pool.NewCall("archive reader", 2*int64(s.limits.ArchiveWindowBytes)+1<<20+2*int64(s.limits.maxArchiveRecord())+4<<20)
 }
 
 func checkKey(field string, key []byte) error {
@@ -57,6 +82,16 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	if err := checkKey("key", req.GetKey()); err != nil {
 		return err
 	}
+	leave, err := s.streams.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	leaveOwner, err := s.streams.enterKey("owner:"+req.GetOwner(), "owner")
+	if err != nil {
+		return err
+	}
+	defer leaveOwner()
 	// Chunks go out from a goroutine of their own, so that building the
 	// archive and sending it overlap; at most sendAhead chunks wait.
 	ctx, cancel := context.WithCancel(stream.Context())
@@ -93,14 +128,18 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	}
 	if backup.IsOptionsError(err) {
 		// Refused before a byte was written.
-		return status.Error(codes.InvalidArgument, err.Error())
+		return status.Error(codes.InvalidArgument, clip(err.Error()))
 	}
 	if err != nil {
 		// The stream ends without a summary: not a complete backup.
 		if ctxErr := stream.Context().Err(); ctxErr != nil {
 			return status.FromContextError(ctxErr).Err()
 		}
-		return status.Errorf(codes.Internal, "export failed after %d bytes; the partial output is not an archive: %v", out.n, err)
+		msg := fmt.Sprintf("export failed after %d bytes; the partial output is not an archive", out.n)
+		if store.Unavailable(err) {
+			return hide(codes.Unavailable, msg+": "+msgUnavailable, err)
+		}
+		return hide(codes.Internal, msg, err)
 	}
 	return stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Summary{Summary: &cb.ExportSummary{
 		Groups: counts.Groups, Messages: counts.Messages, ConsentRecords: counts.Consent,
@@ -173,7 +212,13 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 var errNotChunk = status.Error(codes.InvalidArgument, "payload: every message after the first must be a chunk")
 
 func (s *ArchiveService) Import(stream grpc.ClientStreamingServer[cb.ImportRequest, cb.ImportResponse]) error {
-	first, err := stream.Recv()
+	leave, err := s.streams.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	recv := idleRecv(stream.Context(), stream.Recv, s.limits.StreamIdleTimeout)
+	first, err := recv()
 	if err != nil {
 		return recvStatus(err, "a first message naming owner and key")
 	}
@@ -187,8 +232,13 @@ func (s *ArchiveService) Import(stream grpc.ClientStreamingServer[cb.ImportReque
 	if err := checkKey("start.key", start.GetKey()); err != nil {
 		return err
 	}
+	leaveOwner, err := s.streams.enterKey("owner:"+start.GetOwner(), "owner")
+	if err != nil {
+		return err
+	}
+	defer leaveOwner()
 	in := &chunkReader{recv: func() ([]byte, error) {
-		m, err := stream.Recv()
+		m, err := recv()
 		if err != nil {
 			return nil, err
 		}
@@ -197,7 +247,14 @@ func (s *ArchiveService) Import(stream grpc.ClientStreamingServer[cb.ImportReque
 		}
 		return m.GetChunk(), nil
 	}}
-	res, err := backup.Import(stream.Context(), s.store, start.GetOwner(), start.GetKey(), in)
+	readerBudget := s.readerCall()
+	defer readerBudget.Close()
+	ahead := s.pool.NewCall("import read-ahead", s.limits.ImportReadAheadBytes)
+	defer ahead.Close()
+	res, err := backup.ImportWith(stream.Context(), s.store, start.GetOwner(), start.GetKey(), in, backup.ImportOptions{
+		Limits: s.limits.Records, Reader: s.readerOptions(readerBudget),
+		ReadAhead: ahead, ReadAheadBytes: s.limits.ImportReadAheadBytes,
+	})
 	if err != nil {
 		return archiveStatus(stream.Context(), err, "import")
 	}
@@ -243,12 +300,38 @@ func (k keyedStream[T]) open() ([]byte, io.Reader, error) {
 	}}, nil
 }
 
+// enterKeyed takes the slots of a stream that names no owner: one of the
+// server's and one of its principal's.
+func (s *ArchiveService) enterKeyed(ctx context.Context) (leave func(), err error) {
+	leaveAll, err := s.streams.enter()
+	if err != nil {
+		return nil, err
+	}
+	key := "principal:"
+	if p := auth.FromContext(ctx); p != nil {
+		key += p.Name
+	}
+	leavePrincipal, err := s.streams.enterKey(key, "principal")
+	if err != nil {
+		leaveAll()
+		return nil, err
+	}
+	return func() { leavePrincipal(); leaveAll() }, nil
+}
+
 func (s *ArchiveService) ReadMetadata(stream grpc.ClientStreamingServer[cb.ReadMetadataRequest, cb.ReadMetadataResponse]) error {
-	key, in, err := keyedStream[*cb.ReadMetadataRequest]{recv: stream.Recv}.open()
+	leave, err := s.enterKeyed(stream.Context())
 	if err != nil {
 		return err
 	}
-	r, err := archive.NewReader(in, key, archive.ReaderOptions{})
+	defer leave()
+	key, in, err := keyedStream[*cb.ReadMetadataRequest]{recv: idleRecv(stream.Context(), stream.Recv, s.limits.StreamIdleTimeout)}.open()
+	if err != nil {
+		return err
+	}
+	readerBudget := s.readerCall()
+	defer readerBudget.Close()
+	r, err := archive.NewReader(in, key, s.readerOptions(readerBudget))
 	if err != nil {
 		return archiveStatus(stream.Context(), err, "read metadata")
 	}
@@ -266,13 +349,24 @@ func (s *ArchiveService) ReadMetadata(stream grpc.ClientStreamingServer[cb.ReadM
 }
 
 func (s *ArchiveService) Verify(stream grpc.ClientStreamingServer[cb.VerifyRequest, cb.VerifyResponse]) error {
-	key, in, err := keyedStream[*cb.VerifyRequest]{recv: stream.Recv}.open()
+	leave, err := s.enterKeyed(stream.Context())
 	if err != nil {
 		return err
 	}
-	rep, err := backup.Verify(in, key)
+	defer leave()
+	key, in, err := keyedStream[*cb.VerifyRequest]{recv: idleRecv(stream.Context(), stream.Recv, s.limits.StreamIdleTimeout)}.open()
 	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+		return err
+	}
+	readerBudget := s.readerCall()
+	defer readerBudget.Close()
+	rep, err := backup.VerifyWith(in, key, s.readerOptions(readerBudget))
+	if err != nil {
+		return status.Error(codes.InvalidArgument, clip(err.Error()))
+	}
+	var be *budget.ExceededError
+	if errors.As(rep.Err, &be) {
+		return budgetStatus(be, "verify")
 	}
 	if ctxErr := stream.Context().Err(); ctxErr != nil {
 		return status.FromContextError(ctxErr).Err()
@@ -283,7 +377,7 @@ func (s *ArchiveService) Verify(stream grpc.ClientStreamingServer[cb.VerifyReque
 	}
 	if rep.Err != nil {
 		if st, ok := status.FromError(rep.Err); ok && st.Code() != codes.Unknown {
-			return rep.Err // the client's stream broke: not the archive's fault
+			return st.Err() // the client's stream broke: not the archive's fault
 		}
 		resp.Problem = &cb.VerifyProblem{Reason: rep.Err.Error()}
 		var re *archive.RecordError
@@ -307,10 +401,14 @@ func recvStatus(err error, want string) error {
 // store failure ABORTED (what was applied stays; retry from the start).
 func archiveStatus(ctx context.Context, err error, op string) error {
 	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
-		return err // from the client's stream itself
+		return st.Err() // from the client's stream itself (an idle timeout, a broken stream)
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return status.FromContextError(ctxErr).Err()
+	}
+	var be *budget.ExceededError
+	if errors.As(err, &be) {
+		return budgetStatus(be, op)
 	}
 	var (
 		re *archive.RecordError
@@ -339,15 +437,23 @@ func archiveStatus(ctx context.Context, err error, op string) error {
 		errors.Is(err, archive.ErrCompression), errors.Is(err, archive.ErrElement), errors.As(err, &fe):
 		code, reason = codes.InvalidArgument, "MALFORMED_ARCHIVE"
 	}
-	msg := op + ": " + err.Error()
-	if code == codes.Aborted {
-		msg += "; the records before it are applied, and a retry from the start completes the rest"
-	}
-	st := status.New(code, msg)
-	info := &errdetails.ErrorInfo{Reason: reason, Domain: "contentbackup.v1"}
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}
 	if record != "" {
 		info.Metadata = map[string]string{"record": record}
 	}
+	if code == codes.Aborted {
+		// The store failed: say where to resume, not what the database said.
+		msg := op + " stopped"
+		if record != "" {
+			msg += " at record " + record
+		}
+		if store.Unavailable(err) {
+			info.Reason = "STORE_UNAVAILABLE"
+			return hide(codes.Unavailable, msg+": "+msgUnavailable+"; the records before it are applied, and a retry from the start completes the rest", err, info)
+		}
+		return hide(codes.Aborted, msg+": the store failed; the records before it are applied, and a retry from the start completes the rest", err, info)
+	}
+	st := status.New(code, clip(op+": "+err.Error()))
 	if d, derr := st.WithDetails(info); derr == nil {
 		st = d
 	}

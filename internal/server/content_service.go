@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"strconv"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -12,6 +13,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 )
 
@@ -25,25 +27,29 @@ const DefaultMaxDecodeBatch = 1000
 // registry. It maps messages and status codes; the rules live in codec.
 type ContentService struct {
 	cb.UnimplementedContentServiceServer
-	registry         *codec.Registry
-	maxBatch         int
-	maxBatchExpanded int64
+	registry   *codec.Registry
+	maxBatch   int
+	callBudget int64
+	pool       *budget.Pool
 }
 
-// DefaultMaxBatchExpanded bounds the decompressed content one DecodeBatch
-// call may hold: every envelope is capped at 16 MiB (CTYPE-025), but a
-// thousand small bombs in one call are not.
+// DefaultMaxBatchExpanded bounds what one decoding call (Decode,
+// DecodeBatch, a ListMessages page) may expand to: decompressed content and
+// decoded values, failed decodes included. Every envelope is capped at
+// 16 MiB by CTYPE-025; a batch of them is not.
 const DefaultMaxBatchExpanded = 64 << 20
 
 // NewContentService returns the service; a limit <= 0 means its default.
-func NewContentService(reg *codec.Registry, maxBatch int, maxBatchExpanded int64) *ContentService {
+// Every decode is charged to a per-call budget of callBudget bytes and to
+// pool.
+func NewContentService(reg *codec.Registry, maxBatch int, callBudget int64, pool *budget.Pool) *ContentService {
 	if maxBatch <= 0 {
 		maxBatch = DefaultMaxDecodeBatch
 	}
-	if maxBatchExpanded <= 0 {
-		maxBatchExpanded = DefaultMaxBatchExpanded
+	if callBudget <= 0 {
+		callBudget = DefaultMaxBatchExpanded
 	}
-	return &ContentService{registry: reg, maxBatch: maxBatch, maxBatchExpanded: maxBatchExpanded}
+	return &ContentService{registry: reg, maxBatch: maxBatch, callBudget: callBudget, pool: pool}
 }
 
 func (s *ContentService) Encode(_ context.Context, req *cb.EncodeRequest) (*cb.EncodeResponse, error) {
@@ -56,7 +62,13 @@ func (s *ContentService) Encode(_ context.Context, req *cb.EncodeRequest) (*cb.E
 			return nil, invalidArgument("content", err)
 		}
 	case *cb.EncodeRequest_Custom:
-		ec, err = in.Custom, s.registry.CheckPublishable(in.Custom)
+		call := s.pool.NewCall("decode", s.callBudget)
+		ec, err = in.Custom, s.registry.CheckPublishableMetered(in.Custom, call)
+		call.Close()
+		var be *codec.BudgetError
+		if errors.As(err, &be) {
+			return nil, decodeBudgetStatus(err, "custom")
+		}
 		if err != nil {
 			return nil, invalidArgument("custom", err)
 		}
@@ -86,7 +98,13 @@ func (s *ContentService) Encode(_ context.Context, req *cb.EncodeRequest) (*cb.E
 }
 
 func (s *ContentService) Decode(_ context.Context, req *cb.DecodeRequest) (*cb.DecodeResponse, error) {
-	return s.registry.DecodeResponse(req.GetEncodedContent()), nil
+	call := s.pool.NewCall("decode", s.callBudget)
+	defer call.Close()
+	resp, err := s.registry.DecodeResponseMetered(req.GetEncodedContent(), call)
+	if err != nil {
+		return nil, decodeBudgetStatus(err, "encoded_content")
+	}
+	return resp, nil
 }
 
 func (s *ContentService) DecodeBatch(_ context.Context, req *cb.DecodeBatchRequest) (*cb.DecodeBatchResponse, error) {
@@ -94,15 +112,17 @@ func (s *ContentService) DecodeBatch(_ context.Context, req *cb.DecodeBatchReque
 	if len(in) > s.maxBatch {
 		return nil, status.Errorf(codes.InvalidArgument, "encoded_contents: %d envelopes exceed the batch limit of %d", len(in), s.maxBatch)
 	}
+	// One budget for the whole batch, charged by failed decodes too, so a
+	// batch of bombs stops as soon as it has cost what one call may.
+	call := s.pool.NewCall("decode", s.callBudget)
+	defer call.Close()
 	out := make([]*cb.DecodeResponse, len(in))
-	var expanded int64
 	for i, b := range in {
-		var n int64
-		out[i], n = s.registry.DecodeResponseExpanded(b)
-		if expanded += n; expanded > s.maxBatchExpanded {
-			return nil, status.Errorf(codes.ResourceExhausted,
-				"encoded_contents[%d]: the batch decompresses to more than %d bytes; send fewer compressed envelopes per call", i, s.maxBatchExpanded)
+		resp, err := s.registry.DecodeResponseMetered(b, call)
+		if err != nil {
+			return nil, decodeBudgetStatus(err, "encoded_contents["+strconv.Itoa(i)+"]")
 		}
+		out[i] = resp
 	}
 	return &cb.DecodeBatchResponse{Results: out}, nil
 }

@@ -48,7 +48,7 @@ func benchEngines(b *testing.B, fn func(b *testing.B, c cb.ConversationServiceCl
 		})
 		b.Run(e.Name+"/direct", func(b *testing.B) {
 			s := e.Open(b)
-			fn(b, directClient{NewConversationService(s, codec.NewRegistry(), 0, newPageTokens(nil))}, s)
+			fn(b, directClient{NewConversationService(s, codec.NewRegistry(), ConversationOptions{})}, s)
 		})
 	}
 }

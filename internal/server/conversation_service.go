@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -24,11 +25,6 @@ const DefaultMaxAppendBatch = 10_000
 // maxSetConsent is how many records one SetConsent call takes.
 const maxSetConsent = 1000
 
-// listContentBudget bounds one ListMessages page, so that a page of large
-// attachments stays under the response size limit: a page ends early, with
-// a token, before it would hold more than this (or at its first message).
-const listContentBudget = 8 << 20
-
 // ConversationService implements contentbackup.v1.ConversationService: it
 // checks requests (records), maps them to the store, and maps the store's
 // errors to status codes.
@@ -38,19 +34,39 @@ type ConversationService struct {
 	registry  *codec.Registry
 	maxAppend int
 	tokens    *pageTokens
+	limits    Limits
+	pool      *budget.Pool
 }
 
-// NewConversationService returns the service; maxAppend <= 0 means the
-// default.
-func NewConversationService(s store.Store, reg *codec.Registry, maxAppend int, tokens *pageTokens) *ConversationService {
-	if maxAppend <= 0 {
-		maxAppend = DefaultMaxAppendBatch
+// ConversationOptions configure the service; zero values take defaults.
+type ConversationOptions struct {
+	MaxAppend int
+	Tokens    *pageTokens
+	Limits    Limits
+	// Pool is the server-wide memory budget ListMessages decodes under.
+	Pool *budget.Pool
+}
+
+// NewConversationService returns the service.
+func NewConversationService(s store.Store, reg *codec.Registry, o ConversationOptions) *ConversationService {
+	if o.MaxAppend <= 0 {
+		o.MaxAppend = DefaultMaxAppendBatch
 	}
-	return &ConversationService{store: s, registry: reg, maxAppend: maxAppend, tokens: tokens}
+	if o.Tokens == nil {
+		o.Tokens = newPageTokens(nil)
+	}
+	o.Limits = o.Limits.withDefaults()
+	if o.Pool == nil {
+		o.Pool = budget.NewPool(o.Limits.MemoryBytes)
+	}
+	return &ConversationService{store: s, registry: reg, maxAppend: o.MaxAppend, tokens: o.Tokens, limits: o.Limits, pool: o.Pool}
 }
 
 func (s *ConversationService) PutGroup(ctx context.Context, req *cb.PutGroupRequest) (*cb.PutGroupResponse, error) {
 	if err := errors.Join(records.CheckOwner(req.GetOwner()), records.CheckGroup(req.GetGroup())); err != nil {
+		return nil, statusOf(err)
+	}
+	if err := s.limits.Records.CheckGroupSize(req.GetGroup()); err != nil {
 		return nil, statusOf(err)
 	}
 	created, err := s.store.PutGroup(ctx, req.GetOwner(), req.GetGroup())
@@ -106,7 +122,7 @@ func (s *ConversationService) AppendMessages(ctx context.Context, req *cb.Append
 		return nil, status.Errorf(codes.InvalidArgument, "messages: %d exceed the limit of %d per call", len(msgs), s.maxAppend)
 	}
 	for i, m := range msgs {
-		if err := records.CheckMessage(m); err != nil {
+		if err := errors.Join(records.CheckMessage(m), s.limits.Records.CheckMessageSize(m)); err != nil {
 			return nil, statusOf(records.At(fmt.Sprintf("messages[%d]", i), err))
 		}
 	}
@@ -142,10 +158,13 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 	if q.After, err = s.tokens.parseMessages(req.GetOwner(), q, req.GetPageToken()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	msgs, err := s.store.ListMessages(ctx, req.GetOwner(), q)
+	// Stored content is read no further than the page can return.
+	q.MaxBytes = s.limits.ListPageBytes
+	page, err := s.store.ListMessages(ctx, req.GetOwner(), q)
 	if err != nil {
 		return nil, statusOf(err)
 	}
+	msgs := page.Messages
 	if len(msgs) == 0 {
 		// An empty page of a group that does not exist is NOT_FOUND, so a
 		// typo is not mistaken for a quiet group.
@@ -153,18 +172,32 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 			return nil, statusOf(err)
 		}
 	}
+	// Decoding is charged to the call's and the server's budgets; the page
+	// ends early, with a token, before its response would pass the page
+	// limit, except that its first message is always returned, so every
+	// stored message can be listed.
+	call := s.pool.NewCall("list decode", s.limits.CallExpandBytes)
+	defer call.Close()
 	resp := &cb.ListMessagesResponse{Messages: make([]*cb.StoredMessage, 0, len(msgs))}
-	budget := listContentBudget
-	for _, m := range msgs {
-		// The content goes out twice: as stored, and decoded (or, when it
-		// cannot be decoded, as Undecoded's copy of the bytes).
-		cost := 2*len(m.GetDecryptedMessageBytes()) + 256
-		if budget -= cost; budget < 0 && len(resp.Messages) > 0 {
+	pageBytes := 0
+	for i, m := range msgs {
+		decoded, err := s.registry.DecodeResponseMetered(m.GetDecryptedMessageBytes(), call)
+		if err != nil {
+			if i > 0 {
+				break // what is decoded so far goes out; the rest on the next page
+			}
+			return nil, decodeBudgetStatus(err, "messages")
+		}
+		sm := &cb.StoredMessage{Message: m, Decoded: decoded}
+		size := proto.Size(sm) + 8 // the field's tag and length
+		if i > 0 && pageBytes+size > s.limits.ListPageBytes {
 			break
 		}
-		resp.Messages = append(resp.Messages, &cb.StoredMessage{Message: m, Decoded: s.registry.DecodeResponse(m.GetDecryptedMessageBytes())})
+		pageBytes += size
+		resp.Messages = append(resp.Messages, sm)
+		msgs[i] = nil // the page owns it now
 	}
-	if n := len(resp.Messages); n == limit || n < len(msgs) {
+	if n := len(resp.Messages); n == limit || n < len(msgs) || page.Full {
 		last := resp.Messages[n-1].GetMessage()
 		resp.NextPageToken = s.tokens.messages(req.GetOwner(), q, store.MessageCursor{SentAtNs: last.GetSentAtNs(), ID: last.GetId()})
 	}
@@ -177,8 +210,8 @@ func (s *ConversationService) DeleteMessage(ctx context.Context, req *cb.DeleteM
 		records.CheckID("group_id", req.GetGroupId()),
 		records.CheckID("message_id", req.GetMessageId()),
 	)
-	if err == nil && req.GetActorInboxId() == "" {
-		err = &records.FieldError{Field: "actor_inbox_id", Reason: "required: the inbox the caller acts as"}
+	if err == nil {
+		err = records.CheckActor("actor_inbox_id", req.GetActorInboxId())
 	}
 	if err != nil {
 		return nil, statusOf(err)
@@ -205,7 +238,7 @@ func (s *ConversationService) SetConsent(ctx context.Context, req *cb.SetConsent
 		return nil, status.Errorf(codes.InvalidArgument, "records: %d exceed the limit of %d per call", len(recs), maxSetConsent)
 	}
 	for i, r := range recs {
-		if err := errors.Join(records.CheckConsent(r), records.CheckConsentTime(r, time.Now())); err != nil {
+		if err := errors.Join(records.CheckConsent(r), s.limits.Records.CheckConsentSize(r), records.CheckConsentTime(r, time.Now())); err != nil {
 			return nil, statusOf(records.At(fmt.Sprintf("records[%d]", i), err))
 		}
 	}
@@ -256,34 +289,4 @@ func (s *ConversationService) ActivateGroup(ctx context.Context, req *cb.Activat
 		return nil, statusOf(err)
 	}
 	return &cb.ActivateGroupResponse{Group: g, Activated: activated}, nil
-}
-
-// statusOf maps an error of the records or store layers to a status whose
-// message names what was wrong. A field error carries a BadRequest detail,
-// so callers can find the field without parsing the message.
-func statusOf(err error) error {
-	var fe *records.FieldError
-	switch {
-	case errors.As(err, &fe):
-		st := status.New(codes.InvalidArgument, err.Error())
-		if d, derr := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
-			{Field: fe.Field, Description: fe.Reason},
-		}}); derr == nil {
-			st = d
-		}
-		return st.Err()
-	case errors.Is(err, store.ErrNotFound):
-		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, store.ErrGroupInactive), errors.Is(err, store.ErrFailedPrecondition):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, records.ErrNotDeletable):
-		return withReason(codes.FailedPrecondition, "NOT_DELETABLE", err.Error())
-	case errors.Is(err, records.ErrNotAuthorized):
-		return withReason(codes.PermissionDenied, "NOT_SENDER_OR_SUPER_ADMIN", err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	}
-	return status.Error(codes.Internal, err.Error())
 }

@@ -27,6 +27,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -63,6 +64,9 @@ type Config struct {
 	// address need the same key; nil draws a random key, so tokens die
 	// with the process.
 	PageTokenKey []byte
+	// Limits bounds memory, streams and record sizes; zero fields take
+	// DefaultLimits. MaxBatchExpanded, when set, is its CallExpandBytes.
+	Limits Limits
 }
 
 // Server is a configured gRPC server with its health state.
@@ -77,6 +81,11 @@ func New(cfg Config, log *zap.Logger) *Server {
 	if cfg.MaxRecvBytes <= 0 {
 		cfg.MaxRecvBytes = DefaultMaxRecvBytes
 	}
+	if cfg.MaxBatchExpanded > 0 && cfg.Limits.CallExpandBytes <= 0 {
+		cfg.Limits.CallExpandBytes = cfg.MaxBatchExpanded
+	}
+	limits := cfg.Limits.withDefaults()
+	pool := budget.NewPool(limits.MemoryBytes)
 	opts := []codec.Option{}
 	if cfg.MaxNestingDepth > 0 {
 		opts = append(opts, codec.WithMaxNestingDepth(cfg.MaxNestingDepth))
@@ -118,7 +127,12 @@ func New(cfg Config, log *zap.Logger) *Server {
 	serverOpts := []grpc.ServerOption{
 		// Clients may ping idle connections, but not more than every 10 s.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+		// Connections end after MaxConnectionAge (calls in flight get the
+		// grace), so clients behind a load balancer spread over replicas.
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time: time.Minute, Timeout: 20 * time.Second,
+			MaxConnectionAge: limits.MaxConnectionAge, MaxConnectionAgeGrace: limits.MaxConnectionAgeGrace,
+		}),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		// Archives stream hundreds of megabytes one way: windows of a few
 		// MiB keep the sender from waiting on window updates (grpc-go's
@@ -133,10 +147,12 @@ func New(cfg Config, log *zap.Logger) *Server {
 		serverOpts = append(serverOpts, grpc.Creds(cfg.Credentials))
 	}
 	g := grpc.NewServer(serverOpts...)
-	cb.RegisterContentServiceServer(g, NewContentService(reg, cfg.MaxDecodeBatch, cfg.MaxBatchExpanded))
+	cb.RegisterContentServiceServer(g, NewContentService(reg, cfg.MaxDecodeBatch, limits.CallExpandBytes, pool))
 	if cfg.Store != nil {
-		cb.RegisterConversationServiceServer(g, NewConversationService(cfg.Store, reg, cfg.MaxAppendBatch, newPageTokens(cfg.PageTokenKey)))
-		cb.RegisterArchiveServiceServer(g, NewArchiveService(cfg.Store))
+		cb.RegisterConversationServiceServer(g, NewConversationService(cfg.Store, reg, ConversationOptions{
+			MaxAppend: cfg.MaxAppendBatch, Tokens: newPageTokens(cfg.PageTokenKey), Limits: limits, Pool: pool,
+		}))
+		cb.RegisterArchiveServiceServer(g, NewArchiveService(cfg.Store, limits, pool))
 	}
 
 	hs := health.NewServer()

@@ -22,6 +22,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 
 	"google.golang.org/protobuf/proto"
 
@@ -41,7 +45,41 @@ var (
 	ErrGroupInactive = errors.New("group is restored from an archive and inactive until a validated welcome activates it")
 	// ErrFailedPrecondition: the record's state forbids the operation.
 	ErrFailedPrecondition = errors.New("failed precondition")
+	// ErrUnavailable: the database cannot be reached or is shutting down;
+	// the same call may succeed later.
+	ErrUnavailable = errors.New("the store is unavailable")
 )
+
+// Unavailable reports whether err says the database could not be reached
+// (refused or reset connections, a server shutting down, a connection
+// lost mid-call) rather than that a statement failed. It reads the error
+// through small interfaces the drivers implement (pgconn's SafeToRetry and
+// SQLState), so callers need no driver import.
+func Unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var retry interface{ SafeToRetry() bool }
+	if errors.As(err, &retry) && retry.SafeToRetry() {
+		return true
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		code := pg.SQLState()
+		// Class 08: connection exception; 57P01-57P03: admin shutdown,
+		// crash shutdown, cannot connect now; 53300: too many connections.
+		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "53300"
+	}
+	return false
+}
 
 // Store is everything the services need from a database.
 type Store interface {
@@ -52,6 +90,8 @@ type Store interface {
 	// records: what export reads, so that every record it writes is as it
 	// stood at a single instant.
 	Snapshot(ctx context.Context, owner string, fn func(Snapshot) error) error
+	// Ping checks that the database answers, for health.
+	Ping(ctx context.Context) error
 	// Close releases the engine's connections.
 	Close() error
 }
@@ -91,7 +131,7 @@ type Messages interface {
 	AppendMessages(ctx context.Context, owner string, msgs []*mb.GroupMessageSave, opts AppendOptions) ([]Outcome, error)
 	// ListMessages returns up to q.Limit messages of one group in send
 	// order (sent_at_ns, then id), after the cursor q.After when set.
-	ListMessages(ctx context.Context, owner string, q MessageQuery) ([]*mb.GroupMessageSave, error)
+	ListMessages(ctx context.Context, owner string, q MessageQuery) (MessagePage, error)
 	// DeleteMessage deletes one message of a group when allow, called with
 	// the message and its group inside the deleting transaction, returns
 	// nil; otherwise nothing changes and allow's error is returned. A
@@ -165,6 +205,42 @@ type MessageQuery struct {
 	// After is the last message of the previous page; nil for the first.
 	After *MessageCursor
 	Limit int
+	// MaxBytes, when set, ends a page (ListMessages only) before the
+	// content it holds would pass MaxBytes; its first message is always
+	// included, so every message can be read.
+	MaxBytes int
+}
+
+// MessagePage is a page of ListMessages.
+type MessagePage struct {
+	Messages []*mb.GroupMessageSave
+	// Full: the page ended at q.MaxBytes with messages left to read.
+	Full bool
+}
+
+// errPageFull stops a page's row loop once the page holds MaxBytes.
+var errPageFull = errors.New("page full")
+
+// CollectPage gathers a ListMessages page from each, which calls fn for
+// every row of q in order and stops when fn errs: at most q.Limit rows and
+// q.MaxBytes of content, so a page of large messages is never read whole.
+func CollectPage(q MessageQuery, each func(fn func(*mb.GroupMessageSave) error) error) (MessagePage, error) {
+	page := make([]*mb.GroupMessageSave, 0, min(max(q.Limit, 0), SnapshotPageSize))
+	size := 0
+	err := each(func(m *mb.GroupMessageSave) error {
+		n := len(m.GetDecryptedMessageBytes())
+		if q.MaxBytes > 0 && len(page) > 0 && size+n > q.MaxBytes {
+			return errPageFull
+		}
+		size += n
+		page = append(page, m)
+		return nil
+	})
+	full := errors.Is(err, errPageFull)
+	if full {
+		err = nil
+	}
+	return MessagePage{Messages: page, Full: full}, err
 }
 
 // MessageCursor is a position in send order.

@@ -81,6 +81,14 @@ func (s *Store) prepare(ctx context.Context, opts Options) error {
 // Pool exposes the connection pool, for benchmarks and the migrate command.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: ping: %w", err)
+	}
+	return nil
+}
+
 // Close closes the pool.
 func (s *Store) Close() error {
 	s.pool.Close()
@@ -469,17 +477,14 @@ func checkGroups(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupM
 	return nil
 }
 
-func (s *Store) ListMessages(ctx context.Context, owner string, q store.MessageQuery) ([]*mb.GroupMessageSave, error) {
+func (s *Store) ListMessages(ctx context.Context, owner string, q store.MessageQuery) (store.MessagePage, error) {
 	return listMessages(ctx, s.pool, owner, q)
 }
 
-func listMessages(ctx context.Context, q querier, owner string, mq store.MessageQuery) ([]*mb.GroupMessageSave, error) {
-	page := make([]*mb.GroupMessageSave, 0, min(mq.Limit, store.SnapshotPageSize))
-	err := eachMessage(ctx, q, owner, mq, func(m *mb.GroupMessageSave) error {
-		page = append(page, m)
-		return nil
+func listMessages(ctx context.Context, q querier, owner string, mq store.MessageQuery) (store.MessagePage, error) {
+	return store.CollectPage(mq, func(fn func(*mb.GroupMessageSave) error) error {
+		return eachMessage(ctx, q, owner, mq, fn)
 	})
-	return page, err
 }
 
 // eachMessage runs one query and calls fn for each row as it arrives; with

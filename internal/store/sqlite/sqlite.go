@@ -93,6 +93,14 @@ func (s *Store) prepare(ctx context.Context, opts Options) error {
 // DB exposes the write pool, for the migrate command.
 func (s *Store) DB() *sql.DB { return s.write }
 
+// Ping checks that the database file answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.read.PingContext(ctx); err != nil {
+		return fmt.Errorf("sqlite: ping: %w", err)
+	}
+	return nil
+}
+
 // Close closes both pools.
 func (s *Store) Close() error {
 	return errors.Join(s.read.Close(), s.write.Close())
@@ -381,17 +389,14 @@ func checkGroups(ctx context.Context, tx *sql.Tx, owner string, msgs []*mb.Group
 	return nil
 }
 
-func (s *Store) ListMessages(ctx context.Context, owner string, q store.MessageQuery) ([]*mb.GroupMessageSave, error) {
+func (s *Store) ListMessages(ctx context.Context, owner string, q store.MessageQuery) (store.MessagePage, error) {
 	return listMessages(ctx, s.read, owner, q)
 }
 
-func listMessages(ctx context.Context, q querier, owner string, mq store.MessageQuery) ([]*mb.GroupMessageSave, error) {
-	var page []*mb.GroupMessageSave
-	err := eachMessage(ctx, q, owner, mq, func(m *mb.GroupMessageSave) error {
-		page = append(page, m)
-		return nil
+func listMessages(ctx context.Context, q querier, owner string, mq store.MessageQuery) (store.MessagePage, error) {
+	return store.CollectPage(mq, func(fn func(*mb.GroupMessageSave) error) error {
+		return eachMessage(ctx, q, owner, mq, fn)
 	})
-	return page, err
 }
 
 // eachMessage runs one query and calls fn for each row as it is read; with

@@ -85,11 +85,11 @@ func equal(t *testing.T, what string, got, want any) {
 // allMessages reads every message of a group through ListMessages.
 func allMessages(t *testing.T, s store.Store, owner string, group []byte) []*mb.GroupMessageSave {
 	t.Helper()
-	msgs, err := s.ListMessages(ctx(t), owner, store.MessageQuery{GroupID: group, Limit: 1_000_000})
+	page, err := s.ListMessages(ctx(t), owner, store.MessageQuery{GroupID: group, Limit: 1_000_000})
 	if err != nil {
 		t.Fatalf("ListMessages: %v", err)
 	}
-	return msgs
+	return page.Messages
 }
 
 func testGroupRoundTrip(t *testing.T, s store.Store) {
@@ -303,14 +303,15 @@ func testListMessages(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "window (10, 30]", ids(got), []string{"b1", "b2", "c"})
+	equal(t, "window (10, 30]", ids(got.Messages), []string{"b1", "b2", "c"})
 	var paged []string
 	q := store.MessageQuery{GroupID: []byte("g"), Limit: 2}
 	for range 5 {
-		page, err := s.ListMessages(ctx(t), owner, q)
+		res, err := s.ListMessages(ctx(t), owner, q)
 		if err != nil {
 			t.Fatal(err)
 		}
+		page := res.Messages
 		paged = append(paged, ids(page)...)
 		if len(page) < q.Limit {
 			break
@@ -318,6 +319,24 @@ func testListMessages(t *testing.T, s store.Store) {
 		q.After = &store.MessageCursor{SentAtNs: page[len(page)-1].SentAtNs, ID: page[len(page)-1].Id}
 	}
 	equal(t, "pages of 2", paged, []string{"a", "b1", "b2", "c", "d"})
+
+	// A byte bound ends a page early, and says so; the first message is
+	// read however large.
+	big := Message("big", []byte("other"), 1)
+	big.DecryptedMessageBytes = make([]byte, 3000)
+	mustAppend(t, s, owner, big)
+	res, err := s.ListMessages(ctx(t), owner, store.MessageQuery{GroupID: []byte("other"), Limit: 10, MaxBytes: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "a page of one over MaxBytes", ids(res.Messages), []string{"big"})
+	if !res.Full {
+		t.Error("a page cut by MaxBytes does not say so")
+	}
+	res, err = s.ListMessages(ctx(t), owner, store.MessageQuery{GroupID: []byte("other"), Limit: 10, MaxBytes: 1 << 20})
+	if err != nil || len(res.Messages) != 2 || res.Full {
+		t.Errorf("a page within MaxBytes: %d messages, full %v, %v", len(res.Messages), res.Full, err)
+	}
 }
 
 func testDeleteMessage(t *testing.T, s store.Store) {

@@ -1,0 +1,113 @@
+package server
+
+import (
+	"time"
+
+	"github.com/contentbackup/contentbackup/internal/records"
+)
+
+// Limits is every bound the server holds callers to, beside the request
+// size and batch counts of Config. RELIABILITY.md lists each with its
+// default, its flag and the error a caller gets past it.
+type Limits struct {
+	// MemoryBytes is the server-wide budget every expanding byte is
+	// charged to (decompression, decoded values, archive readers, import
+	// read-ahead). Past it: RESOURCE_EXHAUSTED "server memory budget".
+	MemoryBytes int64
+	// CallExpandBytes is one decoding call's budget (Decode, DecodeBatch,
+	// Encode of a custom envelope, a ListMessages page).
+	CallExpandBytes int64
+	// ListPageBytes ends a ListMessages page early, with a token, before
+	// its response would pass it; a single larger message is still
+	// returned, alone, so every stored message can be listed.
+	ListPageBytes int
+	// Records bounds each kind of record at every way in.
+	Records records.Limits
+	// ImportReadAheadBytes bounds the records an import has read but not
+	// yet applied; it must hold two of the largest records.
+	ImportReadAheadBytes int64
+	// ArchiveWindowBytes is the largest zstd window an archive stream may
+	// declare (the reference writes 2 MiB).
+	ArchiveWindowBytes int
+	// MaxArchiveStreams and MaxArchiveStreamsPerOwner bound the archive
+	// streams open at once, in all and per owner (per principal for
+	// ReadMetadata and Verify, which name no owner).
+	MaxArchiveStreams         int
+	MaxArchiveStreamsPerOwner int
+	// StreamIdleTimeout ends a client stream that sends nothing for this
+	// long: DEADLINE_EXCEEDED.
+	StreamIdleTimeout time.Duration
+	// MaxConnectionAge closes a connection (after MaxConnectionAgeGrace
+	// for calls in flight), so clients reconnect and spread over replicas.
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+}
+
+// DefaultLimits fit a 1 GiB container: the memory budget leaves room for
+// the Go runtime, gRPC's buffers and the request-size limit.
+var DefaultLimits = Limits{
+	MemoryBytes:               384 << 20,
+	CallExpandBytes:           DefaultMaxBatchExpanded,
+	ListPageBytes:             4 << 20,
+	Records:                   records.DefaultLimits,
+	ImportReadAheadBytes:      80 << 20,
+	ArchiveWindowBytes:        8 << 20,
+	MaxArchiveStreams:         16,
+	MaxArchiveStreamsPerOwner: 2,
+	StreamIdleTimeout:         30 * time.Second,
+	MaxConnectionAge:          30 * time.Minute,
+	MaxConnectionAgeGrace:     10 * time.Minute,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = d.MemoryBytes
+	}
+	if l.CallExpandBytes <= 0 {
+		l.CallExpandBytes = d.CallExpandBytes
+	}
+	if l.ListPageBytes <= 0 {
+		l.ListPageBytes = d.ListPageBytes
+	}
+	if l.Records.GroupBytes <= 0 {
+		l.Records.GroupBytes = d.Records.GroupBytes
+	}
+	if l.Records.MessageContentBytes <= 0 {
+		l.Records.MessageContentBytes = d.Records.MessageContentBytes
+	}
+	if l.Records.MessageBytes <= 0 {
+		l.Records.MessageBytes = max(d.Records.MessageBytes, l.Records.MessageContentBytes+64<<10)
+	}
+	if l.Records.ConsentBytes <= 0 {
+		l.Records.ConsentBytes = d.Records.ConsentBytes
+	}
+	if l.ImportReadAheadBytes <= 0 {
+		l.ImportReadAheadBytes = max(d.ImportReadAheadBytes, 4*int64(l.maxArchiveRecord())+1<<20)
+	}
+	if l.ArchiveWindowBytes <= 0 {
+		l.ArchiveWindowBytes = d.ArchiveWindowBytes
+	}
+	if l.MaxArchiveStreams <= 0 {
+		l.MaxArchiveStreams = d.MaxArchiveStreams
+	}
+	if l.MaxArchiveStreamsPerOwner <= 0 {
+		l.MaxArchiveStreamsPerOwner = d.MaxArchiveStreamsPerOwner
+	}
+	if l.StreamIdleTimeout <= 0 {
+		l.StreamIdleTimeout = d.StreamIdleTimeout
+	}
+	if l.MaxConnectionAge <= 0 {
+		l.MaxConnectionAge = d.MaxConnectionAge
+	}
+	if l.MaxConnectionAgeGrace <= 0 {
+		l.MaxConnectionAgeGrace = d.MaxConnectionAgeGrace
+	}
+	return l
+}
+
+// maxArchiveRecord is the largest archive record an import reads: the
+// largest record the limits let in, in its element wrapper, with its tag.
+func (l Limits) maxArchiveRecord() int {
+	return max(l.Records.MessageBytes, l.Records.GroupBytes) + 1<<10
+}

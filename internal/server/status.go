@@ -1,0 +1,149 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/contentbackup/contentbackup/internal/budget"
+	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/records"
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+// Every error a handler returns passes through statusOf (or, for archive
+// streams, archiveStatus, which adds the record number): one place decides
+// each error kind's code and what of it the caller may see.
+//
+//	records.FieldError                 INVALID_ARGUMENT + BadRequest (field path)
+//	store.ErrNotFound                  NOT_FOUND
+//	store.ErrGroupInactive, ...        FAILED_PRECONDITION
+//	records.ErrNotDeletable            FAILED_PRECONDITION + ErrorInfo NOT_DELETABLE
+//	records.ErrNotAuthorized           PERMISSION_DENIED + ErrorInfo NOT_SENDER_OR_SUPER_ADMIN
+//	budget.ExceededError               RESOURCE_EXHAUSTED + ErrorInfo BUDGET_EXCEEDED (limit, bytes)
+//	the database unreachable           UNAVAILABLE, a generic message (details logged)
+//	context deadline / cancellation    DEADLINE_EXCEEDED / CANCELED
+//	anything else                      INTERNAL "internal error" (a bug: details logged, counted by code)
+//
+// Messages are clipped to maxStatusMessage bytes, so no error repeats a
+// large piece of what the caller sent.
+
+// maxStatusMessage bounds a status message: what a caller sent is quoted
+// at most in part (records quotes no more than 256 bytes of input).
+const maxStatusMessage = 1024
+
+// ErrorInfo domain of every detail this server attaches.
+const errorDomain = "contentbackup.v1"
+
+func clip(msg string) string {
+	if len(msg) <= maxStatusMessage {
+		return msg
+	}
+	cut := maxStatusMessage
+	for cut > 0 && (msg[cut]&0xC0) == 0x80 { // do not split a UTF-8 sequence
+		cut--
+	}
+	return msg[:cut] + "… (truncated)"
+}
+
+// hiddenCause is a status for the caller that keeps, for the server's own
+// log line, the cause it does not send: the request logger prints Error(),
+// gRPC sends GRPCStatus().
+type hiddenCause struct {
+	st    *status.Status
+	cause error
+}
+
+func (e *hiddenCause) Error() string              { return e.st.Message() + ": " + e.cause.Error() }
+func (e *hiddenCause) GRPCStatus() *status.Status { return e.st }
+func (e *hiddenCause) Unwrap() error              { return e.cause }
+
+func hide(code codes.Code, msg string, cause error, details ...*errdetails.ErrorInfo) error {
+	st := status.New(code, msg)
+	for _, d := range details {
+		if withD, err := st.WithDetails(d); err == nil {
+			st = withD
+		}
+	}
+	return &hiddenCause{st: st, cause: cause}
+}
+
+const (
+	msgUnavailable = "the store is unavailable; retry with backoff"
+	msgInternal    = "internal error"
+)
+
+// statusOf maps an error of the records, store, codec or budget layers to
+// the status the caller gets.
+func statusOf(err error) error {
+	if err == nil {
+		return nil
+	}
+	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
+		return err // already a status (from the client's own stream)
+	}
+	var (
+		fe *records.FieldError
+		be *budget.ExceededError
+	)
+	switch {
+	case errors.As(err, &fe):
+		st := status.New(codes.InvalidArgument, clip(err.Error()))
+		if d, derr := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: clip(fe.Field), Description: clip(fe.Reason)},
+		}}); derr == nil {
+			st = d
+		}
+		return st.Err()
+	case errors.As(err, &be):
+		return budgetStatus(be, "")
+	case errors.Is(err, store.ErrNotFound):
+		return status.Error(codes.NotFound, clip(err.Error()))
+	case errors.Is(err, store.ErrGroupInactive), errors.Is(err, store.ErrFailedPrecondition):
+		return status.Error(codes.FailedPrecondition, clip(err.Error()))
+	case errors.Is(err, records.ErrNotDeletable):
+		return withReason(codes.FailedPrecondition, "NOT_DELETABLE", clip(err.Error()))
+	case errors.Is(err, records.ErrNotAuthorized):
+		return withReason(codes.PermissionDenied, "NOT_SENDER_OR_SUPER_ADMIN", clip(err.Error()))
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "canceled")
+	case store.Unavailable(err):
+		return hide(codes.Unavailable, msgUnavailable, err)
+	}
+	return hide(codes.Internal, msgInternal, err)
+}
+
+// budgetStatus is RESOURCE_EXHAUSTED naming the limit (and where, when
+// at is set), with the limit in an ErrorInfo for programs.
+func budgetStatus(be *budget.ExceededError, at string) error {
+	msg := be.Error() + "; retry with less in one call, or later"
+	if at != "" {
+		msg = at + ": " + msg
+	}
+	st := status.New(codes.ResourceExhausted, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: "BUDGET_EXCEEDED", Domain: errorDomain, Metadata: map[string]string{
+		"limit": be.Limit, "bytes": strconv.FormatInt(be.Bytes, 10),
+	}}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// decodeBudgetStatus maps a decode the budget stopped.
+func decodeBudgetStatus(err error, at string) error {
+	var be *budget.ExceededError
+	if errors.As(err, &be) {
+		return budgetStatus(be, at)
+	}
+	var cbe *codec.BudgetError
+	if errors.As(err, &cbe) {
+		return statusOf(cbe.Err)
+	}
+	return statusOf(err)
+}

@@ -1,0 +1,115 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// streamLimiter bounds the archive streams (Export, Import, ReadMetadata,
+// Verify) open at once: in all, and per owner (or, for streams that name
+// none, per principal). A stream past either limit is refused with
+// RESOURCE_EXHAUSTED at once rather than queued: a client that retries
+// with backoff gets in as others finish, and a held-open hostile stream
+// cannot make honest ones wait behind it.
+type streamLimiter struct {
+	maxTotal, maxPerKey int
+
+	mu    sync.Mutex
+	total int
+	byKey map[string]int
+}
+
+func newStreamLimiter(maxTotal, maxPerKey int) *streamLimiter {
+	return &streamLimiter{maxTotal: maxTotal, maxPerKey: maxPerKey, byKey: map[string]int{}}
+}
+
+// enter takes a server-wide slot; leave gives it back.
+func (l *streamLimiter) enter() (leave func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.total >= l.maxTotal {
+		return nil, status.Errorf(codes.ResourceExhausted, "%d archive streams are open, the server's limit; retry with backoff", l.maxTotal)
+	}
+	l.total++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.total--
+			l.mu.Unlock()
+		})
+	}, nil
+}
+
+// enterKey takes one of key's slots; what names the key in the refusal
+// ("owner", "principal") without repeating it.
+func (l *streamLimiter) enterKey(key, what string) (leave func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byKey[key] >= l.maxPerKey {
+		return nil, status.Errorf(codes.ResourceExhausted, "%d archive streams are open for this %s, the limit per %s; retry with backoff", l.maxPerKey, what, what)
+	}
+	l.byKey[key]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			if l.byKey[key]--; l.byKey[key] <= 0 {
+				delete(l.byKey, key)
+			}
+			l.mu.Unlock()
+		})
+	}, nil
+}
+
+// idleRecv wraps a client stream's recv so that a client that sends
+// nothing for idle is cut off with DEADLINE_EXCEEDED, instead of holding
+// its stream, its slot and its buffers for as long as it likes. recv runs
+// in a goroutine of its own (the one place a blocked receive can be
+// abandoned); it ends when the call does.
+func idleRecv[T any](ctx context.Context, recv func() (T, error), idle time.Duration) func() (T, error) {
+	type result struct {
+		m   T
+		err error
+	}
+	ch := make(chan result)
+	started := false
+	start := func() {
+		started = true
+		go func() {
+			for {
+				m, err := recv()
+				select {
+				case ch <- result{m, err}:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	return func() (T, error) {
+		if !started {
+			start()
+		}
+		t := time.NewTimer(idle)
+		defer t.Stop()
+		select {
+		case r := <-ch:
+			return r.m, r.err
+		case <-t.C:
+			var zero T
+			return zero, status.Error(codes.DeadlineExceeded, fmt.Sprintf("the client sent nothing for %s, the stream idle timeout", idle))
+		case <-ctx.Done():
+			var zero T
+			return zero, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
