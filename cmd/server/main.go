@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
@@ -79,10 +80,41 @@ type serveCmd struct {
 	MaxRecvBytes     int           `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
 	MaxDecodeBatch   int           `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
 	MaxNestingDepth  int           `default:"16" env:"MAX_NESTING_DEPTH" help:"Deepest nesting of content in content (replies) that is decoded."`
-	MaxBatchExpanded int64         `default:"67108864" env:"MAX_BATCH_EXPANDED" help:"Most decompressed content one DecodeBatch call may hold, in bytes."`
+	MaxBatchExpanded int64         `default:"67108864" env:"MAX_BATCH_EXPANDED" help:"Bytes one decoding call (Decode, DecodeBatch, a ListMessages page) may expand to: decompressed content and decoded values, failed decodes included."`
 	MaxAppendBatch   int           `default:"10000" env:"MAX_APPEND_BATCH" help:"Most messages one AppendMessages call takes."`
 	ShutdownGrace    time.Duration `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
-	MetricsListen    string        `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
+	limitFlags
+	MetricsListen string `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
+}
+
+// limitFlags bound memory, streams and record sizes (RELIABILITY.md).
+type limitFlags struct {
+	MemoryBudget          int64         `name:"memory-budget" env:"MEMORY_BUDGET" default:"402653184" help:"Server-wide bytes that decompression, decoding, archive readers and import read-ahead may hold at once."`
+	ListPageBytes         int           `name:"list-page-bytes" env:"LIST_PAGE_BYTES" default:"4194304" help:"Largest ListMessages response; a single larger message still comes back, alone."`
+	MaxGroupBytes         int           `name:"max-group-bytes" env:"MAX_GROUP_BYTES" default:"262144" help:"Largest group record, at PutGroup and import."`
+	MaxMessageBytes       int           `name:"max-message-bytes" env:"MAX_MESSAGE_BYTES" default:"16777216" help:"Largest message content, at AppendMessages and import."`
+	MaxConsentBytes       int           `name:"max-consent-bytes" env:"MAX_CONSENT_BYTES" default:"4096" help:"Largest consent record, at SetConsent and import."`
+	ImportReadAhead       int64         `name:"import-read-ahead" env:"IMPORT_READ_AHEAD" default:"83886080" help:"Bytes of records an import reads ahead of applying; at least four of the largest records."`
+	ArchiveMaxWindow      int           `name:"archive-max-window" env:"ARCHIVE_MAX_WINDOW" default:"8388608" help:"Largest zstd window an archive may declare (the reference writes 2 MiB)."`
+	MaxArchiveStreams     int           `name:"max-archive-streams" env:"MAX_ARCHIVE_STREAMS" default:"16" help:"Archive streams (Export, Import, ReadMetadata, Verify) open at once; past it RESOURCE_EXHAUSTED."`
+	MaxStreamsPerOwner    int           `name:"max-archive-streams-per-owner" env:"MAX_ARCHIVE_STREAMS_PER_OWNER" default:"2" help:"Archive streams open at once for one owner (or, naming none, one principal)."`
+	StreamIdleTimeout     time.Duration `name:"stream-idle-timeout" env:"STREAM_IDLE_TIMEOUT" default:"30s" help:"A client stream that sends nothing for this long ends with DEADLINE_EXCEEDED."`
+	MaxConnectionAge      time.Duration `name:"max-connection-age" env:"MAX_CONNECTION_AGE" default:"30m" help:"Connections are closed after this long (calls in flight get the grace), so clients spread over replicas."`
+	MaxConnectionAgeGrace time.Duration `name:"max-connection-age-grace" env:"MAX_CONNECTION_AGE_GRACE" default:"10m" help:"How long calls in flight may finish on a connection past its age."`
+	StoreCheckInterval    time.Duration `name:"store-check-interval" env:"STORE_CHECK_INTERVAL" default:"2s" help:"How often health pings the store; NOT_SERVING while it does not answer."`
+}
+
+func (f limitFlags) limits(callExpand int64) server.Limits {
+	return server.Limits{
+		MemoryBytes: f.MemoryBudget, CallExpandBytes: callExpand, ListPageBytes: f.ListPageBytes,
+		Records: records.Limits{
+			GroupBytes: f.MaxGroupBytes, MessageContentBytes: f.MaxMessageBytes,
+			MessageBytes: f.MaxMessageBytes + 64<<10, ConsentBytes: f.MaxConsentBytes,
+		},
+		ImportReadAheadBytes: f.ImportReadAhead, ArchiveWindowBytes: f.ArchiveMaxWindow,
+		MaxArchiveStreams: f.MaxArchiveStreams, MaxArchiveStreamsPerOwner: f.MaxStreamsPerOwner,
+		StreamIdleTimeout: f.StreamIdleTimeout, MaxConnectionAge: f.MaxConnectionAge, MaxConnectionAgeGrace: f.MaxConnectionAgeGrace,
+	}
 }
 
 type migrateCmd struct {
@@ -147,16 +179,18 @@ func (c *serveCmd) Run() error {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
 	cfg := server.Config{
-		Auth:             perimeter.auth,
-		Credentials:      perimeter.creds,
-		PublicReflection: c.PublicReflection,
-		PageTokenKey:     perimeter.pageTokenKey,
-		MaxRecvBytes:     c.MaxRecvBytes,
-		MaxDecodeBatch:   c.MaxDecodeBatch,
-		MaxNestingDepth:  c.MaxNestingDepth,
-		MaxBatchExpanded: c.MaxBatchExpanded,
-		MaxAppendBatch:   c.MaxAppendBatch,
-		Store:            st,
+		Auth:               perimeter.auth,
+		Credentials:        perimeter.creds,
+		PublicReflection:   c.PublicReflection,
+		PageTokenKey:       perimeter.pageTokenKey,
+		MaxRecvBytes:       c.MaxRecvBytes,
+		MaxDecodeBatch:     c.MaxDecodeBatch,
+		MaxNestingDepth:    c.MaxNestingDepth,
+		MaxBatchExpanded:   c.MaxBatchExpanded,
+		MaxAppendBatch:     c.MaxAppendBatch,
+		Store:              st,
+		Limits:             c.limits(c.MaxBatchExpanded),
+		StoreCheckInterval: c.StoreCheckInterval,
 	}
 	var reg *prometheus.Registry
 	if c.MetricsListen != "" {

@@ -65,6 +65,9 @@ type authorizer struct {
 	publicReflection bool
 	log              *zap.Logger
 	denied           func(reason string)
+	// codec records requests that did not parse; every message is checked
+	// against it before anything else reads it.
+	codec *requestCodec
 }
 
 func serviceOf(fullMethod string) string {
@@ -231,9 +234,14 @@ func ownerField(r protoreflect.Message) (string, bool) {
 }
 
 func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	malformed := a.codec.malformed(req) // taken first, so it is never left behind
 	ctx, err := a.admit(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
+	}
+	if malformed != nil {
+		a.refuse(ctx, info.FullMethod, "malformed", malformed)
+		return nil, malformed
 	}
 	if err := a.checkRequest(ctx, info.FullMethod, req); err != nil {
 		return nil, err
@@ -263,6 +271,10 @@ func (s *authorizedStream) Context() context.Context { return s.ctx }
 
 func (s *authorizedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if err := s.a.codec.malformed(m); err != nil {
+		s.a.refuse(s.ctx, s.method, "malformed", err)
 		return err
 	}
 	return s.a.checkRequest(s.ctx, s.method, m)

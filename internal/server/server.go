@@ -67,6 +67,9 @@ type Config struct {
 	// Limits bounds memory, streams and record sizes; zero fields take
 	// DefaultLimits. MaxBatchExpanded, when set, is its CallExpandBytes.
 	Limits Limits
+	// StoreCheckInterval is how often health pings the store (default 2 s;
+	// each ping may take half of it).
+	StoreCheckInterval time.Duration
 }
 
 // Server is a configured gRPC server with its health state.
@@ -74,6 +77,11 @@ type Server struct {
 	grpc   *grpc.Server
 	health *health.Server
 	log    *zap.Logger
+
+	store         store.Store
+	storeInterval time.Duration
+	storeUp       prometheus.Gauge
+	shutdown      chan struct{}
 }
 
 // New builds the server and registers every service.
@@ -101,11 +109,12 @@ func New(cfg Config, log *zap.Logger) *Server {
 		log.Error("panic in handler", zap.Any("panic", p), zap.Stack("stack"))
 		return status.Error(codes.Internal, "internal error")
 	})
-	authz := &authorizer{authn: cfg.Auth, publicReflection: cfg.PublicReflection, log: log}
+	reqCodec := newRequestCodec()
+	authz := &authorizer{authn: cfg.Auth, publicReflection: cfg.PublicReflection, log: log, codec: reqCodec}
 	if cfg.Metrics != nil {
 		refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "contentbackup_auth_refusals_total",
-			Help: "Calls refused before their handler ran, by reason: unauthenticated, scope, owner or actor.",
+			Help: "Calls refused before their handler ran, by reason: unauthenticated, scope, owner, actor or malformed (a request that is not valid protobuf).",
 		}, []string{"reason"})
 		cfg.Metrics.MustRegister(refused)
 		authz.denied = func(reason string) { refused.WithLabelValues(reason).Inc() }
@@ -125,6 +134,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 	unary = append(unary, recovery.UnaryServerInterceptor(panicHandler))
 	stream = append(stream, recovery.StreamServerInterceptor(panicHandler))
 	serverOpts := []grpc.ServerOption{
+		grpc.ForceServerCodecV2(reqCodec),
 		// Clients may ping idle connections, but not more than every 10 s.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Connections end after MaxConnectionAge (calls in flight get the
@@ -165,7 +175,77 @@ func New(cfg Config, log *zap.Logger) *Server {
 	if metrics != nil {
 		metrics.InitializeMetrics(g)
 	}
-	return &Server{grpc: g, health: hs, log: log}
+	srv := &Server{grpc: g, health: hs, log: log, store: cfg.Store, storeInterval: cfg.StoreCheckInterval, shutdown: make(chan struct{})}
+	if srv.storeInterval <= 0 {
+		srv.storeInterval = 2 * time.Second
+	}
+	if cfg.Metrics != nil && cfg.Store != nil {
+		srv.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "contentbackup_store_up",
+			Help: "1 while the store answers health pings, 0 while it does not.",
+		})
+		cfg.Metrics.MustRegister(srv.storeUp)
+	}
+	return srv
+}
+
+// storeServices are the services that need the store: health reports
+// them, and the server as a whole, NOT_SERVING while it does not answer.
+var storeServices = []string{"", cb.ConversationService_ServiceDesc.ServiceName, cb.ArchiveService_ServiceDesc.ServiceName}
+
+// watchStore pings the store every interval until ctx is done or the
+// server shuts down, and keeps health in step: NOT_SERVING while pings
+// fail, SERVING again when they succeed, with no restart. Readiness
+// follows health; liveness does not, so an outage never restarts pods.
+func (s *Server) watchStore(ctx context.Context) {
+	if s.store == nil {
+		return
+	}
+	t := time.NewTicker(s.storeInterval)
+	defer t.Stop()
+	up := true
+	for {
+		pingCtx, cancel := context.WithTimeout(ctx, s.storeInterval/2)
+		err := s.store.Ping(pingCtx)
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.shutdown:
+			return
+		default:
+		}
+		switch {
+		case err != nil && up:
+			s.log.Error("store unreachable; health reports NOT_SERVING until it answers", zap.Error(err))
+		case err == nil && !up:
+			s.log.Info("store answers again; health reports SERVING")
+		}
+		if (err == nil) != up {
+			up = err == nil
+			st := healthpb.HealthCheckResponse_SERVING
+			if !up {
+				st = healthpb.HealthCheckResponse_NOT_SERVING
+			}
+			for _, name := range storeServices {
+				s.health.SetServingStatus(name, st)
+			}
+		}
+		if s.storeUp != nil {
+			if up {
+				s.storeUp.Set(1)
+			} else {
+				s.storeUp.Set(0)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.shutdown:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // GRPC exposes the underlying server, for tests that serve it themselves.
@@ -176,12 +256,14 @@ func (s *Server) GRPC() *grpc.Server { return s.grpc }
 func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duration) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.grpc.Serve(lis) }()
+	go s.watchStore(ctx)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
 	s.log.Info("shutting down", zap.Duration("grace", grace))
+	close(s.shutdown)
 	s.health.Shutdown()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
