@@ -90,3 +90,16 @@ func provider(db *sql.DB, d Dialect) (*goose.Provider, error) {
 	}
 	return p, nil
 }
+
+// UpTo applies migrations up to and including version: for tests of an
+// upgrade from an earlier schema.
+func UpTo(ctx context.Context, db *sql.DB, d Dialect, version int64) error {
+	p, err := provider(db, d)
+	if err != nil {
+		return err
+	}
+	if _, err := p.UpTo(ctx, version); err != nil {
+		return fmt.Errorf("migrate %s to %d: %w", d, version, err)
+	}
+	return nil
+}
