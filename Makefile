@@ -17,7 +17,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build tools generate lint test fuzz check-generated interop-deps bench bench-store bench-archive load postgres
+.PHONY: run build tools generate lint test fuzz check-generated interop-deps bench bench-store bench-archive load postgres reliability
 
 run:
 	go run ./cmd/server
@@ -58,6 +58,14 @@ test: tools interop-deps lint check-generated
 	echo "go test -race -count=1 ./... (TEST_DATABASE_URL=$$url)"; \
 	TEST_DATABASE_URL="$$url" go test -race -count=1 ./...
 	$(MAKE) fuzz
+
+# reliability reproduces each finding of the byte-budget issue against the
+# real server over TCP, on both engines, and asserts its fix (RELIABILITY.md
+# records the figures it logs). make test runs the same tests under -race.
+reliability:
+	@url="$${TEST_DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+	TEST_DATABASE_URL="$$url" go test -count=1 -v -run 'Reliability' ./internal/server
 
 # postgres starts PostgreSQL for the tests when none answers on 5432.
 postgres:

@@ -80,7 +80,7 @@ type serveCmd struct {
 	MaxRecvBytes     int           `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
 	MaxDecodeBatch   int           `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
 	MaxNestingDepth  int           `default:"16" env:"MAX_NESTING_DEPTH" help:"Deepest nesting of content in content (replies) that is decoded."`
-	MaxBatchExpanded int64         `default:"67108864" env:"MAX_BATCH_EXPANDED" help:"Bytes one decoding call (Decode, DecodeBatch, a ListMessages page) may expand to: decompressed content and decoded values, failed decodes included."`
+	MaxBatchExpanded int64         `default:"100663296" env:"MAX_BATCH_EXPANDED" help:"Bytes one decoding call (Decode, DecodeBatch, a ListMessages page) may expand to: decompressed content and decoded values, failed decodes included."`
 	MaxAppendBatch   int           `default:"10000" env:"MAX_APPEND_BATCH" help:"Most messages one AppendMessages call takes."`
 	ShutdownGrace    time.Duration `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
 	limitFlags

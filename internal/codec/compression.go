@@ -143,8 +143,12 @@ func readLimited(r io.Reader, limit int64, charge func(int64) error) ([]byte, er
 	case 1:
 		return chunks[0], nil
 	}
-	// The join is not charged: the chunks it copies are dropped at once,
-	// so it holds what the chunks held.
+	// The chunks and their join are alive together while it copies.
+	if charge != nil {
+		if err := charge(total); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]byte, 0, total)
 	for _, c := range chunks {
 		out = append(out, c...)

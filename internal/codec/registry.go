@@ -257,20 +257,21 @@ func (d *decoding) decompressed(ec *mc.EncodedContent) (*mc.EncodedContent, erro
 		return ec, nil
 	}
 	remaining := d.r.maxDecompressed - d.expanded
+	var produced int64
 	out, err := decompress(ec.GetContent(), ec.GetCompression(), remaining, func(n int64) error {
-		d.expanded += n
+		produced += n
 		return d.charge(n)
 	})
 	if err != nil {
 		if d.exhausted != nil {
 			return nil, d.exhausted
 		}
-		var tl errTooLarge
-		if errors.As(err, &tl) && d.depth > 0 {
+		if d.depth > 0 && d.expanded > 0 && produced >= remaining {
 			return nil, decodeError("compression", "decompressed content of every nesting level together exceeds %d bytes (CTYPE-025)", d.r.maxDecompressed)
 		}
 		return nil, err
 	}
+	d.expanded += int64(len(out))
 	plain := &mc.EncodedContent{Type: ec.GetType(), Parameters: ec.GetParameters(), Fallback: ec.Fallback, Content: out}
 	return plain, nil
 }

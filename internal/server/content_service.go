@@ -34,10 +34,11 @@ type ContentService struct {
 }
 
 // DefaultMaxBatchExpanded bounds what one decoding call (Decode,
-// DecodeBatch, a ListMessages page) may expand to: decompressed content and
-// decoded values, failed decodes included. Every envelope is capped at
-// 16 MiB by CTYPE-025; a batch of them is not.
-const DefaultMaxBatchExpanded = 64 << 20
+// DecodeBatch, a ListMessages page) may expand to: decompressed content
+// (its chunks and their join), decoded values and the response to be
+// marshalled, failed decodes included. One envelope at the 16 MiB
+// CTYPE-025 cap costs about 64 MiB of it; a batch of them is bounded here.
+const DefaultMaxBatchExpanded = 96 << 20
 
 // NewContentService returns the service; a limit <= 0 means its default.
 // Every decode is charged to a per-call budget of callBudget bytes and to
@@ -52,7 +53,7 @@ func NewContentService(reg *codec.Registry, maxBatch int, callBudget int64, pool
 	return &ContentService{registry: reg, maxBatch: maxBatch, callBudget: callBudget, pool: pool}
 }
 
-func (s *ContentService) Encode(_ context.Context, req *cb.EncodeRequest) (*cb.EncodeResponse, error) {
+func (s *ContentService) Encode(ctx context.Context, req *cb.EncodeRequest) (*cb.EncodeResponse, error) {
 	var ec *mc.EncodedContent
 	var err error
 	switch in := req.GetInput().(type) {
@@ -62,9 +63,9 @@ func (s *ContentService) Encode(_ context.Context, req *cb.EncodeRequest) (*cb.E
 			return nil, invalidArgument("content", err)
 		}
 	case *cb.EncodeRequest_Custom:
-		call := s.pool.NewCall("decode", s.callBudget)
+		call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
 		ec, err = in.Custom, s.registry.CheckPublishableMetered(in.Custom, call)
-		call.Close()
+		done()
 		var be *codec.BudgetError
 		if errors.As(err, &be) {
 			return nil, decodeBudgetStatus(err, "custom")
@@ -97,28 +98,34 @@ func (s *ContentService) Encode(_ context.Context, req *cb.EncodeRequest) (*cb.E
 	return resp, nil
 }
 
-func (s *ContentService) Decode(_ context.Context, req *cb.DecodeRequest) (*cb.DecodeResponse, error) {
-	call := s.pool.NewCall("decode", s.callBudget)
-	defer call.Close()
+func (s *ContentService) Decode(ctx context.Context, req *cb.DecodeRequest) (*cb.DecodeResponse, error) {
+	call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
+	defer done()
 	resp, err := s.registry.DecodeResponseMetered(req.GetEncodedContent(), call)
+	if err == nil {
+		err = call.Charge(int64(proto.Size(resp))) // the response gRPC marshals
+	}
 	if err != nil {
 		return nil, decodeBudgetStatus(err, "encoded_content")
 	}
 	return resp, nil
 }
 
-func (s *ContentService) DecodeBatch(_ context.Context, req *cb.DecodeBatchRequest) (*cb.DecodeBatchResponse, error) {
+func (s *ContentService) DecodeBatch(ctx context.Context, req *cb.DecodeBatchRequest) (*cb.DecodeBatchResponse, error) {
 	in := req.GetEncodedContents()
 	if len(in) > s.maxBatch {
 		return nil, status.Errorf(codes.InvalidArgument, "encoded_contents: %d envelopes exceed the batch limit of %d", len(in), s.maxBatch)
 	}
 	// One budget for the whole batch, charged by failed decodes too, so a
 	// batch of bombs stops as soon as it has cost what one call may.
-	call := s.pool.NewCall("decode", s.callBudget)
-	defer call.Close()
+	call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
+	defer done()
 	out := make([]*cb.DecodeResponse, len(in))
 	for i, b := range in {
 		resp, err := s.registry.DecodeResponseMetered(b, call)
+		if err == nil {
+			err = call.Charge(int64(proto.Size(resp))) // its share of the response
+		}
 		if err != nil {
 			return nil, decodeBudgetStatus(err, "encoded_contents["+strconv.Itoa(i)+"]")
 		}

@@ -333,10 +333,11 @@ func TestE2EHealthAndReflection(t *testing.T) {
 
 // TestE2EDecodeBatchExpansionBudget: each envelope is capped at 16 MiB
 // decompressed, so a batch of small bombs must be capped as a whole. A
-// 16 MiB text costs 32 MiB of the budget (its decompressed bytes and the
-// decoded string): two fit in 70 MiB, three do not.
+// 16 MiB text costs 64 MiB of the budget (its decompressed chunks and
+// their join, the decoded string, its response): two fit in 130 MiB,
+// three do not.
 func TestE2E_CTYPE025_DecodeBatchExpansionBudget(t *testing.T) {
-	c := cb.NewContentServiceClient(startTCP(t, Config{MaxBatchExpanded: 70 << 20}))
+	c := cb.NewContentServiceClient(startTCP(t, Config{MaxBatchExpanded: 130 << 20}))
 	ctx := context.Background()
 	enc, err := c.Encode(ctx, &cb.EncodeRequest{
 		Input:       &cb.EncodeRequest_Content{Content: &cb.Content{Value: &cb.Content_Text{Text: strings.Repeat("a", 16<<20)}}},

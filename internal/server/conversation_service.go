@@ -176,8 +176,8 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 	// ends early, with a token, before its response would pass the page
 	// limit, except that its first message is always returned, so every
 	// stored message can be listed.
-	call := s.pool.NewCall("list decode", s.limits.CallExpandBytes)
-	defer call.Close()
+	call, done := callBudget(ctx, s.pool, "list decode", s.limits.CallExpandBytes)
+	defer done()
 	resp := &cb.ListMessagesResponse{Messages: make([]*cb.StoredMessage, 0, len(msgs))}
 	pageBytes := 0
 	for i, m := range msgs {
@@ -192,6 +192,13 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 		size := proto.Size(sm) + 8 // the field's tag and length
 		if i > 0 && pageBytes+size > s.limits.ListPageBytes {
 			break
+		}
+		// What gRPC will marshal of it.
+		if err := call.Charge(int64(size)); err != nil {
+			if i > 0 {
+				break
+			}
+			return nil, decodeBudgetStatus(err, "messages")
 		}
 		pageBytes += size
 		resp.Messages = append(resp.Messages, sm)

@@ -135,6 +135,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 	stream = append(stream, recovery.StreamServerInterceptor(panicHandler))
 	serverOpts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(reqCodec),
+		grpc.StatsHandler(budgetStats{}),
 		// Clients may ping idle connections, but not more than every 10 s.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Connections end after MaxConnectionAge (calls in flight get the
