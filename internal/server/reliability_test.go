@@ -142,6 +142,13 @@ func TestReliability1_NestedReplyBomb(t *testing.T) {
 	bomb := nestedReplyBomb(t, 16, 15*mib)
 	t.Logf("request: %d bytes", len(bomb))
 	c := cb.NewContentServiceClient(startTCP(t, Config{Limits: Limits{MemoryBytes: 128 * mib}}))
+	// Alone, it is content that fails to decode (kept, CTYPE-008), because
+	// its levels together pass the one 16 MiB cap of CTYPE-025.
+	one, err := c.Decode(t.Context(), &cb.DecodeRequest{EncodedContent: bomb})
+	if err != nil || one.GetUndecoded().GetKind() != cb.UndecodedKind_UNDECODED_KIND_DECODE_FAILED ||
+		!strings.Contains(one.GetUndecoded().GetReason(), "every nesting level together") {
+		t.Fatalf("one nested-reply bomb: %v %v", one.GetUndecoded().GetReason(), err)
+	}
 	h := sampleHeap()
 	var wg sync.WaitGroup
 	codesSeen := make([]codes.Code, 8)
