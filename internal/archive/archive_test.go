@@ -530,3 +530,53 @@ func TestWriterAfterClose(t *testing.T) {
 		t.Error("WriteElement after Close succeeded")
 	}
 }
+
+// failingSource yields its bytes, then err.
+type failingSource struct {
+	data []byte
+	err  error
+}
+
+func (f *failingSource) Read(p []byte) (int, error) {
+	if len(f.data) == 0 {
+		return 0, f.err
+	}
+	n := copy(p, f.data)
+	f.data = f.data[n:]
+	return n, nil
+}
+
+// TestReaderKeepsTheSourceError: a source that fails mid-archive (a
+// cancelled call, a broken connection) is reported as itself, not as an
+// invalid zstd stream or a truncation.
+func TestReaderKeepsTheSourceError(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, testKey, WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{ExportedAtNs: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		if err := w.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Group{Group: &gb.GroupSave{Id: bytes.Repeat([]byte{byte(i)}, 200)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cancelled := errors.New("rpc error: code = Canceled")
+	r, err := NewReader(&failingSource{data: buf.Bytes()[:buf.Len()/2], err: cancelled}, testKey, ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, err = r.Metadata()
+	for err == nil {
+		_, err = r.Next()
+	}
+	if !errors.Is(err, ErrSource) || !errors.Is(err, cancelled) || errors.Is(err, ErrCompression) || errors.Is(err, ErrTruncated) {
+		t.Errorf("a failing source read as %v", err)
+	}
+}
