@@ -17,6 +17,7 @@ import (
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
@@ -105,10 +106,28 @@ func Export(ctx context.Context, st store.Store, owner string, key []byte, opts 
 	return counts, nil
 }
 
+// UnexportableError is an eligible record that an importer would refuse
+// (stored before the service refused such records at the door): the export
+// fails rather than omit it (ARCH-017) or write what the reference's
+// importer stops at.
+type UnexportableError struct {
+	Kind string // "group" or "message"
+	ID   []byte
+	Err  error
+}
+
+func (e *UnexportableError) Error() string {
+	return fmt.Sprintf("%s %x cannot be exported: %v", e.Kind, e.ID, e.Err)
+}
+func (e *UnexportableError) Unwrap() error { return e.Err }
+
 func exportConversations(ctx context.Context, snap store.Snapshot, aw *archive.Writer, opts *ds.ArchiveOptions, exportedAtNs int64, counts *Counts) error {
 	return snap.EachGroup(ctx, func(g *gb.GroupSave) error {
 		if !GroupEligible(g) {
 			return nil
+		}
+		if err := records.CheckArchivedGroup(g); err != nil {
+			return &UnexportableError{Kind: "group", ID: g.GetId(), Err: err}
 		}
 		if err := aw.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Group{Group: g}}); err != nil {
 			return err
@@ -120,6 +139,9 @@ func exportConversations(ctx context.Context, snap store.Snapshot, aw *archive.W
 		return snap.EachMessage(ctx, q, func(m *mb.GroupMessageSave) error {
 			if !MessageEligible(m, exportedAtNs, opts.GetExcludeDisappearingMessages()) {
 				return nil
+			}
+			if err := records.CheckMessage(m); err != nil {
+				return &UnexportableError{Kind: "message", ID: m.GetId(), Err: err}
 			}
 			counts.Messages++
 			return aw.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: m}})

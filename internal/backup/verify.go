@@ -2,10 +2,12 @@ package backup
 
 import (
 	"errors"
+	"fmt"
 	"io"
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/records"
 )
 
 // Report is what reading a whole archive found, applying nothing.
@@ -57,13 +59,23 @@ func VerifyWith(r io.Reader, key []byte, opts archive.ReaderOptions) (rep Report
 			rep.Err = err
 			return rep, nil
 		}
-		switch el.GetElement().(type) {
+		// A record import would refuse (and the reference's importer with
+		// it) is the archive's problem, reported by number.
+		var bad error
+		switch e := el.GetElement().(type) {
 		case *ds.BackupElement_Group:
 			rep.Groups++
+			bad = records.At("group", records.CheckArchivedGroup(e.Group))
 		case *ds.BackupElement_GroupMessage:
 			rep.Messages++
+			bad = records.At("group_message", records.CheckMessage(e.GroupMessage))
 		case *ds.BackupElement_Consent:
 			rep.Consent++
+			bad = records.At("consent", records.CheckConsent(e.Consent))
+		}
+		if bad != nil {
+			rep.Err = &archive.RecordError{Record: ar.Record(), Err: fmt.Errorf("import would refuse it: %w", bad)}
+			return rep, nil
 		}
 	}
 }

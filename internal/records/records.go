@@ -153,10 +153,14 @@ func checkGroupFields(g *gb.GroupSave) error {
 			return err
 		}
 	}
+	// The reference's importer (libxmtp 1.11) accepts an unspecified
+	// membership state, which import replaces with Restored, and refuses an
+	// unspecified conversation type: ours does the same, so every group we
+	// store can be exported to it (interop/TestReferenceAcceptsEveryShape).
 	if err := checkEnum("membership_state", g.GetMembershipState(), false); err != nil {
 		return err
 	}
-	return checkEnum("conversation_type", g.GetConversationType(), false)
+	return checkEnum("conversation_type", g.GetConversationType(), true)
 }
 
 // CheckMessage checks a message a caller appends or an archive carries.
@@ -179,10 +183,13 @@ func CheckMessage(m *mb.GroupMessageSave) error {
 			return err
 		}
 	}
-	if err := checkEnum("kind", m.GetKind(), false); err != nil {
+	// The reference's importer refuses a message of unspecified kind or
+	// delivery status, stopping the whole import there: neither comes in
+	// by any way, so none goes out in an export.
+	if err := checkEnum("kind", m.GetKind(), true); err != nil {
 		return err
 	}
-	if err := checkEnum("delivery_status", m.GetDeliveryStatus(), false); err != nil {
+	if err := checkEnum("delivery_status", m.GetDeliveryStatus(), true); err != nil {
 		return err
 	}
 	//lint:ignore SA1019 the retired field is still checked and stored as given (ARCH-004)

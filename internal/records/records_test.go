@@ -144,10 +144,20 @@ func TestCheckRecordsNameTheField(t *testing.T) {
 			t.Errorf("got %v; want a FieldError starting %q", err, want)
 		}
 	}
-	// An archived group keeps unspecified and Restored values as they are.
-	archived := &gb.GroupSave{Id: []byte("g"), MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED}
+	// An archived group keeps an unspecified or Restored membership state
+	// as it is (the reference accepts both); an unspecified conversation
+	// type the reference refuses, and so do we.
+	archived := &gb.GroupSave{Id: []byte("g"), MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED, ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM}
 	if err := CheckArchivedGroup(archived); err != nil {
 		t.Errorf("archived group: %v", err)
+	}
+	archived.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_UNSPECIFIED
+	if err := CheckArchivedGroup(archived); err != nil {
+		t.Errorf("archived group of unspecified membership: %v", err)
+	}
+	archived.ConversationType = gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_UNSPECIFIED
+	if err := CheckArchivedGroup(archived); err == nil || !strings.HasPrefix(err.Error(), "conversation_type: required") {
+		t.Errorf("archived group of unspecified conversation type: %v", err)
 	}
 	for _, owner := range []string{"", " a", "a\tb", strings.Repeat("x", MaxOwnerBytes+1), "\xff"} {
 		if CheckOwner(owner) == nil {

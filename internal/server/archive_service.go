@@ -136,6 +136,10 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 			return status.FromContextError(ctxErr).Err()
 		}
 		msg := fmt.Sprintf("export failed after %d bytes; the partial output is not an archive", out.n)
+		var ue *backup.UnexportableError
+		if errors.As(err, &ue) {
+			return status.Error(codes.FailedPrecondition, clip(msg+": "+ue.Error()))
+		}
 		if store.Unavailable(err) {
 			return hide(codes.Unavailable, msg+": "+msgUnavailable, err)
 		}
