@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
@@ -272,7 +273,7 @@ func (im *importer) apply(record uint64, el *ds.BackupElement, cost int64) error
 		}
 	case *ds.BackupElement_Consent:
 		c := e.Consent
-		if err := errors.Join(records.CheckConsent(c), im.limits.CheckConsentSize(c)); err != nil {
+		if err := errors.Join(records.CheckConsent(c), im.limits.CheckConsentSize(c), records.CheckConsentTime(c, time.Now())); err != nil {
 			return fail(records.At("consent", err))
 		}
 		if err := im.flushMessages(); err != nil {

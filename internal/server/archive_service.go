@@ -61,6 +61,11 @@ func (s *ArchiveService) readerOptions(meter *budget.Call) archive.ReaderOptions
 	}
 }
 
+// exportReservation is what one export is charged for its whole run.
+func (s *ArchiveService) exportReservation() int64 {
+	return 4<<20 + sendAhead*exportChunkSize + 2*int64(s.limits.maxArchiveRecord())
+}
+
 // readerCall is the budget of one stream's archive reader: its window and
 // buffers, which grow with the largest record read.
 func (s *ArchiveService) readerCall() *budget.Call {
@@ -92,6 +97,15 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 		return err
 	}
 	defer leaveOwner()
+	// What an export holds at once: the archive writer's window and
+	// buffers, the chunks waiting to be sent, and a record or two of the
+	// largest size being read and encoded. Reserved up front, so exports
+	// past the server's budget are refused rather than let in.
+	reserve, done := callBudget(stream.Context(), s.pool, "export", s.exportReservation())
+	defer done()
+	if err := reserve.Charge(s.exportReservation()); err != nil {
+		return statusOf(err)
+	}
 	// Chunks go out from a goroutine of their own, so that building the
 	// archive and sending it overlap; at most sendAhead chunks wait.
 	ctx, cancel := context.WithCancel(stream.Context())

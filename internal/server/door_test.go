@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -70,6 +71,28 @@ func TestE2EDoorRefusesWhatTheReferenceRefuses(t *testing.T) {
 		if err != nil || rep.GetProblem().GetRecord() != 2 || !strings.Contains(rep.GetProblem().GetReason(), "delivery_status") {
 			t.Errorf("Verify: %v %v; want the problem at record 2", rep.GetProblem(), err)
 		}
+
+		// Consent dated far ahead would pin its state: Import refuses it as
+		// SetConsent does.
+		buf.Reset()
+		w, err = archive.NewWriter(&buf, archiveKey, archive.WriterOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pinned := storetest.Consent("x", 2, time.Now().Add(48*time.Hour).UnixNano())
+		for _, el := range []*ds.BackupElement{
+			{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{ExportedAtNs: 1}}},
+			{Element: &ds.BackupElement_Consent{Consent: pinned}},
+		} {
+			if err := w.WriteElement(el); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, err = importArchive(t, c.arch, "door-import", archiveKey, buf.Bytes(), 4096)
+		wantCode(t, err, codes.InvalidArgument, "consent.consented_at_ns")
 
 		// A message stored before the rule, straight into the store.
 		legacy := storetest.Message("legacy", g.Id, 2)

@@ -135,6 +135,10 @@ func New(cfg Config, log *zap.Logger) *Server {
 	stream = append(stream, recovery.StreamServerInterceptor(panicHandler))
 	serverOpts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(reqCodec),
+		// gRPC buffers a whole request (up to MaxRecvBytes) before any
+		// handler runs; bounding the calls one connection may have open
+		// bounds what one client can make it buffer.
+		grpc.MaxConcurrentStreams(64),
 		grpc.StatsHandler(budgetStats{}),
 		// Clients may ping idle connections, but not more than every 10 s.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
