@@ -11,6 +11,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -578,5 +579,39 @@ func TestReaderKeepsTheSourceError(t *testing.T) {
 	}
 	if !errors.Is(err, ErrSource) || !errors.Is(err, cancelled) || errors.Is(err, ErrCompression) || errors.Is(err, ErrTruncated) {
 		t.Errorf("a failing source read as %v", err)
+	}
+}
+
+// TestReaderReportsACutCompressedStream: an archive cut inside its zstd
+// stream, past the last complete record, is a truncation that says so
+// (ARCH-018), not a cut length prefix.
+func TestReaderReportsACutCompressedStream(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, testKey, WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{ExportedAtNs: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	whole := buf.Bytes()
+	// Drop the frame's last bytes: the one record decodes only if the
+	// block is whole, so the cut is inside the block or at the frame end.
+	for cut := len(whole) - 1; cut > len(whole)-4; cut-- {
+		r, err := NewReader(bytes.NewReader(whole[:cut]), testKey, ReaderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.Metadata()
+		for err == nil {
+			_, err = r.Next()
+		}
+		r.Close()
+		if !errors.Is(err, ErrTruncated) || strings.Contains(err.Error(), "length prefix (0 of") {
+			t.Errorf("cut at %d of %d: %v", cut, len(whole), err)
+		}
 	}
 }

@@ -200,6 +200,11 @@ func (r *Reader) record() (*ds.BackupElement, error) {
 		// A clean end: the zstd decoder reports EOF only after a complete
 		// frame, so nothing is pending.
 		return nil, io.EOF
+	case n == 0 && errors.Is(err, io.ErrUnexpectedEOF) && (r.src == nil || r.src.err == nil):
+		// Not one byte of the next prefix came out: the compressed stream
+		// stops inside a block or before its frame ends, after the last
+		// complete record. Say that, not that a prefix was cut.
+		return nil, fail(fmt.Errorf("%w: the compressed stream is cut (inside a zstd block, or before its frame ends) after record %d", ErrTruncated, int64(num)-1))
 	case err != nil:
 		return nil, fail(r.streamError(err, fmt.Sprintf("length prefix (%d of %d bytes)", n, lengthSize)))
 	}

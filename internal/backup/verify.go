@@ -37,6 +37,12 @@ func VerifyWith(r io.Reader, key []byte, opts archive.ReaderOptions) (rep Report
 	if errors.Is(err, archive.ErrKeySize) {
 		return rep, err
 	}
+	// A later version is refused before any record (ARCH-003), but the
+	// header was read: report the version it holds.
+	var ve *archive.VersionError
+	if errors.As(err, &ve) {
+		rep.Version = ve.Version
+	}
 	if err != nil {
 		rep.Err = err
 		return rep, nil

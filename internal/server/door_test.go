@@ -113,3 +113,15 @@ func TestE2EDoorRefusesWhatTheReferenceRefuses(t *testing.T) {
 		wantCode(t, err, codes.FailedPrecondition, "message 6c6567616379 cannot be exported")
 	})
 }
+
+// TestE2EVerifyReportsTheVersionRead: Verify of an archive whose header
+// says version 1 reports version 1 (and the problem), not 0.
+func TestE2EVerifyReportsTheVersionRead(t *testing.T) {
+	c := cb.NewArchiveServiceClient(startTCP(t, Config{Store: storetest.SQLite(t)}))
+	header := make([]byte, archive.HeaderSize+8)
+	header[0] = 1 // little-endian version 1
+	rep, err := verify(t, c, archiveKey, header)
+	if err != nil || rep.GetVersion() != 1 || !strings.Contains(rep.GetProblem().GetReason(), "version 1") {
+		t.Errorf("Verify of a version-1 header: version %d, problem %v, %v", rep.GetVersion(), rep.GetProblem(), err)
+	}
+}
