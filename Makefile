@@ -17,7 +17,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build tools generate lint test fuzz check-generated interop-deps bench bench-store bench-archive load postgres reliability
+.PHONY: run build tools generate lint test check fuzz check-generated interop-deps bench bench-store bench-archive load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -53,6 +53,7 @@ interop-deps:
 # need PostgreSQL: TEST_DATABASE_URL when set, else the server on
 # 127.0.0.1:5432, started by scripts/ensure-postgres.sh when none answers.
 test: tools interop-deps lint check-generated
+	@echo "make test: lint, generated code, go test -race ./..., then every fuzz target; about 6 minutes on 2 cores (make check is the fast path)"
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
 	echo "go test -race -count=1 ./... (TEST_DATABASE_URL=$$url)"; \
@@ -66,6 +67,18 @@ reliability:
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
 	TEST_DATABASE_URL="$$url" go test -count=1 -v -run 'Reliability' ./internal/server
+
+# check is the fast path: vet, staticcheck and every test once, without the
+# race detector or fuzzing; under 2 minutes once the build cache is warm.
+check: interop-deps
+	go vet ./...
+	@url="$${TEST_DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+	TEST_DATABASE_URL="$$url" go test -count=1 ./...
+
+# postgres-stop stops the throwaway PostgreSQL the tests started (and only it).
+postgres-stop:
+	@bash scripts/stop-postgres.sh
 
 # postgres starts PostgreSQL for the tests when none answers on 5432.
 postgres:
