@@ -7,7 +7,7 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-X main.buildVersion=${VERSION}" -o /out/server ./cmd/server \
- && CGO_ENABLED=0 go build -trimpath -o /out/archivectl ./cmd/archivectl \
+ && CGO_ENABLED=0 go build -trimpath -ldflags "-X main.buildVersion=${VERSION}" -o /out/archivectl ./cmd/archivectl \
  && mkdir -p /out/data
 
 # distroless: no shell, no package manager.

@@ -17,7 +17,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build tools generate lint test check fuzz check-generated interop-deps bench bench-store bench-archive load postgres postgres-stop reliability
+.PHONY: run build image breaking tools generate lint test check fuzz check-generated interop-deps bench bench-store bench-archive load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -25,6 +25,16 @@ run:
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/server ./cmd/server
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/archivectl ./cmd/archivectl
+
+# image builds the container image tagged with the same version (needs a
+# Docker engine, which CI machines do not have).
+image:
+	docker build --build-arg VERSION=$(VERSION) -t contentbackup:$(VERSION) .
+
+# breaking fails when the API breaks wire or source compatibility with the
+# last release, whose image api/releases/ keeps (buf build -o at the tag).
+breaking:
+	cd api && buf breaking --against releases/v0.2.0.binpb
 
 tools:
 	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -52,7 +62,7 @@ interop-deps:
 # test is the README's test command: everything CI runs. The store tests
 # need PostgreSQL: TEST_DATABASE_URL when set, else the server on
 # 127.0.0.1:5432, started by scripts/ensure-postgres.sh when none answers.
-test: tools interop-deps lint check-generated
+test: tools interop-deps lint check-generated breaking
 	@echo "make test: lint, generated code, go test -race ./..., then every fuzz target; about 6 minutes on 2 cores (make check is the fast path)"
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \

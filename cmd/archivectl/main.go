@@ -31,18 +31,23 @@ import (
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/backup"
+	"github.com/contentbackup/contentbackup/internal/buildinfo"
 )
 
 type cli struct {
 	Server string `default:"127.0.0.1:50051" env:"SERVER_ADDR" help:"Address of the contentbackup server (export, import)."`
 	connFlags
-	JSON    bool       `name:"json" help:"Print machine-readable JSON on stdout."`
-	Export  exportCmd  `cmd:"" help:"Export an owner's archive from the server to a file."`
-	Import  importCmd  `cmd:"" help:"Import an archive file into an owner's store on the server."`
-	Inspect inspectCmd `cmd:"" help:"Print an archive's version and metadata (reads record 0 only; no server)."`
-	Verify  verifyCmd  `cmd:"" help:"Read a whole archive and report what it holds and the first problem (no server)."`
-	Rewrap  rewrapCmd  `cmd:"" help:"Rewrite an archive, legacy nonce form included, in the counter form under a new key (no server)."`
+	JSON    bool             `name:"json" help:"Print machine-readable JSON on stdout."`
+	Export  exportCmd        `cmd:"" help:"Export an owner's archive from the server to a file."`
+	Import  importCmd        `cmd:"" help:"Import an archive file into an owner's store on the server."`
+	Inspect inspectCmd       `cmd:"" help:"Print an archive's version and metadata (reads record 0 only; no server)."`
+	Verify  verifyCmd        `cmd:"" help:"Read a whole archive and report what it holds and the first problem (no server)."`
+	Rewrap  rewrapCmd        `cmd:"" help:"Rewrite an archive, legacy nonce form included, in the counter form under a new key (no server)."`
+	Version kong.VersionFlag `help:"Print the version and exit."`
 }
+
+// buildVersion is set at build time: -ldflags "-X main.buildVersion=...".
+var buildVersion string
 
 // keyFlags: the key from a file, or hex in an environment variable.
 type keyFlags struct {
@@ -109,7 +114,8 @@ func main() {
 	defer stop()
 	var c cli
 	kctx := kong.Parse(&c, kong.Name("archivectl"), kong.Description("Export, import, inspect, verify and rewrap XMTP archives."),
-		kong.UsageOnError(), kong.BindTo(ctx, (*context.Context)(nil)))
+		kong.UsageOnError(), kong.BindTo(ctx, (*context.Context)(nil)),
+		kong.Vars{"version": buildinfo.Version(buildVersion)})
 	if err := kctx.Run(&c); err != nil {
 		fmt.Fprintln(os.Stderr, "archivectl:", err)
 		os.Exit(1)

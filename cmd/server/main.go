@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/contentbackup/contentbackup/internal/buildinfo"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -285,24 +285,4 @@ func newLogger(level, format string) (*zap.Logger, error) {
 // buildVersion is set at build time: -ldflags "-X main.buildVersion=...".
 var buildVersion string
 
-// version reports what the binary was built from: the stamped version, or
-// the module version and VCS revision the Go toolchain recorded.
-func version() string {
-	if buildVersion != "" {
-		return buildVersion
-	}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := info.Main.Version
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" {
-			v += " " + s.Value
-		}
-		if s.Key == "vcs.modified" && s.Value == "true" {
-			v += " (modified)"
-		}
-	}
-	return v
-}
+func version() string { return buildinfo.Version(buildVersion) }
