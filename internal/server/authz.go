@@ -146,7 +146,7 @@ func (a *authorizer) refuse(ctx context.Context, method, reason string, err erro
 	if a.denied != nil {
 		a.denied(reason)
 	}
-	fields := []zap.Field{zap.String("grpc.method", method), zap.String("reason", reason), zap.String("error", err.Error())}
+	fields := []zap.Field{zap.String("grpc.method", method), zap.String("reason", reason), zap.String("error", err.Error()), zap.String("request_id", requestID(ctx))}
 	if p, ok := peer.FromContext(ctx); ok {
 		fields = append(fields, zap.String("peer.address", p.Addr.String()))
 	}
@@ -235,6 +235,8 @@ func ownerField(r protoreflect.Message) (string, bool) {
 
 func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	malformed := a.codec.malformed(req) // taken first, so it is never left behind
+	ctx, id := withRequestID(ctx)
+	_ = grpc.SetHeader(ctx, metadata.Pairs(requestIDHeader, id))
 	ctx, err := a.admit(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
@@ -250,7 +252,9 @@ func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 }
 
 func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx, err := a.admit(ss.Context(), info.FullMethod)
+	ctx, id := withRequestID(ss.Context())
+	_ = ss.SetHeader(metadata.Pairs(requestIDHeader, id))
+	ctx, err := a.admit(ctx, info.FullMethod)
 	if err != nil {
 		return err
 	}

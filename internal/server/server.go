@@ -284,13 +284,14 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 	return nil
 }
 
-// principalField names the proven principal in every request log line;
-// never a credential.
+// principalField puts the request id and the proven principal in every
+// request log line; never a credential.
 func principalField(ctx context.Context) logging.Fields {
+	f := logging.Fields{"request_id", requestID(ctx)}
 	if p := auth.FromContext(ctx); p != nil {
-		return logging.Fields{"principal", p.Name, "auth.method", p.Method}
+		f = append(f, "principal", p.Name, "auth.method", p.Method)
 	}
-	return nil
+	return f
 }
 
 // callLevel logs successful calls at debug level, so the hot path costs
