@@ -196,6 +196,7 @@ func (c *serveCmd) Run() error {
 	if c.MetricsListen != "" {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		registerStoreMetrics(reg, st)
 		cfg.Metrics = reg
 	}
 	srv := server.New(cfg, log)

@@ -40,6 +40,7 @@ type ArchiveService struct {
 	limits  Limits
 	pool    *budget.Pool
 	streams *streamLimiter
+	metrics *domainMetrics
 }
 
 // NewArchiveService returns the service over s, holding its streams to
@@ -132,7 +133,9 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 		}
 	}}
 	exportedAt := s.now().UnixNano()
+	started := time.Now()
 	counts, err := backup.Export(ctx, s.store, req.GetOwner(), req.GetKey(), req.GetOptions(), exportedAt, out)
+	defer func() { s.metrics.archive("export", out.n, counts.Groups, counts.Messages, counts.Consent, time.Since(started), err) }()
 	if err == nil {
 		err = out.Flush()
 	}
@@ -207,10 +210,12 @@ func (w *chunkWriter) Flush() error {
 	return nil
 }
 
-// chunkReader reads the chunks of a client stream as one byte stream.
+// chunkReader reads the chunks of a client stream as one byte stream,
+// counting the bytes received.
 type chunkReader struct {
 	recv func() ([]byte, error)
 	buf  []byte
+	n    uint64
 }
 
 func (r *chunkReader) Read(p []byte) (int, error) {
@@ -220,6 +225,7 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		r.buf = b
+		r.n += uint64(len(b))
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
@@ -269,10 +275,13 @@ func (s *ArchiveService) Import(stream grpc.ClientStreamingServer[cb.ImportReque
 	defer readerBudget.Close()
 	ahead := s.pool.NewCall("import read-ahead", s.limits.ImportReadAheadBytes)
 	defer ahead.Close()
+	started := time.Now()
 	res, err := backup.ImportWith(stream.Context(), s.store, start.GetOwner(), start.GetKey(), in, backup.ImportOptions{
 		Limits: s.limits.Records, Reader: s.readerOptions(readerBudget),
 		ReadAhead: ahead, ReadAheadBytes: s.limits.ImportReadAheadBytes,
 	})
+	applied := func(c backup.ElementCounts) uint64 { return c.Inserted + c.Updated + c.Unchanged }
+	s.metrics.archive("import", in.n, applied(res.Groups), applied(res.Messages), applied(res.Consent), time.Since(started), err)
 	if err != nil {
 		return archiveStatus(stream.Context(), err, "import")
 	}

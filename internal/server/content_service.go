@@ -31,6 +31,7 @@ type ContentService struct {
 	maxBatch   int
 	callBudget int64
 	pool       *budget.Pool
+	metrics    *domainMetrics
 }
 
 // DefaultMaxBatchExpanded bounds what one decoding call (Decode,
@@ -108,6 +109,7 @@ func (s *ContentService) Decode(ctx context.Context, req *cb.DecodeRequest) (*cb
 	if err != nil {
 		return nil, decodeBudgetStatus(err, "encoded_content")
 	}
+	s.metrics.decoded(resp)
 	return resp, nil
 }
 
@@ -130,6 +132,9 @@ func (s *ContentService) DecodeBatch(ctx context.Context, req *cb.DecodeBatchReq
 			return nil, decodeBudgetStatus(err, "encoded_contents["+strconv.Itoa(i)+"]")
 		}
 		out[i] = resp
+	}
+	for _, r := range out {
+		s.metrics.decoded(r)
 	}
 	return &cb.DecodeBatchResponse{Results: out}, nil
 }

@@ -36,6 +36,7 @@ type ConversationService struct {
 	tokens    *pageTokens
 	limits    Limits
 	pool      *budget.Pool
+	metrics   *domainMetrics
 }
 
 // ConversationOptions configure the service; zero values take defaults.
@@ -208,6 +209,7 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 			return nil, decodeBudgetStatus(err, "messages")
 		}
 		pageBytes += size
+		s.metrics.decoded(decoded)
 		resp.Messages = append(resp.Messages, sm)
 		msgs[i] = nil // the page owns it now
 	}

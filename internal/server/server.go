@@ -162,12 +162,19 @@ func New(cfg Config, log *zap.Logger) *Server {
 		serverOpts = append(serverOpts, grpc.Creds(cfg.Credentials))
 	}
 	g := grpc.NewServer(serverOpts...)
-	cb.RegisterContentServiceServer(g, NewContentService(reg, cfg.MaxDecodeBatch, limits.CallExpandBytes, pool))
+	dm := newDomainMetrics(cfg.Metrics)
+	content := NewContentService(reg, cfg.MaxDecodeBatch, limits.CallExpandBytes, pool)
+	content.metrics = dm
+	cb.RegisterContentServiceServer(g, content)
 	if cfg.Store != nil {
-		cb.RegisterConversationServiceServer(g, NewConversationService(cfg.Store, reg, ConversationOptions{
+		conv := NewConversationService(cfg.Store, reg, ConversationOptions{
 			MaxAppend: cfg.MaxAppendBatch, Tokens: newPageTokens(cfg.PageTokenKey), Limits: limits, Pool: pool,
-		}))
-		cb.RegisterArchiveServiceServer(g, NewArchiveService(cfg.Store, limits, pool))
+		})
+		conv.metrics = dm
+		cb.RegisterConversationServiceServer(g, conv)
+		arch := NewArchiveService(cfg.Store, limits, pool)
+		arch.metrics = dm
+		cb.RegisterArchiveServiceServer(g, arch)
 	}
 
 	hs := health.NewServer()
