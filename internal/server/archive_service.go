@@ -135,7 +135,9 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	exportedAt := s.now().UnixNano()
 	started := time.Now()
 	counts, err := backup.Export(ctx, s.store, req.GetOwner(), req.GetKey(), req.GetOptions(), exportedAt, out)
-	defer func() { s.metrics.archive("export", out.n, counts.Groups, counts.Messages, counts.Consent, time.Since(started), err) }()
+	defer func() {
+		s.metrics.archive("export", out.n, counts.Groups, counts.Messages, counts.Consent, time.Since(started), err)
+	}()
 	if err == nil {
 		err = out.Flush()
 	}
