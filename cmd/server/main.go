@@ -27,6 +27,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/sqlite"
+	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
 
 type cli struct {
@@ -85,6 +86,10 @@ type serveCmd struct {
 	ShutdownGrace    time.Duration `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
 	limitFlags
 	MetricsListen string `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
+
+	OTLPEndpoint     string  `name:"otlp-endpoint" env:"OTEL_EXPORTER_OTLP_ENDPOINT" help:"OTLP/gRPC collector (host:port) to send traces to: a span per call and per Postgres query. Empty: no tracing."`
+	OTLPInsecure     bool    `name:"otlp-insecure" env:"OTEL_EXPORTER_OTLP_INSECURE" help:"Send traces to the collector without TLS (a sidecar on loopback)."`
+	TraceSampleRatio float64 `name:"trace-sample-ratio" env:"TRACE_SAMPLE_RATIO" default:"1" help:"Fraction of new traces kept; calls with a sampled parent follow it."`
 }
 
 // limitFlags bound memory, streams and record sizes (RELIABILITY.md).
@@ -144,7 +149,7 @@ func (m *migrateCmd) Run() error {
 	defer func() { _ = log.Sync() }()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	s, err := openStore(ctx, m.storeFlags, true, log)
+	s, err := openStore(ctx, m.storeFlags, true, log, nil)
 	if err != nil {
 		return err
 	}
@@ -162,7 +167,23 @@ func (c *serveCmd) Run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	st, err := openStore(ctx, c.storeFlags, c.Migrate, log)
+	tracing, err := telemetry.New(ctx, telemetry.Config{
+		Endpoint: c.OTLPEndpoint, Insecure: c.OTLPInsecure, SampleRatio: c.TraceSampleRatio,
+		Service: "contentbackup", Version: version(),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tracing.Shutdown(sctx)
+	}()
+	if c.OTLPEndpoint != "" {
+		log.Info("tracing", zap.String("otlp_endpoint", c.OTLPEndpoint), zap.Float64("sample_ratio", c.TraceSampleRatio))
+	}
+
+	st, err := openStore(ctx, c.storeFlags, c.Migrate, log, tracing)
 	if err != nil {
 		return err
 	}
@@ -190,6 +211,7 @@ func (c *serveCmd) Run() error {
 		MaxAppendBatch:     c.MaxAppendBatch,
 		Store:              st,
 		Limits:             c.limits(c.MaxBatchExpanded),
+		Tracing:            tracing,
 		StoreCheckInterval: c.StoreCheckInterval,
 	}
 	var reg *prometheus.Registry
@@ -213,9 +235,13 @@ func (c *serveCmd) Run() error {
 
 // openStore opens Postgres when a database URL is set, the embedded store
 // otherwise, applying pending migrations when migrate is set.
-func openStore(ctx context.Context, f storeFlags, migrate bool, log *zap.Logger) (store.Store, error) {
+func openStore(ctx context.Context, f storeFlags, migrate bool, log *zap.Logger, tracing *telemetry.Tracing) (store.Store, error) {
 	if f.DatabaseURL != "" {
-		s, err := postgres.Open(ctx, f.DatabaseURL, postgres.Options{Migrate: migrate})
+		opts := postgres.Options{Migrate: migrate}
+		if tracing != nil {
+			opts.Tracer = tracing.PgxTracer()
+		}
+		s, err := postgres.Open(ctx, f.DatabaseURL, opts)
 		if err != nil {
 			return nil, err
 		}

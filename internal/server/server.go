@@ -14,6 +14,8 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
@@ -30,6 +32,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
 
 // DefaultMaxRecvBytes bounds one request message. It leaves room for a
@@ -70,6 +73,9 @@ type Config struct {
 	// StoreCheckInterval is how often health pings the store (default 2 s;
 	// each ping may take half of it).
 	StoreCheckInterval time.Duration
+	// Tracing, when set, puts a span on every call (otelgrpc) under its
+	// provider, continuing a caller's trace; nil traces nothing.
+	Tracing *telemetry.Tracing
 }
 
 // Server is a configured gRPC server with its health state.
@@ -160,6 +166,10 @@ func New(cfg Config, log *zap.Logger) *Server {
 	}
 	if cfg.Credentials != nil {
 		serverOpts = append(serverOpts, grpc.Creds(cfg.Credentials))
+	}
+	if cfg.Tracing != nil {
+		serverOpts = append(serverOpts, grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(cfg.Tracing.Provider), otelgrpc.WithPropagators(cfg.Tracing.Propagator))))
 	}
 	g := grpc.NewServer(serverOpts...)
 	dm := newDomainMetrics(cfg.Metrics)
@@ -295,6 +305,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 // request log line; never a credential.
 func principalField(ctx context.Context) logging.Fields {
 	f := logging.Fields{"request_id", requestID(ctx)}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		f = append(f, "trace_id", sc.TraceID().String())
+	}
 	if p := auth.FromContext(ctx); p != nil {
 		f = append(f, "principal", p.Name, "auth.method", p.Method)
 	}

@@ -38,6 +38,9 @@ type Options struct {
 	// Migrate applies pending migrations at open; without it a database
 	// whose schema is behind fails to open.
 	Migrate bool
+	// Tracer, when set, traces every query (the OpenTelemetry pgx tracer
+	// when tracing is on).
+	Tracer pgx.QueryTracer
 }
 
 // Open connects to the database at url (a postgres:// URL or key=value
@@ -46,6 +49,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: database url: %w", err)
+	}
+	if opts.Tracer != nil {
+		cfg.ConnConfig.Tracer = opts.Tracer
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
