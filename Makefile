@@ -6,8 +6,16 @@ STATICCHECK_VERSION      := v0.8.2
 GHZ_VERSION              := v0.93.0
 GRPCURL_VERSION          := v1.9.3
 
+# The reference client (@xmtp/wasm-bindings) declares Node >= 22; Debian 12
+# ships 20. The interop tests run on Node from the npm registry's
+# platform package, installed once under .tools/.
+NODE_VERSION := 22.23.3
+NODE_PKG     := node-linux-$(shell uname -m | sed 's/x86_64/x64/;s/aarch64/arm64/')
+NODE_DIR     := $(CURDIR)/.tools/node-$(NODE_VERSION)
+NODE_BIN     := $(NODE_DIR)/node_modules/$(NODE_PKG)/bin
+
 GOBIN ?= $(shell go env GOPATH)/bin
-export PATH := $(GOBIN):$(PATH)
+export PATH := $(NODE_BIN):$(GOBIN):$(PATH)
 
 # An execution count rather than a duration: go1.26's fuzz coordinator can
 # report a spurious 'context deadline exceeded' when a -fuzztime duration
@@ -17,7 +25,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build image breaking tools generate lint test check fuzz check-generated interop-deps bench bench-store bench-archive load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps bench bench-store bench-archive load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -56,7 +64,12 @@ lint:
 	go vet ./...
 	staticcheck ./...
 
-interop-deps:
+# node installs the pinned Node (see NODE_VERSION) from the npm registry.
+node:
+	@test -x "$(NODE_BIN)/node" || npm install --no-audit --no-fund --prefix "$(NODE_DIR)" "$(NODE_PKG)@$(NODE_VERSION)"
+	@echo "node $$(node --version) from $$(command -v node)"
+
+interop-deps: node
 	cd interop && npm ci --no-audit --no-fund
 
 # test is the README's test command: everything CI runs. The store tests
