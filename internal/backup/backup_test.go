@@ -108,7 +108,15 @@ func fill(t *testing.T, s store.Store, owner string) fixture {
 	if _, err := s.AppendMessages(ctx, owner, []*mb.GroupMessageSave{msg("m-restored", &gb.GroupSave{Id: []byte("g-restored")}, 1, text)}, store.AppendOptions{AllowRestored: true}); err != nil {
 		t.Fatal(err)
 	}
-	f.included = []*mb.GroupMessageSave{all[0], all[1], all[2], all[3], futureExpiry, unknownExpiry}
+	// Messages an import brought into a live group: one of known expiry
+	// (none), one of unknown expiry (ARCH-019).
+	restoredKnown := msg("m-restored-known", group, 8, text)
+	restoredUnknown := msg("m-restored-unknown", group, 9, text)
+	restoredUnknown.ExpiryKnown = nil
+	if _, err := s.AppendMessages(ctx, owner, []*mb.GroupMessageSave{restoredKnown, restoredUnknown}, store.AppendOptions{AllowRestored: true}); err != nil {
+		t.Fatal(err)
+	}
+	f.included = []*mb.GroupMessageSave{all[0], all[1], all[2], all[3], futureExpiry, unknownExpiry, restoredKnown, restoredUnknown}
 	f.consent = []*cs.ConsentSave{
 		storetest.Consent("inbox-a", cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED, 10),
 		storetest.Consent("inbox-b", cs.ConsentStateSave_CONSENT_STATE_SAVE_DENIED, 11),
@@ -243,7 +251,9 @@ func TestExportWindowAndOptions_ARCH009_ARCH017_ARCH019(t *testing.T) {
 				msgs = append(msgs, string(m.Id))
 			}
 		}
-		diff(t, "exclude disappearing: no expiry set, none unknown", msgs, []string{"m-dm", "m-text", "m-custom", "m-raw"})
+		// ARCH-009: none with an expiry, and no restored message whose
+		// expiry is unknown; a live message whose expiry is unknown stays.
+		diff(t, "exclude disappearing", msgs, []string{"m-dm", "m-text", "m-custom", "m-raw", "m-unknown-expiry", "m-restored-known"})
 
 		data, counts := export(t, s, owner, &ds.ArchiveOptions{})
 		meta, els = elements(t, data)
@@ -340,7 +350,7 @@ func TestImportIntoEmptyOwner_ARCH013_ARCH016_ARCH020(t *testing.T) {
 		if _, _, err := s.ActivateGroup(t.Context(), b, []byte("g-group")); err != nil {
 			t.Fatal(err)
 		}
-		if _, counts = export(t, s, b, nil); counts.Groups != 1 || counts.Messages != 5 {
+		if _, counts = export(t, s, b, nil); counts.Groups != 1 || counts.Messages != 7 { // g-group's seven eligible messages
 			t.Errorf("export after activation: %+v", counts)
 		}
 		_ = data

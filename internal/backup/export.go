@@ -135,7 +135,10 @@ func exportConversations(ctx context.Context, snap store.Snapshot, aw *archive.W
 		counts.Groups++
 		// The window bounds messages only, never groups (ARCH-009): a group
 		// with no message in it still carries its history.
-		q := store.MessageQuery{GroupID: g.GetId(), StartNs: opts.StartNs, EndNs: opts.EndNs}
+		// With exclude_disappearing_messages the store leaves out restored
+		// messages of unknown expiry; MessageEligible, those with one.
+		q := store.MessageQuery{GroupID: g.GetId(), StartNs: opts.StartNs, EndNs: opts.EndNs,
+			ExcludeRestoredUnknownExpiry: opts.GetExcludeDisappearingMessages()}
 		return snap.EachMessage(ctx, q, func(m *mb.GroupMessageSave) error {
 			if !MessageEligible(m, exportedAtNs, opts.GetExcludeDisappearingMessages()) {
 				return nil
@@ -160,10 +163,12 @@ func GroupEligible(g *gb.GroupSave) bool {
 	return g.GetMembershipState() != gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED
 }
 
-// MessageEligible is the message row, past the window the store applied:
-// application messages only, whose expiry is absent or after the export
-// time (ARCH-009); with exclude_disappearing_messages, none with an expiry
-// and none whose expiry is unknown (ARCH-009, ARCH-019).
+// MessageEligible is the message row, past the window and the restored
+// rule the store applied: application messages only, whose expiry is
+// absent or after the export time; with exclude_disappearing_messages,
+// none with an expiry (ARCH-009). A live message whose expiry is unknown
+// stays: ARCH-009 leaves out only restored ones, which the store knows
+// (MessageQuery.ExcludeRestoredUnknownExpiry).
 func MessageEligible(m *mb.GroupMessageSave, exportedAtNs int64, excludeDisappearing bool) bool {
 	if m.GetKind() != mb.GroupMessageKindSave_GROUP_MESSAGE_KIND_SAVE_APPLICATION {
 		return false
@@ -171,7 +176,7 @@ func MessageEligible(m *mb.GroupMessageSave, exportedAtNs int64, excludeDisappea
 	if m.ExpiresAtNs != nil && m.GetExpiresAtNs() <= exportedAtNs {
 		return false
 	}
-	if excludeDisappearing && (m.ExpiresAtNs != nil || !m.GetExpiryKnown()) {
+	if excludeDisappearing && m.ExpiresAtNs != nil {
 		return false
 	}
 	return true

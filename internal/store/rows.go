@@ -36,6 +36,10 @@ const MessageColumns = `id, group_id, decrypted_message_bytes, sent_at_ns, kind,
 // MessageColumnCount is how many columns MessageColumns names.
 const MessageColumnCount = 18
 
+// MessageInsertColumns are what an append writes: MessageColumns and
+// whether the message came in by archive import (ARCH-009).
+const MessageInsertColumns = MessageColumns + `, restored`
+
 // GroupArgs returns the column values of g, in GroupColumns order.
 // An absent metadata message is a NULL creator; an absent mutable metadata
 // message is NULL lists, so a record reads back exactly as written.
@@ -153,6 +157,11 @@ func MessageArgs(m *mb.GroupMessageSave) []any {
 	}
 }
 
+// MessageInsertArgs are the values of MessageInsertColumns.
+func MessageInsertArgs(m *mb.GroupMessageSave, restored bool) []any {
+	return append(MessageArgs(m), restored)
+}
+
 // notNil makes a NOT NULL bytes column's value an empty slice, never NULL.
 func notNil(b []byte) []byte {
 	if b == nil {
@@ -214,6 +223,9 @@ func MessageSelect(owner string, q MessageQuery, placeholder func(int) string) (
 	}
 	if q.After != nil {
 		b.WriteString(` AND (sent_at_ns, id) > (` + arg(q.After.SentAtNs) + `, ` + arg(q.After.ID) + `)`)
+	}
+	if q.ExcludeRestoredUnknownExpiry {
+		b.WriteString(` AND NOT (restored AND expiry_known IS NOT TRUE)`)
 	}
 	b.WriteString(` ORDER BY sent_at_ns, id`)
 	if q.Limit > 0 {

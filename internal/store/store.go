@@ -205,6 +205,9 @@ type MessageQuery struct {
 	// After is the last message of the previous page; nil for the first.
 	After *MessageCursor
 	Limit int
+	// ExcludeRestoredUnknownExpiry leaves out messages that came in by
+	// archive import and whose expiry is unknown (ARCH-009, ARCH-019).
+	ExcludeRestoredUnknownExpiry bool
 	// MaxBytes, when set, ends a page (ListMessages only) before the
 	// content it holds would pass MaxBytes; its first message is always
 	// included, so every message can be read.

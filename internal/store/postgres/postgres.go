@@ -136,8 +136,8 @@ var (
 	groupUpsert = groupInsert + ` ON CONFLICT (owner, id) DO UPDATE SET ` + store.UpsertSet(store.GroupColumns)
 	// messageAppend inserts a batch given as one array per column, in
 	// input order, and returns the ids it stored.
-	messageAppend = `INSERT INTO messages (owner, ` + store.MessageColumns + `)
-		SELECT $1, ` + prefixed("u.", store.MessageColumns) + ` FROM unnest($2::bytea[], $3::bytea[], $4::bytea[], $5::bigint[], $6::smallint[],
+	messageAppend = `INSERT INTO messages (owner, ` + store.MessageInsertColumns + `)
+		SELECT $1, ` + prefixed("u.", store.MessageColumns) + `, $20 FROM unnest($2::bytea[], $3::bytea[], $4::bytea[], $5::bigint[], $6::smallint[],
 			$7::bytea[], $8::text[], $9::smallint[], $10::smallint[], $11::integer[], $12::integer[], $13::text[],
 			$14::bytea[], $15::bigint[], $16::bigint[], $17::text[], $18::bigint[], $19::boolean[])
 			WITH ORDINALITY AS u(` + store.MessageColumns + `, ord)
@@ -158,7 +158,7 @@ func prefixed(prefix, columns string) string {
 // copyColumns are the messages table's columns, owner first, for COPY.
 var copyColumns = func() []string {
 	cols := []string{"owner"}
-	for _, c := range strings.Split(store.MessageColumns, ",") {
+	for _, c := range strings.Split(store.MessageInsertColumns, ",") {
 		cols = append(cols, strings.TrimSpace(c))
 	}
 	return cols
@@ -315,9 +315,9 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 			return err
 		}
 		var err error
-		out, err = copyNew(ctx, tx, owner, msgs)
+		out, err = copyNew(ctx, tx, owner, msgs, opts.AllowRestored)
 		if errors.Is(err, errConcurrentInsert) {
-			out, err = insertNew(ctx, tx, owner, msgs)
+			out, err = insertNew(ctx, tx, owner, msgs, opts.AllowRestored)
 		}
 		return err
 	})
@@ -335,7 +335,7 @@ var errConcurrentInsert = errors.New("a message id was inserted concurrently")
 // COPY the rest, the first occurrence of each id in the batch. A
 // concurrent insert of one of them makes COPY fail on the primary key; the
 // savepoint is rolled back and insertNew, which tolerates it, runs instead.
-func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessageSave) ([]store.Outcome, error) {
+func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessageSave, restored bool) ([]store.Outcome, error) {
 	ids := make([][]byte, len(msgs))
 	for i, m := range msgs {
 		ids[i] = m.GetId()
@@ -367,7 +367,7 @@ func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessa
 		return nil, fmt.Errorf("postgres: savepoint: %w", err)
 	}
 	_, err = sp.CopyFrom(ctx, pgx.Identifier{"messages"}, copyColumns, pgx.CopyFromSlice(len(fresh), func(i int) ([]any, error) {
-		return append([]any{owner}, store.MessageArgs(fresh[i])...), nil
+		return append([]any{owner}, store.MessageInsertArgs(fresh[i], restored)...), nil
 	}))
 	var pgErr *pgconn.PgError
 	switch {
@@ -387,8 +387,8 @@ func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessa
 
 // insertNew inserts the batch in one statement that leaves stored ids
 // alone and returns the ids it stored.
-func insertNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessageSave) ([]store.Outcome, error) {
-	rows, err := tx.Query(ctx, messageAppend, append([]any{owner}, columnsOf(msgs)...)...)
+func insertNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessageSave, restored bool) ([]store.Outcome, error) {
+	rows, err := tx.Query(ctx, messageAppend, append(append([]any{owner}, columnsOf(msgs)...), restored)...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: append messages: %w", err)
 	}

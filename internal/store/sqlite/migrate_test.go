@@ -15,8 +15,9 @@ import (
 )
 
 // TestUpgradeToRowidGroups: a store written at schema 1 (groups WITHOUT
-// ROWID) opens at the latest schema with every record intact, groups in a
-// rowid table, and foreign keys still enforced.
+// ROWID, messages without the restored mark) opens at the latest schema
+// with every record intact, groups in a rowid table, appends working and
+// foreign keys still enforced.
 func TestUpgradeToRowidGroups(t *testing.T) {
 	dir := t.TempDir()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, FileName)+"?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)")
@@ -24,33 +25,32 @@ func TestUpgradeToRowidGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.SetMaxOpenConns(1)
+	defer db.Close()
 	if err := migrations.UpTo(t.Context(), db, migrations.SQLite, 1); err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
-
-	// Records written by the engine at schema 1 would need the old binary;
-	// the tables are the same, so write through a store opened without
-	// migrating.
-	old, err := Open(t.Context(), dir, Options{Migrate: false, allowOldSchema: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Rows as the schema-1 binary wrote them.
 	owner := "upgrade"
 	g := &gb.GroupSave{Id: []byte("g"), CreatedAtNs: 5, MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED,
 		ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP, AddedByInboxId: "someone"}
+	if _, err := db.Exec(`INSERT INTO groups (owner, id, created_at_ns, membership_state, installations_last_checked, added_by_inbox_id, rotated_at_ns, conversation_type)
+		VALUES (?, ?, 5, 1, 0, 'someone', 0, 1)`, owner, g.Id); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range []string{"m1", "m2", "m3"} {
+		if _, err := db.Exec(`INSERT INTO messages (owner, id, group_id, decrypted_message_bytes, sent_at_ns, kind, sender_installation_id, sender_inbox_id, delivery_status, content_type_save, version_major, version_minor, authority_id, content_type)
+			VALUES (?, ?, ?, x'78', ?, 1, x'', ?, 2, 0, 0, 0, '', '')`, owner, []byte(id), g.Id, i+1, owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
 	message := func(id string, group []byte, at int64) *mb.GroupMessageSave {
 		return &mb.GroupMessageSave{Id: []byte(id), GroupId: group, SentAtNs: at, DecryptedMessageBytes: []byte("x"),
-			Kind: mb.GroupMessageKindSave_GROUP_MESSAGE_KIND_SAVE_APPLICATION, SenderInboxId: owner}
+			Kind: mb.GroupMessageKindSave_GROUP_MESSAGE_KIND_SAVE_APPLICATION, SenderInboxId: owner,
+			DeliveryStatus: mb.DeliveryStatusSave_DELIVERY_STATUS_SAVE_PUBLISHED}
 	}
-	if _, err := old.PutGroup(t.Context(), owner, g); err != nil {
-		t.Fatal(err)
-	}
-	msgs := []*mb.GroupMessageSave{message("m1", g.Id, 1), message("m2", g.Id, 2), message("m3", g.Id, 3)}
-	if _, err := old.AppendMessages(t.Context(), owner, msgs, store.AppendOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	old.Close()
+	msgs := []*mb.GroupMessageSave{message("m4", g.Id, 4)}
 
 	s, err := Open(t.Context(), dir, Options{Migrate: true})
 	if err != nil {
@@ -64,6 +64,9 @@ func TestUpgradeToRowidGroups(t *testing.T) {
 	page, err := s.ListMessages(t.Context(), owner, store.MessageQuery{GroupID: g.Id, Limit: 10})
 	if err != nil || len(page.Messages) != 3 {
 		t.Fatalf("messages after the upgrade: %d %v", len(page.Messages), err)
+	}
+	if _, err := s.AppendMessages(t.Context(), owner, msgs, store.AppendOptions{}); err != nil {
+		t.Fatalf("an append after the upgrade: %v", err)
 	}
 	var ddl string
 	if err := s.read.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'groups'`).Scan(&ddl); err != nil {

@@ -45,9 +45,6 @@ type Options struct {
 	// Migrate applies pending migrations at open; without it a database
 	// whose schema is behind fails to open.
 	Migrate bool
-	// allowOldSchema opens a store whose schema is behind without
-	// migrating it: for upgrade tests only.
-	allowOldSchema bool
 }
 
 // Open opens (creating when missing) the database in dir.
@@ -87,7 +84,7 @@ func (s *Store) prepare(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: %w", err)
 	}
-	if current < latest && !opts.allowOldSchema {
+	if current < latest {
 		return fmt.Errorf("sqlite: %s is at schema version %d, the binary needs %d: run the migrate command or start with --migrate", s.path, current, latest)
 	}
 	return nil
@@ -148,8 +145,8 @@ const appendChunk = 64
 
 // messageInsert inserts n rows.
 func messageInsert(n int) string {
-	row := "(" + placeholders(store.MessageColumnCount+1) + ")"
-	return `INSERT INTO messages (owner, ` + store.MessageColumns + `) VALUES ` + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
+	row := "(" + placeholders(store.MessageColumnCount+2) + ")"
+	return `INSERT INTO messages (owner, ` + store.MessageInsertColumns + `) VALUES ` + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
 }
 
 func placeholders(n int) string {
@@ -307,13 +304,13 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 				fresh = append(fresh, m)
 			}
 		}
-		args := make([]any, 0, appendChunk*(store.MessageColumnCount+1))
+		args := make([]any, 0, appendChunk*(store.MessageColumnCount+2))
 		var full *sql.Stmt
 		for start := 0; start < len(fresh); start += appendChunk {
 			chunk := fresh[start:min(start+appendChunk, len(fresh))]
 			args = args[:0]
 			for _, m := range chunk {
-				args = append(append(args, owner), store.MessageArgs(m)...)
+				args = append(append(args, owner), store.MessageInsertArgs(m, opts.AllowRestored)...)
 			}
 			if len(chunk) == appendChunk {
 				if full == nil {
