@@ -208,18 +208,5 @@ func (f *jwksFile) reload() (bool, error) {
 }
 
 func (f *jwksFile) watch(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if changed, err := f.reload(); err != nil {
-			f.log.Error("jwks reload failed; the previous keys stay in force", zap.Error(err))
-		} else if changed {
-			f.log.Info("jwks reloaded", zap.String("path", f.path))
-		}
-	}
+	watchFile(ctx, every, nil, f.reload, f.log, "jwks", f.path)
 }

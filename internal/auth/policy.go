@@ -239,6 +239,13 @@ func (s *PolicySource) Watch(ctx context.Context, interval time.Duration, reload
 	if s.path == "" {
 		return
 	}
+	watchFile(ctx, interval, reload, s.Reload, s.log, "policy", s.path)
+}
+
+// watchFile calls reload every interval and whenever now receives, until
+// ctx is done, logging what changed and what failed to load (the file in
+// force stays in force).
+func watchFile(ctx context.Context, interval time.Duration, now <-chan struct{}, reload func() (bool, error), log *zap.Logger, what, path string) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -246,14 +253,14 @@ func (s *PolicySource) Watch(ctx context.Context, interval time.Duration, reload
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-reload:
+		case <-now:
 		}
-		changed, err := s.Reload()
+		changed, err := reload()
 		switch {
 		case err != nil:
-			s.log.Error("policy reload failed; the previous policy stays in force", zap.Error(err))
+			log.Error(what+" reload failed; the previous one stays in force", zap.Error(err))
 		case changed:
-			s.log.Info("policy reloaded", zap.String("path", s.path))
+			log.Info(what+" reloaded", zap.String("path", path))
 		}
 	}
 }

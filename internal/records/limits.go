@@ -44,26 +44,28 @@ var DefaultLimits = Limits{
 // MaxActorBytes bounds an inbox id a request acts as (a deletion's actor).
 const MaxActorBytes = 256
 
-// orDefault fills unset limits from DefaultLimits.
-func (l Limits) orDefault() Limits {
+// WithDefaults fills unset limits from DefaultLimits; a message record's
+// limit follows its content's.
+func (l Limits) WithDefaults() Limits {
+	d := DefaultLimits
 	if l.GroupBytes <= 0 {
-		l.GroupBytes = DefaultLimits.GroupBytes
+		l.GroupBytes = d.GroupBytes
 	}
 	if l.MessageContentBytes <= 0 {
-		l.MessageContentBytes = DefaultLimits.MessageContentBytes
+		l.MessageContentBytes = d.MessageContentBytes
 	}
 	if l.MessageBytes <= 0 {
-		l.MessageBytes = DefaultLimits.MessageBytes
+		l.MessageBytes = max(d.MessageBytes, l.MessageContentBytes+64<<10)
 	}
 	if l.ConsentBytes <= 0 {
-		l.ConsentBytes = DefaultLimits.ConsentBytes
+		l.ConsentBytes = d.ConsentBytes
 	}
 	return l
 }
 
 // CheckGroupSize refuses a group record over the limit.
 func (l Limits) CheckGroupSize(g *gb.GroupSave) error {
-	l = l.orDefault()
+	l = l.WithDefaults()
 	if n := proto.Size(g); n > l.GroupBytes {
 		return fieldErr("group", "%d bytes exceed the limit of %d for a group record", n, l.GroupBytes)
 	}
@@ -73,7 +75,7 @@ func (l Limits) CheckGroupSize(g *gb.GroupSave) error {
 // CheckMessageSize refuses a message whose content or record is over the
 // limits.
 func (l Limits) CheckMessageSize(m *mb.GroupMessageSave) error {
-	l = l.orDefault()
+	l = l.WithDefaults()
 	if n := len(m.GetDecryptedMessageBytes()); n > l.MessageContentBytes {
 		return fieldErr("decrypted_message_bytes", "%d bytes exceed the limit of %d for message content", n, l.MessageContentBytes)
 	}
@@ -85,7 +87,7 @@ func (l Limits) CheckMessageSize(m *mb.GroupMessageSave) error {
 
 // CheckConsentSize refuses a consent record over the limit.
 func (l Limits) CheckConsentSize(c *cs.ConsentSave) error {
-	l = l.orDefault()
+	l = l.WithDefaults()
 	if n := proto.Size(c); n > l.ConsentBytes {
 		return fieldErr("record", "%d bytes exceed the limit of %d for a consent record", n, l.ConsentBytes)
 	}

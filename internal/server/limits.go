@@ -61,49 +61,25 @@ var DefaultLimits = Limits{
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits
-	if l.MemoryBytes <= 0 {
-		l.MemoryBytes = d.MemoryBytes
-	}
-	if l.CallExpandBytes <= 0 {
-		l.CallExpandBytes = d.CallExpandBytes
-	}
-	if l.ListPageBytes <= 0 {
-		l.ListPageBytes = d.ListPageBytes
-	}
-	if l.Records.GroupBytes <= 0 {
-		l.Records.GroupBytes = d.Records.GroupBytes
-	}
-	if l.Records.MessageContentBytes <= 0 {
-		l.Records.MessageContentBytes = d.Records.MessageContentBytes
-	}
-	if l.Records.MessageBytes <= 0 {
-		l.Records.MessageBytes = max(d.Records.MessageBytes, l.Records.MessageContentBytes+64<<10)
-	}
-	if l.Records.ConsentBytes <= 0 {
-		l.Records.ConsentBytes = d.Records.ConsentBytes
-	}
-	if l.ImportReadAheadBytes <= 0 {
-		l.ImportReadAheadBytes = max(d.ImportReadAheadBytes, 4*int64(l.maxArchiveRecord())+1<<20)
-	}
-	if l.ArchiveWindowBytes <= 0 {
-		l.ArchiveWindowBytes = d.ArchiveWindowBytes
-	}
-	if l.MaxArchiveStreams <= 0 {
-		l.MaxArchiveStreams = d.MaxArchiveStreams
-	}
-	if l.MaxArchiveStreamsPerOwner <= 0 {
-		l.MaxArchiveStreamsPerOwner = d.MaxArchiveStreamsPerOwner
-	}
-	if l.StreamIdleTimeout <= 0 {
-		l.StreamIdleTimeout = d.StreamIdleTimeout
-	}
-	if l.MaxConnectionAge <= 0 {
-		l.MaxConnectionAge = d.MaxConnectionAge
-	}
-	if l.MaxConnectionAgeGrace <= 0 {
-		l.MaxConnectionAgeGrace = d.MaxConnectionAgeGrace
-	}
+	orDefault(&l.MemoryBytes, d.MemoryBytes)
+	orDefault(&l.CallExpandBytes, d.CallExpandBytes)
+	orDefault(&l.ListPageBytes, d.ListPageBytes)
+	l.Records = l.Records.WithDefaults()
+	orDefault(&l.ImportReadAheadBytes, max(d.ImportReadAheadBytes, 4*int64(l.maxArchiveRecord())+1<<20))
+	orDefault(&l.ArchiveWindowBytes, d.ArchiveWindowBytes)
+	orDefault(&l.MaxArchiveStreams, d.MaxArchiveStreams)
+	orDefault(&l.MaxArchiveStreamsPerOwner, d.MaxArchiveStreamsPerOwner)
+	orDefault(&l.StreamIdleTimeout, d.StreamIdleTimeout)
+	orDefault(&l.MaxConnectionAge, d.MaxConnectionAge)
+	orDefault(&l.MaxConnectionAgeGrace, d.MaxConnectionAgeGrace)
 	return l
+}
+
+// orDefault sets an unset (zero or negative) limit to its default.
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // maxArchiveRecord is the largest archive record an import reads: the
