@@ -234,6 +234,41 @@ func MessageSelect(owner string, q MessageQuery, placeholder func(int) string) (
 	return b.String(), args
 }
 
+// GroupSelect is the query of a ListGroups page (the owner's groups after
+// id after, in id order), with placeholder(i) writing the i-th parameter.
+func GroupSelect(owner string, after []byte, limit int, placeholder func(int) string) (string, []any) {
+	args := []any{owner}
+	var b strings.Builder
+	b.WriteString(`SELECT ` + GroupColumns + ` FROM groups WHERE owner = ` + placeholder(1))
+	if after != nil {
+		args = append(args, after)
+		b.WriteString(` AND id > ` + placeholder(len(args)))
+	}
+	args = append(args, limit)
+	b.WriteString(` ORDER BY id LIMIT ` + placeholder(len(args)))
+	return b.String(), args
+}
+
+// CollectGroups scans every row of a GroupSelect query.
+func CollectGroups(rows Rows) ([]*gb.GroupSave, error) {
+	var out []*gb.GroupSave
+	for rows.Next() {
+		var row GroupRow
+		if err := rows.Scan(row.Dest()...); err != nil {
+			return nil, fmt.Errorf("list groups: %w", err)
+		}
+		g, err := row.Group()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list groups: %w", err)
+	}
+	return out, nil
+}
+
 // Rows is what both drivers' result sets offer.
 type Rows interface {
 	Next() bool

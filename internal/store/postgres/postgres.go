@@ -215,29 +215,15 @@ func (s *Store) ListGroups(ctx context.Context, owner string, after []byte, limi
 }
 
 func listGroups(ctx context.Context, q querier, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
-	query, args := groupSelect+` WHERE owner = $1`, []any{owner}
-	if after != nil {
-		query, args = query+` AND id > $2`, append(args, after)
-	}
-	rows, err := q.Query(ctx, query+fmt.Sprintf(` ORDER BY id LIMIT %d`, limit), args...)
+	query, args := store.GroupSelect(owner, after, limit, func(i int) string { return "$" + strconv.Itoa(i) })
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list groups: %w", err)
 	}
 	defer rows.Close()
-	var out []*gb.GroupSave
-	for rows.Next() {
-		var row store.GroupRow
-		if err := rows.Scan(row.Dest()...); err != nil {
-			return nil, fmt.Errorf("postgres: list groups: %w", err)
-		}
-		g, err := row.Group()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, g)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: list groups: %w", err)
+	out, err := store.CollectGroups(rows)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	return out, nil
 }

@@ -196,30 +196,15 @@ func (s *Store) ListGroups(ctx context.Context, owner string, after []byte, limi
 }
 
 func listGroups(ctx context.Context, q querier, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
-	query, args := groupSelect+` WHERE owner = ?`, []any{owner}
-	if after != nil {
-		query, args = query+` AND id > ?`, append(args, after)
-	}
-	rows, err := q.QueryContext(ctx, query+` ORDER BY id LIMIT ?`, append(args, limit)...)
+	query, args := store.GroupSelect(owner, after, limit, func(int) string { return "?" })
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list groups: %w", err)
 	}
 	defer rows.Close()
-	var out []*gb.GroupSave
-	var row store.GroupRow
-	for rows.Next() {
-		row = store.GroupRow{}
-		if err := rows.Scan(row.Dest()...); err != nil {
-			return nil, fmt.Errorf("sqlite: list groups: %w", err)
-		}
-		g, err := row.Group()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, g)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: list groups: %w", err)
+	out, err := store.CollectGroups(rows)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
 	}
 	return out, nil
 }
