@@ -124,12 +124,26 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 		}
 		sent <- err
 	}()
+	// A client that stops reading holds the export's snapshot (a database
+	// transaction) open; past the idle timeout the export ends instead.
+	idle := s.limits.StreamIdleTimeout
+	stalled := false
 	out := &chunkWriter{hash: sha256.New(), send: func(b []byte) error {
+		select {
+		case chunks <- b:
+			return nil
+		default:
+		}
+		t := time.NewTimer(idle)
+		defer t.Stop()
 		select {
 		case chunks <- b:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-t.C:
+			stalled = true
+			return errExportStalled
 		}
 	}}
 	exportedAt := s.now().UnixNano()
@@ -142,6 +156,11 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 		err = out.Flush()
 	}
 	close(chunks)
+	if stalled {
+		// The sender is blocked on a client that does not read; it ends
+		// when this call does.
+		return status.Errorf(codes.DeadlineExceeded, "the client read nothing for %s, the stream idle timeout; the partial output is not an archive", idle)
+	}
 	if serr := <-sent; err == nil {
 		err = serr
 	}
@@ -233,6 +252,9 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 	r.buf = r.buf[n:]
 	return n, nil
 }
+
+// errExportStalled ends an export whose client stopped reading.
+var errExportStalled = errors.New("the client stopped reading")
 
 // errNotChunk is a client stream whose later message is not a chunk.
 var errNotChunk = status.Error(codes.InvalidArgument, "payload: every message after the first must be a chunk")

@@ -713,3 +713,38 @@ func TestReliability9_ConnectionsAge(t *testing.T) {
 		t.Errorf("%d connections after 5 s with a 300 ms maximum age", n)
 	}
 }
+
+// TestReliability2_StalledExportEnds: a client that opens an export and
+// stops reading would hold the export's database snapshot open for as
+// long as it liked; past the idle timeout the export ends instead.
+func TestReliability2_StalledExportEnds(t *testing.T) {
+	forEachEngineArchive2(t, Config{Limits: Limits{StreamIdleTimeout: time.Second}}, func(t *testing.T, c archiveClients, s store.Store) {
+		g := storetest.FullGroup("g")
+		put(t, c.conv, "stall", g)
+		content := make([]byte, mib)
+		for i := range 32 {
+			for j := range content {
+				content[j] = byte(j*131 + i*7 + j>>9)
+			}
+			m := storetest.Message(fmt.Sprintf("m%02d", i), g.Id, int64(i+1))
+			m.DecryptedMessageBytes = append([]byte(nil), content...)
+			appendMsgs(t, c.conv, "stall", m)
+		}
+		stream, err := c.arch.Export(t.Context(), &cb.ExportRequest{Owner: "stall", Key: archiveKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(4 * time.Second) // read nothing
+		for err == nil {
+			var m *cb.ExportResponse
+			m, err = stream.Recv()
+			if m.GetSummary() != nil {
+				t.Fatal("a stalled export completed")
+			}
+		}
+		wantCode(t, err, codes.DeadlineExceeded, "read nothing")
+	})
+}

@@ -71,6 +71,14 @@ func Unavailable(err error) bool {
 	if errors.As(err, &retry) && retry.SafeToRetry() {
 		return true
 	}
+	// SQLite: the database is busy or locked past the busy timeout (the
+	// single writer held too long); the same call may succeed later.
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		if c := coded.Code() & 0xff; c == 5 || c == 6 { // SQLITE_BUSY, SQLITE_LOCKED
+			return true
+		}
+	}
 	var pg interface{ SQLState() string }
 	if errors.As(err, &pg) {
 		code := pg.SQLState()
