@@ -81,9 +81,6 @@ func NewWriter(w io.Writer, key []byte, opts WriterOptions) (*Writer, error) {
 	return &Writer{aead: aead, zw: zw, base: base, legacy: opts.LegacyNonce}, nil
 }
 
-// BaseNonce is the nonce the header carries.
-func (w *Writer) BaseNonce() Nonce { return w.base }
-
 // Records is how many records have been written.
 func (w *Writer) Records() uint64 { return w.n }
 
