@@ -11,6 +11,9 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
+// TypeActions is this type's identifier, spelled as the reference client spells it.
+var TypeActions = TypeID{"coinbase.com", "actions", 1, 0}
+
 // ActionsCodec is coinbase.com/actions:1.0: JSON Actions (section 7.2).
 type ActionsCodec struct{}
 

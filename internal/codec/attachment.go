@@ -5,6 +5,9 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
+// TypeAttachment is this type's identifier, spelled as the reference client spells it.
+var TypeAttachment = TypeID{"xmtp.org", "attachment", 1, 0}
+
 // AttachmentCodec is xmtp.org/attachment:1.0: the file bytes, with mimeType
 // and an optional filename.
 type AttachmentCodec struct{}

@@ -16,25 +16,16 @@ type Entry struct {
 	name string // Type.String(), computed once
 }
 
-var catalogue = []Entry{
-	{Type: TypeText, Push: true, Deletable: true},
-	{Type: TypeMarkdown, Push: true, Deletable: true},
-	{Type: TypeReaction},
-	{Type: TypeReply, Push: true, Deletable: true},
-	{Type: TypeReadReceipt},
-	{Type: TypeAttachment, Push: true, Deletable: true},
-	{Type: TypeRemoteAttachment, Push: true, Deletable: true},
-	{Type: TypeMultiRemoteAttachment, Push: true, Deletable: true},
-	{Type: TypeTransactionReference, Push: true, Deletable: true},
-	{Type: TypeWalletSendCalls, Push: true, Deletable: true},
-	{Type: TypeActions, Push: true},
-	{Type: TypeIntent, Push: true},
-	{Type: TypeGroupUpdated, Transcript: true},
-	{Type: TypeGroupMembershipChange, Transcript: true},
-	{Type: TypeLeaveRequest},
-	{Type: TypeDeleteMessage},
-	{Type: TypeEditMessage, Reserved: true},
-}
+// catalogue is the table's rows, in the descriptors' order.
+var catalogue = func() []Entry {
+	var out []Entry
+	for _, d := range descriptors {
+		if d.Catalogued {
+			out = append(out, d.Entry)
+		}
+	}
+	return out
+}()
 
 // catalogueByKey indexes the table for the per-message lookups of Decode.
 var catalogueByKey = func() map[Key]Entry {

@@ -5,7 +5,6 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
-	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 )
 
 // This file maps between codec values and the contentbackup.v1 Content
@@ -30,44 +29,10 @@ func (r *Registry) encodeContentAt(c *cb.Content, depth int) (*mc.EncodedContent
 }
 
 func (r *Registry) valueOf(c *cb.Content, depth int) (TypeID, any, error) {
-	switch v := c.GetValue().(type) {
-	case *cb.Content_Text:
-		return TypeText, v.Text, nil
-	case *cb.Content_Markdown:
-		return TypeMarkdown, v.Markdown, nil
-	case *cb.Content_Reaction:
-		return TypeReaction, v.Reaction, nil
-	case *cb.Content_Reply:
-		reply, err := r.replyValue(v.Reply, depth)
-		return TypeReply, reply, err
-	case *cb.Content_ReadReceipt:
-		return TypeReadReceipt, v.ReadReceipt, nil
-	case *cb.Content_Attachment:
-		return TypeAttachment, v.Attachment, nil
-	case *cb.Content_RemoteAttachment:
-		return TypeRemoteAttachment, v.RemoteAttachment, nil
-	case *cb.Content_MultiRemoteAttachment:
-		return TypeMultiRemoteAttachment, v.MultiRemoteAttachment, nil
-	case *cb.Content_TransactionReference:
-		return TypeTransactionReference, v.TransactionReference, nil
-	case *cb.Content_WalletSendCalls:
-		return TypeWalletSendCalls, v.WalletSendCalls, nil
-	case *cb.Content_Actions:
-		return TypeActions, v.Actions, nil
-	case *cb.Content_Intent:
-		return TypeIntent, v.Intent, nil
-	case *cb.Content_GroupUpdated:
-		return TypeGroupUpdated, v.GroupUpdated, nil
-	case *cb.Content_GroupMembershipChange:
-		return TypeGroupMembershipChange, v.GroupMembershipChange, nil
-	case *cb.Content_LeaveRequest:
-		return TypeLeaveRequest, v.LeaveRequest, nil
-	case *cb.Content_DeleteMessage:
-		return TypeDeleteMessage, v.DeleteMessage, nil
-	case *cb.Content_EditMessage:
-		return TypeEditMessage, v.EditMessage, nil
-	case *cb.Content_LegacyReaction:
-		return TypeLegacyReaction, v.LegacyReaction, nil
+	for i := range descriptors {
+		if v, ok, err := descriptors[i].fromContent(r, c, depth); ok {
+			return descriptors[i].Type, v, err
+		}
 	}
 	return TypeID{}, nil, encodeError("content", "no value set")
 }
@@ -105,81 +70,11 @@ func prefixed(field string) string {
 // ContentOf maps a decoded value to its Content message. ok is false for a
 // value of an application codec, which Content has no member for.
 func ContentOf(d Decoded) (*cb.Content, bool) {
-	var c *cb.Content
-	var ok bool
-	switch d.Type.Key() {
-	case TypeText.Key():
-		c, ok = wrap(d.Value, func(v string) *cb.Content {
-			// One allocation for the message and its oneof wrapper: text is
-			// most of what DecodeBatch sees.
-			both := &struct {
-				c cb.Content
-				v cb.Content_Text
-			}{v: cb.Content_Text{Text: v}}
-			both.c.Value = &both.v
-			return &both.c
-		})
-	case TypeMarkdown.Key():
-		c, ok = wrap(d.Value, func(v string) *cb.Content { return &cb.Content{Value: &cb.Content_Markdown{Markdown: v}} })
-	case TypeReaction.Key():
-		c, ok = wrap(d.Value, func(v *ct.ReactionV2) *cb.Content { return &cb.Content{Value: &cb.Content_Reaction{Reaction: v}} })
-	case TypeLegacyReaction.Key():
-		c, ok = wrap(d.Value, func(v *ct.ReactionV2) *cb.Content {
-			return &cb.Content{Value: &cb.Content_LegacyReaction{LegacyReaction: v}}
-		})
-	case TypeReply.Key():
-		c, ok = wrap(d.Value, func(v *Reply) *cb.Content {
-			// The reply's own content is the nested envelope's original bytes.
-			return &cb.Content{Value: &cb.Content_Reply{Reply: replyMessage(v, d.Envelope.GetContent())}}
-		})
-	case TypeReadReceipt.Key():
-		c, ok = wrap(d.Value, func(v *cb.ReadReceipt) *cb.Content {
-			return &cb.Content{Value: &cb.Content_ReadReceipt{ReadReceipt: v}}
-		})
-	case TypeAttachment.Key():
-		c, ok = wrap(d.Value, func(v *cb.Attachment) *cb.Content { return &cb.Content{Value: &cb.Content_Attachment{Attachment: v}} })
-	case TypeRemoteAttachment.Key():
-		c, ok = wrap(d.Value, func(v *cb.RemoteAttachment) *cb.Content {
-			return &cb.Content{Value: &cb.Content_RemoteAttachment{RemoteAttachment: v}}
-		})
-	case TypeMultiRemoteAttachment.Key():
-		c, ok = wrap(d.Value, func(v *ct.MultiRemoteAttachment) *cb.Content {
-			return &cb.Content{Value: &cb.Content_MultiRemoteAttachment{MultiRemoteAttachment: v}}
-		})
-	case TypeTransactionReference.Key():
-		c, ok = wrap(d.Value, func(v *cb.TransactionReference) *cb.Content {
-			return &cb.Content{Value: &cb.Content_TransactionReference{TransactionReference: v}}
-		})
-	case TypeWalletSendCalls.Key():
-		c, ok = wrap(d.Value, func(v *cb.WalletSendCalls) *cb.Content {
-			return &cb.Content{Value: &cb.Content_WalletSendCalls{WalletSendCalls: v}}
-		})
-	case TypeActions.Key():
-		c, ok = wrap(d.Value, func(v *cb.Actions) *cb.Content { return &cb.Content{Value: &cb.Content_Actions{Actions: v}} })
-	case TypeIntent.Key():
-		c, ok = wrap(d.Value, func(v *cb.Intent) *cb.Content { return &cb.Content{Value: &cb.Content_Intent{Intent: v}} })
-	case TypeGroupUpdated.Key():
-		c, ok = wrap(d.Value, func(v *mc.GroupUpdated) *cb.Content {
-			return &cb.Content{Value: &cb.Content_GroupUpdated{GroupUpdated: v}}
-		})
-	case TypeGroupMembershipChange.Key():
-		c, ok = wrap(d.Value, func(v *mc.GroupMembershipChanges) *cb.Content {
-			return &cb.Content{Value: &cb.Content_GroupMembershipChange{GroupMembershipChange: v}}
-		})
-	case TypeLeaveRequest.Key():
-		c, ok = wrap(d.Value, func(v *ct.LeaveRequest) *cb.Content {
-			return &cb.Content{Value: &cb.Content_LeaveRequest{LeaveRequest: v}}
-		})
-	case TypeDeleteMessage.Key():
-		c, ok = wrap(d.Value, func(v *ct.DeleteMessage) *cb.Content {
-			return &cb.Content{Value: &cb.Content_DeleteMessage{DeleteMessage: v}}
-		})
-	case TypeEditMessage.Key():
-		c, ok = wrap(d.Value, func(v *ct.EditMessage) *cb.Content {
-			return &cb.Content{Value: &cb.Content_EditMessage{EditMessage: v}}
-		})
+	desc, ok := descriptorByKey[d.Type.Key()]
+	if !ok {
+		return nil, false
 	}
-	return c, ok
+	return desc.toContent(d)
 }
 
 func wrap[T any](v any, f func(T) *cb.Content) (*cb.Content, bool) {

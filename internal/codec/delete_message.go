@@ -5,6 +5,9 @@ import (
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 )
 
+// TypeDeleteMessage is this type's identifier, spelled as the reference client spells it.
+var TypeDeleteMessage = TypeID{"xmtp.org", "deleteMessage", 1, 0}
+
 // DeleteMessageCodec is xmtp.org/deleteMessage:1.0: a protobuf DeleteMessage
 // whose message_id is the target id in lowercase hexadecimal.
 type DeleteMessageCodec struct{}

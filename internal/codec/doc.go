@@ -7,22 +7,11 @@
 // holds no global state; build a Registry with NewRegistry and register
 // application codecs on it (CTYPE-017).
 //
-// Catalogue codecs take and return these values:
-//
-//	text, markdown                 string
-//	reaction, legacy reaction      *contenttypes.ReactionV2
-//	reply                          *Reply
-//	read receipt                   *contentbackupv1.ReadReceipt
-//	attachment                     *contentbackupv1.Attachment
-//	remote attachment              *contentbackupv1.RemoteAttachment
-//	multiple remote attachments    *contenttypes.MultiRemoteAttachment
-//	transaction reference          *contentbackupv1.TransactionReference
-//	wallet send calls              *contentbackupv1.WalletSendCalls
-//	actions                        *contentbackupv1.Actions
-//	intent                         *contentbackupv1.Intent
-//	group updated                  *messagecontents.GroupUpdated
-//	group membership change        *messagecontents.GroupMembershipChanges
-//	leave request                  *contenttypes.LeaveRequest
-//	delete message                 *contenttypes.DeleteMessage
-//	edit message                   *contenttypes.EditMessage
+// Each content type is one row of the descriptors table (descriptors.go):
+// its catalogue entry, its codec, whether its content is JSON, and how its
+// value maps to the API's Content message, whose member type is the value
+// a codec takes and returns (a string for text and markdown, *Reply for
+// replies, the API or wire message otherwise). A type's identifier and
+// codec live in its own file. Adding a type touches its file, its member of
+// Content in content.proto, and that table.
 package codec

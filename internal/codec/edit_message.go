@@ -5,6 +5,9 @@ import (
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 )
 
+// TypeEditMessage is this type's identifier, spelled as the reference client spells it.
+var TypeEditMessage = TypeID{"xmtp.org", "editMessage", 1, 0}
+
 // EditMessageCodec is the reserved xmtp.org/editMessage:1.0. It has a schema
 // but no active codec: it decodes so the message is kept and shown for what
 // it is, and nothing ever applies it to the referenced message (CTYPE-020).

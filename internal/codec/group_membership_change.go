@@ -2,6 +2,9 @@ package codec
 
 import mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 
+// TypeGroupMembershipChange is this type's identifier, spelled as the reference client spells it.
+var TypeGroupMembershipChange = TypeID{"xmtp.org", "group_membership_change", 1, 0}
+
 // GroupMembershipChangeCodec is xmtp.org/group_membership_change:1.0, the
 // legacy commit transcript; it decodes only (CTYPE-026).
 type GroupMembershipChangeCodec struct{}

@@ -2,6 +2,9 @@ package codec
 
 import mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 
+// TypeGroupUpdated is this type's identifier, spelled as the reference client spells it.
+var TypeGroupUpdated = TypeID{"xmtp.org", "group_updated", 1, 0}
+
 // GroupUpdatedCodec is xmtp.org/group_updated:1.0, a commit transcript: the
 // client derives it from validated commits (GMOD-034) and never publishes
 // it (GMOD-035), so it decodes only (CTYPE-026).

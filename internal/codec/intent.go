@@ -9,6 +9,9 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
+// TypeIntent is this type's identifier, spelled as the reference client spells it.
+var TypeIntent = TypeID{"coinbase.com", "intent", 1, 0}
+
 // IntentCodec is coinbase.com/intent:1.0: JSON Intent (section 7.2).
 type IntentCodec struct{}
 

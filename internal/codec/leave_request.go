@@ -5,6 +5,9 @@ import (
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 )
 
+// TypeLeaveRequest is this type's identifier, spelled as the reference client spells it.
+var TypeLeaveRequest = TypeID{"xmtp.org", "leave_request", 1, 0}
+
 // LeaveRequestCodec is xmtp.org/leave_request:1.0: a protobuf LeaveRequest.
 type LeaveRequestCodec struct{}
 

@@ -5,6 +5,9 @@ import (
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 )
 
+// TypeLegacyReaction is this type's identifier, spelled as the reference client spells it.
+var TypeLegacyReaction = TypeID{"xmtp.org", "reaction", 1, 0}
+
 // LegacyReactionCodec decodes the deprecated xmtp.org/reaction:1.0 JSON
 // reaction, which historical stores are full of. It is outside the
 // catalogue and never published (CTYPE-022).

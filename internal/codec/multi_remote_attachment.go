@@ -9,6 +9,9 @@ import (
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 )
 
+// TypeMultiRemoteAttachment is this type's identifier, spelled as the reference client spells it.
+var TypeMultiRemoteAttachment = TypeID{"xmtp.org", "multiRemoteStaticAttachment", 1, 0}
+
 // MultiRemoteAttachmentCodec is xmtp.org/multiRemoteStaticAttachment:1.0:
 // a protobuf MultiRemoteAttachment, each entry under the same parameter
 // rules as a single remote attachment.

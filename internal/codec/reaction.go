@@ -7,6 +7,9 @@ import (
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 )
 
+// TypeReaction is this type's identifier, spelled as the reference client spells it.
+var TypeReaction = TypeID{"xmtp.org", "reaction", 2, 0}
+
 // ReactionCodec is xmtp.org/reaction:2.0: a protobuf ReactionV2 (CTYPE-022).
 type ReactionCodec struct{}
 

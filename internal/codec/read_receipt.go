@@ -5,6 +5,9 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
+// TypeReadReceipt is this type's identifier, spelled as the reference client spells it.
+var TypeReadReceipt = TypeID{"xmtp.org", "readReceipt", 1, 0}
+
 // ReadReceiptCodec is xmtp.org/readReceipt:1.0: empty content.
 type ReadReceiptCodec struct{}
 

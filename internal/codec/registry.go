@@ -62,13 +62,11 @@ func NewRegistry(opts ...Option) *Registry {
 // StandardCodecs returns one of each catalogue codec, plus the legacy
 // reaction decoder.
 func StandardCodecs() []Codec {
-	return []Codec{
-		TextCodec{}, MarkdownCodec{}, ReactionCodec{}, LegacyReactionCodec{}, ReplyCodec{},
-		ReadReceiptCodec{}, AttachmentCodec{}, RemoteAttachmentCodec{}, MultiRemoteAttachmentCodec{},
-		TransactionReferenceCodec{}, WalletSendCallsCodec{}, ActionsCodec{}, IntentCodec{},
-		GroupUpdatedCodec{}, GroupMembershipChangeCodec{}, LeaveRequestCodec{}, DeleteMessageCodec{},
-		EditMessageCodec{},
+	out := make([]Codec, 0, len(descriptors))
+	for _, d := range descriptors {
+		out = append(out, d.Codec)
 	}
+	return out
 }
 
 // Register adds an application codec for a custom type (CTYPE-017). It
@@ -288,11 +286,8 @@ func (d *decoding) DecodeNested(ec *mc.EncodedContent) (Decoded, error) {
 
 // isJSONType reports the section 7.2 types whose content is JSON.
 func isJSONType(t TypeID) bool {
-	switch t.Key() {
-	case TypeTransactionReference.Key(), TypeWalletSendCalls.Key(), TypeActions.Key(), TypeIntent.Key(), TypeLegacyReaction.Key():
-		return true
-	}
-	return false
+	d, ok := descriptorByKey[t.Key()]
+	return ok && d.JSON
 }
 
 // CheckPublishable accepts a caller-built envelope for publishing when it

@@ -11,6 +11,9 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
+// TypeRemoteAttachment is this type's identifier, spelled as the reference client spells it.
+var TypeRemoteAttachment = TypeID{"xmtp.org", "remoteStaticAttachment", 1, 0}
+
 // RemoteAttachmentCodec is xmtp.org/remoteStaticAttachment:1.0: the URL as
 // UTF-8 content, with the Remote attachment parameters table of section 7.1.
 type RemoteAttachmentCodec struct{}

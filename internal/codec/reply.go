@@ -8,6 +8,9 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
+// TypeReply is this type's identifier, spelled as the reference client spells it.
+var TypeReply = TypeID{"xmtp.org", "reply", 1, 0}
+
 // Reply is the value of xmtp.org/reply:1.0.
 type Reply struct {
 	// Reference is the replied-to message id.

@@ -7,6 +7,9 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
+// TypeText is this type's identifier, spelled as the reference client spells it.
+var TypeText = TypeID{"xmtp.org", "text", 1, 0}
+
 // TextCodec is xmtp.org/text:1.0: UTF-8 text with encoding=UTF-8.
 type TextCodec struct{}
 

@@ -10,6 +10,9 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
+// TypeTransactionReference is this type's identifier, spelled as the reference client spells it.
+var TypeTransactionReference = TypeID{"xmtp.org", "transactionReference", 1, 0}
+
 // TransactionReferenceCodec is xmtp.org/transactionReference:1.0: JSON
 // TransactionReference (section 7.2).
 type TransactionReferenceCodec struct{}

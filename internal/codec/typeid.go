@@ -47,25 +47,3 @@ func TypeIDOf(p *mc.ContentTypeId) TypeID {
 	}
 	return TypeID{p.GetAuthorityId(), p.GetTypeId(), p.GetVersionMajor(), p.GetVersionMinor()}
 }
-
-// The catalogue identifiers, spelled as the reference client spells them.
-var (
-	TypeText                  = TypeID{"xmtp.org", "text", 1, 0}
-	TypeMarkdown              = TypeID{"xmtp.org", "markdown", 1, 0}
-	TypeReaction              = TypeID{"xmtp.org", "reaction", 2, 0}
-	TypeLegacyReaction        = TypeID{"xmtp.org", "reaction", 1, 0}
-	TypeReply                 = TypeID{"xmtp.org", "reply", 1, 0}
-	TypeReadReceipt           = TypeID{"xmtp.org", "readReceipt", 1, 0}
-	TypeAttachment            = TypeID{"xmtp.org", "attachment", 1, 0}
-	TypeRemoteAttachment      = TypeID{"xmtp.org", "remoteStaticAttachment", 1, 0}
-	TypeMultiRemoteAttachment = TypeID{"xmtp.org", "multiRemoteStaticAttachment", 1, 0}
-	TypeTransactionReference  = TypeID{"xmtp.org", "transactionReference", 1, 0}
-	TypeWalletSendCalls       = TypeID{"xmtp.org", "walletSendCalls", 1, 0}
-	TypeActions               = TypeID{"coinbase.com", "actions", 1, 0}
-	TypeIntent                = TypeID{"coinbase.com", "intent", 1, 0}
-	TypeGroupUpdated          = TypeID{"xmtp.org", "group_updated", 1, 0}
-	TypeGroupMembershipChange = TypeID{"xmtp.org", "group_membership_change", 1, 0}
-	TypeLeaveRequest          = TypeID{"xmtp.org", "leave_request", 1, 0}
-	TypeDeleteMessage         = TypeID{"xmtp.org", "deleteMessage", 1, 0}
-	TypeEditMessage           = TypeID{"xmtp.org", "editMessage", 1, 0}
-)

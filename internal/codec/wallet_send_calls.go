@@ -8,6 +8,9 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
+// TypeWalletSendCalls is this type's identifier, spelled as the reference client spells it.
+var TypeWalletSendCalls = TypeID{"xmtp.org", "walletSendCalls", 1, 0}
+
 // WalletSendCallsCodec is xmtp.org/walletSendCalls:1.0: JSON WalletSendCalls
 // (section 7.2).
 type WalletSendCallsCodec struct{}
