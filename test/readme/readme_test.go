@@ -196,3 +196,46 @@ func TestREADME(t *testing.T) {
 	}
 	t.Logf("ran %d README blocks (%d skipped)", ran, len(blocks)-ran)
 }
+
+// TestREADMELinks: every in-page link of the README names a heading, and
+// every relative link names a file of the repository.
+func TestREADMELinks(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	slug := regexp.MustCompile(`[^a-z0-9 -]`)
+	inFence := false
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inFence = !inFence
+		}
+		if !inFence && strings.HasPrefix(line, "#") {
+			title := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+			anchors[strings.ReplaceAll(slug.ReplaceAllString(title, ""), " ", "-")] = true
+		}
+	}
+	links := regexp.MustCompile(`\]\(([^)\s]+)\)`).FindAllStringSubmatch(string(readme), -1)
+	if len(links) == 0 {
+		t.Fatal("no links found in the README")
+	}
+	for _, m := range links {
+		target := m[1]
+		switch {
+		case strings.HasPrefix(target, "#"):
+			if !anchors[target[1:]] {
+				t.Errorf("README links to %s, which is no heading", target)
+			}
+		case strings.Contains(target, "://"):
+		default:
+			if _, err := os.Stat(filepath.Join(root, strings.SplitN(target, "#", 2)[0])); err != nil {
+				t.Errorf("README links to %s: %v", target, err)
+			}
+		}
+	}
+}
