@@ -3,6 +3,7 @@ package codec
 import (
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Kind tells apart the failures CTYPE-009 requires an app to distinguish.
@@ -101,4 +102,18 @@ func withType(err error, t TypeID) error {
 		return ce
 	}
 	return err
+}
+
+// short keeps an error from repeating a long caller value: at most 64
+// bytes of it, cut at a rune boundary.
+func short(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -138,7 +138,7 @@ func checkGroupFields(g *gb.GroupSave) error {
 		}
 	}
 	for k, v := range g.GetMutableMetadata().GetAttributes() {
-		field := fmt.Sprintf("mutable_metadata.attributes[%q]", k)
+		field := fmt.Sprintf("mutable_metadata.attributes[%q]", short(k))
 		if err := errors.Join(checkText(field, k), checkText(field, v)); err != nil {
 			return err
 		}

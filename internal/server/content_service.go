@@ -180,16 +180,16 @@ func (s *ContentService) DecryptAttachment(_ context.Context, req *cb.DecryptAtt
 // message names the member that was wrong.
 func invalidArgument(field string, err error) error {
 	if field == "" {
-		return status.Error(codes.InvalidArgument, err.Error())
+		return status.Error(codes.InvalidArgument, clip(err.Error()))
 	}
-	return status.Error(codes.InvalidArgument, field+": "+err.Error())
+	return status.Error(codes.InvalidArgument, clip(field+": "+err.Error()))
 }
 
 // withReason attaches an ErrorInfo so that callers can tell failures with
 // the same code apart without parsing messages.
 func withReason(code codes.Code, reason, msg string) error {
-	st := status.New(code, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "contentbackup.v1"}); err == nil {
+	st := status.New(code, clip(msg))
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}); err == nil {
 		st = d
 	}
 	return st.Err()

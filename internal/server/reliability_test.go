@@ -39,6 +39,7 @@ import (
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/records"
@@ -747,4 +748,39 @@ func TestReliability2_StalledExportEnds(t *testing.T) {
 		}
 		wantCode(t, err, codes.DeadlineExceeded, "read nothing")
 	})
+}
+
+// TestReliability8_ErrorsDoNotEchoLargeInput: a long caller value inside
+// a refused request comes back as at most a short quote.
+func TestReliability8_ErrorsDoNotEchoLargeInput(t *testing.T) {
+	conn := startTCP(t, Config{Store: storetest.SQLite(t)})
+	long := strings.Repeat("z", 300<<10)
+	ctx := t.Context()
+	content := cb.NewContentServiceClient(conn)
+	conv := cb.NewConversationServiceClient(conn)
+	g := storetest.FullGroup("g")
+	g.MutableMetadata.Attributes = map[string]string{long: "\x00"}
+	for name, call := range map[string]func() error{
+		"remote attachment URL": func() error {
+			_, err := content.EncryptAttachment(ctx, &cb.EncryptAttachmentRequest{Attachment: &cb.Attachment{Data: []byte("x")}, Url: "ftp://" + long})
+			return err
+		},
+		"delete message id": func() error {
+			_, err := content.Encode(ctx, &cb.EncodeRequest{Input: &cb.EncodeRequest_Content{Content: &cb.Content{Value: &cb.Content_DeleteMessage{DeleteMessage: &ct.DeleteMessage{MessageId: long}}}}})
+			return err
+		},
+		"attribute key": func() error {
+			_, err := conv.PutGroup(ctx, &cb.PutGroupRequest{Owner: "o", Group: g})
+			return err
+		},
+	} {
+		err := call()
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if n := strings.Count(status.Convert(err).Message(), "z"); n > 256 {
+			t.Errorf("%s: the error repeats %d bytes of the caller's value", name, n)
+		}
+	}
 }
