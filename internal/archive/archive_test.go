@@ -550,25 +550,14 @@ func (f *failingSource) Read(p []byte) (int, error) {
 // TestReaderKeepsTheSourceError: a source that fails mid-archive (a
 // cancelled call, a broken connection) is reported as itself, not as an
 // invalid zstd stream or a truncation.
-func TestReaderKeepsTheSourceError(t *testing.T) {
-	var buf bytes.Buffer
-	w, err := NewWriter(&buf, testKey, WriterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{ExportedAtNs: 1}}}); err != nil {
-		t.Fatal(err)
-	}
+func TestARCH018_ReaderKeepsTheSourceError(t *testing.T) {
+	els := []*ds.BackupElement{metadataElement()}
 	for i := range 200 {
-		if err := w.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Group{Group: &gb.GroupSave{Id: bytes.Repeat([]byte{byte(i)}, 200)}}}); err != nil {
-			t.Fatal(err)
-		}
+		els = append(els, &ds.BackupElement{Element: &ds.BackupElement_Group{Group: &gb.GroupSave{Id: bytes.Repeat([]byte{byte(i)}, 200)}}})
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	data := write(t, WriterOptions{}, els...)
 	cancelled := errors.New("rpc error: code = Canceled")
-	r, err := NewReader(&failingSource{data: buf.Bytes()[:buf.Len()/2], err: cancelled}, testKey, ReaderOptions{})
+	r, err := NewReader(&failingSource{data: data[:len(data)/2], err: cancelled}, testKey, ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,19 +574,8 @@ func TestReaderKeepsTheSourceError(t *testing.T) {
 // TestReaderReportsACutCompressedStream: an archive cut inside its zstd
 // stream, past the last complete record, is a truncation that says so
 // (ARCH-018), not a cut length prefix.
-func TestReaderReportsACutCompressedStream(t *testing.T) {
-	var buf bytes.Buffer
-	w, err := NewWriter(&buf, testKey, WriterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{ExportedAtNs: 1}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	whole := buf.Bytes()
+func TestARCH018_ReaderReportsACutCompressedStream(t *testing.T) {
+	whole := write(t, WriterOptions{}, metadataElement())
 	// Drop the frame's last bytes: the one record decodes only if the
 	// block is whole, so the cut is inside the block or at the frame end.
 	for cut := len(whole) - 1; cut > len(whole)-4; cut-- {

@@ -41,6 +41,13 @@ type ReaderOptions struct {
 // copied out), its block buffers and the 64 KiB bufio buffer.
 func readerOverhead(window uint64) int64 { return 2*int64(window) + 1<<20 }
 
+// ReaderMemory is the most a Reader under opts may charge its Meter: its
+// overhead and its two record buffers (ciphertext and plaintext) at the
+// largest record.
+func ReaderMemory(opts ReaderOptions) int64 {
+	return readerOverhead(opts.MaxWindow) + 2*int64(opts.MaxRecordSize)
+}
+
 // Reader reads an archive. NewReader reads and checks the header; Metadata
 // reads record 0, which must be the metadata element; Next yields the
 // elements after it and io.EOF at a complete end.

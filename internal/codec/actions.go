@@ -81,7 +81,7 @@ func (ActionsCodec) Encode(v any) (*mc.EncodedContent, error) {
 			return nil, encodeError(path+".label", "required")
 		}
 		if seen[act.GetId()] {
-			return nil, encodeError(path+".id", "duplicate action id %q", short(act.GetId()))
+			return nil, encodeError(path+".id", "duplicate action id %q", Abbrev(act.GetId()))
 		}
 		seen[act.GetId()] = true
 		aj := actionJSON{ID: act.GetId(), Label: act.GetLabel(), ImageURL: act.ImageUrl}
@@ -179,7 +179,7 @@ func decodeActions(b []byte) (*cb.Actions, error) {
 		if style != nil {
 			var ok bool
 			if act.Style, ok = styleValues[*style]; !ok {
-				return nil, decodeError(ao.field("style"), "must be primary, secondary or danger, got %q", short(*style))
+				return nil, decodeError(ao.field("style"), "must be primary, secondary or danger, got %q", Abbrev(*style))
 			}
 		}
 		if act.ExpiresAt, err = decodeExpiry(ao); err != nil {
@@ -200,10 +200,10 @@ func decodeExpiry(o jsonObject) (*timestamppb.Timestamp, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, *s)
 	if err != nil {
-		return nil, decodeError(o.field("expiresAt"), "not an RFC 3339 timestamp: %q", short(*s))
+		return nil, decodeError(o.field("expiresAt"), "not an RFC 3339 timestamp: %q", Abbrev(*s))
 	}
 	if t.Before(minExpiry) || t.After(maxExpiry) {
-		return nil, decodeError(o.field("expiresAt"), "%q is outside the signed 64-bit nanosecond range (CTYPE-030)", short(*s))
+		return nil, decodeError(o.field("expiresAt"), "%q is outside the signed 64-bit nanosecond range (CTYPE-030)", Abbrev(*s))
 	}
 	return timestamppb.New(t.UTC()), nil
 }

@@ -79,7 +79,7 @@ func DecryptAttachment(payload []byte, ra *cb.RemoteAttachment) (*cb.Attachment,
 	}
 	sum := sha256.Sum256(payload)
 	if hex.EncodeToString(sum[:]) != ra.GetContentDigest() {
-		return nil, fmt.Errorf("%w: payload digest %x, remote attachment names %q", ErrDigestMismatch, sum, short(ra.GetContentDigest()))
+		return nil, fmt.Errorf("%w: payload digest %x, remote attachment names %q", ErrDigestMismatch, sum, Abbrev(ra.GetContentDigest()))
 	}
 	key, err := attachmentKey(ra.GetSecret(), ra.GetSalt())
 	if err != nil {

@@ -21,7 +21,7 @@ func (DeleteMessageCodec) Encode(v any) (*mc.EncodedContent, error) {
 		return nil, wrongValue("a *DeleteMessage", v)
 	}
 	if !isLowerHexString(d.GetMessageId()) {
-		return nil, encodeError("delete_message.message_id", "must be a non-empty lowercase hexadecimal message id, got %q", short(d.GetMessageId()))
+		return nil, encodeError("delete_message.message_id", "must be a non-empty lowercase hexadecimal message id, got %q", Abbrev(d.GetMessageId()))
 	}
 	return encodeProto[*ct.DeleteMessage](TypeDeleteMessage, d, "DeleteMessage")
 }

@@ -104,9 +104,9 @@ func withType(err error, t TypeID) error {
 	return err
 }
 
-// short keeps an error from repeating a long caller value: at most 64
+// Abbrev keeps an error from repeating a long caller value: at most 64
 // bytes of it, cut at a rune boundary.
-func short(s string) string {
+func Abbrev(s string) string {
 	const max = 64
 	if len(s) <= max {
 		return s

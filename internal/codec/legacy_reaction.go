@@ -60,14 +60,14 @@ func decodeLegacyReaction(b []byte) (*ct.ReactionV2, error) {
 	}
 	var ok bool
 	if r.Action, ok = legacyActions[action]; !ok {
-		return nil, decodeError("action", "unknown action %q", short(action))
+		return nil, decodeError("action", "unknown action %q", Abbrev(action))
 	}
 	schema, err := o.requiredString("schema")
 	if err != nil {
 		return nil, err
 	}
 	if r.Schema, ok = legacySchemas[schema]; !ok {
-		return nil, decodeError("schema", "unknown schema %q", short(schema))
+		return nil, decodeError("schema", "unknown schema %q", Abbrev(schema))
 	}
 	return r, nil
 }

@@ -89,7 +89,7 @@ func (RemoteAttachmentCodec) Decode(ec *mc.EncodedContent, _ NestedDecoder) (any
 	if s, ok := p[paramContentLength]; ok {
 		n, err := strconv.ParseUint(s, 10, 32)
 		if err != nil {
-			return nil, decodeError("parameters.contentLength", "not a decimal from 0 through 4294967295: %q", short(s))
+			return nil, decodeError("parameters.contentLength", "not a decimal from 0 through 4294967295: %q", Abbrev(s))
 		}
 		ra.ContentLength = ptr(uint32(n))
 	}
@@ -172,17 +172,17 @@ func remoteParamNames(path string) paramNames {
 // host; and the URL itself must use the scheme the parameter names.
 func checkSchemeURL(names paramNames, scheme, rawURL string, fail func(string, string, ...any) *Error) error {
 	if scheme != schemeHTTPS && scheme != schemeHTTP {
-		return fail(names.scheme, "must be %q, or %q for a loopback host; got %q", schemeHTTPS, schemeHTTP, short(scheme))
+		return fail(names.scheme, "must be %q, or %q for a loopback host; got %q", schemeHTTPS, schemeHTTP, Abbrev(scheme))
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
-		return fail(names.url, "not an absolute URL: %q", short(rawURL))
+		return fail(names.url, "not an absolute URL: %q", Abbrev(rawURL))
 	}
 	if u.Scheme+"://" != scheme {
-		return fail(names.url, "URL scheme %q does not match scheme parameter %q", short(u.Scheme), short(scheme))
+		return fail(names.url, "URL scheme %q does not match scheme parameter %q", Abbrev(u.Scheme), Abbrev(scheme))
 	}
 	if scheme == schemeHTTP && !isLoopbackHost(u.Hostname()) {
-		return fail(names.scheme, "%q is allowed only for localhost or a loopback address, not %q", schemeHTTP, short(u.Hostname()))
+		return fail(names.scheme, "%q is allowed only for localhost or a loopback address, not %q", schemeHTTP, Abbrev(u.Hostname()))
 	}
 	return nil
 }
@@ -214,7 +214,7 @@ func isLowerHex(s string, size int) bool {
 func SchemeFor(rawURL string) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
-		return "", encodeError("url", "not an absolute URL: %q", short(rawURL))
+		return "", encodeError("url", "not an absolute URL: %q", Abbrev(rawURL))
 	}
 	switch scheme := u.Scheme + "://"; {
 	case scheme == schemeHTTPS:
@@ -222,7 +222,7 @@ func SchemeFor(rawURL string) (string, error) {
 	case scheme == schemeHTTP && isLoopbackHost(u.Hostname()):
 		return scheme, nil
 	}
-	return "", encodeError("url", "must use https://, or http:// for localhost or a loopback address: %q", short(rawURL))
+	return "", encodeError("url", "must use https://, or http:// for localhost or a loopback address: %q", Abbrev(rawURL))
 }
 
 // CheckRemoteAttachment applies the decode column of the Remote attachment

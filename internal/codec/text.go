@@ -37,7 +37,7 @@ func encodeUTF8(t TypeID, v any) (*mc.EncodedContent, error) {
 // UTF-8 when the encoding parameter is absent, any other value rejected.
 func decodeUTF8(ec *mc.EncodedContent) (any, error) {
 	if enc, ok := ec.GetParameters()[paramEncoding]; ok && !strings.EqualFold(enc, "UTF-8") {
-		return nil, decodeError("parameters.encoding", "unsupported encoding %q", short(enc))
+		return nil, decodeError("parameters.encoding", "unsupported encoding %q", Abbrev(enc))
 	}
 	if !utf8.Valid(ec.GetContent()) {
 		return nil, decodeError("content", "not valid UTF-8")

@@ -115,7 +115,7 @@ func (WalletSendCallsCodec) Encode(v any) (*mc.EncodedContent, error) {
 			}
 			for k := range m.GetAdditional() {
 				if k == memberDescription || k == memberTransactionType {
-					return nil, encodeError(path+".additional", "member %q collides with a named member", short(k))
+					return nil, encodeError(path+".additional", "member %q collides with a named member", Abbrev(k))
 				}
 			}
 			call.Metadata = &walletCallMetadataJSON{m.GetDescription(), m.GetTransactionType(), m.GetAdditional()}

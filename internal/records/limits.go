@@ -130,17 +130,3 @@ func checkInboxText(field, s string, max int) error {
 func CheckActor(field, actor string) error {
 	return checkInboxText(field, actor, MaxActorBytes)
 }
-
-// short keeps an error from repeating a long caller value: at most 64
-// bytes of it, cut at a rune boundary.
-func short(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}

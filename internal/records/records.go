@@ -138,7 +138,7 @@ func checkGroupFields(g *gb.GroupSave) error {
 		}
 	}
 	for k, v := range g.GetMutableMetadata().GetAttributes() {
-		field := fmt.Sprintf("mutable_metadata.attributes[%q]", short(k))
+		field := fmt.Sprintf("mutable_metadata.attributes[%q]", codec.Abbrev(k))
 		if err := errors.Join(checkText(field, k), checkText(field, v)); err != nil {
 			return err
 		}

@@ -55,11 +55,14 @@ func NewArchiveService(s store.Store, limits Limits, pool *budget.Pool) *Archive
 // larger than the largest record the limits let in, the zstd window the
 // limits allow, every buffer charged to meter.
 func (s *ArchiveService) readerOptions(meter *budget.Call) archive.ReaderOptions {
-	return archive.ReaderOptions{
+	opts := archive.ReaderOptions{
 		MaxRecordSize: s.limits.maxArchiveRecord(),
 		MaxWindow:     uint64(s.limits.ArchiveWindowBytes),
-		Meter:         meter,
 	}
+	if meter != nil { // a nil *Call in the interface would not be nil
+		opts.Meter = meter
+	}
+	return opts
 }
 
 // exportReservation is what one export is charged for its whole run.
@@ -70,7 +73,9 @@ func (s *ArchiveService) exportReservation() int64 {
 // readerCall is the budget of one stream's archive reader: its window and
 // buffers, which grow with the largest record read.
 func (s *ArchiveService) readerCall() *budget.Call {
-	return s.pool.NewCall("archive reader", 2*int64(s.limits.ArchiveWindowBytes)+1<<20+2*int64(s.limits.maxArchiveRecord())+4<<20)
+	// A record buffer grows by doubling, so it may pass the record size
+	// by one step before the record is whole.
+	return s.pool.NewCall("archive reader", archive.ReaderMemory(s.readerOptions(nil))+4<<20)
 }
 
 func checkKey(field string, key []byte) error {

@@ -23,7 +23,7 @@ import (
 // unspecified conversation type. None comes in by AppendMessages, PutGroup
 // or Import; Verify names such a record; and a stored one (written before
 // this rule) fails an export rather than being written or dropped.
-func TestE2EDoorRefusesWhatTheReferenceRefuses(t *testing.T) {
+func TestE2E_ARCH017_DoorRefusesWhatTheReferenceRefuses(t *testing.T) {
 	forEachEngineArchive(t, func(t *testing.T, c archiveClients, s store.Store) {
 		ctx := t.Context()
 		g := storetest.FullGroup("g")
@@ -116,7 +116,7 @@ func TestE2EDoorRefusesWhatTheReferenceRefuses(t *testing.T) {
 
 // TestE2EVerifyReportsTheVersionRead: Verify of an archive whose header
 // says version 1 reports version 1 (and the problem), not 0.
-func TestE2EVerifyReportsTheVersionRead(t *testing.T) {
+func TestE2E_ARCH003_VerifyReportsTheVersionRead(t *testing.T) {
 	c := cb.NewArchiveServiceClient(startTCP(t, Config{Store: storetest.SQLite(t)}))
 	header := make([]byte, archive.HeaderSize+8)
 	header[0] = 1 // little-endian version 1

@@ -107,17 +107,17 @@ func (t *pageTokens) open(kind byte, bound []byte, token string) ([]byte, error)
 	return cursor, nil
 }
 
-func groupsBinding(owner string) []byte { return binding([]byte(owner)) }
+func ownerBinding(owner string) []byte { return binding([]byte(owner)) }
 
 func (t *pageTokens) groups(owner string, lastID []byte) string {
-	return t.issue(tokenGroups, groupsBinding(owner), lastID)
+	return t.issue(tokenGroups, ownerBinding(owner), lastID)
 }
 
 func (t *pageTokens) parseGroups(owner, token string) ([]byte, error) {
 	if token == "" {
 		return nil, nil
 	}
-	return t.open(tokenGroups, groupsBinding(owner), token)
+	return t.open(tokenGroups, ownerBinding(owner), token)
 }
 
 func messagesBinding(owner string, q store.MessageQuery) []byte {
@@ -151,14 +151,14 @@ func (t *pageTokens) parseMessages(owner string, q store.MessageQuery, token str
 
 func (t *pageTokens) consent(owner string, k store.ConsentKey) string {
 	cursor := binary.BigEndian.AppendUint32(nil, uint32(k.EntityType))
-	return t.issue(tokenConsent, groupsBinding(owner), append(cursor, k.Entity...))
+	return t.issue(tokenConsent, ownerBinding(owner), append(cursor, k.Entity...))
 }
 
 func (t *pageTokens) parseConsent(owner, token string) (*store.ConsentKey, error) {
 	if token == "" {
 		return nil, nil
 	}
-	b, err := t.open(tokenConsent, groupsBinding(owner), token)
+	b, err := t.open(tokenConsent, ownerBinding(owner), token)
 	if err != nil {
 		return nil, err
 	}

@@ -3,9 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -17,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/lestrrat-go/jwx/v3/jwt"
 	"go.uber.org/zap"
@@ -34,6 +30,7 @@ import (
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/auth/authtest"
 	"github.com/contentbackup/contentbackup/internal/devpki"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
@@ -135,28 +132,9 @@ type idp struct {
 
 func newIDP(t testing.TB) *idp {
 	t.Helper()
-	raw, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := jwk.Import(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = key.Set(jwk.KeyIDKey, "k1")
-	_ = key.Set(jwk.AlgorithmKey, jwa.ES256())
-	pub, err := jwk.PublicKeyOf(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := jwk.NewSet()
-	_ = set.AddKey(pub)
-	b, err := json.Marshal(set)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, pub := authtest.NewKey(t, "k1")
 	f := filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(f, b, 0o600); err != nil {
+	if err := os.WriteFile(f, authtest.JWKS(t, pub), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return &idp{key: key, jwksFile: f}
@@ -175,16 +153,7 @@ func (i *idp) token(t testing.TB, c claims) string {
 	if c.owner != nil {
 		b = b.Claim("owner", c.owner)
 	}
-	b = b.Claim("scope", c.scope)
-	tok, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	signed, err := jwt.Sign(tok, jwt.WithKey(jwa.ES256(), i.key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(signed)
+	return authtest.Sign(t, i.key, b.Claim("scope", c.scope))
 }
 
 func (i *idp) valid(t testing.TB, owner, scope string) string {

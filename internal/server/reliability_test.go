@@ -139,7 +139,7 @@ func nestedReplyBomb(t testing.TB, depth, fill int) []byte {
 // replies decompressed 16 levels of ~16 MiB each. All levels together now
 // count against the one CTYPE-025 cap, and eight concurrent callers stay
 // within the server's memory budget.
-func TestReliability1_NestedReplyBomb(t *testing.T) {
+func TestReliability1_NestedReplyBomb_CTYPE025(t *testing.T) {
 	bomb := nestedReplyBomb(t, 16, 15*mib)
 	t.Logf("request: %d bytes", len(bomb))
 	c := cb.NewContentServiceClient(startTCP(t, Config{Limits: Limits{MemoryBytes: 128 * mib}}))
@@ -181,7 +181,7 @@ func TestReliability1_NestedReplyBomb(t *testing.T) {
 // TestReliability6_DecodeBatchOfFailingBombs: a batch of bombs that each
 // fail at the cap is charged for the work they do, so it stops at the
 // call's budget instead of inflating every one.
-func TestReliability6_DecodeBatchOfFailingBombs(t *testing.T) {
+func TestReliability6_DecodeBatchOfFailingBombs_CTYPE025(t *testing.T) {
 	over := strings.Repeat("a", 16*mib+1)
 	z, err := codec.Compress([]byte(over), mc.Compression_COMPRESSION_DEFLATE)
 	if err != nil {
