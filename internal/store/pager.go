@@ -27,22 +27,7 @@ type Pager struct {
 var _ Snapshot = Pager{}
 
 func (p Pager) EachGroup(ctx context.Context, fn func(*gb.GroupSave) error) error {
-	var after []byte
-	for {
-		page, err := p.Groups(ctx, after, SnapshotPageSize)
-		if err != nil {
-			return err
-		}
-		for _, g := range page {
-			if err := fn(g); err != nil {
-				return err
-			}
-		}
-		if len(page) < SnapshotPageSize {
-			return nil
-		}
-		after = page[len(page)-1].GetId()
-	}
+	return eachPage(ctx, p.Groups, func(g *gb.GroupSave) []byte { return g.GetId() }, fn)
 }
 
 func (p Pager) EachMessage(ctx context.Context, q MessageQuery, fn func(*mb.GroupMessageSave) error) error {
@@ -51,9 +36,17 @@ func (p Pager) EachMessage(ctx context.Context, q MessageQuery, fn func(*mb.Grou
 }
 
 func (p Pager) EachConsent(ctx context.Context, fn func(*cs.ConsentSave) error) error {
-	var after *ConsentKey
+	return eachPage(ctx, p.Consent, func(r *cs.ConsentSave) *ConsentKey {
+		return &ConsentKey{EntityType: r.GetEntityType(), Entity: r.GetEntity()}
+	}, fn)
+}
+
+// eachPage calls fn for every record of keyset pages read by read, each
+// page starting after the key of the last record of the one before.
+func eachPage[T, K any](ctx context.Context, read func(context.Context, K, int) ([]T, error), keyOf func(T) K, fn func(T) error) error {
+	var after K
 	for {
-		page, err := p.Consent(ctx, after, SnapshotPageSize)
+		page, err := read(ctx, after, SnapshotPageSize)
 		if err != nil {
 			return err
 		}
@@ -65,8 +58,7 @@ func (p Pager) EachConsent(ctx context.Context, fn func(*cs.ConsentSave) error) 
 		if len(page) < SnapshotPageSize {
 			return nil
 		}
-		last := page[len(page)-1]
-		after = &ConsentKey{EntityType: last.GetEntityType(), Entity: last.GetEntity()}
+		after = keyOf(page[len(page)-1])
 	}
 }
 

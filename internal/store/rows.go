@@ -249,13 +249,14 @@ func GroupSelect(owner string, after []byte, limit int, placeholder func(int) st
 	return b.String(), args
 }
 
-// CollectGroups scans every row of a GroupSelect query.
-func CollectGroups(rows Rows) ([]*gb.GroupSave, error) {
+// collectGroups scans every row of a GroupSelect query; its errors are
+// the driver's, for the caller to wrap.
+func collectGroups(rows Rows) ([]*gb.GroupSave, error) {
 	var out []*gb.GroupSave
 	for rows.Next() {
 		var row GroupRow
 		if err := rows.Scan(row.Dest()...); err != nil {
-			return nil, fmt.Errorf("list groups: %w", err)
+			return nil, err
 		}
 		g, err := row.Group()
 		if err != nil {
@@ -263,10 +264,7 @@ func CollectGroups(rows Rows) ([]*gb.GroupSave, error) {
 		}
 		out = append(out, g)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list groups: %w", err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // Rows is what both drivers' result sets offer.
@@ -276,20 +274,18 @@ type Rows interface {
 	Err() error
 }
 
-// EachMessageRow scans each row of a MessageSelect query as it arrives and
-// calls fn with its record.
-func EachMessageRow(rows Rows, fn func(*mb.GroupMessageSave) error) error {
+// eachMessageRow scans each row of a MessageSelect query as it arrives and
+// calls fn with its record. fn's errors come back as they are, the
+// driver's for the caller to wrap.
+func eachMessageRow(rows Rows, fn func(*mb.GroupMessageSave) error) error {
 	for rows.Next() {
 		row := new(MessageRow)
 		if err := rows.Scan(row.Dest()...); err != nil {
-			return fmt.Errorf("list messages: %w", err)
+			return err
 		}
 		if err := fn(row.Message()); err != nil {
 			return err
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("list messages: %w", err)
-	}
-	return nil
+	return rows.Err()
 }

@@ -1,8 +1,10 @@
 // Package postgres is the production store engine: PostgreSQL through
-// pgx's connection pool. Bulk appends go to the server as one INSERT over
-// unnest()ed arrays (binary-encoded, one round trip per batch); reads page
-// by keyset, never holding a table in memory; export reads inside one
-// REPEATABLE READ, READ ONLY transaction.
+// pgx's connection pool. Bulk appends COPY the rows the owner does not
+// have yet (falling back to one INSERT over unnest()ed arrays when a
+// concurrent append races it); reads page by keyset, never holding a table
+// in memory; export reads inside one REPEATABLE READ, READ ONLY
+// transaction. The SQL it shares with the embedded engine is
+// store.SQLStore's.
 package postgres
 
 //lint:file-ignore SA1019 content_type_save is retired but still stored and returned as given (ARCH-004, ARCH-008).
@@ -28,6 +30,7 @@ import (
 
 // Store is the Postgres engine.
 type Store struct {
+	store.SQLStore
 	pool *pgxpool.Pool
 }
 
@@ -57,7 +60,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	s := &Store{pool: pool}
+	s := &Store{SQLStore: store.NewSQLStore(db{pool}, dialect), pool: pool}
 	if err := s.prepare(ctx, opts); err != nil {
 		pool.Close()
 		return nil, err
@@ -104,8 +107,8 @@ func (s *Store) Close() error {
 // inTx runs fn in a read-write transaction, committing when it returns nil.
 // fn's error comes back as it is: it is either the store's own (not found,
 // a rule of the caller's) or already says what failed.
-func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
+func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres: begin: %w", err)
 	}
@@ -119,21 +122,66 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return nil
 }
 
-// querier is what reads need: the pool, or a transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+const stateRestored = int32(gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED)
+
+// dialect is Postgres' SQL for the shared statements.
+var dialect = store.Dialect{
+	Name:        "postgres",
+	Placeholder: func(i int) string { return "$" + strconv.Itoa(i) },
+	NoRows:      pgx.ErrNoRows,
+	ForUpdate:   " FOR UPDATE",
+	ForShare:    " FOR SHARE",
 }
 
-const (
-	groupSelect   = `SELECT ` + store.GroupColumns + ` FROM groups`
-	messageSelect = `SELECT ` + store.MessageColumns + ` FROM messages`
-	stateRestored = int32(gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED)
-)
+// db hands the shared SQL the pool and its transactions.
+type db struct{ pool *pgxpool.Pool }
+
+func (d db) Read() store.Conn { return conn{d.pool} }
+
+func (d db) Write(ctx context.Context, fn func(store.Conn) error) error {
+	return inTx(ctx, d.pool, func(tx pgx.Tx) error { return fn(conn{tx}) })
+}
+
+func (d db) ReadSnapshot(ctx context.Context, fn func(store.Conn) error) error {
+	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("postgres: begin snapshot: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	return fn(conn{tx})
+}
+
+// conn adapts the pool or a transaction to store.Conn.
+type conn struct {
+	q interface {
+		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	}
+}
+
+func (c conn) QueryRow(ctx context.Context, query string, args ...any) store.Row {
+	return c.q.QueryRow(ctx, query, args...)
+}
+
+func (c conn) Query(ctx context.Context, query string, args []any, each func(store.Rows) error) error {
+	rows, err := c.q.Query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if err := each(rows); err != nil {
+		return err
+	}
+	return rows.Err()
+}
+
+func (c conn) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := c.q.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
 
 var (
-	groupInsert = `INSERT INTO groups (owner, ` + store.GroupColumns + `) VALUES (` + placeholders(store.GroupColumnCount+1) + `)`
-	groupUpsert = groupInsert + ` ON CONFLICT (owner, id) DO UPDATE SET ` + store.UpsertSet(store.GroupColumns)
 	// messageAppend inserts a batch given as one array per column, in
 	// input order, and returns the ids it stored.
 	messageAppend = `INSERT INTO messages (owner, ` + store.MessageInsertColumns + `)
@@ -164,139 +212,13 @@ var copyColumns = func() []string {
 	return cols
 }()
 
-func placeholders(n int) string {
-	p := make([]string, n)
-	for i := range p {
-		p[i] = fmt.Sprintf("$%d", i+1)
-	}
-	return strings.Join(p, ", ")
-}
-
-func getGroup(ctx context.Context, q querier, owner string, id []byte, lock string) (*gb.GroupSave, error) {
-	var row store.GroupRow
-	err := q.QueryRow(ctx, groupSelect+` WHERE owner = $1 AND id = $2`+lock, owner, id).Scan(row.Dest()...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("group %x: %w", id, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("postgres: read group %x: %w", id, err)
-	}
-	return row.Group()
-}
-
-func (s *Store) GetGroup(ctx context.Context, owner string, id []byte) (*gb.GroupSave, error) {
-	return getGroup(ctx, s.pool, owner, id, "")
-}
-
-func (s *Store) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (created bool, err error) {
-	args, err := store.GroupArgs(g)
-	if err != nil {
-		return false, err
-	}
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		old, err := getGroup(ctx, tx, owner, g.GetId(), " FOR UPDATE")
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		if err := store.CheckPut(old); err != nil {
-			return err
-		}
-		created = old == nil
-		if _, err := tx.Exec(ctx, groupUpsert, append([]any{owner}, args...)...); err != nil {
-			return fmt.Errorf("postgres: write group %x: %w", g.GetId(), err)
-		}
-		return nil
-	})
-	return created, err
-}
-
-func (s *Store) ListGroups(ctx context.Context, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
-	return listGroups(ctx, s.pool, owner, after, limit)
-}
-
-func listGroups(ctx context.Context, q querier, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
-	query, args := store.GroupSelect(owner, after, limit, func(i int) string { return "$" + strconv.Itoa(i) })
-	rows, err := q.Query(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: list groups: %w", err)
-	}
-	defer rows.Close()
-	out, err := store.CollectGroups(rows)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	return out, nil
-}
-
-func (s *Store) ActivateGroup(ctx context.Context, owner string, id []byte) (g *gb.GroupSave, activated bool, err error) {
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if g, err = getGroup(ctx, tx, owner, id, " FOR UPDATE"); err != nil {
-			return err
-		}
-		if activated, err = store.Activate(g); err != nil || !activated {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE groups SET membership_state = $1 WHERE owner = $2 AND id = $3`,
-			int32(g.MembershipState), owner, id); err != nil {
-			return fmt.Errorf("postgres: activate group %x: %w", id, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, false, err
-	}
-	return g, activated, nil
-}
-
-func (s *Store) MergeGroups(ctx context.Context, owner string, groups []*gb.GroupSave) ([]store.Outcome, error) {
-	out := make([]store.Outcome, len(groups))
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		for i, g := range groups {
-			var last *int64
-			err := tx.QueryRow(ctx, `SELECT last_message_ns FROM groups WHERE owner = $1 AND id = $2 FOR UPDATE`, owner, g.GetId()).Scan(&last)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				args, err := store.GroupArgs(store.Restored(g))
-				if err != nil {
-					return fmt.Errorf("group %x: %w", g.GetId(), err)
-				}
-				// Two imports of the same group at once: the second one's
-				// insert finds the first one's row and leaves it.
-				tag, err := tx.Exec(ctx, groupInsert+` ON CONFLICT (owner, id) DO NOTHING`, append([]any{owner}, args...)...)
-				if err != nil {
-					return fmt.Errorf("postgres: insert group %x: %w", g.GetId(), err)
-				}
-				out[i] = store.Unchanged
-				if tag.RowsAffected() == 1 {
-					out[i] = store.Inserted
-				}
-			case err != nil:
-				return fmt.Errorf("postgres: read group %x: %w", g.GetId(), err)
-			case store.Later(g.LastMessageNs, last):
-				if _, err := tx.Exec(ctx, `UPDATE groups SET last_message_ns = $1 WHERE owner = $2 AND id = $3`,
-					g.GetLastMessageNs(), owner, g.GetId()); err != nil {
-					return fmt.Errorf("postgres: update group %x: %w", g.GetId(), err)
-				}
-				out[i] = store.Updated
-			default:
-				out[i] = store.Unchanged
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.GroupMessageSave, opts store.AppendOptions) ([]store.Outcome, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
 	store.Derive(msgs)
 	var out []store.Outcome
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := checkGroups(ctx, tx, owner, msgs, opts); err != nil {
 			return err
 		}
@@ -469,61 +391,9 @@ func checkGroups(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupM
 	return nil
 }
 
-func (s *Store) ListMessages(ctx context.Context, owner string, q store.MessageQuery) (store.MessagePage, error) {
-	return listMessages(ctx, s.pool, owner, q)
-}
-
-func listMessages(ctx context.Context, q querier, owner string, mq store.MessageQuery) (store.MessagePage, error) {
-	return store.CollectPage(mq, func(fn func(*mb.GroupMessageSave) error) error {
-		return eachMessage(ctx, q, owner, mq, fn)
-	})
-}
-
-// eachMessage runs one query and calls fn for each row as it arrives; with
-// no limit it streams a whole group, the server sending rows ahead while fn
-// works. fn must not query q meanwhile: the connection is busy.
-func eachMessage(ctx context.Context, q querier, owner string, mq store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
-	query, args := store.MessageSelect(owner, mq, func(i int) string { return "$" + strconv.Itoa(i) })
-	rows, err := q.Query(ctx, query, args...)
-	if err != nil {
-		return fmt.Errorf("postgres: list messages: %w", err)
-	}
-	defer rows.Close()
-	return store.EachMessageRow(rows, fn)
-}
-
-func (s *Store) DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		// The group first, then the message, both locked: the order every
-		// writer takes them in.
-		g, err := getGroup(ctx, tx, owner, groupID, " FOR SHARE")
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("message %x in group %x: %w", id, groupID, store.ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		var row store.MessageRow
-		err = tx.QueryRow(ctx, messageSelect+` WHERE owner = $1 AND group_id = $2 AND id = $3 FOR UPDATE`, owner, groupID, id).Scan(row.Dest()...)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("message %x in group %x: %w", id, groupID, store.ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("postgres: read message %x: %w", id, err)
-		}
-		if err := allow(row.Message(), g); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE owner = $1 AND id = $2`, owner, id); err != nil {
-			return fmt.Errorf("postgres: delete message %x: %w", id, err)
-		}
-		return nil
-	})
-}
-
 func (s *Store) MergeConsent(ctx context.Context, owner string, records []*cs.ConsentSave) ([]store.Outcome, error) {
 	out := make([]store.Outcome, len(records))
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		for i, r := range records {
 			// One statement decides and writes: xmax = 0 tells an insert
 			// from an update, and no row back means the stored record won.
@@ -550,50 +420,4 @@ func (s *Store) MergeConsent(ctx context.Context, owner string, records []*cs.Co
 		return nil, err
 	}
 	return out, nil
-}
-
-func (s *Store) ListConsent(ctx context.Context, owner string, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
-	return listConsent(ctx, s.pool, owner, after, limit)
-}
-
-func listConsent(ctx context.Context, q querier, owner string, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
-	query, args := `SELECT entity_type, state, entity, consented_at_ns FROM consent WHERE owner = $1`, []any{owner}
-	if after != nil {
-		query, args = query+` AND (entity_type, entity) > ($2, $3)`, append(args, int16(after.EntityType), after.Entity)
-	}
-	rows, err := q.Query(ctx, query+fmt.Sprintf(` ORDER BY entity_type, entity LIMIT %d`, limit), args...)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: list consent: %w", err)
-	}
-	var out []*cs.ConsentSave
-	var typ, state int16
-	var entity string
-	var at int64
-	_, err = pgx.ForEachRow(rows, []any{&typ, &state, &entity, &at}, func() error {
-		out = append(out, &cs.ConsentSave{EntityType: cs.ConsentTypeSave(typ), State: cs.ConsentStateSave(state), Entity: entity, ConsentedAtNs: at})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("postgres: list consent: %w", err)
-	}
-	return out, nil
-}
-
-func (s *Store) Snapshot(ctx context.Context, owner string, fn func(store.Snapshot) error) error {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return fmt.Errorf("postgres: begin snapshot: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	return fn(store.Pager{
-		Groups: func(ctx context.Context, after []byte, limit int) ([]*gb.GroupSave, error) {
-			return listGroups(ctx, tx, owner, after, limit)
-		},
-		Messages: func(ctx context.Context, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
-			return eachMessage(ctx, tx, owner, q, fn)
-		},
-		Consent: func(ctx context.Context, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
-			return listConsent(ctx, tx, owner, after, limit)
-		},
-	})
 }

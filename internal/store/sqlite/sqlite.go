@@ -33,6 +33,7 @@ const FileName = "contentbackup.db"
 
 // Store is the SQLite engine.
 type Store struct {
+	store.SQLStore
 	write *sql.DB
 	read  *sql.DB
 	path  string
@@ -66,6 +67,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	read.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
 	s := &Store{write: write, read: read, path: path}
+	s.SQLStore = store.NewSQLStore(db{s}, dialect)
 	if err := s.prepare(ctx, opts); err != nil {
 		s.Close()
 		return nil, err
@@ -122,22 +124,66 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return nil
 }
 
-// querier is what reads need: the read pool, or a transaction.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+// dialect is SQLite's SQL for the shared statements. The write
+// transaction holds the database, so no statement locks rows.
+var dialect = store.Dialect{
+	Name:        "sqlite",
+	Placeholder: func(int) string { return "?" },
+	NoRows:      sql.ErrNoRows,
 }
 
-const (
-	groupSelect   = `SELECT ` + store.GroupColumns + ` FROM groups`
-	messageSelect = `SELECT ` + store.MessageColumns + ` FROM messages`
-)
+// db hands the shared SQL the read pool and the writer's transactions.
+type db struct{ s *Store }
 
-var (
-	groupInsert = `INSERT INTO groups (owner, ` + store.GroupColumns + `) VALUES (` + placeholders(store.GroupColumnCount+1) + `)`
-	// groupUpsert replaces every column but the key.
-	groupUpsert = groupInsert + ` ON CONFLICT (owner, id) DO UPDATE SET ` + store.UpsertSet(store.GroupColumns)
-)
+func (d db) Read() store.Conn { return conn{d.s.read} }
+
+func (d db) Write(ctx context.Context, fn func(store.Conn) error) error {
+	return d.s.inTx(ctx, func(tx *sql.Tx) error { return fn(conn{tx}) })
+}
+
+// ReadSnapshot: in WAL mode a read transaction sees the database as of its
+// first read, whatever commits after: one consistent view for the export.
+func (d db) ReadSnapshot(ctx context.Context, fn func(store.Conn) error) error {
+	tx, err := d.s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("sqlite: begin snapshot: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	return fn(conn{tx})
+}
+
+// conn adapts a pool or a transaction to store.Conn.
+type conn struct {
+	q interface {
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	}
+}
+
+func (c conn) QueryRow(ctx context.Context, query string, args ...any) store.Row {
+	return c.q.QueryRowContext(ctx, query, args...)
+}
+
+func (c conn) Query(ctx context.Context, query string, args []any, each func(store.Rows) error) error {
+	rows, err := c.q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if err := each(rows); err != nil {
+		return err
+	}
+	return errors.Join(rows.Err(), rows.Close())
+}
+
+func (c conn) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := c.q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
 
 // appendChunk is how many rows one INSERT of AppendMessages carries, well
 // under SQLite's limit of 32766 parameters.
@@ -151,118 +197,6 @@ func messageInsert(n int) string {
 
 func placeholders(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
-func getGroup(ctx context.Context, q querier, owner string, id []byte) (*gb.GroupSave, error) {
-	var row store.GroupRow
-	err := q.QueryRowContext(ctx, groupSelect+` WHERE owner = ? AND id = ?`, owner, id).Scan(row.Dest()...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("group %x: %w", id, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: read group %x: %w", id, err)
-	}
-	return row.Group()
-}
-
-func (s *Store) GetGroup(ctx context.Context, owner string, id []byte) (*gb.GroupSave, error) {
-	return getGroup(ctx, s.read, owner, id)
-}
-
-func (s *Store) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (created bool, err error) {
-	args, err := store.GroupArgs(g)
-	if err != nil {
-		return false, err
-	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		old, err := getGroup(ctx, tx, owner, g.GetId())
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		if err := store.CheckPut(old); err != nil {
-			return err
-		}
-		created = old == nil
-		if _, err := tx.ExecContext(ctx, groupUpsert, append([]any{owner}, args...)...); err != nil {
-			return fmt.Errorf("sqlite: write group %x: %w", g.GetId(), err)
-		}
-		return nil
-	})
-	return created, err
-}
-
-func (s *Store) ListGroups(ctx context.Context, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
-	return listGroups(ctx, s.read, owner, after, limit)
-}
-
-func listGroups(ctx context.Context, q querier, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
-	query, args := store.GroupSelect(owner, after, limit, func(int) string { return "?" })
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: list groups: %w", err)
-	}
-	defer rows.Close()
-	out, err := store.CollectGroups(rows)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: %w", err)
-	}
-	return out, nil
-}
-
-func (s *Store) ActivateGroup(ctx context.Context, owner string, id []byte) (g *gb.GroupSave, activated bool, err error) {
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if g, err = getGroup(ctx, tx, owner, id); err != nil {
-			return err
-		}
-		if activated, err = store.Activate(g); err != nil || !activated {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE groups SET membership_state = ? WHERE owner = ? AND id = ?`,
-			int32(g.MembershipState), owner, id); err != nil {
-			return fmt.Errorf("sqlite: activate group %x: %w", id, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, false, err
-	}
-	return g, activated, nil
-}
-
-func (s *Store) MergeGroups(ctx context.Context, owner string, groups []*gb.GroupSave) ([]store.Outcome, error) {
-	out := make([]store.Outcome, len(groups))
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		for i, g := range groups {
-			var last *int64
-			err := tx.QueryRowContext(ctx, `SELECT last_message_ns FROM groups WHERE owner = ? AND id = ?`, owner, g.GetId()).Scan(&last)
-			switch {
-			case errors.Is(err, sql.ErrNoRows):
-				args, err := store.GroupArgs(store.Restored(g))
-				if err != nil {
-					return fmt.Errorf("group %x: %w", g.GetId(), err)
-				}
-				if _, err := tx.ExecContext(ctx, groupInsert, append([]any{owner}, args...)...); err != nil {
-					return fmt.Errorf("sqlite: insert group %x: %w", g.GetId(), err)
-				}
-				out[i] = store.Inserted
-			case err != nil:
-				return fmt.Errorf("sqlite: read group %x: %w", g.GetId(), err)
-			case store.Later(g.LastMessageNs, last):
-				if _, err := tx.ExecContext(ctx, `UPDATE groups SET last_message_ns = ? WHERE owner = ? AND id = ?`,
-					g.GetLastMessageNs(), owner, g.GetId()); err != nil {
-					return fmt.Errorf("sqlite: update group %x: %w", g.GetId(), err)
-				}
-				out[i] = store.Updated
-			default:
-				out[i] = store.Unchanged
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.GroupMessageSave, opts store.AppendOptions) ([]store.Outcome, error) {
@@ -374,52 +308,6 @@ func checkGroups(ctx context.Context, tx *sql.Tx, owner string, msgs []*mb.Group
 	return nil
 }
 
-func (s *Store) ListMessages(ctx context.Context, owner string, q store.MessageQuery) (store.MessagePage, error) {
-	return listMessages(ctx, s.read, owner, q)
-}
-
-func listMessages(ctx context.Context, q querier, owner string, mq store.MessageQuery) (store.MessagePage, error) {
-	return store.CollectPage(mq, func(fn func(*mb.GroupMessageSave) error) error {
-		return eachMessage(ctx, q, owner, mq, fn)
-	})
-}
-
-// eachMessage runs one query and calls fn for each row as it is read; with
-// no limit it streams a whole group. fn must not query q meanwhile.
-func eachMessage(ctx context.Context, q querier, owner string, mq store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
-	query, args := store.MessageSelect(owner, mq, func(int) string { return "?" })
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return fmt.Errorf("sqlite: list messages: %w", err)
-	}
-	defer rows.Close()
-	return store.EachMessageRow(rows, fn)
-}
-
-func (s *Store) DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
-		var row store.MessageRow
-		err := tx.QueryRowContext(ctx, messageSelect+` WHERE owner = ? AND group_id = ? AND id = ?`, owner, groupID, id).Scan(row.Dest()...)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("message %x in group %x: %w", id, groupID, store.ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("sqlite: read message %x: %w", id, err)
-		}
-		g, err := getGroup(ctx, tx, owner, groupID)
-		if err != nil {
-			return err
-		}
-		if err := allow(row.Message(), g); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM messages WHERE owner = ? AND id = ?`, owner, id); err != nil {
-			return fmt.Errorf("sqlite: delete message %x: %w", id, err)
-		}
-		return nil
-	})
-}
-
 func (s *Store) MergeConsent(ctx context.Context, owner string, records []*cs.ConsentSave) ([]store.Outcome, error) {
 	out := make([]store.Outcome, len(records))
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -450,55 +338,4 @@ func (s *Store) MergeConsent(ctx context.Context, owner string, records []*cs.Co
 		return nil, err
 	}
 	return out, nil
-}
-
-func (s *Store) ListConsent(ctx context.Context, owner string, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
-	return listConsent(ctx, s.read, owner, after, limit)
-}
-
-func listConsent(ctx context.Context, q querier, owner string, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
-	query, args := `SELECT entity_type, state, entity, consented_at_ns FROM consent WHERE owner = ?`, []any{owner}
-	if after != nil {
-		query, args = query+` AND (entity_type, entity) > (?, ?)`, append(args, int32(after.EntityType), after.Entity)
-	}
-	rows, err := q.QueryContext(ctx, query+` ORDER BY entity_type, entity LIMIT ?`, append(args, limit)...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: list consent: %w", err)
-	}
-	defer rows.Close()
-	var out []*cs.ConsentSave
-	for rows.Next() {
-		var typ, state int32
-		r := &cs.ConsentSave{}
-		if err := rows.Scan(&typ, &state, &r.Entity, &r.ConsentedAtNs); err != nil {
-			return nil, fmt.Errorf("sqlite: list consent: %w", err)
-		}
-		r.EntityType, r.State = cs.ConsentTypeSave(typ), cs.ConsentStateSave(state)
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: list consent: %w", err)
-	}
-	return out, nil
-}
-
-func (s *Store) Snapshot(ctx context.Context, owner string, fn func(store.Snapshot) error) error {
-	// In WAL mode a read transaction sees the database as of its first
-	// read, whatever commits after: one consistent view for the export.
-	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return fmt.Errorf("sqlite: begin snapshot: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	return fn(store.Pager{
-		Groups: func(ctx context.Context, after []byte, limit int) ([]*gb.GroupSave, error) {
-			return listGroups(ctx, tx, owner, after, limit)
-		},
-		Messages: func(ctx context.Context, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
-			return eachMessage(ctx, tx, owner, q, fn)
-		},
-		Consent: func(ctx context.Context, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
-			return listConsent(ctx, tx, owner, after, limit)
-		},
-	})
 }

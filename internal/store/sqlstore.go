@@ -1,0 +1,334 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+)
+
+// The Store methods whose SQL both engines share, written once over a
+// small adapter of each driver (Conn) and the few ways their SQL differs
+// (Dialect). An engine embeds SQLStore and adds what it does its own way:
+// the bulk append (COPY on Postgres, multi-row INSERT on SQLite), the
+// consent merge, health and closing.
+
+// Conn is a connection pool or a transaction of one engine.
+type Conn interface {
+	QueryRow(ctx context.Context, query string, args ...any) Row
+	// Query runs query and calls each with its rows, closing them after.
+	Query(ctx context.Context, query string, args []any, each func(Rows) error) error
+	Exec(ctx context.Context, query string, args ...any) (rowsAffected int64, err error)
+}
+
+// Row is one row of QueryRow; Scan returns the Dialect's NoRows when there
+// was none.
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// DB is how an engine hands out connections.
+type DB interface {
+	// Read is for reads outside a transaction.
+	Read() Conn
+	// Write runs fn in a read-write transaction, committing when fn
+	// returns nil and returning fn's error as it is.
+	Write(ctx context.Context, fn func(Conn) error) error
+	// ReadSnapshot runs fn in a read-only transaction that sees one
+	// instant of the database.
+	ReadSnapshot(ctx context.Context, fn func(Conn) error) error
+}
+
+// Dialect is what differs between the engines' SQL.
+type Dialect struct {
+	// Name prefixes errors: "postgres", "sqlite".
+	Name string
+	// Placeholder writes the i-th parameter (1-based): "$1" or "?".
+	Placeholder func(i int) string
+	// NoRows is the driver's error for a QueryRow that found nothing.
+	NoRows error
+	// ForUpdate and ForShare lock the rows a SELECT reads in a write
+	// transaction until it ends. SQLite's write transaction holds the
+	// whole database, so it needs neither.
+	ForUpdate, ForShare string
+}
+
+// bind writes query's ? placeholders in the dialect.
+func (d Dialect) bind(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString(d.Placeholder(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// SQLStore implements the Store methods both engines share.
+type SQLStore struct {
+	db DB
+	d  Dialect
+	q  statements
+}
+
+// statements are the fixed statements, bound once in the dialect.
+type statements struct {
+	groupByID, groupInsert, groupUpsert, groupInsertNew       string
+	groupLastMessage, groupSetLastMessage, groupSetState      string
+	messageByID, messageDelete, consentPage, consentPageAfter string
+}
+
+// NewSQLStore shares SQL over an engine's connections.
+func NewSQLStore(db DB, d Dialect) SQLStore {
+	values := "(" + strings.TrimSuffix(strings.Repeat("?, ", GroupColumnCount+1), ", ") + ")"
+	insert := `INSERT INTO groups (owner, ` + GroupColumns + `) VALUES ` + values
+	consent := `SELECT entity_type, state, entity, consented_at_ns FROM consent WHERE owner = ?`
+	return SQLStore{db: db, d: d, q: statements{
+		groupByID:   d.bind(`SELECT ` + GroupColumns + ` FROM groups WHERE owner = ? AND id = ?`),
+		groupInsert: d.bind(insert),
+		groupUpsert: d.bind(insert + ` ON CONFLICT (owner, id) DO UPDATE SET ` + UpsertSet(GroupColumns)),
+		// Two imports of the same group at once: the second one's insert
+		// finds the first one's row and leaves it.
+		groupInsertNew:      d.bind(insert + ` ON CONFLICT (owner, id) DO NOTHING`),
+		groupLastMessage:    d.bind(`SELECT last_message_ns FROM groups WHERE owner = ? AND id = ?` + d.ForUpdate),
+		groupSetLastMessage: d.bind(`UPDATE groups SET last_message_ns = ? WHERE owner = ? AND id = ?`),
+		groupSetState:       d.bind(`UPDATE groups SET membership_state = ? WHERE owner = ? AND id = ?`),
+		messageByID:         d.bind(`SELECT ` + MessageColumns + ` FROM messages WHERE owner = ? AND group_id = ? AND id = ?` + d.ForUpdate),
+		messageDelete:       d.bind(`DELETE FROM messages WHERE owner = ? AND id = ?`),
+		consentPage:         d.bind(consent + ` ORDER BY entity_type, entity LIMIT ?`),
+		consentPageAfter:    d.bind(consent + ` AND (entity_type, entity) > (?, ?) ORDER BY entity_type, entity LIMIT ?`),
+	}}
+}
+
+// Dialect returns the dialect the store writes.
+func (s SQLStore) Dialect() Dialect { return s.d }
+
+func (s SQLStore) getGroup(ctx context.Context, c Conn, owner string, id []byte, lock string) (*gb.GroupSave, error) {
+	var row GroupRow
+	err := c.QueryRow(ctx, s.q.groupByID+lock, owner, id).Scan(row.Dest()...)
+	if errors.Is(err, s.d.NoRows) {
+		return nil, fmt.Errorf("group %x: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: read group %x: %w", s.d.Name, id, err)
+	}
+	return row.Group()
+}
+
+func (s SQLStore) GetGroup(ctx context.Context, owner string, id []byte) (*gb.GroupSave, error) {
+	return s.getGroup(ctx, s.db.Read(), owner, id, "")
+}
+
+func (s SQLStore) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (created bool, err error) {
+	args, err := GroupArgs(g)
+	if err != nil {
+		return false, err
+	}
+	err = s.db.Write(ctx, func(tx Conn) error {
+		old, err := s.getGroup(ctx, tx, owner, g.GetId(), s.d.ForUpdate)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if err := CheckPut(old); err != nil {
+			return err
+		}
+		created = old == nil
+		if _, err := tx.Exec(ctx, s.q.groupUpsert, append([]any{owner}, args...)...); err != nil {
+			return fmt.Errorf("%s: write group %x: %w", s.d.Name, g.GetId(), err)
+		}
+		return nil
+	})
+	return created, err
+}
+
+func (s SQLStore) ListGroups(ctx context.Context, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
+	return s.listGroups(ctx, s.db.Read(), owner, after, limit)
+}
+
+func (s SQLStore) listGroups(ctx context.Context, c Conn, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
+	query, args := GroupSelect(owner, after, limit, s.d.Placeholder)
+	var out []*gb.GroupSave
+	err := c.Query(ctx, query, args, func(rows Rows) (err error) {
+		out, err = collectGroups(rows)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: list groups: %w", s.d.Name, err)
+	}
+	return out, nil
+}
+
+func (s SQLStore) ActivateGroup(ctx context.Context, owner string, id []byte) (g *gb.GroupSave, activated bool, err error) {
+	err = s.db.Write(ctx, func(tx Conn) error {
+		if g, err = s.getGroup(ctx, tx, owner, id, s.d.ForUpdate); err != nil {
+			return err
+		}
+		if activated, err = Activate(g); err != nil || !activated {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.q.groupSetState, int32(g.MembershipState), owner, id); err != nil {
+			return fmt.Errorf("%s: activate group %x: %w", s.d.Name, id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return g, activated, nil
+}
+
+func (s SQLStore) MergeGroups(ctx context.Context, owner string, groups []*gb.GroupSave) ([]Outcome, error) {
+	out := make([]Outcome, len(groups))
+	err := s.db.Write(ctx, func(tx Conn) error {
+		for i, g := range groups {
+			var err error
+			if out[i], err = s.mergeGroup(ctx, tx, owner, g); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// mergeGroup applies one imported group (ARCH-013, ARCH-014): a new group
+// is inserted Restored; a known one only moves its last message time on.
+func (s SQLStore) mergeGroup(ctx context.Context, tx Conn, owner string, g *gb.GroupSave) (Outcome, error) {
+	var last *int64
+	err := tx.QueryRow(ctx, s.q.groupLastMessage, owner, g.GetId()).Scan(&last)
+	switch {
+	case errors.Is(err, s.d.NoRows):
+		args, err := GroupArgs(Restored(g))
+		if err != nil {
+			return 0, fmt.Errorf("group %x: %w", g.GetId(), err)
+		}
+		n, err := tx.Exec(ctx, s.q.groupInsertNew, append([]any{owner}, args...)...)
+		if err != nil {
+			return 0, fmt.Errorf("%s: insert group %x: %w", s.d.Name, g.GetId(), err)
+		}
+		if n == 1 {
+			return Inserted, nil
+		}
+		return Unchanged, nil
+	case err != nil:
+		return 0, fmt.Errorf("%s: read group %x: %w", s.d.Name, g.GetId(), err)
+	case Later(g.LastMessageNs, last):
+		if _, err := tx.Exec(ctx, s.q.groupSetLastMessage, g.GetLastMessageNs(), owner, g.GetId()); err != nil {
+			return 0, fmt.Errorf("%s: update group %x: %w", s.d.Name, g.GetId(), err)
+		}
+		return Updated, nil
+	default:
+		return Unchanged, nil
+	}
+}
+
+func (s SQLStore) ListMessages(ctx context.Context, owner string, q MessageQuery) (MessagePage, error) {
+	return CollectPage(q, func(fn func(*mb.GroupMessageSave) error) error {
+		return s.eachMessage(ctx, s.db.Read(), owner, q, fn)
+	})
+}
+
+// eachMessage runs one query and calls fn for each row as it arrives; with
+// no limit it streams a whole group. fn must not query c meanwhile: the
+// connection is busy.
+func (s SQLStore) eachMessage(ctx context.Context, c Conn, owner string, q MessageQuery, fn func(*mb.GroupMessageSave) error) error {
+	query, args := MessageSelect(owner, q, s.d.Placeholder)
+	var callers error // fn's own error, which already says what failed
+	err := c.Query(ctx, query, args, func(rows Rows) error {
+		return eachMessageRow(rows, func(m *mb.GroupMessageSave) error {
+			callers = fn(m)
+			return callers
+		})
+	})
+	switch {
+	case callers != nil:
+		return callers
+	case err != nil:
+		return fmt.Errorf("%s: list messages: %w", s.d.Name, err)
+	}
+	return nil
+}
+
+func (s SQLStore) DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error {
+	return s.db.Write(ctx, func(tx Conn) error {
+		// The group first, then the message, both locked: the order every
+		// writer takes them in.
+		g, err := s.getGroup(ctx, tx, owner, groupID, s.d.ForShare)
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("message %x in group %x: %w", id, groupID, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		var row MessageRow
+		err = tx.QueryRow(ctx, s.q.messageByID, owner, groupID, id).Scan(row.Dest()...)
+		if errors.Is(err, s.d.NoRows) {
+			return fmt.Errorf("message %x in group %x: %w", id, groupID, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: read message %x: %w", s.d.Name, id, err)
+		}
+		if err := allow(row.Message(), g); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.q.messageDelete, owner, id); err != nil {
+			return fmt.Errorf("%s: delete message %x: %w", s.d.Name, id, err)
+		}
+		return nil
+	})
+}
+
+func (s SQLStore) ListConsent(ctx context.Context, owner string, after *ConsentKey, limit int) ([]*cs.ConsentSave, error) {
+	return s.listConsent(ctx, s.db.Read(), owner, after, limit)
+}
+
+func (s SQLStore) listConsent(ctx context.Context, c Conn, owner string, after *ConsentKey, limit int) ([]*cs.ConsentSave, error) {
+	query, args := s.q.consentPage, []any{owner, limit}
+	if after != nil {
+		query, args = s.q.consentPageAfter, []any{owner, int32(after.EntityType), after.Entity, limit}
+	}
+	var out []*cs.ConsentSave
+	err := c.Query(ctx, query, args, func(rows Rows) error {
+		for rows.Next() {
+			var typ, state int32
+			r := &cs.ConsentSave{}
+			if err := rows.Scan(&typ, &state, &r.Entity, &r.ConsentedAtNs); err != nil {
+				return err
+			}
+			r.EntityType, r.State = cs.ConsentTypeSave(typ), cs.ConsentStateSave(state)
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: list consent: %w", s.d.Name, err)
+	}
+	return out, nil
+}
+
+func (s SQLStore) Snapshot(ctx context.Context, owner string, fn func(Snapshot) error) error {
+	return s.db.ReadSnapshot(ctx, func(tx Conn) error {
+		return fn(Pager{
+			Groups: func(ctx context.Context, after []byte, limit int) ([]*gb.GroupSave, error) {
+				return s.listGroups(ctx, tx, owner, after, limit)
+			},
+			Messages: func(ctx context.Context, q MessageQuery, fn func(*mb.GroupMessageSave) error) error {
+				return s.eachMessage(ctx, tx, owner, q, fn)
+			},
+			Consent: func(ctx context.Context, after *ConsentKey, limit int) ([]*cs.ConsentSave, error) {
+				return s.listConsent(ctx, tx, owner, after, limit)
+			},
+		})
+	})
+}
