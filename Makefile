@@ -110,7 +110,7 @@ postgres:
 # Each fuzz target runs for FUZZTIME (go test takes one -fuzz target per run);
 # FUZZTIME=2m make fuzz for a longer, duration-bounded search.
 FUZZ_TARGETS := \
-	internal/codec:FuzzDecode internal/codec:FuzzUnmarshalEnvelopeMatchesProto internal/codec:FuzzDecodeReply \
+	internal/contentapi:FuzzDecode internal/codec:FuzzUnmarshalEnvelopeMatchesProto internal/contentapi:FuzzDecodeReply \
 	internal/codec:FuzzDecodeTransactionReference internal/codec:FuzzDecodeWalletSendCalls internal/codec:FuzzDecodeActions \
 	internal/codec:FuzzDecodeIntent internal/codec:FuzzDecodeLegacyReaction \
 	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive \
@@ -122,7 +122,7 @@ fuzz:
 	done
 
 bench:
-	go test ./internal/codec -run '^$$' -bench . -benchmem -count 1
+	go test ./internal/codec ./internal/contentapi -run '^$$' -bench . -benchmem -count 1
 
 # bench-store: ConversationService on both engines, over gRPC and in process,
 # beside Postgres's own COPY FROM / COPY TO of the same rows (BENCHMARKS.md).

@@ -20,6 +20,7 @@ import (
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/contentapi"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
@@ -133,7 +134,7 @@ func TestReferenceImportsOurArchive(t *testing.T) {
 		byID[hex.EncodeToString(m.Id)] = sent{name, env}
 	}
 	for name, content := range interopValues() {
-		ec, err := reg.EncodeContent(content)
+		ec, err := contentapi.Encode(reg, content)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -149,7 +150,7 @@ func TestReferenceImportsOurArchive(t *testing.T) {
 		"leave_request":  {Value: &cb.Content_LeaveRequest{LeaveRequest: &ct.LeaveRequest{}}},
 		"delete_message": {Value: &cb.Content_DeleteMessage{DeleteMessage: &ct.DeleteMessage{MessageId: hex.EncodeToString(id32("nothing"))}}},
 	} {
-		ec, err := reg.EncodeContent(content)
+		ec, err := contentapi.Encode(reg, content)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -214,7 +215,7 @@ func TestReferenceImportsOurArchive(t *testing.T) {
 		if theirs := m.Envelope.proto(t); !proto.Equal(normalize(ours), normalize(theirs)) {
 			t.Errorf("%s: the reference reads %v; we sent %v", s.name, theirs, ours)
 		}
-		ourDecode := reg.DecodeResponse(s.envelope)
+		ourDecode := contentapi.DecodeResponse(reg, s.envelope)
 		got := ""
 		if m.DecodedType != nil {
 			got = *m.DecodedType

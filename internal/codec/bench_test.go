@@ -1,13 +1,10 @@
 package codec
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
-
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 )
 
 // text200 is the 200-byte text of the Decode target.
@@ -22,32 +19,6 @@ func BenchmarkDecodeText200(b *testing.B) {
 	for b.Loop() {
 		if _, _, err := reg.Decode(raw); err != nil {
 			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkDecodeResponseText200 includes building the API's outcome, as
-// the Decode RPC does.
-func BenchmarkDecodeResponseText200(b *testing.B) {
-	benchDecodeResponse(b, TypeText, text200)
-}
-
-func BenchmarkDecodeAttachment1MiB(b *testing.B) {
-	benchDecodeResponse(b, TypeAttachment, &cb.Attachment{MimeType: "application/octet-stream", Filename: ptr("blob.bin"), Data: bytes.Repeat([]byte{7}, 1<<20)})
-}
-
-func benchDecodeResponse(b *testing.B, t TypeID, value any) {
-	reg := NewRegistry()
-	ec, err := reg.Encode(t, value)
-	if err != nil {
-		b.Fatal(err)
-	}
-	raw, _ := proto.Marshal(ec)
-	b.SetBytes(int64(len(raw)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if reg.DecodeResponse(raw).GetContent() == nil {
-			b.Fatal("not decoded")
 		}
 	}
 }

@@ -8,10 +8,13 @@
 // application codecs on it (CTYPE-017).
 //
 // Each content type is one row of the descriptors table (descriptors.go):
-// its catalogue entry, its codec, whether its content is JSON, and how its
-// value maps to the API's Content message, whose member type is the value
-// a codec takes and returns (a string for text and markdown, *Reply for
-// replies, the API or wire message otherwise). A type's identifier and
-// codec live in its own file. Adding a type touches its file, its member of
-// Content in content.proto, and that table.
+// its catalogue entry, its codec, and whether its content is JSON. A type's
+// identifier and codec live in its own file. A codec's value is a string
+// for text and markdown, *Reply for replies, and a protobuf message
+// otherwise: the wire message of the content format, or for the JSON types
+// the API's message of the same shape. The mapping of values to and from
+// the API's Content and DecodeResponse lives in internal/contentapi, so
+// that the package knows nothing of the service's responses. Adding a type
+// touches its file, its member of Content in content.proto, a row of that
+// table and a row of contentapi's members.
 package codec

@@ -1,7 +1,6 @@
 package codec
 
 import (
-	"bytes"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -13,65 +12,6 @@ import (
 // testdata/fuzz/<target>; the Makefile's fuzz target runs each for a bounded
 // time. Decoding must never panic, must keep the input bytes of anything it
 // cannot decode (CTYPE-008), and must stay within the decompression limit.
-
-func FuzzDecode(f *testing.F) {
-	reg := NewRegistry(WithMaxDecompressedSize(1 << 20))
-	for _, v := range roundTripValues() {
-		ec, err := reg.Encode(v.typ, v.value)
-		if err == nil {
-			b, _ := proto.Marshal(ec)
-			f.Add(b)
-		}
-	}
-	for _, alg := range []mc.Compression{mc.Compression_COMPRESSION_DEFLATE, mc.Compression_COMPRESSION_GZIP} {
-		ec := textEnvelope(TypeText, "")
-		ec.Content, _ = Compress([]byte("compressed text"), alg)
-		ec.Compression = &alg
-		b, _ := proto.Marshal(ec)
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		resp := reg.DecodeResponse(b)
-		switch {
-		case resp.GetContent() != nil:
-			if resp.GetContentType() == "" {
-				t.Fatal("decoded content without a content type")
-			}
-		case resp.GetUndecoded() != nil:
-			if !bytes.Equal(resp.GetUndecoded().GetEncodedContent(), b) {
-				t.Fatal("undecoded outcome lost the original bytes")
-			}
-		default:
-			t.Fatal("no outcome")
-		}
-	})
-}
-
-func FuzzDecodeReply(f *testing.F) {
-	reg := NewRegistry(WithMaxDecompressedSize(1 << 20))
-	text, _ := proto.Marshal(textEnvelope(TypeText, "nested"))
-	f.Add("ab12", "xmtp.org/text:1.0", text)
-	f.Add("", "", []byte{})
-	f.Add("ab", "x", []byte{0x0a, 0x02, 0x0a, 0x00})
-	f.Fuzz(func(t *testing.T, reference, contentType string, nested []byte) {
-		outer := &mc.EncodedContent{Type: TypeReply.Proto(), Parameters: map[string]string{"reference": reference, "contentType": contentType}, Content: nested}
-		b, err := proto.Marshal(outer)
-		if err != nil {
-			return // not valid UTF-8 in a string field
-		}
-		resp := reg.DecodeResponse(b)
-		if r := resp.GetContent().GetReply(); r != nil {
-			if r.GetReference() != reference {
-				t.Fatalf("reference %q, want %q", r.GetReference(), reference)
-			}
-			if r.GetNested() == nil {
-				t.Fatal("reply without nested content or undecoded")
-			}
-		} else if !bytes.Equal(resp.GetUndecoded().GetEncodedContent(), b) {
-			t.Fatal("undecoded reply lost its bytes")
-		}
-	})
-}
 
 // fuzzJSON checks one JSON decoder: no panic, and a value that encodes
 // decodes again.

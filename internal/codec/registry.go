@@ -42,6 +42,22 @@ func WithMaxDecompressedSize(n int64) Option {
 	}
 }
 
+// MaxNestingDepth is how many levels of nested content the registry
+// decodes and encodes.
+func (r *Registry) MaxNestingDepth() int { return r.maxDepth }
+
+// Push returns the push value for t (CTYPE-010): the catalogue's, or an
+// application codec's; ok is false for a type with neither.
+func (r *Registry) Push(t TypeID) (push, ok bool) {
+	if e, found := Catalogue(t); found {
+		return e.Push, true
+	}
+	if c, found := r.Lookup(t); found {
+		return c.ShouldPush(), true
+	}
+	return false, false
+}
+
 // NewRegistry returns a registry holding every catalogue codec and the
 // legacy reaction 1.0 decoder.
 func NewRegistry(opts ...Option) *Registry {
@@ -161,13 +177,15 @@ func ParseEnvelope(b []byte) (*mc.EncodedContent, error) {
 	if err := unmarshalEnvelope(b, ec, &both.t); err != nil {
 		return nil, &Error{Kind: KindMalformedEnvelope, Reason: "not an EncodedContent: " + err.Error()}
 	}
-	if err := checkTyped(ec); err != nil {
+	if err := CheckTyped(ec); err != nil {
 		return ec, err
 	}
 	return ec, nil
 }
 
-func checkTyped(ec *mc.EncodedContent) error {
+// CheckTyped fails with a KindMalformedEnvelope error unless ec carries a
+// complete type: an authority and a type id.
+func CheckTyped(ec *mc.EncodedContent) error {
 	switch {
 	case ec.GetType() == nil:
 		return &Error{Kind: KindMalformedEnvelope, Field: "type", Reason: "absent"}
@@ -214,7 +232,7 @@ func (d *decoding) charge(n int64) error {
 }
 
 func (d *decoding) decode(ec *mc.EncodedContent) (Decoded, error) {
-	if err := checkTyped(ec); err != nil {
+	if err := CheckTyped(ec); err != nil {
 		return Decoded{}, err
 	}
 	t := TypeIDOf(ec.GetType())
@@ -302,7 +320,7 @@ func (r *Registry) CheckPublishable(ec *mc.EncodedContent) error {
 // CheckPublishableMetered is CheckPublishable charging m for the decode it
 // runs; a refused charge is a *BudgetError.
 func (r *Registry) CheckPublishableMetered(ec *mc.EncodedContent, m Meter) error {
-	if err := checkTyped(ec); err != nil {
+	if err := CheckTyped(ec); err != nil {
 		var ce *Error
 		errors.As(err, &ce)
 		return encodeError(ce.Field, "%s: an envelope needs a type with non-empty authority_id and type_id (CTYPE-003)", ce.Reason)

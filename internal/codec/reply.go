@@ -53,7 +53,7 @@ func (ReplyCodec) Encode(v any) (*mc.EncodedContent, error) {
 	if r.Content == nil {
 		return nil, encodeError("reply.content", "a complete nested EncodedContent is required (CTYPE-011)")
 	}
-	if err := checkTyped(r.Content); err != nil {
+	if err := CheckTyped(r.Content); err != nil {
 		var ce *Error
 		errors.As(err, &ce)
 		return nil, encodeError("reply.content."+ce.Field, "%s: a nested envelope needs a type with authority and type id (CTYPE-011)", ce.Reason)
@@ -95,7 +95,7 @@ func (ReplyCodec) Decode(ec *mc.EncodedContent, nested NestedDecoder) (any, erro
 	if err := proto.Unmarshal(ec.GetContent(), inner); err != nil {
 		return nil, decodeError("content", "nested content is not an EncodedContent (CTYPE-029): %v", err)
 	}
-	if err := checkTyped(inner); err != nil {
+	if err := CheckTyped(inner); err != nil {
 		return nil, decodeError("content", "nested content is untyped (CTYPE-029): %v", err)
 	}
 	// The nested envelope's own type selects the codec, whatever the

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
-	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 )
 
@@ -124,39 +123,6 @@ func TestCTYPE007_RoundTrip(t *testing.T) {
 	}
 }
 
-// TestCTYPE007_RoundTripThroughContent goes through the Content message as
-// the service does, nested replies included.
-func TestCTYPE007_RoundTripThroughContent(t *testing.T) {
-	reg := NewRegistry()
-	inner := &cb.Content{Value: &cb.Content_Reply{Reply: &cb.Reply{Reference: "aa", Nested: &cb.Reply_Content{Content: &cb.Content{Value: &cb.Content_Markdown{Markdown: "**deep**"}}}}}}
-	c := &cb.Content{Value: &cb.Content_Reply{Reply: &cb.Reply{Reference: "bb", ReferenceInboxId: ptr("i"), Nested: &cb.Reply_Content{Content: inner}}}}
-	ec, err := reg.EncodeContent(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp := reg.DecodeResponse(mustMarshal(t, ec))
-	if !proto.Equal(resp.GetContent(), c) {
-		t.Errorf("got %v\nwant %v", resp.GetContent(), c)
-	}
-	for _, v := range roundTripValues() {
-		if _, ok := v.value.(*Reply); ok {
-			continue
-		}
-		ec, err := reg.Encode(v.typ, v.value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := reg.DecodeResponse(mustMarshal(t, ec)).GetContent()
-		ec2, err := reg.EncodeContent(got)
-		if err != nil {
-			t.Fatalf("%v: re-encode: %v", v.typ, err)
-		}
-		if !proto.Equal(ec, ec2) {
-			t.Errorf("%v: Content round trip changed the envelope", v.typ)
-		}
-	}
-}
-
 // TestCTYPE007_ActionTimestampEquality: expiry compares after conversion to
 // UTC and truncation below millisecond precision.
 func TestCTYPE007_ActionTimestampEquality(t *testing.T) {
@@ -175,14 +141,5 @@ func TestCTYPE007_ActionTimestampEquality(t *testing.T) {
 	want := a.ExpiresAt.AsTime().UTC().Truncate(time.Millisecond)
 	if !got.(*cb.Actions).GetExpiresAt().AsTime().Equal(want) {
 		t.Errorf("expiry %v, want %v", got.(*cb.Actions).GetExpiresAt().AsTime(), want)
-	}
-}
-
-func TestTranscriptsDecode(t *testing.T) {
-	reg := NewRegistry()
-	gmc := &mc.GroupMembershipChanges{MembersAdded: []*mc.MembershipChange{{InstallationIds: [][]byte{{1}}, AccountAddress: "0xa", InitiatedByAccountAddress: "0xb"}}}
-	b := mustMarshal(t, &mc.EncodedContent{Type: TypeGroupMembershipChange.Proto(), Content: mustMarshal(t, gmc)})
-	if got := reg.DecodeResponse(b).GetContent().GetGroupMembershipChange(); !proto.Equal(got, gmc) {
-		t.Errorf("membership change: %v", got)
 	}
 }

@@ -306,9 +306,9 @@ func TestCTYPE014_RemoteAttachmentScheme(t *testing.T) {
 		ec, _ := RemoteAttachmentCodec{}.Encode(r)
 		ec.Parameters["scheme"] = legacy
 		raw := mustMarshal(t, ec)
-		resp := reg.DecodeResponse(raw)
-		if got := resp.GetContent().GetRemoteAttachment(); got.GetScheme() != want {
-			t.Errorf("legacy %q: %v", legacy, resp)
+		d, _, err := reg.Decode(raw)
+		if got, _ := d.Value.(*cb.RemoteAttachment); err != nil || got.GetScheme() != want {
+			t.Errorf("legacy %q: %v, %v", legacy, d.Value, err)
 		}
 		if ec.Parameters["scheme"] != legacy {
 			t.Errorf("legacy %q: stored envelope changed", legacy)

@@ -15,6 +15,7 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/contentapi"
 )
 
 // deterministic output: the same request always gives the same bytes.
@@ -59,7 +60,7 @@ func (s *ContentService) Encode(ctx context.Context, req *cb.EncodeRequest) (*cb
 	var err error
 	switch in := req.GetInput().(type) {
 	case *cb.EncodeRequest_Content:
-		ec, err = s.registry.EncodeContent(in.Content)
+		ec, err = contentapi.Encode(s.registry, in.Content)
 		if err != nil {
 			return nil, invalidArgument("content", err)
 		}
@@ -102,7 +103,7 @@ func (s *ContentService) Encode(ctx context.Context, req *cb.EncodeRequest) (*cb
 func (s *ContentService) Decode(ctx context.Context, req *cb.DecodeRequest) (*cb.DecodeResponse, error) {
 	call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
 	defer done()
-	resp, err := s.registry.DecodeResponseMetered(req.GetEncodedContent(), call)
+	resp, err := contentapi.DecodeResponseMetered(s.registry, req.GetEncodedContent(), call)
 	if err == nil {
 		err = call.Charge(int64(proto.Size(resp))) // the response gRPC marshals
 	}
@@ -124,7 +125,7 @@ func (s *ContentService) DecodeBatch(ctx context.Context, req *cb.DecodeBatchReq
 	defer done()
 	out := make([]*cb.DecodeResponse, len(in))
 	for i, b := range in {
-		resp, err := s.registry.DecodeResponseMetered(b, call)
+		resp, err := contentapi.DecodeResponseMetered(s.registry, b, call)
 		if err == nil {
 			err = call.Charge(int64(proto.Size(resp))) // its share of the response
 		}

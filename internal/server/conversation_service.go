@@ -15,6 +15,7 @@ import (
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/contentapi"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -189,7 +190,7 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 	resp := &cb.ListMessagesResponse{Messages: make([]*cb.StoredMessage, 0, len(msgs))}
 	pageBytes := 0
 	for i, m := range msgs {
-		decoded, err := s.registry.DecodeResponseMetered(m.GetDecryptedMessageBytes(), call)
+		decoded, err := contentapi.DecodeResponseMetered(s.registry, m.GetDecryptedMessageBytes(), call)
 		if err != nil {
 			if i > 0 {
 				break // what is decoded so far goes out; the rest on the next page

@@ -20,6 +20,7 @@ import (
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/contentapi"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
@@ -48,7 +49,7 @@ func envelope(t testing.TB, ec *mc.EncodedContent) []byte {
 
 func textEnvelope(t testing.TB, text string) []byte {
 	t.Helper()
-	ec, err := codec.NewRegistry().EncodeContent(&cb.Content{Value: &cb.Content_Text{Text: text}})
+	ec, err := contentapi.Encode(codec.NewRegistry(), &cb.Content{Value: &cb.Content_Text{Text: text}})
 	if err != nil {
 		t.Fatal(err)
 	}
