@@ -114,6 +114,7 @@ FUZZ_TARGETS := \
 	internal/codec:FuzzDecodeTransactionReference internal/codec:FuzzDecodeWalletSendCalls internal/codec:FuzzDecodeActions \
 	internal/codec:FuzzDecodeIntent internal/codec:FuzzDecodeLegacyReaction \
 	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive \
+	internal/archive:FuzzParseElementMatchesProto internal/archive:FuzzAppendElementMatchesProto \
 	internal/server:FuzzPageToken
 fuzz:
 	for entry in $(FUZZ_TARGETS); do \

@@ -479,7 +479,7 @@ func (rw *rewrapCmd) Run(c *cli) error {
 			return err
 		}
 		for {
-			el, err := r.Next()
+			el, err := r.NextShared()
 			if errors.Is(err, io.EOF) {
 				break
 			}

@@ -1,15 +1,14 @@
 package archive
 
 import (
-	"bufio"
 	"crypto/cipher"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"unsafe"
 
 	"github.com/klauspost/compress/zstd"
-	"google.golang.org/protobuf/proto"
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 )
@@ -38,8 +37,17 @@ type ReaderOptions struct {
 
 // readerOverhead is what a Reader holds besides its record buffers: the
 // zstd decoder's history (its window, twice over at worst while a block is
-// copied out), its block buffers and the 64 KiB bufio buffer.
-func readerOverhead(window uint64) int64 { return 2*int64(window) + 1<<20 }
+// copied out) and its block buffers.
+func readerOverhead(window uint64) int64 {
+	return 2*int64(window) + 1<<20 + internMemory + slabBytes + slabElements*int64(unsafe.Sizeof(handElement{}))
+}
+
+// Next's elements come from slabs of plaintext and of elements (see
+// slabFor); what a Reader holds of them is the unused rest of one of each.
+const (
+	slabBytes    = 64 << 10
+	slabElements = 32
+)
 
 // ReaderMemory is the most a Reader under opts may charge its Meter: its
 // overhead and its two record buffers (ciphertext and plaintext) at the
@@ -52,18 +60,25 @@ func ReaderMemory(opts ReaderOptions) int64 {
 // reads record 0, which must be the metadata element; Next yields the
 // elements after it and io.EOF at a complete end.
 type Reader struct {
-	aead      cipher.AEAD
-	src       *sourceReader
-	meter     interface{ Charge(n int64) error }
-	zr        *zstd.Decoder
-	br        *bufio.Reader // over zr, so length prefixes cost no call each
-	version   uint16
-	base      Nonce
-	next      Nonce // the counter: the nonce the next record is tried under
+	aead    cipher.AEAD
+	src     *sourceReader
+	meter   interface{ Charge(n int64) error }
+	zr      *zstd.Decoder
+	version uint16
+	base    Nonce
+	next    Nonce         // the counter: the nonce the next record is tried under
+	hand    handElement   // NextShared's element, reused
+	hands   []handElement // Next's elements, carved from a slab
+	slab    []byte        // Next's plaintexts, carved from a slab
+	strs    interner
+	// The nonce being tried and the length prefix being read live here:
+	// as locals they would escape to the heap once a record.
+	nonce     Nonce
+	prefix    [lengthSize]byte
 	n         uint64
 	maxRecord int
 	buf       []byte // ciphertext, reused
-	plain     []byte // plaintext, reused
+	plain     []byte // NextShared's plaintext, reused
 	meta      *ds.BackupMetadataSave
 	stats     Stats
 	err       error // sticky
@@ -123,7 +138,7 @@ func NewReader(r io.Reader, key []byte, opts ReaderOptions) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("archive: zstd: %w", err)
 	}
-	rd := &Reader{aead: aead, src: src, meter: opts.Meter, zr: zr, br: bufio.NewReaderSize(zr, 64<<10), version: version, maxRecord: opts.MaxRecordSize}
+	rd := &Reader{aead: aead, src: src, meter: opts.Meter, zr: zr, version: version, maxRecord: opts.MaxRecordSize}
 	copy(rd.base[:], header[2:])
 	rd.next = rd.base
 	return rd, nil
@@ -149,7 +164,7 @@ func (r *Reader) Metadata() (*ds.BackupMetadataSave, error) {
 	if r.meta != nil || r.err != nil {
 		return r.meta, r.err
 	}
-	el, err := r.record()
+	el, err := r.record(false)
 	if errors.Is(err, io.EOF) {
 		// An archive needs its metadata: a stream with no records is
 		// incomplete (ARCH-018).
@@ -169,13 +184,23 @@ func (r *Reader) Metadata() (*ds.BackupMetadataSave, error) {
 // Next returns the next element after the metadata, skipping unset,
 // unknown and event elements (ARCH-005). At the end of a complete zstd
 // stream with no pending bytes it returns io.EOF (ARCH-018); any other
-// failure is a *RecordError naming the record, and sticks.
-func (r *Reader) Next() (*ds.BackupElement, error) {
+// failure is a *RecordError naming the record, and sticks. The element is
+// the caller's to keep.
+func (r *Reader) Next() (*ds.BackupElement, error) { return r.nextElement(false) }
+
+// NextShared is Next for a caller that is done with each element before
+// it reads the next (verifying, copying to another archive): the element
+// and its bytes live in the Reader's buffers, reused by the next call to
+// Next or NextShared, so that reading allocates nothing per record. Like
+// bufio.Scanner's Bytes.
+func (r *Reader) NextShared() (*ds.BackupElement, error) { return r.nextElement(true) }
+
+func (r *Reader) nextElement(shared bool) (*ds.BackupElement, error) {
 	if _, err := r.Metadata(); err != nil {
 		return nil, err
 	}
 	for {
-		el, err := r.record()
+		el, err := r.record(shared)
 		if err != nil {
 			return nil, r.fail(err)
 		}
@@ -196,12 +221,13 @@ func (r *Reader) Record() uint64 {
 	return r.n - 1
 }
 
-// record reads, opens and parses the next record.
-func (r *Reader) record() (*ds.BackupElement, error) {
+// record reads, opens and parses the next record; shared, a message
+// element reuses the Reader's buffers (see NextShared).
+func (r *Reader) record(shared bool) (*ds.BackupElement, error) {
 	num := r.n
 	fail := func(err error) error { return &RecordError{Record: num, Err: err} }
-	var prefix [lengthSize]byte
-	n, err := io.ReadFull(r.br, prefix[:])
+	prefix := r.prefix[:]
+	n, err := io.ReadFull(r.zr, prefix)
 	switch {
 	case n == 0 && errors.Is(err, io.EOF):
 		// A clean end: the zstd decoder reports EOF only after a complete
@@ -215,7 +241,7 @@ func (r *Reader) record() (*ds.BackupElement, error) {
 	case err != nil:
 		return nil, fail(r.streamError(err, fmt.Sprintf("length prefix (%d of %d bytes)", n, lengthSize)))
 	}
-	size := binary.LittleEndian.Uint32(prefix[:])
+	size := binary.LittleEndian.Uint32(prefix)
 	if size < TagSize {
 		return nil, fail(fmt.Errorf("%w: %d bytes, less than the %d-byte tag", ErrRecordSize, size, TagSize))
 	}
@@ -228,9 +254,16 @@ func (r *Reader) record() (*ds.BackupElement, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	plain, legacy, err := r.open(ct)
+	dst, fromSlab := r.plain[:0], false
+	if !shared {
+		dst, fromSlab = r.slabFor(len(ct) - TagSize)
+	}
+	plain, legacy, err := r.open(dst, ct)
 	if err != nil {
 		return nil, fail(err)
+	}
+	if shared {
+		r.plain = plain
 	}
 	if legacy {
 		r.stats.Legacy++
@@ -238,9 +271,23 @@ func (r *Reader) record() (*ds.BackupElement, error) {
 			r.stats.Record0Legacy = true
 		}
 	}
-	el := &ds.BackupElement{}
-	if err := proto.Unmarshal(plain, el); err != nil {
+	hand := &r.hand
+	if !shared {
+		if len(r.hands) == 0 {
+			r.hands = make([]handElement, slabElements)
+		}
+		hand = &r.hands[0]
+	}
+	el, aliased, err := parseElement(plain, hand, &r.strs)
+	if err != nil {
 		return nil, fail(fmt.Errorf("%w: %v", ErrElement, err))
+	}
+	if aliased && !shared {
+		// The element holds its slot and its plaintext now.
+		r.hands = r.hands[1:]
+		if fromSlab {
+			r.slab = r.slab[len(plain):]
+		}
 	}
 	return el, nil
 }
@@ -264,7 +311,7 @@ func (r *Reader) readCiphertext(size int) ([]byte, error) {
 			copy(grown, buf)
 			buf = grown
 		}
-		n, err := io.ReadFull(r.br, buf[len(buf):len(buf)+chunk])
+		n, err := io.ReadFull(r.zr, buf[len(buf):len(buf)+chunk])
 		buf = buf[:len(buf)+n]
 		if err != nil {
 			r.buf = buf
@@ -275,22 +322,37 @@ func (r *Reader) readCiphertext(size int) ([]byte, error) {
 	return buf, nil
 }
 
-// open decrypts under the counter nonce, then under the legacy retry, the
-// nonce one less (ARCH-002); the counter continues from the nonce that
-// succeeded. Never in place: a failed Open may clear its output, and the
-// retry needs the ciphertext intact.
-func (r *Reader) open(ct []byte) (plain []byte, legacy bool, err error) {
-	nonce := r.next
-	if plain, err = r.aead.Open(r.plain[:0], nonce[:], ct, nil); err == nil {
-		r.plain, r.next = plain, nonce.Add(1)
+// open decrypts into dst under the counter nonce, then under the legacy
+// retry, the nonce one less (ARCH-002); the counter continues from the
+// nonce that succeeded. Never in place: a failed Open may clear its
+// output, and the retry needs the ciphertext intact.
+func (r *Reader) open(dst, ct []byte) (plain []byte, legacy bool, err error) {
+	r.nonce = r.next
+	if plain, err = r.aead.Open(dst, r.nonce[:], ct, nil); err == nil {
+		r.next = r.next.Add(1)
 		return plain, false, nil
 	}
-	prev := nonce.Sub1()
-	if plain, err = r.aead.Open(r.plain[:0], prev[:], ct, nil); err == nil {
-		r.plain, r.next = plain, nonce // prev + 1
-		return plain, true, nil
+	r.nonce = r.next.Sub1()
+	if plain, err = r.aead.Open(dst, r.nonce[:], ct, nil); err == nil {
+		return plain, true, nil // r.next is the legacy nonce + 1 already
 	}
 	return nil, false, ErrAuthentication
+}
+
+// slabFor returns room for an element's plaintext of n bytes that outlives
+// the record: the rest of the current slab, a new slab, or, for a large
+// record, a buffer of its own. Carving small plaintexts from slabs makes
+// one allocation of many (the reader's cost was mostly allocating and
+// clearing them one by one); a record's room is capped at n, so that
+// nothing is written past it.
+func (r *Reader) slabFor(n int) (room []byte, fromSlab bool) {
+	if n > slabBytes/4 {
+		return make([]byte, 0, n), false
+	}
+	if len(r.slab) < n {
+		r.slab = make([]byte, slabBytes)
+	}
+	return r.slab[:0:n], true
 }
 
 func (r *Reader) charge(n int64) error {

@@ -90,7 +90,7 @@ func (w *Writer) WriteElement(el *ds.BackupElement) error {
 		return w.err
 	}
 	var err error
-	if w.buf, err = marshal.MarshalAppend(w.buf[:0], el); err != nil {
+	if w.buf, err = appendElement(w.buf[:0], el); err != nil {
 		return w.fail(fmt.Errorf("archive: record %d: marshal: %w", w.n, err))
 	}
 	nonce := w.base

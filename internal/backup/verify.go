@@ -57,7 +57,7 @@ func VerifyWith(r io.Reader, key []byte, opts archive.ReaderOptions) (rep Report
 		return rep, nil
 	}
 	for {
-		el, err := ar.Next()
+		el, err := ar.NextShared()
 		if errors.Is(err, io.EOF) {
 			return rep, nil
 		}

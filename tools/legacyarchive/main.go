@@ -80,7 +80,7 @@ func run(keyFile, outPath, inPath string) error {
 	err = w.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: meta}})
 	for err == nil {
 		var el *ds.BackupElement
-		if el, err = r.Next(); err == nil {
+		if el, err = r.NextShared(); err == nil {
 			err = w.WriteElement(el)
 		}
 	}

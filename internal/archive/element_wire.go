@@ -1,0 +1,296 @@
+package archive
+
+//lint:file-ignore SA1019 content_type_save is retired but still carried as given (ARCH-004).
+
+import (
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+)
+
+// Message elements are nearly every record of a real archive, and the
+// generic protobuf path spent most of the reader's time on them
+// (reflection, ten allocations, every bytes field copied out of the
+// plaintext) and much of the writer's. Both directions handle that one
+// shape by hand and leave every other shape to the protobuf library, which
+// defines the rules: FuzzParseElementMatchesProto and
+// FuzzAppendElementMatchesProto hold the hand paths to proto.Unmarshal and
+// deterministic proto.Marshal.
+
+// handElement is a message element in one allocation: the element, its
+// oneof wrapper, the message and its optional scalars.
+type handElement struct {
+	el                 ds.BackupElement
+	wrapper            ds.BackupElement_GroupMessage
+	msg                mb.GroupMessageSave
+	seq, orig, expires int64
+	known              bool
+}
+
+// parseElement parses a BackupElement as proto.Unmarshal does. When the
+// hand path parses a message element it fills me and reports aliased: the
+// element's bytes fields point into b, which the caller must then not
+// reuse while the element lives. strs makes the message's strings.
+func parseElement(b []byte, me *handElement, strs *interner) (el *ds.BackupElement, aliased bool, err error) {
+	if parseMessageElement(b, me, strs) {
+		return &me.el, true, nil
+	}
+	el = &ds.BackupElement{}
+	if err := proto.Unmarshal(b, el); err != nil {
+		return nil, false, err
+	}
+	return el, false, nil
+}
+
+// parseMessageElement parses b into me when it is a single group_message
+// field whose message holds only known fields, each once, with its
+// declared wire type and valid UTF-8 in its strings. Anything else is
+// left to proto.Unmarshal (false): merged repeats, unknown fields and
+// errors are its to handle.
+func parseMessageElement(b []byte, me *handElement, strs *interner) bool {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num != 3 || typ != protowire.BytesType {
+		return false
+	}
+	inner, m := protowire.ConsumeBytes(b[n:])
+	if m < 0 || n+m != len(b) {
+		return false
+	}
+	*me = handElement{}
+	if !parseMessage(inner, me, strs) {
+		return false
+	}
+	me.wrapper.GroupMessage = &me.msg
+	me.el.Element = &me.wrapper
+	return true
+}
+
+// interner makes strings from bytes, returning the same string for bytes
+// it has seen: a message's sender, authority and content type repeat
+// across a conversation, so most records allocate none. It keeps at most
+// internMax strings of internLen bytes.
+type interner struct{ m map[string]string }
+
+const (
+	internMax = 1024
+	internLen = 128
+	// internMemory bounds what an interner holds, map overhead included.
+	internMemory = internMax * (internLen + 64)
+)
+
+func (in *interner) str(b []byte) string {
+	if s, ok := in.m[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(b) <= internLen {
+		if in.m == nil || len(in.m) >= internMax {
+			in.m = make(map[string]string, 64)
+		}
+		in.m[s] = s
+	}
+	return s
+}
+
+func parseMessage(b []byte, me *handElement, strs *interner) bool {
+	m := &me.msg
+	var seen uint32
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num > 18 || seen&(1<<num) != 0 {
+			return false
+		}
+		seen |= 1 << num
+		b = b[n:]
+		switch typ {
+		case protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			switch num {
+			case 1:
+				m.Id = v
+			case 2:
+				m.GroupId = v
+			case 3:
+				m.DecryptedMessageBytes = v
+			case 6:
+				m.SenderInstallationId = v
+			case 13:
+				m.ReferenceId = v // present: never nil, since b is not
+			case 7, 12, 16:
+				if !utf8.Valid(v) {
+					return false
+				}
+				s := strs.str(v)
+				switch num {
+				case 7:
+					m.SenderInboxId = s
+				case 12:
+					m.AuthorityId = s
+				default:
+					m.ContentType = s
+				}
+			default:
+				return false
+			}
+		case protowire.VarintType:
+			x, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			switch num {
+			case 4:
+				m.SentAtNs = int64(x)
+			case 5:
+				m.Kind = mb.GroupMessageKindSave(int32(x))
+			case 8:
+				m.DeliveryStatus = mb.DeliveryStatusSave(int32(x))
+			case 9:
+				m.ContentTypeSave = mb.ContentTypeSave(int32(x))
+			case 10:
+				m.VersionMajor = int32(x)
+			case 11:
+				m.VersionMinor = int32(x)
+			case 14:
+				me.seq = int64(x)
+				m.SequenceId = &me.seq
+			case 15:
+				me.orig = int64(x)
+				m.OriginatorId = &me.orig
+			case 17:
+				me.expires = int64(x)
+				m.ExpiresAtNs = &me.expires
+			case 18:
+				me.known = protowire.DecodeBool(x)
+				m.ExpiryKnown = &me.known
+			default:
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// appendElement appends el's wire form to buf: byte for byte what
+// deterministic proto.Marshal writes.
+func appendElement(buf []byte, el *ds.BackupElement) ([]byte, error) {
+	w, ok := el.GetElement().(*ds.BackupElement_GroupMessage)
+	if !ok || w.GroupMessage == nil || !handMarshalable(el, w.GroupMessage) {
+		return marshal.MarshalAppend(buf, el)
+	}
+	m := w.GroupMessage
+	buf = protowire.AppendTag(buf, 3, protowire.BytesType)
+	buf = protowire.AppendVarint(buf, uint64(messageSize(m)))
+	return appendMessage(buf, m), nil
+}
+
+// handMarshalable: no unknown fields to carry, and strings the library
+// would accept (it refuses invalid UTF-8, and then so do we, through it).
+func handMarshalable(el *ds.BackupElement, m *mb.GroupMessageSave) bool {
+	return len(el.ProtoReflect().GetUnknown()) == 0 && len(m.ProtoReflect().GetUnknown()) == 0 &&
+		utf8.ValidString(m.SenderInboxId) && utf8.ValidString(m.AuthorityId) && utf8.ValidString(m.ContentType)
+}
+
+// The fields in number order, as deterministic marshalling writes them:
+// implicit-presence fields when not zero, optional ones when set.
+
+func appendMessage(b []byte, m *mb.GroupMessageSave) []byte {
+	b = appendBytes(b, 1, m.Id)
+	b = appendBytes(b, 2, m.GroupId)
+	b = appendBytes(b, 3, m.DecryptedMessageBytes)
+	b = appendVarint(b, 4, uint64(m.SentAtNs))
+	b = appendVarint(b, 5, uint64(m.Kind))
+	b = appendBytes(b, 6, m.SenderInstallationId)
+	b = appendString(b, 7, m.SenderInboxId)
+	b = appendVarint(b, 8, uint64(m.DeliveryStatus))
+	b = appendVarint(b, 9, uint64(m.ContentTypeSave))
+	b = appendVarint(b, 10, uint64(m.VersionMajor))
+	b = appendVarint(b, 11, uint64(m.VersionMinor))
+	b = appendString(b, 12, m.AuthorityId)
+	if m.ReferenceId != nil {
+		b = protowire.AppendBytes(protowire.AppendTag(b, 13, protowire.BytesType), m.ReferenceId)
+	}
+	b = appendOptional(b, 14, m.SequenceId)
+	b = appendOptional(b, 15, m.OriginatorId)
+	b = appendString(b, 16, m.ContentType)
+	b = appendOptional(b, 17, m.ExpiresAtNs)
+	if m.ExpiryKnown != nil {
+		b = protowire.AppendVarint(protowire.AppendTag(b, 18, protowire.VarintType), protowire.EncodeBool(*m.ExpiryKnown))
+	}
+	return b
+}
+
+func messageSize(m *mb.GroupMessageSave) int {
+	n := bytesSize(1, len(m.Id)) + bytesSize(2, len(m.GroupId)) + bytesSize(3, len(m.DecryptedMessageBytes)) +
+		varintSize(4, uint64(m.SentAtNs)) + varintSize(5, uint64(m.Kind)) + bytesSize(6, len(m.SenderInstallationId)) +
+		bytesSize(7, len(m.SenderInboxId)) + varintSize(8, uint64(m.DeliveryStatus)) + varintSize(9, uint64(m.ContentTypeSave)) +
+		varintSize(10, uint64(m.VersionMajor)) + varintSize(11, uint64(m.VersionMinor)) + bytesSize(12, len(m.AuthorityId)) +
+		optionalSize(14, m.SequenceId) + optionalSize(15, m.OriginatorId) + bytesSize(16, len(m.ContentType)) +
+		optionalSize(17, m.ExpiresAtNs)
+	if m.ReferenceId != nil {
+		n += protowire.SizeTag(13) + protowire.SizeBytes(len(m.ReferenceId))
+	}
+	if m.ExpiryKnown != nil {
+		n += protowire.SizeTag(18) + 1
+	}
+	return n
+}
+
+func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
+	if len(v) == 0 {
+		return b
+	}
+	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
+}
+
+func appendString(b []byte, num protowire.Number, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), v)
+}
+
+func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+}
+
+func appendOptional(b []byte, num protowire.Number, v *int64) []byte {
+	if v == nil {
+		return b
+	}
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), uint64(*v))
+}
+
+func bytesSize(num protowire.Number, n int) int {
+	if n == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeBytes(n)
+}
+
+func varintSize(num protowire.Number, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeVarint(v)
+}
+
+func optionalSize(num protowire.Number, v *int64) int {
+	if v == nil {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeVarint(uint64(*v))
+}
