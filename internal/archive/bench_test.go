@@ -105,11 +105,14 @@ func BenchmarkRawDecompressOpen(b *testing.B) {
 	aead, _ := cipher.NewGCM(block)
 	base := Nonce(data[2:14])
 	b.SetBytes(int64(recordSize(b) * benchRecords))
-	dec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
 	ct := make([]byte, 0, 2048)
 	plain := make([]byte, 0, 2048)
 	for b.Loop() {
-		if err := dec.Reset(bytes.NewReader(data[HeaderSize:])); err != nil {
+		// A decoder per archive, with the Reader's settings, as the
+		// writer's ceiling makes an encoder per archive.
+		dec, err := zstd.NewReader(bytes.NewReader(data[HeaderSize:]), zstd.WithDecoderConcurrency(1),
+			zstd.WithDecoderMaxWindow(DefaultMaxWindow), zstd.WithDecoderLowmem(true))
+		if err != nil {
 			b.Fatal(err)
 		}
 		var prefix [4]byte
@@ -122,11 +125,11 @@ func BenchmarkRawDecompressOpen(b *testing.B) {
 				b.Fatal(err)
 			}
 			nonce := base.Add(i)
-			var err error
 			if plain, err = aead.Open(plain[:0], nonce[:], ct, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
+		dec.Close()
 	}
 }
 

@@ -36,6 +36,7 @@ type Writer struct {
 	n      uint64 // records written
 	buf    []byte // marshal buffer, reused
 	sealed []byte // length prefix and ciphertext, reused
+	nonce  Nonce  // the record's nonce: a local would escape once a record
 	err    error  // sticky
 	closed bool
 }
@@ -93,16 +94,16 @@ func (w *Writer) WriteElement(el *ds.BackupElement) error {
 	if w.buf, err = appendElement(w.buf[:0], el); err != nil {
 		return w.fail(fmt.Errorf("archive: record %d: marshal: %w", w.n, err))
 	}
-	nonce := w.base
+	w.nonce = w.base
 	if !w.legacy {
-		nonce = w.base.Add(w.n)
+		w.nonce = w.base.Add(w.n)
 	}
 	size := len(w.buf) + TagSize
 	if uint64(size) > 1<<32-1 {
 		return w.fail(fmt.Errorf("archive: record %d: %d bytes do not fit a 4-byte length", w.n, size))
 	}
 	w.sealed = binary.LittleEndian.AppendUint32(w.sealed[:0], uint32(size))
-	w.sealed = w.aead.Seal(w.sealed, nonce[:], w.buf, nil)
+	w.sealed = w.aead.Seal(w.sealed, w.nonce[:], w.buf, nil)
 	if _, err := w.zw.Write(w.sealed); err != nil {
 		return w.fail(fmt.Errorf("archive: record %d: %w", w.n, err))
 	}
