@@ -132,15 +132,19 @@ bench-store:
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
 	TEST_DATABASE_URL="$$url" go test ./internal/server -run '^$$' -bench 'AppendMessages|ListMessages|PostgresCopy' -benchtime 20x -count 3
 
-# bench-archive: export and import of 1,000,000 messages of 1 KiB on
-# Postgres beside COPY and raw AES-256-GCM + zstd, with the server's peak
-# RSS (BENCHMARKS.md). Needs a few GB of disk; by hand, not in CI.
+# bench-archive: three rounds of export and import of 1,000,000 messages
+# of 1 KiB on Postgres, each beside its own COPY TO / COPY FROM and raw
+# AES-256-GCM + zstd, with the server's peak RSS and CPU profiles
+# (BENCHMARKS.md). Needs about 10 GB of disk and 10 minutes; by hand, not
+# in CI. ARCHIVEBENCH_FLAGS="--messages 100000 --runs 1" for a quick look.
+ARCHIVEBENCH_FLAGS ?= --runs 3 --profile-dir bench/profiles
 bench-archive: build
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
 	db="archivebench_$$(date +%s)"; \
 	psql "$$url" -qc "CREATE DATABASE $$db" && \
-	go run ./tools/archivebench --server bin/server --database-url "$$(echo $$url | sed "s|/postgres?|/$$db?|")"; \
+	mkdir -p bench/profiles && \
+	go run ./tools/archivebench --server bin/server $(ARCHIVEBENCH_FLAGS) --database-url "$$(echo $$url | sed "s|/postgres?|/$$db?|")"; \
 	status=$$?; psql "$$url" -qc "DROP DATABASE $$db WITH (FORCE)"; exit $$status
 
 # load runs the live server under ghz; by hand, not in CI (figures in BENCHMARKS.md).

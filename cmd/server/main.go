@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -86,6 +87,7 @@ type serveCmd struct {
 	ShutdownGrace    time.Duration `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
 	limitFlags
 	MetricsListen string `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
+	PProf         bool   `name:"pprof" env:"PPROF" help:"Also serve Go's profiles (net/http/pprof) at /debug/pprof/ on the metrics address: for an operator on a trusted network, never a public one."`
 
 	OTLPEndpoint     string  `name:"otlp-endpoint" env:"OTEL_EXPORTER_OTLP_ENDPOINT" help:"OTLP/gRPC collector (host:port) to send traces to: a span per call and per Postgres query. Empty: no tracing."`
 	OTLPInsecure     bool    `name:"otlp-insecure" env:"OTEL_EXPORTER_OTLP_INSECURE" help:"Send traces to the collector without TLS (a sidecar on loopback)."`
@@ -223,7 +225,7 @@ func (c *serveCmd) Run() error {
 	}
 	srv := server.New(cfg, log)
 	if reg != nil {
-		stopMetrics, err := serveMetrics(c.MetricsListen, reg, srv, log)
+		stopMetrics, err := serveMetrics(c.MetricsListen, reg, srv, c.PProf, log)
 		if err != nil {
 			return err
 		}
@@ -261,11 +263,28 @@ func openStore(ctx context.Context, f storeFlags, migrate bool, log *zap.Logger,
 // serveMetrics serves /metrics, and the probes /livez and /readyz, on addr
 // until the returned stop is called. The probes are plain HTTP because
 // Kubernetes' gRPC probes cannot speak TLS.
-func serveMetrics(addr string, reg *prometheus.Registry, srv *server.Server, log *zap.Logger) (stop func(), err error) {
+func serveMetrics(addr string, reg *prometheus.Registry, srv *server.Server, profiles bool, log *zap.Logger) (stop func(), err error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
+	hs := &http.Server{Handler: metricsMux(reg, srv, profiles), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", zap.Error(err))
+		}
+	}()
+	log.Info("serving metrics", zap.String("addr", lis.Addr().String()))
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(ctx)
+	}, nil
+}
+
+// metricsMux routes the metrics address: /metrics, the probes and, with
+// profiles, Go's profiles.
+func metricsMux(reg *prometheus.Registry, srv *server.Server, profiles bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	// Liveness says only that the process answers: a database outage must
@@ -278,18 +297,17 @@ func serveMetrics(addr string, reg *prometheus.Registry, srv *server.Server, log
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server", zap.Error(err))
-		}
-	}()
-	log.Info("serving metrics", zap.String("addr", lis.Addr().String()))
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(ctx)
-	}, nil
+	if profiles {
+		// On this mux only, and only when asked: the profiles name code
+		// paths and cost CPU. (The package also registers itself on
+		// http.DefaultServeMux, which this binary never serves.)
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
 }
 
 func newLogger(level, format string) (*zap.Logger, error) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestBinary builds the server, starts it the way the README does (with
@@ -413,5 +415,21 @@ func TestComposeSetup(t *testing.T) {
 	}
 	if strings.Contains(logs(), token) {
 		t.Errorf("the token was logged")
+	}
+}
+
+// TestProfilesOnlyWhenAsked: Go's profiles are served on the metrics
+// address with --pprof, and not without it.
+func TestProfilesOnlyWhenAsked(t *testing.T) {
+	for _, profiles := range []bool{false, true} {
+		rec := httptest.NewRecorder()
+		metricsMux(prometheus.NewRegistry(), nil, profiles).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/", nil))
+		want := http.StatusNotFound
+		if profiles {
+			want = http.StatusOK
+		}
+		if rec.Code != want {
+			t.Errorf("--pprof=%v: /debug/pprof/ answered %d, want %d", profiles, rec.Code, want)
+		}
 	}
 }

@@ -341,7 +341,7 @@ func (r *Reader) open(dst, ct []byte) (plain []byte, legacy bool, err error) {
 
 // slabFor returns room for an element's plaintext of n bytes that outlives
 // the record: the rest of the current slab, a new slab, or, for a large
-// record, a buffer of its own. Carving small plaintexts from slabs makes
+// record, a buffer of its own (fromSlab false). Carving small plaintexts from slabs makes
 // one allocation of many (the reader's cost was mostly allocating and
 // clearing them one by one); a record's room is capped at n, so that
 // nothing is written past it.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
 
@@ -78,4 +79,28 @@ func benchOwner(b *testing.B, s store.Store, n int, body []byte) string {
 		}
 	}
 	return owner
+}
+
+// BenchmarkExportCopyTo is export's ceiling on Postgres: the same rows of
+// the same owner, in export order, out by COPY TO STDOUT (binary), read
+// and discarded.
+func BenchmarkExportCopyTo(b *testing.B) {
+	const n = 50_000
+	body := []byte(strings.Repeat("x", 1024))
+	s := storetest.Postgres(b).(*postgres.Store)
+	owner := benchOwner(b, s, n, body)
+	conn, err := s.Pool().Acquire(b.Context())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	query := fmt.Sprintf(`COPY (SELECT %s FROM messages WHERE owner = '%s' ORDER BY group_id, sent_at_ns, id) TO STDOUT (FORMAT binary)`,
+		store.MessageColumns, owner)
+	b.SetBytes(int64(n * (len(body) + 64)))
+	for b.Loop() {
+		if _, err := conn.Conn().PgConn().CopyTo(b.Context(), io.Discard, query); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }

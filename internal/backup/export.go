@@ -12,6 +12,9 @@ import (
 	"io"
 	"slices"
 
+	"golang.org/x/sync/semaphore"
+	"google.golang.org/protobuf/proto"
+
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
@@ -69,41 +72,141 @@ type Counts struct {
 // consent record. It reads one consistent snapshot, and exportedAtNs is the
 // single export time every rule is measured at. Any read or write failure
 // fails the export; a failed export's bytes are not an archive (ARCH-017).
+//
+// Reading and writing overlap: a goroutine reads the snapshot and applies
+// the rules, handing elements on in batches, while the caller's goroutine
+// seals and compresses them into w. What waits between the two is bounded
+// by bytes (ExportMemory).
 func Export(ctx context.Context, st store.Store, owner string, key []byte, opts *ds.ArchiveOptions, exportedAtNs int64, w io.Writer) (Counts, error) {
-	var counts Counts
 	opts, err := Resolve(opts)
 	if err != nil {
-		return counts, err
+		return Counts{}, err
 	}
 	aw, err := archive.NewWriter(w, key, archive.WriterOptions{})
 	if err != nil {
-		return counts, err
+		return Counts{}, err
 	}
 	meta := &ds.BackupMetadataSave{Elements: opts.Elements, ExportedAtNs: exportedAtNs, StartNs: opts.StartNs, EndNs: opts.EndNs}
 	if err := aw.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: meta}}); err != nil {
-		return counts, err
+		return Counts{}, err
 	}
-	err = st.Snapshot(ctx, owner, func(snap store.Snapshot) error {
-		if slices.Contains(opts.Elements, selMessages) {
-			if err := exportConversations(ctx, snap, aw, opts, exportedAtNs, &counts); err != nil {
-				return err
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rd := &exportReader{opts: opts, exportedAtNs: exportedAtNs, out: make(chan exportBatch, exportBatchesAhead),
+		ahead: semaphore.NewWeighted(ExportReadAhead)}
+	read := make(chan error, 1)
+	go func() {
+		defer close(rd.out)
+		read <- st.Snapshot(ctx, owner, func(snap store.Snapshot) error { return rd.run(ctx, snap) })
+	}()
+	var writeErr error
+	for batch := range rd.out {
+		for _, el := range batch.elements {
+			if writeErr == nil {
+				writeErr = aw.WriteElement(el)
 			}
 		}
-		if slices.Contains(opts.Elements, selConsent) {
-			return snap.EachConsent(ctx, func(c *cs.ConsentSave) error {
-				counts.Consent++
-				return aw.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Consent{Consent: c}})
-			})
+		rd.ahead.Release(batch.weight)
+		if writeErr != nil {
+			cancel() // the reader stops; its batches are drained here
 		}
-		return nil
-	})
-	if err != nil {
-		return counts, fmt.Errorf("export: %w", err)
+	}
+	readErr := <-read
+	switch {
+	case writeErr != nil:
+		return rd.counts, fmt.Errorf("export: %w", writeErr)
+	case readErr != nil:
+		return rd.counts, fmt.Errorf("export: %w", readErr)
 	}
 	if err := aw.Close(); err != nil {
-		return counts, fmt.Errorf("export: %w", err)
+		return rd.counts, fmt.Errorf("export: %w", err)
 	}
-	return counts, nil
+	return rd.counts, nil
+}
+
+// What an export's reader may hand on before the writer takes it.
+const (
+	// ExportReadAhead is the most bytes of elements waiting between the
+	// reader and the writer; a larger element waits alone.
+	ExportReadAhead = 4 << 20
+	// exportBatchBytes and exportBatchElements end a batch, whichever
+	// comes first: enough to make a channel send rare, small enough to
+	// keep both sides busy.
+	exportBatchBytes    = 256 << 10
+	exportBatchElements = 256
+	exportBatchesAhead  = ExportReadAhead / exportBatchBytes
+)
+
+// ExportMemory is the most an export holds in elements at once, its
+// records at most maxRecord bytes each: the read-ahead, the batch being
+// filled and the batch being written.
+func ExportMemory(maxRecord int64) int64 {
+	return ExportReadAhead + 2*(exportBatchBytes+maxRecord)
+}
+
+// exportReader reads the snapshot, applies the export rules and hands the
+// elements to write on in batches.
+type exportReader struct {
+	opts         *ds.ArchiveOptions
+	exportedAtNs int64
+	out          chan exportBatch
+	ahead        *semaphore.Weighted // bytes handed on and not yet written
+	batch        exportBatch
+	counts       Counts // read by Export after the reader ends
+}
+
+type exportBatch struct {
+	elements []*ds.BackupElement
+	bytes    int64 // the elements' approximate size
+	weight   int64 // what it holds of ahead
+}
+
+func (rd *exportReader) run(ctx context.Context, snap store.Snapshot) error {
+	if slices.Contains(rd.opts.Elements, selMessages) {
+		if err := rd.conversations(ctx, snap); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(rd.opts.Elements, selConsent) {
+		err := snap.EachConsent(ctx, func(c *cs.ConsentSave) error {
+			rd.counts.Consent++
+			return rd.emit(ctx, &ds.BackupElement{Element: &ds.BackupElement_Consent{Consent: c}}, int64(len(c.GetEntity()))+32)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return rd.flush(ctx)
+}
+
+// emit adds an element of about size bytes to the batch, handing the batch
+// on when it is full.
+func (rd *exportReader) emit(ctx context.Context, el *ds.BackupElement, size int64) error {
+	rd.batch.elements = append(rd.batch.elements, el)
+	rd.batch.bytes += size
+	if rd.batch.bytes >= exportBatchBytes || len(rd.batch.elements) >= exportBatchElements {
+		return rd.flush(ctx)
+	}
+	return nil
+}
+
+func (rd *exportReader) flush(ctx context.Context) error {
+	if len(rd.batch.elements) == 0 {
+		return nil
+	}
+	b := rd.batch
+	rd.batch = exportBatch{elements: make([]*ds.BackupElement, 0, exportBatchElements)}
+	b.weight = min(b.bytes, ExportReadAhead)
+	if err := rd.ahead.Acquire(ctx, b.weight); err != nil {
+		return err
+	}
+	select {
+	case rd.out <- b:
+		return nil
+	case <-ctx.Done():
+		rd.ahead.Release(b.weight)
+		return ctx.Err()
+	}
 }
 
 // UnexportableError is an eligible record that an importer would refuse
@@ -121,7 +224,8 @@ func (e *UnexportableError) Error() string {
 }
 func (e *UnexportableError) Unwrap() error { return e.Err }
 
-func exportConversations(ctx context.Context, snap store.Snapshot, aw *archive.Writer, opts *ds.ArchiveOptions, exportedAtNs int64, counts *Counts) error {
+func (rd *exportReader) conversations(ctx context.Context, snap store.Snapshot) error {
+	opts := rd.opts
 	return snap.EachGroup(ctx, func(g *gb.GroupSave) error {
 		if !GroupEligible(g) {
 			return nil
@@ -129,10 +233,10 @@ func exportConversations(ctx context.Context, snap store.Snapshot, aw *archive.W
 		if err := records.CheckArchivedGroup(g); err != nil {
 			return &UnexportableError{Kind: "group", ID: g.GetId(), Err: err}
 		}
-		if err := aw.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Group{Group: g}}); err != nil {
+		if err := rd.emit(ctx, &ds.BackupElement{Element: &ds.BackupElement_Group{Group: g}}, int64(proto.Size(g))); err != nil {
 			return err
 		}
-		counts.Groups++
+		rd.counts.Groups++
 		// The window bounds messages only, never groups (ARCH-009): a group
 		// with no message in it still carries its history.
 		// With exclude_disappearing_messages the store leaves out restored
@@ -140,16 +244,22 @@ func exportConversations(ctx context.Context, snap store.Snapshot, aw *archive.W
 		q := store.MessageQuery{GroupID: g.GetId(), StartNs: opts.StartNs, EndNs: opts.EndNs,
 			ExcludeRestoredUnknownExpiry: opts.GetExcludeDisappearingMessages()}
 		return snap.EachMessage(ctx, q, func(m *mb.GroupMessageSave) error {
-			if !MessageEligible(m, exportedAtNs, opts.GetExcludeDisappearingMessages()) {
+			if !MessageEligible(m, rd.exportedAtNs, opts.GetExcludeDisappearingMessages()) {
 				return nil
 			}
 			if err := records.CheckMessage(m); err != nil {
 				return &UnexportableError{Kind: "message", ID: m.GetId(), Err: err}
 			}
-			counts.Messages++
-			return aw.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: m}})
+			rd.counts.Messages++
+			return rd.emit(ctx, &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: m}}, messageSize(m))
 		})
 	})
+}
+
+// messageSize is about what a message holds: its byte fields and strings.
+func messageSize(m *mb.GroupMessageSave) int64 {
+	return int64(len(m.GetId())+len(m.GetGroupId())+len(m.GetDecryptedMessageBytes())+len(m.GetSenderInstallationId())+
+		len(m.GetSenderInboxId())+len(m.GetAuthorityId())+len(m.GetContentType())+len(m.GetReferenceId())) + 96
 }
 
 // GroupEligible is the eligibility table's group row: every group and DM,

@@ -174,12 +174,12 @@ func CheckMessage(m *mb.GroupMessageSave) error {
 	if err := CheckID("group_id", m.GetGroupId()); err != nil {
 		return err
 	}
-	for f, s := range map[string]string{
-		"sender_inbox_id": m.GetSenderInboxId(),
-		"authority_id":    m.GetAuthorityId(),
-		"content_type":    m.GetContentType(),
+	for _, f := range [...]struct{ name, value string }{
+		{"sender_inbox_id", m.GetSenderInboxId()},
+		{"authority_id", m.GetAuthorityId()},
+		{"content_type", m.GetContentType()},
 	} {
-		if err := checkText(f, s); err != nil {
+		if err := checkText(f.name, f.value); err != nil {
 			return err
 		}
 	}

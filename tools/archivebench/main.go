@@ -22,8 +22,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,7 +34,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/klauspost/compress/zstd"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
@@ -42,21 +43,31 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
+	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
 func main() {
 	dbURL := flag.String("database-url", os.Getenv("DATABASE_URL"), "Postgres URL of an empty database")
 	serverBin := flag.String("server", "bin/server", "server binary")
 	big := flag.Int("messages", 1_000_000, "messages of the large owner")
-	small := flag.Int("small", 100_000, "messages of the small owner")
+	small := flag.Int("small", 100_000, "messages of the small owner, exported once to show memory stays flat")
+	runs := flag.Int("runs", 3, "rounds of COPY FROM, COPY TO, export and import, each read against its own ceilings")
+	profiles := flag.String("profile-dir", "", "when set, the server's CPU profiles of the first round's export and import are written here and summarised")
 	flag.Parse()
-	if err := run(*dbURL, *serverBin, *small, *big); err != nil {
+	if err := run(*dbURL, *serverBin, *small, *big, *runs, *profiles); err != nil {
 		fmt.Fprintln(os.Stderr, "archivebench:", err)
 		os.Exit(1)
 	}
 }
 
 var key = bytes.Repeat([]byte{0x11}, 32)
+
+// Targets, as ratios to the ceilings (BENCHMARKS.md).
+const (
+	exportTarget = 0.7
+	importTarget = 0.5
+	rssTargetMiB = 200
+)
 
 // content is a 1 KiB text envelope.
 func content() []byte {
@@ -84,7 +95,7 @@ func message(i int, group, body []byte) *mb.GroupMessageSave {
 var copyColumns = []string{"owner", "id", "group_id", "decrypted_message_bytes", "sent_at_ns", "kind",
 	"sender_installation_id", "sender_inbox_id", "delivery_status", "content_type_save", "version_major",
 	"version_minor", "authority_id", "reference_id", "sequence_id", "originator_id", "content_type",
-	"expires_at_ns", "expiry_known"}
+	"expires_at_ns", "expiry_known", "restored"}
 
 // messageRows feeds COPY FROM without holding the rows in memory.
 type messageRows struct {
@@ -96,7 +107,7 @@ type messageRows struct {
 
 func (r *messageRows) Next() bool { r.i++; return r.i <= r.n }
 func (r *messageRows) Values() ([]any, error) {
-	return append([]any{r.owner}, store.MessageArgs(message(r.i, r.group, r.body))...), nil
+	return append([]any{r.owner}, store.MessageInsertArgs(message(r.i, r.group, r.body), false)...), nil
 }
 func (r *messageRows) Err() error { return nil }
 
@@ -108,9 +119,11 @@ type figure struct {
 	rss     int64 // peak KiB, when measured
 }
 
+func (f figure) rate() float64 { return float64(f.records) / f.took.Seconds() }
+
 func (f figure) String() string {
 	secs := f.took.Seconds()
-	s := fmt.Sprintf("| %s | %d | %.1f s | %.0f | %.1f |", f.name, f.records, secs, float64(f.records)/secs, float64(f.bytes)/secs/1e6)
+	s := fmt.Sprintf("| %s | %d | %.1f s | %.0f | %.1f |", f.name, f.records, secs, f.rate(), float64(f.bytes)/secs/1e6)
 	if f.rss > 0 {
 		s += fmt.Sprintf(" %.1f |", float64(f.rss)/1024)
 	} else {
@@ -119,7 +132,17 @@ func (f figure) String() string {
 	return s
 }
 
-func run(dbURL, serverBin string, small, big int) error {
+// bench holds what every round uses.
+type bench struct {
+	ctx      context.Context
+	st       *postgres.Store
+	srv      *server
+	client   cb.ArchiveServiceClient
+	body     []byte
+	rowBytes int64
+}
+
+func run(dbURL, serverBin string, small, big, runs int, profileDir string) error {
 	if dbURL == "" {
 		return errors.New("--database-url (or DATABASE_URL) is required")
 	}
@@ -129,132 +152,315 @@ func run(dbURL, serverBin string, small, big int) error {
 		return err
 	}
 	defer st.Close()
-	body := content()
-	rowBytes := int64(len(body) + 32 + 16 + 32 + 64 + 40)
-	var figures []figure
-
-	fill := func(owner string, n int) (figure, error) {
-		group := []byte(owner)[:16]
-		g := &gb.GroupSave{Id: group, MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED, ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP}
-		if _, err := st.PutGroup(ctx, owner, g); err != nil {
-			return figure{}, err
+	// Reproducible figures: autovacuum would wake after a million inserts
+	// and take one of the two cores in the middle of whatever comes next,
+	// so it is off for this throwaway database's tables and each phase
+	// starts after an explicit VACUUM ANALYZE and CHECKPOINT instead
+	// (dirty buffers of the phase before are written out first, not
+	// during the next one).
+	for _, t := range []string{"messages", "groups"} {
+		if _, err := st.Pool().Exec(ctx, "ALTER TABLE "+t+" SET (autovacuum_enabled = false)"); err != nil {
+			return err
 		}
-		start := time.Now()
-		got, err := st.Pool().CopyFrom(ctx, pgx.Identifier{"messages"}, copyColumns, &messageRows{owner: owner, group: group, body: body, n: n})
-		if err != nil || int(got) != n {
-			return figure{}, fmt.Errorf("copy from: %d rows, %v", got, err)
-		}
-		return figure{name: fmt.Sprintf("Postgres COPY FROM (%d rows, ceiling of import)", n), records: n, bytes: int64(n) * rowBytes, took: time.Since(start)}, nil
 	}
-	bigOwner, smallOwner := "owner-big-0123456789", "owner-small-012345678"
-	fmt.Fprintln(os.Stderr, "filling", big, "+", small, "messages")
-	fb, err := fill(bigOwner, big)
+	settings, err := postgresSettings(ctx, st)
 	if err != nil {
 		return err
 	}
-	if _, err := fill(smallOwner, small); err != nil {
+	b := &bench{ctx: ctx, st: st, body: content()}
+	b.rowBytes = int64(len(b.body) + 32 + 16 + 32 + 64 + 40)
+	if b.srv, err = startServer(serverBin, dbURL, profileDir != ""); err != nil {
 		return err
 	}
-	figures = append(figures, fb)
-	if _, err := st.Pool().Exec(ctx, "VACUUM ANALYZE messages"); err != nil {
-		return err
-	}
-
-	start := time.Now()
-	conn, err := st.Pool().Acquire(ctx)
+	defer b.srv.stop()
+	opts, err := transport.DialOptions(transport.ClientOptions{Insecure: true, Token: b.srv.token})
 	if err != nil {
 		return err
 	}
-	tag, err := conn.Conn().PgConn().CopyTo(ctx, io.Discard, fmt.Sprintf(
-		`COPY (SELECT %s FROM messages WHERE owner = '%s' ORDER BY group_id, sent_at_ns, id) TO STDOUT (FORMAT binary)`, store.MessageColumns, bigOwner))
-	conn.Release()
-	if err != nil {
-		return err
-	}
-	figures = append(figures, figure{name: fmt.Sprintf("Postgres COPY TO (%d rows, ceiling of export)", tag.RowsAffected()), records: int(tag.RowsAffected()), bytes: int64(big) * rowBytes, took: time.Since(start)})
-
-	srv, err := startServer(serverBin, dbURL)
-	if err != nil {
-		return err
-	}
-	defer srv.stop()
-	cc, err := grpc.NewClient(srv.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(8<<20)) // as archivectl
+	// Stream windows as archivectl sets them.
+	cc, err := grpc.NewClient(b.srv.addr, append(opts, grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(8<<20))...)
 	if err != nil {
 		return err
 	}
 	defer cc.Close()
-	client := cb.NewArchiveServiceClient(cc)
+	b.client = cb.NewArchiveServiceClient(cc)
 
-	export := func(owner string, n int, w io.Writer) (figure, int64, error) {
-		srv.peak.Store(0)
-		start := time.Now()
-		stream, err := client.Export(ctx, &cb.ExportRequest{Owner: owner, Key: key})
-		if err != nil {
-			return figure{}, 0, err
-		}
-		var size int64
-		var sum *cb.ExportSummary
-		for {
-			m, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return figure{}, 0, err
-			}
-			if c := m.GetChunk(); len(c) > 0 {
-				w.Write(c)
-				size += int64(len(c))
-			}
-			if m.GetSummary() != nil {
-				sum = m.GetSummary()
-			}
-		}
-		if sum == nil || sum.GetMessages() != uint64(n) {
-			return figure{}, 0, fmt.Errorf("export of %s: summary %v", owner, sum)
-		}
-		return figure{name: fmt.Sprintf("Export over gRPC, %d messages", n), records: n, bytes: int64(n) * rowBytes, took: time.Since(start), rss: srv.peak.Load()}, size, nil
-	}
-	fmt.Fprintln(os.Stderr, "exporting")
-	fs, _, err := export(smallOwner, small, io.Discard)
-	if err != nil {
-		return err
-	}
 	file, err := os.CreateTemp("", "archivebench-*.xmtp")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(file.Name())
-	bw := bufio.NewWriterSize(file, 1<<20)
-	fbig, archiveSize, err := export(bigOwner, big, bw)
-	if err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	figures = append(figures, fs, fbig)
+	defer file.Close()
 
-	fmt.Fprintln(os.Stderr, "importing")
-	srv.peak.Store(0)
-	start = time.Now()
-	if _, err := file.Seek(0, io.SeekStart); err != nil {
-		return err
+	fmt.Printf("Postgres: %s\n\n", settings)
+	type round struct{ copyFrom, copyTo, export, imp, raw figure }
+	var rounds []round
+	var smallExport figure
+	var archiveSize int64
+	for r := 1; r <= runs; r++ {
+		owner := fmt.Sprintf("owner-big-%d-0123456789", r)
+		var rd round
+		fmt.Fprintf(os.Stderr, "round %d: COPY FROM %d messages\n", r, big)
+		if rd.copyFrom, err = b.fill(owner, big); err != nil {
+			return err
+		}
+		if r == 1 && small > 0 {
+			if _, err := b.fill("owner-small-012345678", small); err != nil {
+				return err
+			}
+		}
+		if err := b.settle(); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "round %d: COPY TO\n", r)
+		if rd.copyTo, err = b.copyTo(owner, big); err != nil {
+			return err
+		}
+		if r == 1 && small > 0 {
+			if err := b.settle(); err != nil {
+				return err
+			}
+			if smallExport, _, err = b.export("owner-small-012345678", small, io.Discard, ""); err != nil {
+				return err
+			}
+		}
+		if err := b.settle(); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "round %d: export\n", r)
+		if _, err := file.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		if err := file.Truncate(0); err != nil {
+			return err
+		}
+		bw := bufio.NewWriterSize(file, 1<<20)
+		profile := ""
+		if r == 1 && profileDir != "" {
+			profile = filepath.Join(profileDir, "export.pprof")
+		}
+		if rd.export, archiveSize, err = b.export(owner, big, bw, profile); err != nil {
+			return err
+		}
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		if err := b.settle(); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "round %d: import\n", r)
+		if r == 1 && profileDir != "" {
+			profile = filepath.Join(profileDir, "import.pprof")
+		}
+		if rd.imp, err = b.importFile(file, fmt.Sprintf("owner-restored-%d-01234", r), big, profile); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "round %d: raw container work\n", r)
+		if rd.raw, err = rawSealCompress(big, b.body); err != nil {
+			return err
+		}
+		rd.raw.bytes = int64(big) * b.rowBytes
+		rounds = append(rounds, rd)
+		fmt.Fprintf(os.Stderr, "round %d: export %.2f x COPY TO, import %.2f x COPY FROM\n", r, rd.export.rate()/rd.copyTo.rate(), rd.imp.rate()/rd.copyFrom.rate())
 	}
-	is, err := client.Import(ctx)
+
+	fmt.Printf("archive: %d bytes for %d messages\n\n", archiveSize, big)
+	fmt.Println("| what | records | time | records/s | MB/s (row bytes) | server peak RSS (MiB) |")
+	fmt.Println("|---|---|---|---|---|---|")
+	if small > 0 {
+		fmt.Println(smallExport)
+	}
+	for i, rd := range rounds {
+		fmt.Printf("| **round %d** | | | | | |\n", i+1)
+		for _, f := range []figure{rd.copyFrom, rd.copyTo, rd.export, rd.imp, rd.raw} {
+			fmt.Println(f)
+		}
+	}
+	fmt.Printf("\n| ratio | target |%s met in |\n|---|---|%s---|\n", heads(len(rounds)), strings.Repeat("---|", len(rounds)))
+	var exp, imp, rss []float64
+	for _, rd := range rounds {
+		exp = append(exp, rd.export.rate()/rd.copyTo.rate())
+		imp = append(imp, rd.imp.rate()/rd.copyFrom.rate())
+		rss = append(rss, float64(max(rd.export.rss, rd.imp.rss))/1024)
+	}
+	fmt.Printf("| Export over gRPC / COPY TO | ≥ %.2f |%s %s |\n", exportTarget, cells(exp, "%.2f"), met(exp, func(v float64) bool { return v >= exportTarget }))
+	fmt.Printf("| Import over gRPC / COPY FROM | ≥ %.2f |%s %s |\n", importTarget, cells(imp, "%.2f"), met(imp, func(v float64) bool { return v >= importTarget }))
+	fmt.Printf("| server peak RSS, export and import (MiB) | < %d |%s %s |\n", rssTargetMiB, cells(rss, "%.1f"), met(rss, func(v float64) bool { return v < rssTargetMiB }))
+	if profileDir != "" {
+		for _, name := range []string{"export", "import"} {
+			fmt.Printf("\nserver CPU profile, %s (round 1), top 5 frames by flat time:\n", name)
+			out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount", "5", serverBin, filepath.Join(profileDir, name+".pprof")).Output()
+			if err != nil {
+				return fmt.Errorf("pprof %s: %w", name, err)
+			}
+			fmt.Print(topLines(string(out)))
+		}
+	}
+	return nil
+}
+
+func heads(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, " run %d |", i+1)
+	}
+	return b.String()
+}
+
+func cells(vs []float64, format string) string {
+	var b strings.Builder
+	for _, v := range vs {
+		fmt.Fprintf(&b, " "+format+" |", v)
+	}
+	return b.String()
+}
+
+func met(vs []float64, ok func(float64) bool) string {
+	n := 0
+	for _, v := range vs {
+		if ok(v) {
+			n++
+		}
+	}
+	return fmt.Sprintf("%d of %d", n, len(vs))
+}
+
+// topLines keeps pprof's table: its header and rows.
+func topLines(out string) string {
+	var b strings.Builder
+	table := false
+	for _, line := range strings.Split(out, "\n") {
+		table = table || strings.Contains(line, "flat%")
+		if table && strings.TrimSpace(line) != "" {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+func postgresSettings(ctx context.Context, st *postgres.Store) (string, error) {
+	rows, err := st.Pool().Query(ctx, `SELECT name || '=' || setting || COALESCE(unit, '') FROM pg_settings
+		WHERE name IN ('shared_buffers', 'max_wal_size', 'checkpoint_timeout', 'fsync', 'synchronous_commit', 'full_page_writes', 'wal_level') ORDER BY name`)
 	if err != nil {
+		return "", err
+	}
+	var out []string
+	var s string
+	if _, err := pgx.ForEachRow(rows, []any{&s}, func() error { out = append(out, s); return nil }); err != nil {
+		return "", err
+	}
+	return strings.Join(out, ", "), nil
+}
+
+// settle starts the next phase from the same state every time: statistics
+// current and no dirty buffers left to write.
+func (b *bench) settle() error {
+	if _, err := b.st.Pool().Exec(b.ctx, "VACUUM ANALYZE messages"); err != nil {
 		return err
 	}
-	if err := is.Send(&cb.ImportRequest{Payload: &cb.ImportRequest_Start{Start: &cb.ImportStart{Owner: "owner-restored-01234", Key: key}}}); err != nil {
-		return err
+	_, err := b.st.Pool().Exec(b.ctx, "CHECKPOINT")
+	return err
+}
+
+// fill stores n messages of a new owner by COPY FROM: the ceiling of import.
+func (b *bench) fill(owner string, n int) (figure, error) {
+	group := []byte(owner)[:16]
+	g := &gb.GroupSave{Id: group, MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED, ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP}
+	if _, err := b.st.PutGroup(b.ctx, owner, g); err != nil {
+		return figure{}, err
+	}
+	if _, err := b.st.Pool().Exec(b.ctx, "CHECKPOINT"); err != nil {
+		return figure{}, err
+	}
+	start := time.Now()
+	got, err := b.st.Pool().CopyFrom(b.ctx, pgx.Identifier{"messages"}, copyColumns, &messageRows{owner: owner, group: group, body: b.body, n: n})
+	if err != nil || int(got) != n {
+		return figure{}, fmt.Errorf("copy from: %d rows, %v", got, err)
+	}
+	return figure{name: fmt.Sprintf("Postgres COPY FROM (ceiling of import), %d rows", n), records: n, bytes: int64(n) * b.rowBytes, took: time.Since(start)}, nil
+}
+
+// copyTo reads the owner's rows in export order by COPY TO: the ceiling of
+// export.
+func (b *bench) copyTo(owner string, n int) (figure, error) {
+	start := time.Now()
+	conn, err := b.st.Pool().Acquire(b.ctx)
+	if err != nil {
+		return figure{}, err
+	}
+	defer conn.Release()
+	tag, err := conn.Conn().PgConn().CopyTo(b.ctx, io.Discard, fmt.Sprintf(
+		`COPY (SELECT %s FROM messages WHERE owner = '%s' ORDER BY group_id, sent_at_ns, id) TO STDOUT (FORMAT binary)`, store.MessageColumns, owner))
+	if err != nil {
+		return figure{}, err
+	}
+	if int(tag.RowsAffected()) != n {
+		return figure{}, fmt.Errorf("copy to: %d rows", tag.RowsAffected())
+	}
+	return figure{name: fmt.Sprintf("Postgres COPY TO (ceiling of export), %d rows", n), records: n, bytes: int64(n) * b.rowBytes, took: time.Since(start)}, nil
+}
+
+// export runs Export over gRPC into w; with profile set, the server's CPU
+// profile of the export is written there.
+func (b *bench) export(owner string, n int, w io.Writer, profile string) (figure, int64, error) {
+	b.srv.peak.Store(0)
+	stopProfile := b.srv.profile(profile)
+	start := time.Now()
+	stream, err := b.client.Export(b.ctx, &cb.ExportRequest{Owner: owner, Key: key})
+	if err != nil {
+		return figure{}, 0, err
+	}
+	var size int64
+	var sum *cb.ExportSummary
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return figure{}, 0, err
+		}
+		if c := m.GetChunk(); len(c) > 0 {
+			if _, err := w.Write(c); err != nil {
+				return figure{}, 0, err
+			}
+			size += int64(len(c))
+		}
+		if m.GetSummary() != nil {
+			sum = m.GetSummary()
+		}
+	}
+	took := time.Since(start)
+	if err := stopProfile(); err != nil {
+		return figure{}, 0, err
+	}
+	if sum == nil || sum.GetMessages() != uint64(n) {
+		return figure{}, 0, fmt.Errorf("export of %s: summary %v", owner, sum)
+	}
+	return figure{name: fmt.Sprintf("Export over gRPC, %d messages", n), records: n, bytes: int64(n) * b.rowBytes, took: took, rss: b.srv.peak.Load()}, size, nil
+}
+
+// importFile runs Import over gRPC of the archive in file into owner.
+func (b *bench) importFile(file *os.File, owner string, n int, profile string) (figure, error) {
+	if _, err := file.Seek(0, io.SeekStart); err != nil {
+		return figure{}, err
+	}
+	b.srv.peak.Store(0)
+	stopProfile := b.srv.profile(profile)
+	start := time.Now()
+	is, err := b.client.Import(b.ctx)
+	if err != nil {
+		return figure{}, err
+	}
+	if err := is.Send(&cb.ImportRequest{Payload: &cb.ImportRequest_Start{Start: &cb.ImportStart{Owner: owner, Key: key}}}); err != nil {
+		return figure{}, err
 	}
 	buf := make([]byte, 256<<10)
 	for {
-		n, err := file.Read(buf)
-		if n > 0 {
-			if serr := is.Send(&cb.ImportRequest{Payload: &cb.ImportRequest_Chunk{Chunk: buf[:n]}}); serr != nil {
-				break
+		k, err := file.Read(buf)
+		if k > 0 {
+			if serr := is.Send(&cb.ImportRequest{Payload: &cb.ImportRequest_Chunk{Chunk: buf[:k]}}); serr != nil {
+				break // the server ended the call: CloseAndRecv says why
 			}
 		}
 		if err != nil {
@@ -263,28 +469,16 @@ func run(dbURL, serverBin string, small, big int) error {
 	}
 	res, err := is.CloseAndRecv()
 	if err != nil {
-		return fmt.Errorf("import: %w", err)
+		return figure{}, fmt.Errorf("import: %w", err)
 	}
-	if res.GetMessages().GetInserted() != uint64(big) {
-		return fmt.Errorf("import inserted %d", res.GetMessages().GetInserted())
+	took := time.Since(start)
+	if err := stopProfile(); err != nil {
+		return figure{}, err
 	}
-	figures = append(figures, figure{name: fmt.Sprintf("Import over gRPC, %d messages", big), records: big, bytes: int64(big) * rowBytes, took: time.Since(start), rss: srv.peak.Load()})
-
-	fmt.Fprintln(os.Stderr, "raw container work")
-	raw, err := rawSealCompress(big, body)
-	if err != nil {
-		return err
+	if res.GetMessages().GetInserted() != uint64(n) {
+		return figure{}, fmt.Errorf("import inserted %d", res.GetMessages().GetInserted())
 	}
-	raw.bytes = int64(big) * rowBytes
-	figures = append(figures, raw)
-
-	fmt.Printf("archive: %d bytes for %d messages\n\n", archiveSize, big)
-	fmt.Println("| what | records | time | records/s | MB/s (row bytes) | server peak RSS (MiB) |")
-	fmt.Println("|---|---|---|---|---|---|")
-	for _, f := range figures {
-		fmt.Println(f)
-	}
-	return nil
+	return figure{name: fmt.Sprintf("Import over gRPC, %d messages", n), records: n, bytes: int64(n) * b.rowBytes, took: took, rss: b.srv.peak.Load()}, nil
 }
 
 // rawSealCompress is the container's ceiling over the same records:
@@ -312,28 +506,45 @@ func rawSealCompress(n int, body []byte) (figure, error) {
 }
 
 type server struct {
-	cmd  *exec.Cmd
-	addr string
-	peak atomic.Int64
-	done chan struct{}
+	cmd         *exec.Cmd
+	addr        string
+	metricsAddr string
+	token       string
+	dataDir     string
+	peak        atomic.Int64
+	done        chan struct{}
 }
 
-// startServer runs the server binary on the database and samples its
-// resident set every 20 ms.
-func startServer(bin, dbURL string) (*server, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+// startServer runs the server binary on the database, with its development
+// token in a data directory of its own (loopback, nothing configured), and
+// samples its resident set every 20 ms. profiles serves Go's profiles on
+// its metrics address.
+func startServer(bin, dbURL string, profiles bool) (*server, error) {
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := lis.Addr().String()
-	lis.Close()
-	cmd := exec.Command(bin, "--listen", addr, "--metrics-listen=", "--log-level", "warn")
+	metricsAddr := ""
+	if profiles {
+		if metricsAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	dataDir, err := os.MkdirTemp("", "archivebench-data")
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--listen", addr, "--metrics-listen=" + metricsAddr, "--log-level", "warn", "--data-dir", dataDir}
+	if profiles {
+		args = append(args, "--pprof")
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &server{cmd: cmd, addr: addr, done: make(chan struct{})}
+	s := &server{cmd: cmd, addr: addr, metricsAddr: metricsAddr, dataDir: dataDir, done: make(chan struct{})}
 	go func() {
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
@@ -349,8 +560,10 @@ func startServer(bin, dbURL string) (*server, error) {
 		}
 	}()
 	for range 100 {
-		if c, err := net.Dial("tcp", addr); err == nil {
+		token, err := os.ReadFile(filepath.Join(dataDir, "dev-token"))
+		if c, derr := net.Dial("tcp", addr); derr == nil && err == nil {
 			c.Close()
+			s.token = strings.TrimSpace(string(token))
 			return s, nil
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -359,10 +572,47 @@ func startServer(bin, dbURL string) (*server, error) {
 	return nil, errors.New("the server did not start")
 }
 
+func freeAddr() (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer lis.Close()
+	return lis.Addr().String(), nil
+}
+
+// profile starts a CPU profile of the server written to path when it is
+// set, until the returned function is called.
+func (s *server) profile(path string) (stop func() error) {
+	if path == "" {
+		return func() error { return nil }
+	}
+	// /debug/pprof/profile samples for a fixed time, and a cancelled
+	// request loses it: the profile covers the phase's first 30 seconds.
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get("http://" + s.metricsAddr + "/debug/pprof/profile?seconds=30")
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		done <- errors.Join(err, f.Close())
+	}()
+	return func() error { return <-done }
+}
+
 func (s *server) stop() {
 	close(s.done)
-	s.cmd.Process.Signal(os.Interrupt)
-	s.cmd.Wait()
+	_ = s.cmd.Process.Signal(os.Interrupt)
+	_ = s.cmd.Wait()
+	os.RemoveAll(s.dataDir)
 }
 
 func rssKiB(pid int) int64 {
