@@ -149,6 +149,9 @@ func TestReferenceImportsOurArchive(t *testing.T) {
 			Nested: &cb.Reply_Content{Content: &cb.Content{Value: &cb.Content_Text{Text: "a reply"}}}}}},
 		"leave_request":  {Value: &cb.Content_LeaveRequest{LeaveRequest: &ct.LeaveRequest{}}},
 		"delete_message": {Value: &cb.Content_DeleteMessage{DeleteMessage: &ct.DeleteMessage{MessageId: hex.EncodeToString(id32("nothing"))}}},
+		// 300 KiB: the archive's zstd frame holds several raw blocks, and
+		// this record crosses from one to the next.
+		"large_text": {Value: &cb.Content_Text{Text: strings.Repeat("long text ", 30<<10)}},
 	} {
 		ec, err := contentapi.Encode(reg, content)
 		if err != nil {
@@ -177,6 +180,9 @@ func TestReferenceImportsOurArchive(t *testing.T) {
 	}
 
 	data, summary := exportOver(t, svc.arch, owner)
+	if len(data) < 4*32<<10 {
+		t.Fatalf("the archive is %d bytes: too small to span several zstd blocks", len(data))
+	}
 
 	var view refArchiveView
 	runScript(t, "archive.mjs", "import", map[string]any{

@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
-	"github.com/klauspost/compress/zstd"
 	"google.golang.org/protobuf/proto"
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
@@ -30,12 +30,10 @@ type WriterOptions struct {
 // Close returns nil the archive is not complete.
 type Writer struct {
 	aead   cipher.AEAD
-	zw     *zstd.Encoder
+	zw     *rawFrameWriter
 	base   Nonce
 	legacy bool
 	n      uint64 // records written
-	buf    []byte // marshal buffer, reused
-	sealed []byte // length prefix and ciphertext, reused
 	nonce  Nonce  // the record's nonce: a local would escape once a record
 	err    error  // sticky
 	closed bool
@@ -65,19 +63,11 @@ func NewWriter(w io.Writer, key []byte, opts WriterOptions) (*Writer, error) {
 	if _, err := w.Write(header[:]); err != nil {
 		return nil, fmt.Errorf("archive: write header: %w", err)
 	}
-	// One encoder for the whole body: one zstd frame (the reference reads
-	// only the first). Ciphertext does not compress, so the fastest level
-	// costs nothing in size; no checksum and no content size, as the
-	// reference writes; a 2 MiB window, which every reader accepts.
-	zw, err := zstd.NewWriter(w,
-		zstd.WithEncoderLevel(zstd.SpeedFastest),
-		zstd.WithEncoderConcurrency(1),
-		zstd.WithEncoderCRC(false),
-		zstd.WithWindowSize(2<<20),
-		zstd.WithLowerEncoderMem(true),
-	)
+	// One frame for the whole body (the reference reads only the first),
+	// of raw blocks: see rawFrameWriter.
+	zw, err := newRawFrameWriter(w)
 	if err != nil {
-		return nil, fmt.Errorf("archive: zstd: %w", err)
+		return nil, fmt.Errorf("archive: %w", err)
 	}
 	return &Writer{aead: aead, zw: zw, base: base, legacy: opts.LegacyNonce}, nil
 }
@@ -90,21 +80,29 @@ func (w *Writer) WriteElement(el *ds.BackupElement) error {
 	if w.err != nil {
 		return w.err
 	}
-	var err error
-	if w.buf, err = appendElement(w.buf[:0], el); err != nil {
+	// The record is built in place at the end of the zstd block being
+	// filled: a length prefix, then the element, sealed where it lies (GCM
+	// allows it when the plaintext and the output start at the same byte),
+	// then the tag.
+	block := w.zw.room()
+	start := len(block)
+	block, err := appendElement(append(block, 0, 0, 0, 0), el)
+	if err != nil {
 		return w.fail(fmt.Errorf("archive: record %d: marshal: %w", w.n, err))
 	}
 	w.nonce = w.base
 	if !w.legacy {
 		w.nonce = w.base.Add(w.n)
 	}
-	size := len(w.buf) + TagSize
+	size := len(block) - start - lengthSize + TagSize
 	if uint64(size) > 1<<32-1 {
 		return w.fail(fmt.Errorf("archive: record %d: %d bytes do not fit a 4-byte length", w.n, size))
 	}
-	w.sealed = binary.LittleEndian.AppendUint32(w.sealed[:0], uint32(size))
-	w.sealed = w.aead.Seal(w.sealed, w.nonce[:], w.buf, nil)
-	if _, err := w.zw.Write(w.sealed); err != nil {
+	binary.LittleEndian.PutUint32(block[start:], uint32(size))
+	block = slices.Grow(block, TagSize) // room for the tag, so Seal stays in place
+	plain := block[start+lengthSize:]
+	sealed := w.aead.Seal(plain[:0], w.nonce[:], plain, nil)
+	if err := w.zw.fill(block[:start+lengthSize+len(sealed)]); err != nil {
 		return w.fail(fmt.Errorf("archive: record %d: %w", w.n, err))
 	}
 	w.n++
