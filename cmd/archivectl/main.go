@@ -32,6 +32,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/buildinfo"
+	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
 type cli struct {
@@ -129,11 +130,10 @@ func (c *cli) dial() (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(c.Server, append(opts,
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
-		// An export streams the whole archive to us: a few MiB of window
-		// keep the server from waiting on our window updates.
-		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(8<<20))...)
+	// An export streams the whole archive to us: windows and buffers for
+	// that (transport.ArchiveDialOptions).
+	opts = append(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20))), transport.ArchiveDialOptions()...)
+	conn, err := grpc.NewClient(c.Server, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", c.Server, err)
 	}

@@ -177,7 +177,7 @@ type MessageRow struct {
 	m                             mb.GroupMessageSave
 	kind, status, contentTypeSave int32
 	// A pointer, so that NULL (absent) and an empty value (present) stay
-	// apart: both drivers scan an empty blob into a plain []byte as nil.
+	// apart whatever a driver makes of an empty blob in a plain []byte.
 	referenceID *[]byte
 }
 

@@ -116,6 +116,10 @@ type figure struct {
 	bytes   int64
 	took    time.Duration
 	rss     int64 // peak KiB, when measured
+	// CPU seconds the server and this process (the client) spent in the
+	// phase, when measured: on two shared cores they say whose work the
+	// time went to.
+	serverCPU, clientCPU float64
 }
 
 func (f figure) rate() float64 { return float64(f.records) / f.took.Seconds() }
@@ -128,7 +132,38 @@ func (f figure) String() string {
 	} else {
 		s += " |"
 	}
+	if f.serverCPU > 0 {
+		s += fmt.Sprintf(" %.1f s / %.1f s |", f.serverCPU, f.clientCPU)
+	} else {
+		s += " |"
+	}
 	return s
+}
+
+// cpuSeconds is the user and system time of a process so far.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100 // USER_HZ
+}
+
+// cpuMeter reads the server's and this process's CPU time at the start of
+// a phase; done fills the figure with what the phase spent.
+func (b *bench) cpuMeter() func(*figure) {
+	server, client := cpuSeconds(b.srv.cmd.Process.Pid), cpuSeconds(os.Getpid())
+	return func(f *figure) {
+		f.serverCPU = cpuSeconds(b.srv.cmd.Process.Pid) - server
+		f.clientCPU = cpuSeconds(os.Getpid()) - client
+	}
 }
 
 // bench holds what every round uses.
@@ -176,8 +211,8 @@ func run(dbURL, serverBin string, small, big, runs int, profileDir string) error
 	if err != nil {
 		return err
 	}
-	// Stream windows as archivectl sets them.
-	cc, err := grpc.NewClient(b.srv.addr, append(opts, grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(8<<20))...)
+	// Stream windows and buffers as archivectl sets them.
+	cc, err := grpc.NewClient(b.srv.addr, append(opts, transport.ArchiveDialOptions()...)...)
 	if err != nil {
 		return err
 	}
@@ -192,7 +227,7 @@ func run(dbURL, serverBin string, small, big, runs int, profileDir string) error
 	defer file.Close()
 
 	fmt.Printf("Postgres: %s\n\n", settings)
-	type round struct{ copyFrom, copyTo, export, imp, raw figure }
+	type round struct{ copyFrom, copyTo, export, exportFile, imp, raw figure }
 	var rounds []round
 	var smallExport figure
 	var archiveSize int64
@@ -226,7 +261,21 @@ func run(dbURL, serverBin string, small, big, runs int, profileDir string) error
 		if err := b.settle(); err != nil {
 			return err
 		}
+		// Export as COPY TO runs: the bytes delivered to the client and
+		// dropped there. Then again into a file, for the import, timed and
+		// shown apart: writing 1.2 GB to disk is the client's work.
 		fmt.Fprintf(os.Stderr, "round %d: export\n", r)
+		profile := ""
+		if r == 1 && profileDir != "" {
+			profile = filepath.Join(profileDir, "export.pprof")
+		}
+		if rd.export, archiveSize, err = b.export(owner, big, io.Discard, profile); err != nil {
+			return err
+		}
+		if err := b.settle(); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "round %d: export to a file\n", r)
 		if _, err := file.Seek(0, io.SeekStart); err != nil {
 			return err
 		}
@@ -234,13 +283,10 @@ func run(dbURL, serverBin string, small, big, runs int, profileDir string) error
 			return err
 		}
 		bw := bufio.NewWriterSize(file, 1<<20)
-		profile := ""
-		if r == 1 && profileDir != "" {
-			profile = filepath.Join(profileDir, "export.pprof")
-		}
-		if rd.export, archiveSize, err = b.export(owner, big, bw, profile); err != nil {
+		if rd.exportFile, _, err = b.export(owner, big, bw, ""); err != nil {
 			return err
 		}
+		rd.exportFile.name += ", into a file"
 		if err := bw.Flush(); err != nil {
 			return err
 		}
@@ -264,14 +310,14 @@ func run(dbURL, serverBin string, small, big, runs int, profileDir string) error
 	}
 
 	fmt.Printf("archive: %d bytes for %d messages\n\n", archiveSize, big)
-	fmt.Println("| what | records | time | records/s | MB/s (row bytes) | server peak RSS (MiB) |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| what | records | time | records/s | MB/s (row bytes) | server peak RSS (MiB) | CPU: server / client |")
+	fmt.Println("|---|---|---|---|---|---|---|")
 	if small > 0 {
 		fmt.Println(smallExport)
 	}
 	for i, rd := range rounds {
-		fmt.Printf("| **round %d** | | | | | |\n", i+1)
-		for _, f := range []figure{rd.copyFrom, rd.copyTo, rd.export, rd.imp, rd.raw} {
+		fmt.Printf("| **round %d** | | | | | | |\n", i+1)
+		for _, f := range []figure{rd.copyFrom, rd.copyTo, rd.export, rd.exportFile, rd.imp, rd.raw} {
 			fmt.Println(f)
 		}
 	}
@@ -404,6 +450,7 @@ func (b *bench) copyTo(owner string, n int) (figure, error) {
 func (b *bench) export(owner string, n int, w io.Writer, profile string) (figure, int64, error) {
 	b.srv.peak.Store(0)
 	stopProfile := b.srv.profile(profile)
+	cpu := b.cpuMeter()
 	start := time.Now()
 	stream, err := b.client.Export(b.ctx, &cb.ExportRequest{Owner: owner, Key: key})
 	if err != nil {
@@ -436,7 +483,9 @@ func (b *bench) export(owner string, n int, w io.Writer, profile string) (figure
 	if sum == nil || sum.GetMessages() != uint64(n) {
 		return figure{}, 0, fmt.Errorf("export of %s: summary %v", owner, sum)
 	}
-	return figure{name: fmt.Sprintf("Export over gRPC, %d messages", n), records: n, bytes: int64(n) * b.rowBytes, took: took, rss: b.srv.peak.Load()}, size, nil
+	f := figure{name: fmt.Sprintf("Export over gRPC, %d messages", n), records: n, bytes: int64(n) * b.rowBytes, took: took, rss: b.srv.peak.Load()}
+	cpu(&f)
+	return f, size, nil
 }
 
 // importFile runs Import over gRPC of the archive in file into owner.
@@ -446,6 +495,7 @@ func (b *bench) importFile(file *os.File, owner string, n int, profile string) (
 	}
 	b.srv.peak.Store(0)
 	stopProfile := b.srv.profile(profile)
+	cpu := b.cpuMeter()
 	start := time.Now()
 	is, err := b.client.Import(b.ctx)
 	if err != nil {
@@ -477,7 +527,9 @@ func (b *bench) importFile(file *os.File, owner string, n int, profile string) (
 	if res.GetMessages().GetInserted() != uint64(n) {
 		return figure{}, fmt.Errorf("import inserted %d", res.GetMessages().GetInserted())
 	}
-	return figure{name: fmt.Sprintf("Import over gRPC, %d messages", n), records: n, bytes: int64(n) * b.rowBytes, took: took, rss: b.srv.peak.Load()}, nil
+	f := figure{name: fmt.Sprintf("Import over gRPC, %d messages", n), records: n, bytes: int64(n) * b.rowBytes, took: took, rss: b.srv.peak.Load()}
+	cpu(&f)
+	return f, nil
 }
 
 // rawSealCompress is the container's ceiling over the same records:
