@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
@@ -16,6 +17,7 @@ import (
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
@@ -564,5 +566,39 @@ func TestImportLegacyArchive_ARCH002_ARCH022(t *testing.T) {
 		}
 		_, msgs, _ := snapshotOf(t, s, owner)
 		diff(t, "messages", ids(msgs), []string{"m1", "m2"})
+	})
+}
+
+// TestImportUnderSmallReadAhead: an import whose read-ahead budget holds
+// only a few records at once completes, with every message applied (the
+// reader waits for budget that written batches give back, while a batch
+// is written and the next fills).
+func TestImportUnderSmallReadAhead(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, s store.Store) {
+		els := []*ds.BackupElement{metaEl(), groupEl("g1")}
+		const n = 300
+		for i := range n {
+			el := msgEl(fmt.Sprintf("m%04d", i), "g1")
+			el.GetGroupMessage().DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, 64<<10)
+			els = append(els, el)
+		}
+		data := archiveOf(t, els...)
+		const readAhead = 2 << 20 // about 15 records at twice their size
+		call := budget.NewPool(1<<30).NewCall("import read-ahead", readAhead)
+		done := make(chan struct{})
+		var res ImportResult
+		var err error
+		go func() {
+			defer close(done)
+			res, err = ImportWith(t.Context(), s, storetest.Owner("small-ahead"), key, bytes.NewReader(data), ImportOptions{ReadAhead: call, ReadAheadBytes: readAhead})
+		}()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("import under a small read-ahead did not finish in 60 s")
+		}
+		if err != nil || res.Messages.Inserted != n {
+			t.Fatalf("import: %+v, %v", res.Messages, err)
+		}
 	})
 }

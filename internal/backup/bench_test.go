@@ -10,6 +10,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/jackc/pgx/v5"
 )
 
 // BenchmarkExport exports an owner of 50,000 messages of about 1 KiB, in
@@ -99,6 +100,33 @@ func BenchmarkExportCopyTo(b *testing.B) {
 	b.SetBytes(int64(n * (len(body) + 64)))
 	for b.Loop() {
 		if _, err := conn.Conn().PgConn().CopyTo(b.Context(), io.Discard, query); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkImportCopyFrom is import's ceiling on Postgres: the same
+// messages into a fresh owner's group by COPY FROM STDIN, one per op.
+func BenchmarkImportCopyFrom(b *testing.B) {
+	const n = 20_000
+	body := []byte(strings.Repeat("x", 1024))
+	s := storetest.Postgres(b).(*postgres.Store)
+	columns := append([]string{"owner"}, strings.Split(strings.NewReplacer(" ", "", "\n", "", "\t", "").Replace(store.MessageInsertColumns), ",")...)
+	i := 0
+	for b.Loop() {
+		i++
+		owner := fmt.Sprintf("%s-%d", storetest.Owner("copy"), i)
+		if _, err := s.PutGroup(b.Context(), owner, storetest.MinimalGroup("g")); err != nil {
+			b.Fatal(err)
+		}
+		msgs := storetest.Messages("c", []byte("g"), n, 0)
+		rows := make([][]any, len(msgs))
+		for j, m := range msgs {
+			m.DecryptedMessageBytes = body
+			rows[j] = append([]any{owner}, store.MessageInsertArgs(m, true)...)
+		}
+		if _, err := s.Pool().CopyFrom(b.Context(), pgx.Identifier{"messages"}, columns, pgx.CopyFromRows(rows)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
@@ -126,6 +127,11 @@ func ImportWith(ctx context.Context, st store.Store, owner string, key []byte, r
 	go readRecords(ctx, ar, records, opts.ReadAhead)
 	defer func() {
 		cancel()
+		// A batch still in flight (an early return) ends before Import
+		// does; its outcome no longer matters.
+		if im.inflight != nil {
+			<-im.inflight
+		}
 		for range records { // wait for the reader to stop before its stats
 		}
 		stats := ar.Stats()
@@ -208,6 +214,26 @@ type importer struct {
 	consent    []*cs.ConsentSave
 	consentRec []uint64
 	held       int64 // read-ahead budget the buffers hold
+
+	// A batch of messages is written while the next one fills: at most
+	// one is in flight, and every other write waits for it, so batches
+	// still apply one after another, in record order (ARCH-021).
+	inflight chan messageBatch
+	spare    messageBatch // the last written batch's slices, for reuse
+	// seenStored: a batch held messages the owner already had.
+	seenStored bool
+	// failed is a batch's failure, which every later write returns.
+	failed error
+}
+
+// messageBatch is a batch of messages handed to the store, and once
+// written, what came of it.
+type messageBatch struct {
+	msgs    []*mb.GroupMessageSave
+	records []uint64
+	held    int64
+	out     []store.Outcome
+	err     error
 }
 
 // release returns read-ahead budget.
@@ -279,6 +305,9 @@ func (im *importer) apply(record uint64, el *ds.BackupElement, cost int64) error
 		if err := im.flushMessages(); err != nil {
 			return err
 		}
+		if err := im.waitMessages(); err != nil {
+			return err
+		}
 		im.consent, im.consentRec = append(im.consent, c), append(im.consentRec, record)
 		buffered, im.held = true, im.held+cost
 		if len(im.consent) >= importBatch || (im.flushAt > 0 && im.held >= im.flushAt) {
@@ -297,28 +326,68 @@ func (im *importer) flush() error {
 	if err := im.flushMessages(); err != nil {
 		return err
 	}
+	if err := im.waitMessages(); err != nil {
+		return err
+	}
 	return im.flushConsent()
 }
 
+// flushMessages hands the buffered messages to the store and returns
+// without waiting for them to be written, after the batch before them is.
 func (im *importer) flushMessages() error {
+	if err := im.waitMessages(); err != nil {
+		return err
+	}
 	if len(im.msgs) == 0 {
 		return nil
 	}
-	out, err := im.st.AppendMessages(im.ctx, im.owner, im.msgs, store.AppendOptions{AllowRestored: true})
-	if err != nil {
-		// Every group was checked, so this is the store failing: name the
-		// batch's first record, from which a retry reapplies.
-		return &ImportError{Record: im.msgRecords[0], Err: err}
+	b := messageBatch{msgs: im.msgs, records: im.msgRecords, held: im.held}
+	mostlyNew := !im.seenStored
+	im.msgs, im.msgRecords, im.held = im.spare.msgs[:0], im.spare.records[:0], 0
+	im.inflight = make(chan messageBatch, 1)
+	go func(done chan<- messageBatch) {
+		b.out, b.err = im.st.AppendMessages(im.ctx, im.owner, b.msgs, store.AppendOptions{AllowRestored: true, MostlyNew: mostlyNew})
+		// The batch's read-ahead is free once it is written, not when the
+		// applier next looks: the reader may be waiting for it, and the
+		// applier for the reader.
+		clear(b.msgs)
+		im.release(b.held)
+		done <- b
+	}(im.inflight)
+	return nil
+}
+
+// waitMessages waits for the batch in flight, if any, and takes in what
+// came of it.
+func (im *importer) waitMessages() error {
+	if im.failed != nil {
+		return im.failed
 	}
-	im.res.Messages.add(out)
-	clear(im.msgs) // drop the references, so the released bytes can be collected
-	im.msgs, im.msgRecords = im.msgs[:0], im.msgRecords[:0]
-	im.release(im.held)
-	im.held = 0
+	if im.inflight == nil {
+		return nil
+	}
+	b := <-im.inflight
+	im.inflight = nil
+	if b.err != nil {
+		// Every group was checked, so this is the store failing: name the
+		// batch's first record, from which a retry reapplies. Nothing
+		// after it is applied, buffered or not (ARCH-021).
+		im.failed = &ImportError{Record: b.records[0], Err: b.err}
+		return im.failed
+	}
+	im.res.Messages.add(b.out)
+	// Once a batch held stored messages (a second import of an archive,
+	// ARCH-016), the next ones likely do too: the store looks ids up
+	// first rather than write and fall back.
+	im.seenStored = im.seenStored || slices.Contains(b.out, store.Unchanged)
+	im.spare = b
 	return nil
 }
 
 func (im *importer) flushConsent() error {
+	if im.failed != nil {
+		return im.failed
+	}
 	if len(im.consent) == 0 {
 		return nil
 	}

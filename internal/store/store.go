@@ -178,6 +178,12 @@ type AppendOptions struct {
 	// AllowRestored lets import add history to the Restored groups it
 	// created; the services never set it.
 	AllowRestored bool
+	// MostlyNew says the caller expects few of the messages to be stored
+	// already (an import into an owner that does not have them yet): an
+	// engine may then skip looking their ids up first and write the batch
+	// at once, falling back to the careful path when one is stored. The
+	// outcomes are the same either way.
+	MostlyNew bool
 }
 
 // Outcome is what a write did to one record.

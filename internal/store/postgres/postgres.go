@@ -233,8 +233,8 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 			return err
 		}
 		var err error
-		out, err = copyNew(ctx, tx, owner, msgs, opts.AllowRestored)
-		if errors.Is(err, errConcurrentInsert) {
+		out, err = copyNew(ctx, tx, owner, msgs, opts)
+		if errors.Is(err, errIDStored) {
 			out, err = insertNew(ctx, tx, owner, msgs, opts.AllowRestored)
 		}
 		return err
@@ -245,28 +245,36 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 	return out, nil
 }
 
-// errConcurrentInsert: an id copyNew found absent was stored meanwhile by
-// another transaction.
-var errConcurrentInsert = errors.New("a message id was inserted concurrently")
+// errIDStored: an id copyNew took for absent is stored: by another
+// transaction meanwhile, or already (unlooked-up, with MostlyNew).
+var errIDStored = errors.New("a message id was inserted concurrently")
 
 // copyNew is the fast path of an append: find which ids are stored, then
 // COPY the rest, the first occurrence of each id in the batch. A
 // concurrent insert of one of them makes COPY fail on the primary key; the
 // savepoint is rolled back and insertNew, which tolerates it, runs instead.
-func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessageSave, restored bool) ([]store.Outcome, error) {
-	ids := make([][]byte, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.GetId()
+//
+// With opts.MostlyNew the lookup is skipped: looking up ids the owner does
+// not have probes the primary key at random, which for an import into a
+// new owner cost Postgres as much as the COPY. A stored id then fails the
+// COPY like a concurrent insert does, and insertNew sorts the batch out.
+func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessageSave, opts store.AppendOptions) ([]store.Outcome, error) {
+	known := make(map[string]bool, len(msgs))
+	if !opts.MostlyNew {
+		ids := make([][]byte, len(msgs))
+		for i, m := range msgs {
+			ids[i] = m.GetId()
+		}
+		rows, err := tx.Query(ctx, `SELECT id FROM messages WHERE owner = $1 AND id = ANY($2)`, owner, ids)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: read message ids: %w", err)
+		}
+		var id []byte
+		if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { known[string(id)] = true; return nil }); err != nil {
+			return nil, fmt.Errorf("postgres: read message ids: %w", err)
+		}
 	}
-	rows, err := tx.Query(ctx, `SELECT id FROM messages WHERE owner = $1 AND id = ANY($2)`, owner, ids)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: read message ids: %w", err)
-	}
-	known := make(map[string]bool)
-	var id []byte
-	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { known[string(id)] = true; return nil }); err != nil {
-		return nil, fmt.Errorf("postgres: read message ids: %w", err)
-	}
+	restored := opts.AllowRestored
 	out := make([]store.Outcome, len(msgs))
 	fresh := make([]*mb.GroupMessageSave, 0, len(msgs))
 	for i, m := range msgs {
@@ -293,7 +301,7 @@ func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessa
 		if rerr := sp.Rollback(ctx); rerr != nil {
 			return nil, fmt.Errorf("postgres: rollback to savepoint: %w", rerr)
 		}
-		return nil, errConcurrentInsert
+		return nil, errIDStored
 	case err != nil:
 		return nil, fmt.Errorf("postgres: append messages: %w", err)
 	}

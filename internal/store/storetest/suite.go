@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"AppendMissingGroupWritesNothing", testAppendMissingGroup},
 		{"ARCH015_AppendToRestoredGroupFails", testAppendRestored},
 		{"ARCH013_KnownMessageUnchanged", testKnownMessageUnchanged},
+		{"ARCH013_KnownMessageUnchangedMostlyNew", testKnownMessageUnchangedMostlyNew},
 		{"ListMessagesOrderWindowAndPages", testListMessages},
 		{"DeleteMessage", testDeleteMessage},
 		{"ConsentMergeRule", testConsentMerge},
@@ -279,6 +280,34 @@ func testKnownMessageUnchanged(t *testing.T, s store.Store) {
 	out := mustAppend(t, s, owner, again, dupInBatch, dupInBatch2)
 	equal(t, "outcomes", out, []store.Outcome{store.Unchanged, store.Inserted, store.Unchanged})
 	equal(t, "stored", allMessages(t, s, owner, []byte("g")), []*mb.GroupMessageSave{first, dupInBatch})
+}
+
+// testKnownMessageUnchangedMostlyNew: with the MostlyNew hint (import),
+// a batch holding a stored id and a repeat comes out exactly as without.
+func testKnownMessageUnchangedMostlyNew(t *testing.T, s store.Store) {
+	owner := Owner("known-mostly-new")
+	mustPut(t, s, owner, MinimalGroup("g"))
+	first := FullMessage("m", []byte("g"), 5)
+	opts := store.AppendOptions{MostlyNew: true}
+	if out, err := s.AppendMessages(ctx(t), owner, []*mb.GroupMessageSave{first}, opts); err != nil || out[0] != store.Inserted {
+		t.Fatalf("first append: %v %v", out, err)
+	}
+	again := Message("m", []byte("g"), 6)
+	again.DecryptedMessageBytes = []byte("other bytes")
+	fresh := Message("n", []byte("g"), 7)
+	repeat := Message("n", []byte("g"), 8)
+	out, err := s.AppendMessages(ctx(t), owner, []*mb.GroupMessageSave{fresh, again, repeat}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "outcomes", out, []store.Outcome{store.Inserted, store.Unchanged, store.Unchanged})
+	equal(t, "stored", allMessages(t, s, owner, []byte("g")), []*mb.GroupMessageSave{first, fresh})
+	// All new, repeats within the batch included: one COPY.
+	out, err = s.AppendMessages(ctx(t), owner, []*mb.GroupMessageSave{Message("p", []byte("g"), 9), Message("q", []byte("g"), 10), Message("p", []byte("g"), 11)}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "outcomes", out, []store.Outcome{store.Inserted, store.Inserted, store.Unchanged})
 }
 
 func testListMessages(t *testing.T, s store.Store) {
