@@ -25,7 +25,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps bench bench-store bench-archive load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps bench bench-store bench-container bench-archive load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -126,11 +126,32 @@ bench:
 	go test ./internal/codec ./internal/contentapi -run '^$$' -bench . -benchmem -count 1
 
 # bench-store: ConversationService on both engines, over gRPC and in process,
-# beside Postgres's own COPY FROM / COPY TO of the same rows (BENCHMARKS.md).
+# beside Postgres's own COPY FROM / COPY TO of the same rows, three rounds,
+# each figure printed as a ratio next to its target (BENCHMARKS.md).
 bench-store:
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
-	TEST_DATABASE_URL="$$url" go test ./internal/server -run '^$$' -bench 'AppendMessages|ListMessages|PostgresCopy' -benchtime 20x -count 3
+	TEST_DATABASE_URL="$$url" go run ./tools/benchratio -pkg ./internal/server -rounds 3 -benchtime 20x \
+		-ratio 'ListMessages/postgres/direct,PostgresCopyTo,msgs/s,0.6' \
+		-ratio 'ListMessages/postgres/grpc,PostgresCopyTo,msgs/s,0.5' \
+		-ratio 'AppendMessages/postgres/direct,PostgresCopyFrom,msgs/s,0.5' \
+		-ratio 'AppendMessages/postgres/grpc,PostgresCopyFrom,msgs/s,0.5' \
+		-floor 'AppendMessages/sqlite/direct,msgs/s,60000' \
+		-floor 'AppendMessages/sqlite/grpc,msgs/s,60000'
+
+# bench-container: the archive container's Writer and Reader beside raw
+# AES-256-GCM and zstd framing of the same records, and export and import
+# in process beside COPY, three rounds, as ratios next to their targets.
+bench-container:
+	go run ./tools/benchratio -pkg ./internal/archive -rounds 3 \
+		-ratio 'Reader,RawDecompressOpen,MB/s,0.8' \
+		-ratio 'ReaderShared,RawDecompressOpen,MB/s,0.8' \
+		-ratio 'Writer,RawSealCompress,MB/s,0.8'
+	@url="$${TEST_DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+	TEST_DATABASE_URL="$$url" go run ./tools/benchratio -pkg ./internal/backup -rounds 3 -benchtime 5x \
+		-ratio 'Export/postgres,ExportCopyTo,msgs/s,0.7' \
+		-ratio 'Import/postgres,ImportCopyFrom,msgs/s,0.5'
 
 # bench-archive: three rounds of export and import of 1,000,000 messages
 # of 1 KiB on Postgres, each beside its own COPY TO / COPY FROM and raw

@@ -230,6 +230,10 @@ func appendMessage(b []byte, m *mb.GroupMessageSave) []byte {
 	return b
 }
 
+// MessageSize is what m marshals to, computed without reflection, when it
+// has no unknown fields (with some, it is their size less).
+func MessageSize(m *mb.GroupMessageSave) int { return messageSize(m) }
+
 func messageSize(m *mb.GroupMessageSave) int {
 	n := bytesSize(1, len(m.Id)) + bytesSize(2, len(m.GroupId)) + bytesSize(3, len(m.DecryptedMessageBytes)) +
 		varintSize(4, uint64(m.SentAtNs)) + varintSize(5, uint64(m.Kind)) + bytesSize(6, len(m.SenderInstallationId)) +

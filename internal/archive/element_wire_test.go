@@ -165,3 +165,13 @@ func TestNextAndNextSharedMixedSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestMessageSizeIsProtoSize: the hand-computed size is proto.Size's.
+func TestMessageSizeIsProtoSize(t *testing.T) {
+	for _, el := range []*ds.BackupElement{fullMessageElement(), benchElement(), messageElement("m", "g"), {Element: &ds.BackupElement_GroupMessage{GroupMessage: &mb.GroupMessageSave{}}}} {
+		m := el.GetGroupMessage()
+		if got, want := MessageSize(m), proto.Size(m); got != want {
+			t.Errorf("MessageSize %d, proto.Size %d", got, want)
+		}
+	}
+}
