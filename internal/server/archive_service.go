@@ -67,7 +67,11 @@ func (s *ArchiveService) readerOptions(meter *budget.Call) archive.ReaderOptions
 
 // exportReservation is what one export is charged for its whole run.
 func (s *ArchiveService) exportReservation() int64 {
-	return 4<<20 + sendAhead*exportChunkSize + 2*int64(s.limits.maxArchiveRecord())
+	record := int64(s.limits.maxArchiveRecord())
+	// The writer's own buffers and the zstd block being filled (which
+	// holds a whole record when one is larger), the chunks waiting to be
+	// sent, and what the export's reader holds and hands on.
+	return 4<<20 + record + sendAhead*exportChunkSize + backup.ExportMemory(record)
 }
 
 // readerCall is the budget of one stream's archive reader: its window and
