@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -599,6 +600,59 @@ func TestImportUnderSmallReadAhead(t *testing.T) {
 		}
 		if err != nil || res.Messages.Inserted != n {
 			t.Fatalf("import: %+v, %v", res.Messages, err)
+		}
+	})
+}
+
+// failingWriter takes limit bytes, then fails every write.
+type failingWriter struct{ limit int }
+
+var errWriterBroken = errors.New("the writer broke")
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > w.limit {
+		w.limit = 0
+		return 0, errWriterBroken
+	}
+	w.limit -= len(p)
+	return len(p), nil
+}
+
+// TestExportWriteFailureStopsTheReader: when the archive's writer fails
+// in the middle, Export returns that error (ARCH-017: a failed export is
+// not an archive), and the goroutine reading the snapshot ends with it,
+// its transaction closed, however many rows were left to read.
+func TestExportWriteFailureStopsTheReader(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, s store.Store) {
+		owner := storetest.Owner("broken-writer")
+		if _, err := s.PutGroup(t.Context(), owner, storetest.MinimalGroup("g")); err != nil {
+			t.Fatal(err)
+		}
+		msgs := storetest.Messages("m", []byte("g"), 5000, 0)
+		for _, m := range msgs {
+			m.DecryptedMessageBytes = bytes.Repeat([]byte{1}, 1024)
+		}
+		if _, err := s.AppendMessages(t.Context(), owner, msgs, store.AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		before := runtime.NumGoroutine()
+		_, err := Export(t.Context(), s, owner, key, nil, exportAt, &failingWriter{limit: 200 << 10})
+		if !errors.Is(err, errWriterBroken) {
+			t.Fatalf("export: %v; want the writer's error", err)
+		}
+		// The reader has ended: the goroutine count is back, and the store
+		// takes a write (on SQLite, a snapshot left open would not block
+		// it, but its connection would stay busy; on Postgres its
+		// transaction would hold a pool connection).
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			t.Errorf("%d goroutines after the failed export, %d before", n, before)
+		}
+		if _, err := s.AppendMessages(t.Context(), owner, storetest.Messages("after", []byte("g"), 1, 0), store.AppendOptions{}); err != nil {
+			t.Errorf("a write after the failed export: %v", err)
 		}
 	})
 }
