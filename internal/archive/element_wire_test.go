@@ -5,6 +5,7 @@ package archive
 import (
 	"bytes"
 	"io"
+	"runtime"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -174,4 +175,51 @@ func TestMessageSizeIsProtoSize(t *testing.T) {
 			t.Errorf("MessageSize %d, proto.Size %d", got, want)
 		}
 	}
+}
+
+// TestNextKeepsOnlyWhatTheCallerKeeps: an element Next returned holds its
+// own bytes and nothing of the elements read before it, so a caller that
+// keeps one element of many keeps one element's memory.
+func TestNextKeepsOnlyWhatTheCallerKeeps(t *testing.T) {
+	const n, size = 48, 1 << 20
+	data := func() []byte { // the elements written are garbage after
+		els := []*ds.BackupElement{metadataElement()}
+		for i := range n {
+			el := fullMessageElement()
+			el.GetGroupMessage().DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, size)
+			els = append(els, el)
+		}
+		return write(t, WriterOptions{}, els...)
+	}()
+	r, err := NewReader(bytes.NewReader(data), testKey, ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept *ds.BackupElement
+	for {
+		el, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept = el
+	}
+	r.Close()
+	r = nil
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	live := ms.HeapAlloc - uint64(cap(data))
+	if len(kept.GetGroupMessage().GetDecryptedMessageBytes()) != size {
+		t.Fatal("kept element lost its content")
+	}
+	if live > 8<<20 {
+		t.Errorf("keeping one element of %d MiB keeps %d MiB live", size>>20, live>>20)
+	} else {
+		t.Logf("keeping one element of %d MiB: %.1f MiB live", size>>20, float64(live)/(1<<20))
+	}
+	runtime.KeepAlive(data)
+	runtime.KeepAlive(kept)
 }

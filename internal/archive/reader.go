@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"unsafe"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -39,15 +38,12 @@ type ReaderOptions struct {
 // zstd decoder's history (its window, twice over at worst while a block is
 // copied out) and its block buffers.
 func readerOverhead(window uint64) int64 {
-	return 2*int64(window) + 1<<20 + internMemory + slabBytes + slabElements*int64(unsafe.Sizeof(handElement{}))
+	return 2*int64(window) + 1<<20 + internMemory + slabBytes
 }
 
-// Next's elements come from slabs of plaintext and of elements (see
-// slabFor); what a Reader holds of them is the unused rest of one of each.
-const (
-	slabBytes    = 64 << 10
-	slabElements = 32
-)
+// Next's small plaintexts come from slabs (see slabFor); what a Reader
+// holds of them is the unused rest of one.
+const slabBytes = 64 << 10
 
 // ReaderMemory is the most a Reader under opts may charge its Meter: its
 // overhead and its two record buffers (ciphertext and plaintext) at the
@@ -66,10 +62,9 @@ type Reader struct {
 	zr      *zstd.Decoder
 	version uint16
 	base    Nonce
-	next    Nonce         // the counter: the nonce the next record is tried under
-	hand    handElement   // NextShared's element, reused
-	hands   []handElement // Next's elements, carved from a slab
-	slab    []byte        // Next's plaintexts, carved from a slab
+	next    Nonce       // the counter: the nonce the next record is tried under
+	hand    handElement // NextShared's element, reused
+	slab    []byte      // Next's plaintexts, carved from a slab
 	strs    interner
 	// The nonce being tried and the length prefix being read live here:
 	// as locals they would escape to the heap once a record.
@@ -273,18 +268,17 @@ func (r *Reader) record(shared bool) (*ds.BackupElement, error) {
 	}
 	hand := &r.hand
 	if !shared {
-		if len(r.hands) == 0 {
-			r.hands = make([]handElement, slabElements)
-		}
-		hand = &r.hands[0]
+		// One allocation per element, never a slab of them: an element
+		// points at its plaintext, so a slab kept alive by one element
+		// would keep every other element's plaintext alive with it.
+		hand = new(handElement)
 	}
 	el, aliased, err := parseElement(plain, hand, &r.strs)
 	if err != nil {
 		return nil, fail(fmt.Errorf("%w: %v", ErrElement, err))
 	}
 	if aliased && !shared {
-		// The element holds its slot and its plaintext now.
-		r.hands = r.hands[1:]
+		// The element holds its plaintext now.
 		if fromSlab {
 			r.slab = r.slab[len(plain):]
 		}
@@ -340,11 +334,13 @@ func (r *Reader) open(dst, ct []byte) (plain []byte, legacy bool, err error) {
 }
 
 // slabFor returns room for an element's plaintext of n bytes that outlives
-// the record: the rest of the current slab, a new slab, or, for a large
-// record, a buffer of its own (fromSlab false). Carving small plaintexts from slabs makes
-// one allocation of many (the reader's cost was mostly allocating and
-// clearing them one by one); a record's room is capped at n, so that
-// nothing is written past it.
+// the record: the rest of the current slab, a new slab, or, for a record
+// past a quarter of a slab, a buffer of its own (fromSlab false). Carving
+// small plaintexts from slabs makes one allocation of many (the reader's
+// cost was mostly allocating and clearing them one by one); a record's
+// room is capped at n, so that nothing is written past it. A slab lives
+// while any of its elements does: at most 64 KiB past what that element
+// holds, and import, which keeps elements in record order, shares slabs.
 func (r *Reader) slabFor(n int) (room []byte, fromSlab bool) {
 	if n > slabBytes/4 {
 		return make([]byte, 0, n), false
