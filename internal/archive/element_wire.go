@@ -234,6 +234,17 @@ func appendMessage(b []byte, m *mb.GroupMessageSave) []byte {
 // has no unknown fields (with some, it is their size less).
 func MessageSize(m *mb.GroupMessageSave) int { return messageSize(m) }
 
+// ElementSize is proto.Size(el), without reflection for a message element:
+// what import charges its read-ahead and export weighs its batches by, once
+// a record.
+func ElementSize(el *ds.BackupElement) int {
+	if w, ok := el.GetElement().(*ds.BackupElement_GroupMessage); ok && w.GroupMessage != nil &&
+		len(el.ProtoReflect().GetUnknown()) == 0 && len(w.GroupMessage.ProtoReflect().GetUnknown()) == 0 {
+		return protowire.SizeTag(3) + protowire.SizeBytes(messageSize(w.GroupMessage))
+	}
+	return proto.Size(el)
+}
+
 func messageSize(m *mb.GroupMessageSave) int {
 	n := bytesSize(1, len(m.Id)) + bytesSize(2, len(m.GroupId)) + bytesSize(3, len(m.DecryptedMessageBytes)) +
 		varintSize(4, uint64(m.SentAtNs)) + varintSize(5, uint64(m.Kind)) + bytesSize(6, len(m.SenderInstallationId)) +

@@ -174,6 +174,9 @@ func TestMessageSizeIsProtoSize(t *testing.T) {
 		if got, want := MessageSize(m), proto.Size(m); got != want {
 			t.Errorf("MessageSize %d, proto.Size %d", got, want)
 		}
+		if got, want := ElementSize(el), proto.Size(el); got != want {
+			t.Errorf("ElementSize %d, proto.Size %d", got, want)
+		}
 	}
 }
 

@@ -251,15 +251,10 @@ func (rd *exportReader) conversations(ctx context.Context, snap store.Snapshot) 
 				return &UnexportableError{Kind: "message", ID: m.GetId(), Err: err}
 			}
 			rd.counts.Messages++
-			return rd.emit(ctx, &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: m}}, messageSize(m))
+			el := &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: m}}
+			return rd.emit(ctx, el, int64(archive.ElementSize(el)))
 		})
 	})
-}
-
-// messageSize is about what a message holds: its byte fields and strings.
-func messageSize(m *mb.GroupMessageSave) int64 {
-	return int64(len(m.GetId())+len(m.GetGroupId())+len(m.GetDecryptedMessageBytes())+len(m.GetSenderInstallationId())+
-		len(m.GetSenderInboxId())+len(m.GetAuthorityId())+len(m.GetContentType())+len(m.GetReferenceId())) + 96
 }
 
 // GroupEligible is the eligibility table's group row: every group and DM,

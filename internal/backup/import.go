@@ -12,7 +12,6 @@ import (
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/budget"
@@ -181,7 +180,7 @@ func readRecords(ctx context.Context, ar *archive.Reader, out chan<- readRecord,
 		}
 		rec := readRecord{num: ar.Record(), el: el, err: err}
 		if err == nil && ahead != nil {
-			rec.cost = 2 * int64(proto.Size(el))
+			rec.cost = 2 * int64(archive.ElementSize(el))
 			if werr := ahead.Wait(ctx, rec.cost); werr != nil {
 				rec.el, rec.cost, rec.err = nil, 0, &ImportError{Record: rec.num, Err: werr}
 			}

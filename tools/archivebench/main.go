@@ -43,6 +43,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/transport"
+	"github.com/contentbackup/contentbackup/tools/internal/roundtable"
 )
 
 func main() {
@@ -321,16 +322,16 @@ func run(dbURL, serverBin string, small, big, runs int, profileDir string) error
 			fmt.Println(f)
 		}
 	}
-	fmt.Printf("\n| ratio | target |%s met in |\n|---|---|%s---|\n", heads(len(rounds)), strings.Repeat("---|", len(rounds)))
+	fmt.Print("\n" + roundtable.Header("ratio", "target", len(rounds)))
 	var exp, imp, rss []float64
 	for _, rd := range rounds {
 		exp = append(exp, rd.export.rate()/rd.copyTo.rate())
 		imp = append(imp, rd.imp.rate()/rd.copyFrom.rate())
 		rss = append(rss, float64(max(rd.export.rss, rd.imp.rss))/1024)
 	}
-	fmt.Printf("| Export over gRPC / COPY TO | ≥ %.2f |%s %s |\n", exportTarget, cells(exp, "%.2f"), met(exp, func(v float64) bool { return v >= exportTarget }))
-	fmt.Printf("| Import over gRPC / COPY FROM | ≥ %.2f |%s %s |\n", importTarget, cells(imp, "%.2f"), met(imp, func(v float64) bool { return v >= importTarget }))
-	fmt.Printf("| server peak RSS, export and import (MiB) | < %d |%s %s |\n", rssTargetMiB, cells(rss, "%.1f"), met(rss, func(v float64) bool { return v < rssTargetMiB }))
+	fmt.Print(roundtable.Row("Export over gRPC / COPY TO", fmt.Sprintf("≥ %.2f", exportTarget), exp, "%.2f", roundtable.AtLeast(exportTarget)))
+	fmt.Print(roundtable.Row("Import over gRPC / COPY FROM", fmt.Sprintf("≥ %.2f", importTarget), imp, "%.2f", roundtable.AtLeast(importTarget)))
+	fmt.Print(roundtable.Row("server peak RSS, export and import (MiB)", fmt.Sprintf("< %d", rssTargetMiB), rss, "%.1f", func(v float64) bool { return v < rssTargetMiB }))
 	if profileDir != "" {
 		for _, name := range []string{"export", "import"} {
 			fmt.Printf("\nserver CPU profile, %s (round 1), top 5 frames by flat time:\n", name)
@@ -342,32 +343,6 @@ func run(dbURL, serverBin string, small, big, runs int, profileDir string) error
 		}
 	}
 	return nil
-}
-
-func heads(n int) string {
-	var b strings.Builder
-	for i := range n {
-		fmt.Fprintf(&b, " run %d |", i+1)
-	}
-	return b.String()
-}
-
-func cells(vs []float64, format string) string {
-	var b strings.Builder
-	for _, v := range vs {
-		fmt.Fprintf(&b, " "+format+" |", v)
-	}
-	return b.String()
-}
-
-func met(vs []float64, ok func(float64) bool) string {
-	n := 0
-	for _, v := range vs {
-		if ok(v) {
-			n++
-		}
-	}
-	return fmt.Sprintf("%d of %d", n, len(vs))
 }
 
 // topLines keeps pprof's table: its header and rows.

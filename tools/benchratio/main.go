@@ -24,6 +24,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/contentbackup/contentbackup/tools/internal/roundtable"
 )
 
 // ratio is a benchmark read against a ceiling measured in the same round.
@@ -146,12 +148,12 @@ func run() error {
 		}
 	}
 
-	fmt.Printf("\n| figure | target | %s | met in |\n|---|---|%s---|\n", roundHeads(*rounds), strings.Repeat("---|", *rounds))
+	fmt.Print("\n" + roundtable.Header("figure", "target", *rounds))
 	for i, r := range rs {
-		fmt.Printf("| %s / %s (%s) | ≥ %.2f | %s | %s |\n", r.name, r.ceiling, r.unit, r.target, cells(ratioRuns[i], "%.2f"), met(ratioRuns[i], r.target))
+		fmt.Print(roundtable.Row(fmt.Sprintf("%s / %s (%s)", r.name, r.ceiling, r.unit), fmt.Sprintf("≥ %.2f", r.target), ratioRuns[i], "%.2f", roundtable.AtLeast(r.target)))
 	}
 	for i, f := range fs {
-		fmt.Printf("| %s (%s) | ≥ %.0f | %s | %s |\n", f.name, f.unit, f.target, cells(floorRuns[i], "%.0f"), met(floorRuns[i], f.target))
+		fmt.Print(roundtable.Row(fmt.Sprintf("%s (%s)", f.name, f.unit), fmt.Sprintf("≥ %.0f", f.target), floorRuns[i], "%.0f", roundtable.AtLeast(f.target)))
 	}
 	return nil
 }
@@ -181,30 +183,4 @@ func parse(out []byte) map[string]map[string]float64 {
 		res[name] = units
 	}
 	return res
-}
-
-func roundHeads(n int) string {
-	h := make([]string, n)
-	for i := range h {
-		h[i] = fmt.Sprintf("run %d", i+1)
-	}
-	return strings.Join(h, " | ")
-}
-
-func cells(vs []float64, format string) string {
-	c := make([]string, len(vs))
-	for i, v := range vs {
-		c[i] = fmt.Sprintf(format, v)
-	}
-	return strings.Join(c, " | ")
-}
-
-func met(vs []float64, target float64) string {
-	n := 0
-	for _, v := range vs {
-		if v >= target {
-			n++
-		}
-	}
-	return fmt.Sprintf("%d of %d", n, len(vs))
 }
