@@ -42,7 +42,8 @@ image:
 # breaking fails when the API breaks wire or source compatibility with the
 # last release, whose image api/releases/ keeps (buf build -o at the tag).
 breaking:
-	cd api && buf breaking --against releases/v0.2.0.binpb
+	go run ./tools/protodeps -out api/third_party
+	cd api && buf breaking --against releases/v0.2.0.binpb $(API_PATHS)
 
 tools:
 	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -51,8 +52,13 @@ tools:
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 
+# api/third_party gets the Google API files the API imports, printed from the
+# Go modules go.mod pins (tools/protodeps); only our own files are linted
+# and generated.
+API_PATHS := --path contentbackup --path xmtp
 generate:
-	cd api && buf lint && buf generate
+	go run ./tools/protodeps -out api/third_party
+	cd api && buf lint $(API_PATHS) && buf generate $(API_PATHS)
 
 # check-generated fails when the committed generated code differs from a fresh generation.
 check-generated: generate

@@ -50,6 +50,10 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"SnapshotStreamsPastOnePage", testSnapshotPages},
 		{"BulkAppend100k", testBulkAppend},
 		{"ARCH013_ConcurrentAppendsOfTheSameIDs", testConcurrentAppends},
+		{"JobLifecycle", testJobLifecycle},
+		{"OneRunningExportJobPerOwner", testOneRunningExport},
+		{"ExpiredJobsFail", testExpireJobs},
+		{"ListJobsPages", testListJobs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

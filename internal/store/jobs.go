@@ -1,0 +1,321 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Jobs keeps BackupService's server-side export and import jobs. Unlike
+// conversations a job is not read under one owner: operators list them
+// across owners, and the service decides which a principal may see.
+type Jobs interface {
+	// CreateJob stores a new running job. A second running export job for
+	// the same owner fails with ErrJobConflict.
+	CreateJob(ctx context.Context, j Job) error
+	// GetJob returns one job or ErrNotFound.
+	GetJob(ctx context.Context, id string) (Job, error)
+	// ListJobs returns up to q.Limit jobs in id order (creation order),
+	// after q.After, of q.Owner when it is set.
+	ListJobs(ctx context.Context, q JobQuery) ([]Job, error)
+	// RenewJob records a running job's progress and extends its lease, and
+	// reports whether a cancel was asked for. A job that is no longer
+	// running (finished, or failed by ExpireJobs) is ErrFailedPrecondition,
+	// so its runner stops.
+	RenewJob(ctx context.Context, id string, progress []byte, leaseUntil time.Time) (cancelRequested bool, err error)
+	// FinishJob ends a running job in state (JobSucceeded, JobFailed or
+	// JobCancelled) with its result or error. A job that is no longer
+	// running is ErrFailedPrecondition and keeps its end.
+	FinishJob(ctx context.Context, id string, end JobEnd) error
+	// RequestCancel marks a running job to be cancelled and returns it.
+	// A finished job is returned unchanged.
+	RequestCancel(ctx context.Context, id string) (Job, error)
+	// DeleteJob removes a finished job; a running one is
+	// ErrFailedPrecondition.
+	DeleteJob(ctx context.Context, id string) error
+	// ExpireJobs fails every running job whose lease ended before now: its
+	// server stopped without finishing it. It returns their ids.
+	ExpireJobs(ctx context.Context, now time.Time, message string) ([]string, error)
+}
+
+// ErrJobConflict: the owner already has a running export job.
+var ErrJobConflict = errors.New("the owner already has a running export job")
+
+// Job kinds and states as stored.
+const (
+	JobExport = "export"
+	JobImport = "import"
+
+	JobRunning   = "running"
+	JobSucceeded = "succeeded"
+	JobFailed    = "failed"
+	JobCancelled = "cancelled"
+)
+
+// Job is one stored job. Spec, Progress and Result are opaque to the
+// store: the jobs package's encodings.
+type Job struct {
+	ID, Kind, Owner, Principal, State string
+	Spec, Progress, Result            []byte
+	// ErrorCode and ErrorMessage say why a failed or cancelled job ended
+	// (a gRPC code and a message safe to show its caller).
+	ErrorCode       int32
+	ErrorMessage    string
+	CancelRequested bool
+	LeaseUntil      time.Time
+	Created         time.Time
+	Updated         time.Time
+	// Done is zero while the job runs.
+	Done time.Time
+}
+
+// JobEnd is how a job ended.
+type JobEnd struct {
+	State        string
+	Progress     []byte
+	Result       []byte
+	ErrorCode    int32
+	ErrorMessage string
+	At           time.Time
+}
+
+// JobQuery selects a page of jobs.
+type JobQuery struct {
+	// Owner, when set, lists only that owner's jobs.
+	Owner string
+	// After is the last id of the previous page; empty for the first.
+	After string
+	Limit int
+}
+
+const jobColumns = `id, kind, owner, principal, state, spec, progress, result, error_code, error_message, cancel_requested, lease_until_ns, created_ns, updated_ns, done_ns`
+
+type jobRow struct {
+	Job
+	cancel                                int64
+	leaseNs, createdNs, updatedNs, doneNs int64
+}
+
+func (r *jobRow) dest() []any {
+	return []any{&r.ID, &r.Kind, &r.Owner, &r.Principal, &r.State, &r.Spec, &r.Progress, &r.Result,
+		&r.ErrorCode, &r.ErrorMessage, &r.cancel, &r.leaseNs, &r.createdNs, &r.updatedNs, &r.doneNs}
+}
+
+func (r *jobRow) job() Job {
+	j := r.Job
+	j.CancelRequested = r.cancel != 0
+	j.LeaseUntil = time.Unix(0, r.leaseNs)
+	j.Created = time.Unix(0, r.createdNs)
+	j.Updated = time.Unix(0, r.updatedNs)
+	if r.doneNs != 0 {
+		j.Done = time.Unix(0, r.doneNs)
+	}
+	return j
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// uniqueViolation reports a unique constraint refusing a row: Postgres's
+// 23505, SQLite's SQLITE_CONSTRAINT (read through the drivers' small
+// interfaces, so no driver import).
+func uniqueViolation(err error) bool {
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		return pg.SQLState() == "23505"
+	}
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		return coded.Code()&0xff == 19
+	}
+	return false
+}
+
+func (s SQLStore) CreateJob(ctx context.Context, j Job) error {
+	q := s.d.bind(`INSERT INTO jobs (` + jobColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	_, err := s.exec(ctx, q, j.ID, j.Kind, j.Owner, j.Principal, j.State, nonNil(j.Spec), nonNil(j.Progress), nonNil(j.Result),
+		j.ErrorCode, j.ErrorMessage, boolInt(j.CancelRequested), j.LeaseUntil.UnixNano(), j.Created.UnixNano(), j.Updated.UnixNano(), unixOrZero(j.Done))
+	if uniqueViolation(err) {
+		if j.Kind == JobExport {
+			if _, gerr := s.GetJob(ctx, j.ID); errors.Is(gerr, ErrNotFound) {
+				return fmt.Errorf("job for owner %.64q: %w", j.Owner, ErrJobConflict)
+			}
+		}
+		return fmt.Errorf("%s: job %s exists: %w", s.d.Name, j.ID, ErrFailedPrecondition)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: create job: %w", s.d.Name, err)
+	}
+	return nil
+}
+
+// exec runs one write statement in a transaction of its own (SQLite's
+// read connections are query-only).
+func (s SQLStore) exec(ctx context.Context, query string, args ...any) (n int64, err error) {
+	err = s.db.Write(ctx, func(tx Conn) error {
+		n, err = tx.Exec(ctx, query, args...)
+		return err
+	})
+	return n, err
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func unixOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func (s SQLStore) GetJob(ctx context.Context, id string) (Job, error) {
+	return s.getJob(ctx, s.db.Read(), id, "")
+}
+
+func (s SQLStore) getJob(ctx context.Context, c Conn, id, lock string) (Job, error) {
+	var r jobRow
+	err := c.QueryRow(ctx, s.d.bind(`SELECT `+jobColumns+` FROM jobs WHERE id = ?`)+lock, id).Scan(r.dest()...)
+	if errors.Is(err, s.d.NoRows) {
+		return Job{}, fmt.Errorf("job %.64q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("%s: read job: %w", s.d.Name, err)
+	}
+	return r.job(), nil
+}
+
+func (s SQLStore) ListJobs(ctx context.Context, q JobQuery) ([]Job, error) {
+	var where []string
+	var args []any
+	if q.Owner != "" {
+		where = append(where, "owner = ?")
+		args = append(args, q.Owner)
+	}
+	if q.After != "" {
+		where = append(where, "id > ?")
+		args = append(args, q.After)
+	}
+	query := `SELECT ` + jobColumns + ` FROM jobs`
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	query += ` ORDER BY id LIMIT ?`
+	args = append(args, q.Limit)
+	var out []Job
+	err := s.db.Read().Query(ctx, s.d.bind(query), args, func(rows Rows) error {
+		for rows.Next() {
+			var r jobRow
+			if err := rows.Scan(r.dest()...); err != nil {
+				return err
+			}
+			out = append(out, r.job())
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: list jobs: %w", s.d.Name, err)
+	}
+	return out, nil
+}
+
+func (s SQLStore) RenewJob(ctx context.Context, id string, progress []byte, leaseUntil time.Time) (bool, error) {
+	var cancel int64
+	err := s.db.Write(ctx, func(tx Conn) error {
+		j, err := s.getJob(ctx, tx, id, s.d.ForUpdate)
+		if err != nil {
+			return err
+		}
+		if j.State != JobRunning {
+			return fmt.Errorf("job %s is %s: %w", id, j.State, ErrFailedPrecondition)
+		}
+		cancel = boolInt(j.CancelRequested)
+		_, err = tx.Exec(ctx, s.d.bind(`UPDATE jobs SET progress = ?, lease_until_ns = ?, updated_ns = ? WHERE id = ?`),
+			nonNil(progress), leaseUntil.UnixNano(), time.Now().UnixNano(), id)
+		if err != nil {
+			return fmt.Errorf("%s: renew job: %w", s.d.Name, err)
+		}
+		return nil
+	})
+	return cancel != 0, err
+}
+
+func (s SQLStore) FinishJob(ctx context.Context, id string, end JobEnd) error {
+	n, err := s.exec(ctx, s.d.bind(`UPDATE jobs SET state = ?, progress = ?, result = ?, error_code = ?, error_message = ?, updated_ns = ?, done_ns = ? WHERE id = ? AND state = ?`),
+		end.State, nonNil(end.Progress), nonNil(end.Result), end.ErrorCode, end.ErrorMessage, end.At.UnixNano(), end.At.UnixNano(), id, JobRunning)
+	if err != nil {
+		return fmt.Errorf("%s: finish job: %w", s.d.Name, err)
+	}
+	if n == 0 {
+		j, err := s.GetJob(ctx, id)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("job %s already ended %s: %w", id, j.State, ErrFailedPrecondition)
+	}
+	return nil
+}
+
+func (s SQLStore) RequestCancel(ctx context.Context, id string) (Job, error) {
+	if _, err := s.exec(ctx, s.d.bind(`UPDATE jobs SET cancel_requested = 1, updated_ns = ? WHERE id = ? AND state = ?`),
+		time.Now().UnixNano(), id, JobRunning); err != nil {
+		return Job{}, fmt.Errorf("%s: cancel job: %w", s.d.Name, err)
+	}
+	return s.GetJob(ctx, id)
+}
+
+func (s SQLStore) DeleteJob(ctx context.Context, id string) error {
+	return s.db.Write(ctx, func(tx Conn) error {
+		j, err := s.getJob(ctx, tx, id, s.d.ForUpdate)
+		if err != nil {
+			return err
+		}
+		if j.State == JobRunning {
+			return fmt.Errorf("job %s is running; cancel it first: %w", id, ErrFailedPrecondition)
+		}
+		if _, err := tx.Exec(ctx, s.d.bind(`DELETE FROM jobs WHERE id = ?`), id); err != nil {
+			return fmt.Errorf("%s: delete job: %w", s.d.Name, err)
+		}
+		return nil
+	})
+}
+
+func (s SQLStore) ExpireJobs(ctx context.Context, now time.Time, message string) ([]string, error) {
+	var ids []string
+	err := s.db.Write(ctx, func(tx Conn) error {
+		ids = ids[:0]
+		err := tx.Query(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND lease_until_ns < ?`+s.d.ForUpdate), []any{JobRunning, now.UnixNano()}, func(rows Rows) error {
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return fmt.Errorf("%s: expired jobs: %w", s.d.Name, err)
+		}
+		for _, id := range ids {
+			// 14 is codes.Unavailable: the server stopped; the same job
+			// started again may succeed.
+			if _, err := tx.Exec(ctx, s.d.bind(`UPDATE jobs SET state = ?, error_code = 14, error_message = ?, updated_ns = ?, done_ns = ? WHERE id = ? AND state = ?`),
+				JobFailed, message, now.UnixNano(), now.UnixNano(), id, JobRunning); err != nil {
+				return fmt.Errorf("%s: expire job: %w", s.d.Name, err)
+			}
+		}
+		return nil
+	})
+	return ids, err
+}

@@ -1,0 +1,157 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+func newJob(id, kind, owner string, lease time.Time) store.Job {
+	now := time.Unix(0, time.Now().UnixNano())
+	return store.Job{ID: id, Kind: kind, Owner: owner, Principal: "operator", State: store.JobRunning,
+		Spec: []byte("spec:" + id), Progress: []byte{}, LeaseUntil: lease, Created: now, Updated: now}
+}
+
+func mustCreate(t *testing.T, s store.Store, j store.Job) {
+	t.Helper()
+	if err := s.CreateJob(ctx(t), j); err != nil {
+		t.Fatalf("CreateJob %s: %v", j.ID, err)
+	}
+}
+
+func testJobLifecycle(t *testing.T, s store.Store) {
+	lease := time.Now().Add(time.Minute)
+	j := newJob("0001", store.JobExport, "alice", lease)
+	mustCreate(t, s, j)
+	got, err := s.GetJob(ctx(t), "0001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "created job", fmt.Sprint(got.Kind, got.Owner, got.Principal, got.State, string(got.Spec), got.Done.IsZero(), got.CancelRequested),
+		fmt.Sprint("export", "alice", "operator", "running", "spec:0001", true, false))
+	if !got.LeaseUntil.Equal(lease) {
+		t.Errorf("lease %v, want %v", got.LeaseUntil, lease)
+	}
+	if _, err := s.GetJob(ctx(t), "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetJob of a missing id: %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteJob(ctx(t), "0001"); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Errorf("DeleteJob of a running job: %v, want ErrFailedPrecondition", err)
+	}
+
+	cancel, err := s.RenewJob(ctx(t), "0001", []byte("half"), lease.Add(time.Minute))
+	if err != nil || cancel {
+		t.Fatalf("RenewJob: cancel %v, %v", cancel, err)
+	}
+	if _, err := s.RequestCancel(ctx(t), "0001"); err != nil {
+		t.Fatal(err)
+	}
+	cancel, err = s.RenewJob(ctx(t), "0001", []byte("more"), lease.Add(time.Minute))
+	if err != nil || !cancel {
+		t.Fatalf("RenewJob after RequestCancel: cancel %v, %v; want true", cancel, err)
+	}
+	end := store.JobEnd{State: store.JobCancelled, Progress: []byte("last"), ErrorCode: 1, ErrorMessage: "cancelled", At: time.Now()}
+	if err := s.FinishJob(ctx(t), "0001", end); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.GetJob(ctx(t), "0001")
+	equal(t, "finished job", fmt.Sprint(got.State, string(got.Progress), got.ErrorCode, got.ErrorMessage, got.Done.IsZero()),
+		fmt.Sprint("cancelled", "last", 1, "cancelled", false))
+	// A finished job keeps its end: a late runner or a second finish
+	// cannot rewrite it, and renewing it tells the runner to stop.
+	if err := s.FinishJob(ctx(t), "0001", store.JobEnd{State: store.JobSucceeded, At: time.Now()}); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Errorf("second FinishJob: %v, want ErrFailedPrecondition", err)
+	}
+	if _, err := s.RenewJob(ctx(t), "0001", nil, lease); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Errorf("RenewJob of a finished job: %v, want ErrFailedPrecondition", err)
+	}
+	if err := s.DeleteJob(ctx(t), "0001"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetJob(ctx(t), "0001"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetJob after DeleteJob: %v, want ErrNotFound", err)
+	}
+}
+
+func testOneRunningExport(t *testing.T, s store.Store) {
+	lease := time.Now().Add(time.Minute)
+	mustCreate(t, s, newJob("0001", store.JobExport, "alice", lease))
+	if err := s.CreateJob(ctx(t), newJob("0002", store.JobExport, "alice", lease)); !errors.Is(err, store.ErrJobConflict) {
+		t.Fatalf("second running export of one owner: %v, want ErrJobConflict", err)
+	}
+	// Imports, and other owners' exports, run beside it.
+	mustCreate(t, s, newJob("0003", store.JobImport, "alice", lease))
+	mustCreate(t, s, newJob("0004", store.JobExport, "bob", lease))
+	if err := s.CreateJob(ctx(t), newJob("0001", store.JobImport, "carol", lease)); err == nil || errors.Is(err, store.ErrJobConflict) {
+		t.Errorf("a repeated id: %v, want an error other than ErrJobConflict", err)
+	}
+	if err := s.FinishJob(ctx(t), "0001", store.JobEnd{State: store.JobSucceeded, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, newJob("0005", store.JobExport, "alice", lease))
+}
+
+func testExpireJobs(t *testing.T, s store.Store) {
+	now := time.Now()
+	mustCreate(t, s, newJob("0001", store.JobExport, "alice", now.Add(-time.Second)))
+	mustCreate(t, s, newJob("0002", store.JobImport, "alice", now.Add(time.Minute)))
+	mustCreate(t, s, newJob("0003", store.JobImport, "bob", now.Add(-time.Minute)))
+	if err := s.FinishJob(ctx(t), "0003", store.JobEnd{State: store.JobSucceeded, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := s.ExpireJobs(ctx(t), now, "the server running it stopped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "expired ids", fmt.Sprint(ids), "[0001]")
+	j, _ := s.GetJob(ctx(t), "0001")
+	equal(t, "expired job", fmt.Sprint(j.State, j.ErrorCode, j.ErrorMessage), fmt.Sprint("failed", 14, "the server running it stopped"))
+	// The runner that comes back late cannot overwrite the end.
+	if err := s.FinishJob(ctx(t), "0001", store.JobEnd{State: store.JobSucceeded, At: now}); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Errorf("FinishJob of an expired job: %v, want ErrFailedPrecondition", err)
+	}
+	// Its owner may start a new export at once.
+	mustCreate(t, s, newJob("0004", store.JobExport, "alice", now.Add(time.Minute)))
+	if j, _ := s.GetJob(ctx(t), "0003"); j.State != store.JobSucceeded {
+		t.Errorf("a finished job with an old lease became %s", j.State)
+	}
+}
+
+func testListJobs(t *testing.T, s store.Store) {
+	lease := time.Now().Add(time.Minute)
+	for i := range 7 {
+		owner := "alice"
+		if i%2 == 1 {
+			owner = "bob"
+		}
+		mustCreate(t, s, newJob(fmt.Sprintf("%04d", i), store.JobImport, owner, lease))
+	}
+	var ids []string
+	after := ""
+	for {
+		page, err := s.ListJobs(ctx(t), store.JobQuery{After: after, Limit: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range page {
+			ids = append(ids, j.ID)
+		}
+		if len(page) < 3 {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	equal(t, "every job in id order", fmt.Sprint(ids), "[0000 0001 0002 0003 0004 0005 0006]")
+	bobs, err := s.ListJobs(ctx(t), store.JobQuery{Owner: "bob", After: "0001", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, j := range bobs {
+		got = append(got, j.ID)
+	}
+	equal(t, "bob's jobs after 0001", fmt.Sprint(got), "[0003 0005]")
+}
