@@ -1,0 +1,566 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gocloud.dev/blob"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/backup"
+	"github.com/contentbackup/contentbackup/internal/budget"
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+)
+
+var readerOpts = archive.ReaderOptions{MaxRecordSize: 17 << 20, MaxWindow: 8 << 20}
+
+var testKey = bytes.Repeat([]byte{0x42}, 32)
+
+// keeperURL is a local keeper (gocloud.dev/secrets/localsecrets) standing
+// in for a KMS.
+var keeperURL = "base64key://" + base64.URLEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
+
+type harness struct {
+	m      *Manager
+	store  store.Store
+	dir    string // the file bucket's directory
+	bucket *blob.Bucket
+}
+
+func newHarness(t *testing.T, st store.Store) *harness {
+	t.Helper()
+	ctx := t.Context()
+	keys := t.TempDir()
+	wrapped, err := WrapKey(ctx, keeperURL, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(keys, "main.key"), wrapped, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ring, err := OpenKeyRing(ctx, keys, keeperURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ring.Close() })
+	dir := t.TempDir()
+	buckets := NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
+	t.Cleanup(func() { buckets.Close() })
+	m := New(Config{Store: st, Keys: ring, Buckets: buckets, Pool: budget.NewPool(1 << 30),
+		ExportReservation: 64 << 20, ReaderReservation: archive.ReaderMemory(readerOpts) + 4<<20,
+		Import: backup.ImportOptions{ReadAheadBytes: 64 << 20, Reader: readerOpts},
+		Lease:  2 * time.Second, Renew: 50 * time.Millisecond})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		m.Close(ctx)
+	})
+	bk, err := buckets.Open(ctx, "local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{m: m, store: st, dir: dir, bucket: bk}
+}
+
+// fill gives owner groups, messages and consent to export.
+func fill(t *testing.T, st store.Store, owner string, messages int) {
+	ctx := t.Context()
+	for _, id := range []string{"g-one", "g-two"} {
+		if _, err := st.PutGroup(ctx, owner, storetest.FullGroup(id)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AppendMessages(ctx, owner, storetest.Messages(id+"-m", []byte(id), messages, 1000), store.AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.MergeConsent(ctx, owner, []*cs.ConsentSave{storetest.Consent("someone", cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED, 5)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitDone(t *testing.T, m *Manager, id string) store.Job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	j, err := m.Wait(ctx, id, 20*time.Millisecond)
+	if err != nil {
+		t.Fatalf("wait for job %s: %v", id, err)
+	}
+	return j
+}
+
+func exportReq(owner, key string) *cb.StartExportRequest {
+	return &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: &cb.ObjectLocation{Bucket: "local", Key: key}}
+}
+
+func snapshot(t *testing.T, st store.Store, owner string) (groups []*gb.GroupSave, msgs []*mb.GroupMessageSave, consent []*cs.ConsentSave) {
+	ctx := t.Context()
+	err := st.Snapshot(ctx, owner, func(s store.Snapshot) error {
+		if err := s.EachGroup(ctx, func(g *gb.GroupSave) error {
+			g = proto.Clone(g).(*gb.GroupSave)
+			g.MembershipState = 0 // import creates groups Restored (ARCH-015)
+			groups = append(groups, g)
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, g := range groups {
+			if err := s.EachMessage(ctx, store.MessageQuery{GroupID: g.GetId()}, func(m *mb.GroupMessageSave) error {
+				msgs = append(msgs, m)
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		return s.EachConsent(ctx, func(c *cs.ConsentSave) error { consent = append(consent, c); return nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return groups, msgs, consent
+}
+
+// TestExportThenImportJob: an export job writes a complete archive and
+// its sidecar to the bucket; an import job of that object into another
+// owner gives that owner the source owner's records.
+func TestExportThenImportJob(t *testing.T) {
+	for _, e := range storetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			st := e.Open(t)
+			h := newHarness(t, st)
+			src, dst := storetest.Owner("src"), storetest.Owner("dst")
+			fill(t, st, src, 50)
+			j, err := h.m.StartExport(t.Context(), "tester", exportReq(src, "backups/src.xmtpbak"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			j = waitDone(t, h.m, j.ID)
+			op, err := Operation(j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.State != store.JobSucceeded || op.GetError() != nil {
+				t.Fatalf("export job ended %s: %v", j.State, op.GetError())
+			}
+			result := &cb.ExportJobResult{}
+			if err := op.GetResponse().UnmarshalTo(result); err != nil {
+				t.Fatal(err)
+			}
+			sum := result.GetSummary()
+			if sum.GetGroups() != 2 || sum.GetMessages() != 100 || sum.GetConsentRecords() != 1 {
+				t.Errorf("summary counts %d/%d/%d, want 2/100/1", sum.GetGroups(), sum.GetMessages(), sum.GetConsentRecords())
+			}
+			object, err := os.ReadFile(filepath.Join(h.dir, "backups", "src.xmtpbak"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			digest := sha256.Sum256(object)
+			if uint64(len(object)) != sum.GetArchiveBytes() || !bytes.Equal(digest[:], sum.GetSha256()) {
+				t.Errorf("object is %d bytes, sha256 %x; summary says %d, %x", len(object), digest, sum.GetArchiveBytes(), sum.GetSha256())
+			}
+			rep, err := backup.Verify(bytes.NewReader(object), testKey)
+			if err != nil || rep.Err != nil || rep.Messages != 100 {
+				t.Errorf("verify object: %v, %v, %d messages", err, rep.Err, rep.Messages)
+			}
+			sidecar, err := os.ReadFile(filepath.Join(h.dir, "backups", "src.xmtpbak"+SidecarSuffix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fromSidecar := &cb.ExportJobResult{}
+			if err := protojson.Unmarshal(sidecar, fromSidecar); err != nil {
+				t.Fatalf("sidecar is not the result as JSON: %v", err)
+			}
+			if !proto.Equal(fromSidecar, result) {
+				t.Errorf("sidecar %v, operation response %v", fromSidecar, result)
+			}
+			md, _ := Metadata(j)
+			if md.GetBytesDone() != sum.GetArchiveBytes() || md.GetRecordsDone() != 2+100+1+1 || md.GetPhase() != cb.JobPhase_JOB_PHASE_DONE {
+				t.Errorf("final metadata: %v", md)
+			}
+
+			in, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: dst, KeyRef: "main",
+				Source: &cb.ObjectLocation{Bucket: "local", Key: "backups/src.xmtpbak"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in = waitDone(t, h.m, in.ID)
+			if in.State != store.JobSucceeded {
+				t.Fatalf("import job ended %s: %d %s", in.State, in.ErrorCode, in.ErrorMessage)
+			}
+			md, _ = Metadata(in)
+			if md.GetBytesTotal() != sum.GetArchiveBytes() || md.GetBytesDone() != sum.GetArchiveBytes() {
+				t.Errorf("import progress %d of %d bytes, want %d", md.GetBytesDone(), md.GetBytesTotal(), sum.GetArchiveBytes())
+			}
+			g1, m1, c1 := snapshot(t, st, src)
+			g2, m2, c2 := snapshot(t, st, dst)
+			for what, pair := range map[string][2]any{"groups": {g1, g2}, "messages": {m1, m2}, "consent": {c1, c2}} {
+				if fmt.Sprint(pair[0]) != fmt.Sprint(pair[1]) {
+					t.Errorf("%s of the importing owner differ from the source owner's", what)
+				}
+			}
+			if len(m2) != 100 {
+				t.Errorf("imported %d messages, want 100", len(m2))
+			}
+		})
+	}
+}
+
+// gatedStore holds an export's message reads at a gate: a job caught
+// mid-way, for cancel and conflict tests.
+type gatedStore struct {
+	store.Store
+	reached chan struct{}
+	gate    chan struct{}
+	once    sync.Once
+}
+
+type gatedSnapshot struct {
+	store.Snapshot
+	s *gatedStore
+}
+
+func (g *gatedStore) Snapshot(ctx context.Context, owner string, fn func(store.Snapshot) error) error {
+	return g.Store.Snapshot(ctx, owner, func(s store.Snapshot) error { return fn(gatedSnapshot{s, g}) })
+}
+
+func (g gatedSnapshot) EachMessage(ctx context.Context, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
+	return g.Snapshot.EachMessage(ctx, q, func(m *mb.GroupMessageSave) error {
+		g.s.once.Do(func() { close(g.s.reached) })
+		select {
+		case <-g.s.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return fn(m)
+	})
+}
+
+func newGated(st store.Store) *gatedStore {
+	return &gatedStore{Store: st, reached: make(chan struct{}), gate: make(chan struct{})}
+}
+
+// TestCancelLeavesNoObject: a cancelled export ends CANCELLED and leaves
+// nothing under its key; while it ran, a second export of the owner was
+// refused.
+func TestCancelLeavesNoObject(t *testing.T) {
+	st := newGated(storetest.SQLite(t))
+	h := newHarness(t, st)
+	owner := storetest.Owner("o")
+	fill(t, st.Store, owner, 20)
+	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "a.xmtpbak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-st.reached
+	if _, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "b.xmtpbak")); !errors.Is(err, store.ErrJobConflict) {
+		t.Errorf("second export of a running owner: %v, want ErrJobConflict", err)
+	}
+	if _, err := h.m.Cancel(t.Context(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	j = waitDone(t, h.m, j.ID)
+	op, _ := Operation(j)
+	if j.State != store.JobCancelled || op.GetError().GetCode() != int32(codes.Canceled) {
+		t.Fatalf("cancelled job: state %s, error %v", j.State, op.GetError())
+	}
+	if names := files(t, h.dir); len(names) != 0 {
+		t.Errorf("a cancelled export left %v", names)
+	}
+	// The owner may export again.
+	close(st.gate)
+	j2, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "a.xmtpbak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j2 = waitDone(t, h.m, j2.ID); j2.State != store.JobSucceeded {
+		t.Fatalf("export after a cancel: %s %s", j2.State, j2.ErrorMessage)
+	}
+}
+
+// TestCancelSeenThroughTheStore: a cancel asked on another replica (only
+// in the store) stops the job within a renewal.
+func TestCancelSeenThroughTheStore(t *testing.T) {
+	st := newGated(storetest.SQLite(t))
+	h := newHarness(t, st)
+	owner := storetest.Owner("o")
+	fill(t, st.Store, owner, 5)
+	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "a.xmtpbak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-st.reached
+	if _, err := st.RequestCancel(t.Context(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if j = waitDone(t, h.m, j.ID); j.State != store.JobCancelled {
+		t.Fatalf("job ended %s, want cancelled", j.State)
+	}
+	if names := files(t, h.dir); len(names) != 0 {
+		t.Errorf("left %v", names)
+	}
+}
+
+func files(t *testing.T, dir string) []string {
+	var names []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			names = append(names, strings.TrimPrefix(path, dir))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// TestStartRefusals: every malformed or impossible start is refused
+// before a job exists, with an error naming what was wrong.
+func TestStartRefusals(t *testing.T) {
+	st := storetest.SQLite(t)
+	h := newHarness(t, st)
+	owner := storetest.Owner("o")
+	if err := h.bucket.WriteAll(t.Context(), "taken.xmtpbak", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	loc := func(bucket, key string) *cb.ObjectLocation { return &cb.ObjectLocation{Bucket: bucket, Key: key} }
+	cases := []struct {
+		name string
+		req  *cb.StartExportRequest
+		want error
+		msg  string
+	}{
+		{"no owner", &cb.StartExportRequest{KeyRef: "main", Destination: loc("local", "k")}, ErrInvalid, "owner"},
+		{"key path", &cb.StartExportRequest{Owner: owner, KeyRef: "../main", Destination: loc("local", "k")}, ErrInvalid, "key_ref"},
+		{"unknown key", &cb.StartExportRequest{Owner: owner, KeyRef: "nope", Destination: loc("local", "k")}, ErrInvalid, "key_ref"},
+		{"no destination", &cb.StartExportRequest{Owner: owner, KeyRef: "main"}, ErrInvalid, "destination"},
+		{"unknown bucket", &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: loc("s3", "k")}, ErrInvalid, "destination.bucket"},
+		{"dot dot", &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: loc("local", "a/../../etc/passwd")}, ErrInvalid, "destination.key"},
+		{"absolute", &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: loc("local", "/etc/passwd")}, ErrInvalid, "destination.key"},
+		{"sidecar name", &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: loc("local", "x"+SidecarSuffix)}, ErrInvalid, "sidecars"},
+		{"existing object", &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: loc("local", "taken.xmtpbak")}, ErrObjectExists, "taken.xmtpbak"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := h.m.StartExport(t.Context(), "tester", c.req)
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
+				t.Errorf("err %v, want %v naming %q", err, c.want, c.msg)
+			}
+		})
+	}
+	_, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: owner, KeyRef: "main", Source: loc("local", "missing")})
+	if !errors.Is(err, ErrObjectMissing) {
+		t.Errorf("import of a missing object: %v", err)
+	}
+	if jobs, _ := st.ListJobs(t.Context(), store.JobQuery{Limit: 10}); len(jobs) != 0 {
+		t.Errorf("refused starts stored %d jobs", len(jobs))
+	}
+	if got, _ := os.ReadFile(filepath.Join(h.dir, "taken.xmtpbak")); string(got) != "x" {
+		t.Errorf("the existing object changed: %q", got)
+	}
+}
+
+// TestImportJobOfABadArchive: an archive under the wrong key fails its
+// import job with a message naming the problem, and applies nothing.
+func TestImportJobOfABadArchive(t *testing.T) {
+	st := storetest.SQLite(t)
+	h := newHarness(t, st)
+	if err := h.bucket.WriteAll(t.Context(), "junk", bytes.Repeat([]byte("not an archive"), 100), nil); err != nil {
+		t.Fatal(err)
+	}
+	owner := storetest.Owner("o")
+	j, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: owner, KeyRef: "main", Source: &cb.ObjectLocation{Bucket: "local", Key: "junk"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = waitDone(t, h.m, j.ID)
+	if j.State != store.JobFailed || j.ErrorCode != int32(codes.InvalidArgument) || !strings.Contains(j.ErrorMessage, "archive") {
+		t.Errorf("import of junk: %s, code %d, %q", j.State, j.ErrorCode, j.ErrorMessage)
+	}
+}
+
+// TestDeadServersJobsFail: a running job whose lease ran out (its server
+// was killed) is failed by the reaper, never left running.
+func TestDeadServersJobsFail(t *testing.T) {
+	st := storetest.SQLite(t)
+	h := newHarness(t, st)
+	now := time.Now()
+	dead := store.Job{ID: NewID(now), Kind: store.JobExport, Owner: "o", Principal: "p", State: store.JobRunning,
+		Spec: []byte{}, Progress: []byte{}, LeaseUntil: now.Add(-time.Second), Created: now, Updated: now}
+	if err := st.CreateJob(t.Context(), dead); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go h.m.Run(ctx)
+	j := waitDone(t, h.m, dead.ID)
+	op, _ := Operation(j)
+	if j.State != store.JobFailed || op.GetError().GetCode() != int32(codes.Unavailable) || !strings.Contains(op.GetError().GetMessage(), "stopped") {
+		t.Errorf("dead job: %s, %v", j.State, op.GetError())
+	}
+}
+
+// TestScheduleKeepsTheNewest: each firing exports every listed owner, and
+// retention keeps the newest Keep complete archives (with sidecars).
+func TestScheduleKeepsTheNewest(t *testing.T) {
+	st := storetest.SQLite(t)
+	h := newHarness(t, st)
+	a, b := storetest.Owner("a"), storetest.Owner("b/..")
+	fill(t, st, a, 3)
+	fill(t, st, b, 3)
+	policy, err := ParseSchedules([]byte(fmt.Sprintf(`
+schedules:
+  - name: nightly
+    cron: "0 3 * * *"
+    owners: [%q, %q]
+    key_ref: main
+    bucket: local
+    prefix: nightly/
+    keep: 2
+`, a, b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := NewScheduler(t.Context(), h.m, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := policy.Schedules[0]
+	base := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	for day := range 3 {
+		ids := sc.Fire(t.Context(), s, base.Add(time.Duration(day)*24*time.Hour))
+		if len(ids) != 2 {
+			t.Fatalf("firing %d started %d jobs, want 2", day, len(ids))
+		}
+		for _, id := range ids {
+			if j := waitDone(t, h.m, id); j.State != store.JobSucceeded || j.Principal != "schedule:nightly" {
+				t.Fatalf("scheduled job: %s by %s: %s", j.State, j.Principal, j.ErrorMessage)
+			}
+		}
+	}
+	// Retention runs after each job; the last one's may still be going.
+	deadline := time.Now().Add(10 * time.Second)
+	var got []string
+	for time.Now().Before(deadline) {
+		got = files(t, h.dir)
+		if len(got) == 8 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	sort.Strings(got)
+	var want []string
+	for _, owner := range []string{a, b} {
+		for _, day := range []int{1, 2} {
+			k := "/" + s.ObjectKey(owner, base.Add(time.Duration(day)*24*time.Hour))
+			want = append(want, k, k+SidecarSuffix)
+		}
+	}
+	sort.Strings(want)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after three firings with keep 2:\n got %v\nwant %v", got, want)
+	}
+	if strings.Contains(s.ObjectKey(b, base), "/../") {
+		t.Errorf("owner %q escaped its folder: %s", b, s.ObjectKey(b, base))
+	}
+}
+
+func TestParseSchedulesRefuses(t *testing.T) {
+	good := "name: n\n    cron: '@daily'\n    owners: [alice]\n    key_ref: main\n    bucket: local\n    keep: 1"
+	cases := map[string]string{
+		"unknown field": good + "\n    color: red",
+		"bad cron":      strings.Replace(good, "'@daily'", "'61 * * * *'", 1),
+		"no owners":     strings.Replace(good, "[alice]", "[]", 1),
+		"bad owner":     strings.Replace(good, "[alice]", "['a b']", 1),
+		"keep zero":     strings.Replace(good, "keep: 1", "keep: 0", 1),
+		"bad key":       strings.Replace(good, "key_ref: main", "key_ref: ../x", 1),
+		"prefix":        good + "\n    prefix: nightly",
+		"name":          strings.Replace(good, "name: n", "name: 'a/b'", 1),
+	}
+	for name, body := range cases {
+		if _, err := ParseSchedules([]byte("schedules:\n  - " + body + "\n")); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := ParseSchedules([]byte("schedules:\n  - " + good + "\n")); err != nil {
+		t.Errorf("good policy refused: %v", err)
+	}
+}
+
+func TestKeyRing(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	write := func(name string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name+KeyFileSuffix), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("hex", []byte(hex.EncodeToString(testKey)+"\n"))
+	write("short", []byte("abc"))
+	plain, err := OpenKeyRing(ctx, dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := plain.Key(ctx, "hex"); err != nil || !bytes.Equal(k, testKey) {
+		t.Errorf("hex key: %x, %v", k, err)
+	}
+	if _, err := plain.Key(ctx, "short"); err == nil || strings.Contains(err.Error(), "abc") {
+		t.Errorf("short key: %v (must fail without quoting it)", err)
+	}
+	if _, err := plain.Key(ctx, "missing"); !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("missing key: %v", err)
+	}
+	wrapped, err := WrapKey(ctx, keeperURL, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(wrapped, testKey) {
+		t.Fatal("the wrapped key holds the key")
+	}
+	write("wrapped", wrapped)
+	ring, err := OpenKeyRing(ctx, dir, keeperURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := ring.Key(ctx, "wrapped"); err != nil || !bytes.Equal(k, testKey) {
+		t.Errorf("wrapped key: %v", err)
+	}
+	if _, err := ring.Key(ctx, "hex"); err == nil {
+		t.Error("a ring with a keeper took a key that is not wrapped")
+	}
+	if _, err := OpenKeyRing(ctx, dir, "base64key://not-base64!"); err == nil || strings.Contains(err.Error(), "not-base64") {
+		t.Errorf("bad keeper URL: %v (must fail without quoting it)", err)
+	}
+}
+
+func TestOperationNames(t *testing.T) {
+	id := NewID(time.Now())
+	if got, err := JobID(OperationName(id)); err != nil || got != id {
+		t.Errorf("round trip: %q, %v", got, err)
+	}
+	for _, bad := range []string{"", id, "operations/", "operations/" + id + "x", "operations/../" + id[3:], "operations/" + strings.ToUpper(id)} {
+		if _, err := JobID(bad); err == nil {
+			t.Errorf("JobID(%q) accepted", bad)
+		}
+	}
+}
