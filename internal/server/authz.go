@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/auth"
 )
@@ -47,6 +49,17 @@ var methodScopes = map[string][]auth.Scope{
 	// data: either side of a transfer may do it.
 	cb.ArchiveService_ReadMetadata_FullMethodName: {auth.ScopeArchiveImport, auth.ScopeArchiveExport},
 	cb.ArchiveService_Verify_FullMethodName:       {auth.ScopeArchiveImport, auth.ScopeArchiveExport},
+
+	cb.BackupService_StartExport_FullMethodName: {auth.ScopeArchiveExport},
+	cb.BackupService_StartImport_FullMethodName: {auth.ScopeArchiveImport},
+	// Operations name no owner: either archive scope lets a principal in,
+	// and each operation is then shown only to a principal holding its
+	// kind's scope for its owner (OperationsService).
+	longrunningpb.Operations_GetOperation_FullMethodName:    {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
+	longrunningpb.Operations_ListOperations_FullMethodName:  {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
+	longrunningpb.Operations_WaitOperation_FullMethodName:   {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
+	longrunningpb.Operations_CancelOperation_FullMethodName: {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
+	longrunningpb.Operations_DeleteOperation_FullMethodName: {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
 }
 
 const (

@@ -32,6 +32,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/auth/authtest"
 	"github.com/contentbackup/contentbackup/internal/devpki"
+	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
@@ -170,6 +171,8 @@ type perimeter struct {
 	policy     *auth.PolicySource
 	store      store.Store
 	mtls       bool
+	// jobsDir is the directory of the jobs' file bucket "local".
+	jobsDir string
 }
 
 func (p *perimeter) dial(t testing.TB, o transport.ClientOptions) *grpc.ClientConn {
@@ -226,7 +229,9 @@ func startPerimeter(t testing.TB, s store.Store, mtls bool, log *zap.Logger) *pe
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	p.addr = serveTCP(t, Config{Store: s, Auth: authn, Credentials: creds}, log)
+	jobsCfg, jobsDir := testJobs(t)
+	p.jobsDir = jobsDir
+	p.addr = serveTCP(t, Config{Store: s, Auth: authn, Credentials: creds, Jobs: jobsCfg}, log)
 	return p
 }
 
@@ -428,6 +433,16 @@ func ownerCalls(t *testing.T) map[string]ownerCall {
 			_, err := importArchive(t, cb.NewArchiveServiceClient(c), o, archiveKey, forgedArchive(t), 4096)
 			return err
 		},
+		cb.BackupService_StartExport_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).StartExport(ctx, &cb.StartExportRequest{Owner: o, KeyRef: "main",
+				Destination: &cb.ObjectLocation{Bucket: "local", Key: "cross/" + jobs.NewID(time.Now())}})
+			return err
+		},
+		cb.BackupService_StartImport_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).StartImport(ctx, &cb.StartImportRequest{Owner: o, KeyRef: "main",
+				Source: &cb.ObjectLocation{Bucket: "local", Key: "none"}})
+			return err
+		},
 	}
 }
 
@@ -449,7 +464,8 @@ func forgedArchive(t *testing.T) []byte {
 // descriptors, every RPC whose request names an owner, and fails when
 // ownerCalls lacks one: a new RPC cannot escape the cross-owner test.
 func TestPerimeterEveryOwnerRPCHasARow(t *testing.T) {
-	srv := New(Config{Store: storetest.SQLite(t), Auth: adminPolicy(t)}, zap.NewNop())
+	jobsCfg, _ := testJobs(t)
+	srv := New(Config{Store: storetest.SQLite(t), Auth: adminPolicy(t), Jobs: jobsCfg}, zap.NewNop())
 	calls := ownerCalls(t)
 	found := 0
 	for _, method := range ownerNamingMethods(t, srv.GRPC()) {
@@ -776,7 +792,8 @@ func namesOwner(md protoreflect.MessageDescriptor) bool {
 // TestEveryMethodHasAScope: every registered method of ours has a scope
 // rule, and every rule names a registered method.
 func TestEveryMethodHasAScope(t *testing.T) {
-	srv := New(Config{Store: storetest.SQLite(t), Auth: adminPolicy(t)}, zap.NewNop())
+	jobsCfg, _ := testJobs(t)
+	srv := New(Config{Store: storetest.SQLite(t), Auth: adminPolicy(t), Jobs: jobsCfg}, zap.NewNop())
 	n := 0
 	for svc, info := range srv.GRPC().GetServiceInfo() {
 		if svc == healthService || svc == reflectionV1 || svc == reflectionV1Alpha {

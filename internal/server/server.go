@@ -27,10 +27,15 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
@@ -73,9 +78,23 @@ type Config struct {
 	// StoreCheckInterval is how often health pings the store (default 2 s;
 	// each ping may take half of it).
 	StoreCheckInterval time.Duration
+	// Jobs, when set with Store, serves BackupService and
+	// google.longrunning.Operations: exports and imports run on the server
+	// against object storage.
+	Jobs *JobsConfig
 	// Tracing, when set, puts a span on every call (otelgrpc) under its
 	// provider, continuing a caller's trace; nil traces nothing.
 	Tracing *telemetry.Tracing
+}
+
+// JobsConfig is where jobs find keys and buckets, and how many run.
+type JobsConfig struct {
+	Keys    *jobs.KeyRing
+	Buckets *jobs.Buckets
+	// MaxRunning bounds the jobs running at once on this server (default 4).
+	MaxRunning int
+	// Lease and Renew: see jobs.Config (defaults 30 s and 1 s).
+	Lease, Renew time.Duration
 }
 
 // Server is a configured gRPC server with its health state.
@@ -85,6 +104,7 @@ type Server struct {
 	log    *zap.Logger
 
 	store         store.Store
+	jobs          *jobs.Manager
 	storeInterval time.Duration
 	storeUp       prometheus.Gauge
 	shutdown      chan struct{}
@@ -177,6 +197,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 			otelgrpc.WithTracerProvider(cfg.Tracing.Provider), otelgrpc.WithPropagators(cfg.Tracing.Propagator))))
 	}
 	g := grpc.NewServer(serverOpts...)
+	var jm *jobs.Manager
 	dm := newDomainMetrics(cfg.Metrics)
 	content := NewContentService(reg, cfg.MaxDecodeBatch, limits.CallExpandBytes, pool)
 	content.metrics = dm
@@ -190,6 +211,20 @@ func New(cfg Config, log *zap.Logger) *Server {
 		arch := NewArchiveService(cfg.Store, limits, pool)
 		arch.metrics = dm
 		cb.RegisterArchiveServiceServer(g, arch)
+		if cfg.Jobs != nil {
+			jm = jobs.New(jobs.Config{
+				Store: cfg.Store, Keys: cfg.Jobs.Keys, Buckets: cfg.Jobs.Buckets, Pool: pool,
+				ExportReservation: arch.exportReservation(),
+				Import: backup.ImportOptions{
+					Limits: limits.Records, Reader: arch.readerOptions(nil), ReadAheadBytes: limits.ImportReadAheadBytes,
+				},
+				ReaderReservation: archive.ReaderMemory(arch.readerOptions(nil)) + 4<<20,
+				MaxRunning:        cfg.Jobs.MaxRunning, Lease: cfg.Jobs.Lease, Renew: cfg.Jobs.Renew,
+				Log: log.Named("jobs"),
+			})
+			cb.RegisterBackupServiceServer(g, &BackupService{jobs: jm})
+			longrunningpb.RegisterOperationsServer(g, &OperationsService{jobs: jm, store: cfg.Store, tokens: newPageTokens(cfg.PageTokenKey)})
+		}
 	}
 
 	hs := health.NewServer()
@@ -202,7 +237,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 	if metrics != nil {
 		metrics.InitializeMetrics(g)
 	}
-	srv := &Server{grpc: g, health: hs, log: log, store: cfg.Store, storeInterval: cfg.StoreCheckInterval, shutdown: make(chan struct{})}
+	srv := &Server{grpc: g, health: hs, log: log, store: cfg.Store, jobs: jm, storeInterval: cfg.StoreCheckInterval, shutdown: make(chan struct{})}
 	if srv.storeInterval <= 0 {
 		srv.storeInterval = 2 * time.Second
 	}
@@ -218,7 +253,8 @@ func New(cfg Config, log *zap.Logger) *Server {
 
 // storeServices are the services that need the store: health reports
 // them, and the server as a whole, NOT_SERVING while it does not answer.
-var storeServices = []string{"", cb.ConversationService_ServiceDesc.ServiceName, cb.ArchiveService_ServiceDesc.ServiceName}
+var storeServices = []string{"", cb.ConversationService_ServiceDesc.ServiceName, cb.ArchiveService_ServiceDesc.ServiceName,
+	cb.BackupService_ServiceDesc.ServiceName, longrunningpb.Operations_ServiceDesc.ServiceName}
 
 // watchStore pings the store every interval until ctx is done or the
 // server shuts down, and keeps health in step: NOT_SERVING while pings
@@ -278,12 +314,18 @@ func (s *Server) watchStore(ctx context.Context) {
 // GRPC exposes the underlying server, for tests that serve it themselves.
 func (s *Server) GRPC() *grpc.Server { return s.grpc }
 
+// Jobs is the job manager, nil unless Config.Jobs was set.
+func (s *Server) Jobs() *jobs.Manager { return s.jobs }
+
 // Serve serves on lis until ctx is done, then reports NOT_SERVING, lets
 // in-flight calls finish for up to grace, and stops.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duration) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.grpc.Serve(lis) }()
 	go s.watchStore(ctx)
+	if s.jobs != nil {
+		go s.jobs.Run(ctx)
+	}
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
@@ -299,6 +341,13 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 	case <-time.After(grace):
 		s.log.Warn("grace period over; closing remaining calls")
 		s.grpc.Stop()
+	}
+	if s.jobs != nil {
+		// Jobs still running end failed (UNAVAILABLE, nothing committed)
+		// rather than hold the process past its grace.
+		jctx, cancel := context.WithTimeout(context.Background(), grace)
+		s.jobs.Close(jctx)
+		cancel()
 	}
 	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve: %w", err)

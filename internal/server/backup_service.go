@@ -1,0 +1,282 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+// BackupService implements contentbackup.v1.BackupService: it starts jobs
+// and answers with their operations.
+type BackupService struct {
+	cb.UnimplementedBackupServiceServer
+	jobs *jobs.Manager
+}
+
+func principalName(ctx context.Context) string {
+	if p := auth.FromContext(ctx); p != nil {
+		return p.Name
+	}
+	return ""
+}
+
+// jobStatus maps the jobs layer's errors to the status the caller gets.
+func jobStatus(err error) error {
+	switch {
+	case errors.Is(err, jobs.ErrInvalid):
+		return status.Error(codes.InvalidArgument, clip(strings.TrimPrefix(err.Error(), jobs.ErrInvalid.Error()+": ")))
+	case errors.Is(err, jobs.ErrObjectExists), errors.Is(err, store.ErrJobConflict):
+		return status.Error(codes.AlreadyExists, clip(err.Error()))
+	case errors.Is(err, jobs.ErrObjectMissing):
+		return status.Error(codes.NotFound, clip(err.Error()))
+	case errors.Is(err, jobs.ErrTooManyJobs):
+		return status.Error(codes.ResourceExhausted, clip(err.Error()))
+	case errors.Is(err, jobs.ErrShuttingDown):
+		return status.Error(codes.Unavailable, clip(err.Error()))
+	}
+	return statusOf(err)
+}
+
+func (s *BackupService) StartExport(ctx context.Context, req *cb.StartExportRequest) (*longrunningpb.Operation, error) {
+	j, err := s.jobs.StartExport(ctx, principalName(ctx), req)
+	if err != nil {
+		return nil, jobStatus(err)
+	}
+	return operationOf(j)
+}
+
+func (s *BackupService) StartImport(ctx context.Context, req *cb.StartImportRequest) (*longrunningpb.Operation, error) {
+	j, err := s.jobs.StartImport(ctx, principalName(ctx), req)
+	if err != nil {
+		return nil, jobStatus(err)
+	}
+	return operationOf(j)
+}
+
+func operationOf(j store.Job) (*longrunningpb.Operation, error) {
+	op, err := jobs.Operation(j)
+	if err != nil {
+		return nil, hide(codes.Internal, msgInternal, err)
+	}
+	return op, nil
+}
+
+// OperationsService implements google.longrunning.Operations over the
+// job table. A principal sees an operation only when it holds the job
+// kind's scope (archive.export, archive.import) for the job's owner; any
+// other operation reads as NOT_FOUND, whether or not it exists.
+type OperationsService struct {
+	longrunningpb.UnimplementedOperationsServer
+	jobs   *jobs.Manager
+	store  store.Store
+	tokens *pageTokens
+}
+
+const (
+	tokenOperations byte = 'o'
+	// maxWait bounds one WaitOperation; a client waits longer by calling
+	// again.
+	maxWait = 5 * time.Minute
+	// defaultWait is a WaitOperation's wait when it names none.
+	defaultWait = time.Minute
+)
+
+func jobScope(kind string) auth.Scope {
+	if kind == store.JobImport {
+		return auth.ScopeArchiveImport
+	}
+	return auth.ScopeArchiveExport
+}
+
+func visible(p *auth.Principal, j store.Job) bool {
+	return p.Has(jobScope(j.Kind)) && p.Owners.Contains(j.Owner)
+}
+
+// job reads the operation name's job, as the caller may see it.
+func (s *OperationsService) job(ctx context.Context, name string) (store.Job, error) {
+	id, err := jobs.JobID(name)
+	if err != nil {
+		return store.Job{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	j, err := s.store.GetJob(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !visible(auth.FromContext(ctx), j)) {
+		return store.Job{}, status.Errorf(codes.NotFound, "operation %s: not found", name)
+	}
+	if err != nil {
+		return store.Job{}, statusOf(err)
+	}
+	return j, nil
+}
+
+func (s *OperationsService) GetOperation(ctx context.Context, req *longrunningpb.GetOperationRequest) (*longrunningpb.Operation, error) {
+	j, err := s.job(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	return operationOf(j)
+}
+
+// WaitOperation returns the operation once done, or as it stands when
+// the timeout (default 1 minute, at most 5) or the call's deadline ends.
+func (s *OperationsService) WaitOperation(ctx context.Context, req *longrunningpb.WaitOperationRequest) (*longrunningpb.Operation, error) {
+	j, err := s.job(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	wait := defaultWait
+	if req.GetTimeout() != nil {
+		if err := req.GetTimeout().CheckValid(); err != nil || req.GetTimeout().AsDuration() < 0 {
+			return nil, status.Error(codes.InvalidArgument, "timeout: not a valid non-negative duration")
+		}
+		wait = min(req.GetTimeout().AsDuration(), maxWait)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	j, err = s.jobs.Wait(wctx, j.ID, 0)
+	if err != nil && wctx.Err() == nil {
+		return nil, statusOf(err)
+	}
+	if ctx.Err() != nil {
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return operationOf(j)
+}
+
+// CancelOperation asks a running job to stop; it ends CANCELLED within a
+// second, its object never committed. Cancelling a cancelled job is a
+// no-op; a job that already succeeded or failed is FAILED_PRECONDITION.
+func (s *OperationsService) CancelOperation(ctx context.Context, req *longrunningpb.CancelOperationRequest) (*emptypb.Empty, error) {
+	j, err := s.job(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	switch j.State {
+	case store.JobCancelled:
+		return &emptypb.Empty{}, nil
+	case store.JobSucceeded, store.JobFailed:
+		return nil, status.Errorf(codes.FailedPrecondition, "operation %s already ended %s", req.GetName(), j.State)
+	}
+	if _, err := s.jobs.Cancel(ctx, j.ID); err != nil {
+		return nil, statusOf(err)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// DeleteOperation forgets an ended job (not its object); a running one is
+// FAILED_PRECONDITION.
+func (s *OperationsService) DeleteOperation(ctx context.Context, req *longrunningpb.DeleteOperationRequest) (*emptypb.Empty, error) {
+	j, err := s.job(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.DeleteJob(ctx, j.ID); err != nil {
+		return nil, statusOf(err)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// listFilter is the filter ListOperations takes: owner="..." and done=
+// true|false, joined by AND (a subset of AIP-160).
+type listFilter struct {
+	owner string
+	done  *bool
+}
+
+func parseFilter(f string) (listFilter, error) {
+	var lf listFilter
+	f = strings.TrimSpace(f)
+	if f == "" {
+		return lf, nil
+	}
+	for _, term := range strings.Split(f, " AND ") {
+		field, value, ok := strings.Cut(strings.TrimSpace(term), "=")
+		if !ok {
+			return lf, fmt.Errorf("filter: term %.64q is not field=value", term)
+		}
+		field, value = strings.TrimSpace(field), strings.TrimSpace(value)
+		switch field {
+		case "owner":
+			if len(value) < 2 || value[0] != '"' || value[len(value)-1] != '"' {
+				return lf, fmt.Errorf(`filter: owner takes a quoted value: owner="alice"`)
+			}
+			lf.owner = value[1 : len(value)-1]
+		case "done":
+			b := value == "true"
+			if !b && value != "false" {
+				return lf, fmt.Errorf("filter: done is true or false")
+			}
+			lf.done = &b
+		default:
+			return lf, fmt.Errorf("filter: field %.64q; filter on owner and done", field)
+		}
+	}
+	return lf, nil
+}
+
+// listScanPages bounds the store pages one ListOperations reads looking
+// for operations the caller may see; past it the page ends early with a
+// token to go on.
+const listScanPages = 20
+
+// ListOperations lists the operations the caller may see, oldest first.
+func (s *OperationsService) ListOperations(ctx context.Context, req *longrunningpb.ListOperationsRequest) (*longrunningpb.ListOperationsResponse, error) {
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	filter, err := parseFilter(req.GetFilter())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	bound := binding([]byte(req.GetFilter()), []byte(req.GetName()))
+	after := ""
+	if req.GetPageToken() != "" {
+		cursor, err := s.tokens.open(tokenOperations, bound, req.GetPageToken())
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		after = string(cursor)
+	}
+	p := auth.FromContext(ctx)
+	resp := &longrunningpb.ListOperationsResponse{}
+	for range listScanPages {
+		page, err := s.store.ListJobs(ctx, store.JobQuery{Owner: filter.owner, After: after, Limit: size})
+		if err != nil {
+			return nil, statusOf(err)
+		}
+		for _, j := range page {
+			after = j.ID
+			if !visible(p, j) || (filter.done != nil && *filter.done != (j.State != store.JobRunning)) {
+				continue
+			}
+			op, err := operationOf(j)
+			if err != nil {
+				return nil, err
+			}
+			resp.Operations = append(resp.Operations, op)
+			if len(resp.Operations) == size {
+				break
+			}
+		}
+		if len(resp.Operations) == size {
+			break
+		}
+		if len(page) < size {
+			return resp, nil // the end
+		}
+	}
+	resp.NextPageToken = s.tokens.issue(tokenOperations, bound, []byte(after))
+	return resp, nil
+}

@@ -1,0 +1,228 @@
+package server
+
+import (
+	"context"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+)
+
+// testJobs is a jobs configuration over temporary directories: the key
+// "main" (archiveKey) and the file bucket "local"; dir is the bucket's.
+func testJobs(t testing.TB) (cfg *JobsConfig, dir string) {
+	t.Helper()
+	keys := t.TempDir()
+	if err := os.WriteFile(filepath.Join(keys, "main.key"), []byte(hex.EncodeToString(archiveKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ring, err := jobs.OpenKeyRing(t.Context(), keys, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	buckets := jobs.NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
+	t.Cleanup(func() { buckets.Close() })
+	return &JobsConfig{Keys: ring, Buckets: buckets, Lease: 2 * time.Second, Renew: 100 * time.Millisecond}, dir
+}
+
+func exportJob(owner, key string) *cb.StartExportRequest {
+	return &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: &cb.ObjectLocation{Bucket: "local", Key: key}}
+}
+
+func waitOp(t *testing.T, conn *grpc.ClientConn, name string) *longrunningpb.Operation {
+	t.Helper()
+	ops := longrunningpb.NewOperationsClient(conn)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		op, err := ops.WaitOperation(t.Context(), &longrunningpb.WaitOperationRequest{Name: name, Timeout: durationpb.New(10 * time.Second)})
+		if err != nil {
+			t.Fatalf("WaitOperation %s: %v", name, err)
+		}
+		if op.GetDone() {
+			return op
+		}
+	}
+	t.Fatalf("operation %s not done in a minute", name)
+	return nil
+}
+
+func listNames(t *testing.T, conn *grpc.ClientConn, filter string) []string {
+	t.Helper()
+	var names []string
+	token := ""
+	for {
+		resp, err := longrunningpb.NewOperationsClient(conn).ListOperations(t.Context(), &longrunningpb.ListOperationsRequest{Filter: filter, PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatalf("ListOperations: %v", err)
+		}
+		for _, op := range resp.GetOperations() {
+			names = append(names, op.GetName())
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			return names
+		}
+	}
+}
+
+// TestBackupJobsOverTCP: alice starts an export job of her own data,
+// polls it with the standard Operations service to done and finds the
+// summary; the object and sidecar are in the bucket; an import job of it
+// into another owner succeeds.
+func TestBackupJobsOverTCP(t *testing.T) {
+	forEachPerimeter(t, func(t *testing.T, p *perimeter) {
+		ops := p.as(t, opsToken)
+		populate(t, cb.NewConversationServiceClient(ops), "alice")
+		alice := p.as(t, aliceToken)
+		op, err := cb.NewBackupServiceClient(alice).StartExport(t.Context(), exportJob("alice", "alice/1.xmtpbak"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		md := &cb.JobMetadata{}
+		if err := op.GetMetadata().UnmarshalTo(md); err != nil || md.GetOwner() != "alice" || md.GetPrincipal() != "alice" || md.GetKind() != cb.JobKind_JOB_KIND_EXPORT {
+			t.Fatalf("started operation metadata: %v, %v", md, err)
+		}
+		done := waitOp(t, alice, op.GetName())
+		if done.GetError() != nil {
+			t.Fatalf("export job failed: %v", done.GetError())
+		}
+		result := &cb.ExportJobResult{}
+		if err := done.GetResponse().UnmarshalTo(result); err != nil {
+			t.Fatal(err)
+		}
+		if result.GetSummary().GetMessages() == 0 || len(result.GetSummary().GetSha256()) != 32 {
+			t.Errorf("summary: %v", result.GetSummary())
+		}
+		for _, k := range []string{"alice/1.xmtpbak", "alice/1.xmtpbak" + jobs.SidecarSuffix} {
+			if _, err := os.Stat(filepath.Join(p.jobsDir, k)); err != nil {
+				t.Errorf("object %s: %v", k, err)
+			}
+		}
+		got, err := longrunningpb.NewOperationsClient(alice).GetOperation(t.Context(), &longrunningpb.GetOperationRequest{Name: op.GetName()})
+		if err != nil || !got.GetDone() {
+			t.Fatalf("GetOperation: %v, %v", got, err)
+		}
+		// Exporting over it again is refused; the object stays.
+		_, err = cb.NewBackupServiceClient(alice).StartExport(t.Context(), exportJob("alice", "alice/1.xmtpbak"))
+		wantStatus(t, "export over an existing object", err, codes.AlreadyExists)
+		_, err = longrunningpb.NewOperationsClient(alice).CancelOperation(t.Context(), &longrunningpb.CancelOperationRequest{Name: op.GetName()})
+		wantStatus(t, "cancel of a finished job", err, codes.FailedPrecondition)
+
+		in, err := cb.NewBackupServiceClient(ops).StartImport(t.Context(), &cb.StartImportRequest{Owner: "carol", KeyRef: "main",
+			Source: &cb.ObjectLocation{Bucket: "local", Key: "alice/1.xmtpbak"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done = waitOp(t, ops, in.GetName())
+		ir := &cb.ImportJobResult{}
+		if done.GetError() != nil || done.GetResponse().UnmarshalTo(ir) != nil {
+			t.Fatalf("import job: %v", done.GetError())
+		}
+		if ir.GetCounts().GetMessages().GetInserted() != result.GetSummary().GetMessages() {
+			t.Errorf("imported %d messages of %d", ir.GetCounts().GetMessages().GetInserted(), result.GetSummary().GetMessages())
+		}
+		if names := listNames(t, ops, `done = true`); len(names) != 2 {
+			t.Errorf("ops lists %v, want both operations", names)
+		}
+		if _, err := longrunningpb.NewOperationsClient(ops).DeleteOperation(t.Context(), &longrunningpb.DeleteOperationRequest{Name: in.GetName()}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = longrunningpb.NewOperationsClient(ops).GetOperation(t.Context(), &longrunningpb.GetOperationRequest{Name: in.GetName()})
+		wantStatus(t, "GetOperation after DeleteOperation", err, codes.NotFound)
+	})
+}
+
+// TestBackupJobScoping: a principal without archive.export for alice
+// cannot start, see, wait for, cancel, delete or list alice's export jobs;
+// to it they do not exist.
+func TestBackupJobScoping(t *testing.T) {
+	forEachPerimeter(t, func(t *testing.T, p *perimeter) {
+		populate(t, cb.NewConversationServiceClient(p.as(t, opsToken)), "alice")
+		alice := p.as(t, aliceToken)
+		op, err := cb.NewBackupServiceClient(alice).StartExport(t.Context(), exportJob("alice", "scoped.xmtpbak"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitOp(t, alice, op.GetName())
+		outsiders := map[string]*grpc.ClientConn{
+			"alice's importer": p.as(t, p.idp.valid(t, "alice", "archive.import")),
+			"bob's exporter":   p.as(t, p.idp.valid(t, "bob", "archive.export archive.import")),
+			"alice's reader":   p.as(t, p.idp.valid(t, "alice", "conversations.read conversations.write")),
+		}
+		for who, conn := range outsiders {
+			ops := longrunningpb.NewOperationsClient(conn)
+			_, err := cb.NewBackupServiceClient(conn).StartExport(t.Context(), exportJob("alice", "x-"+strings.ReplaceAll(who, " ", "")))
+			wantStatus(t, who+": StartExport for alice", err, codes.PermissionDenied)
+			want := codes.NotFound
+			if who == "alice's reader" {
+				want = codes.PermissionDenied // no archive scope at all
+			}
+			_, err = ops.GetOperation(t.Context(), &longrunningpb.GetOperationRequest{Name: op.GetName()})
+			wantStatus(t, who+": GetOperation", err, want)
+			_, err = ops.WaitOperation(t.Context(), &longrunningpb.WaitOperationRequest{Name: op.GetName()})
+			wantStatus(t, who+": WaitOperation", err, want)
+			_, err = ops.CancelOperation(t.Context(), &longrunningpb.CancelOperationRequest{Name: op.GetName()})
+			wantStatus(t, who+": CancelOperation", err, want)
+			_, err = ops.DeleteOperation(t.Context(), &longrunningpb.DeleteOperationRequest{Name: op.GetName()})
+			wantStatus(t, who+": DeleteOperation", err, want)
+			if want == codes.NotFound {
+				if names := listNames(t, conn, ""); len(names) != 0 {
+					t.Errorf("%s lists %v", who, names)
+				}
+			}
+		}
+		// The exporter, holding archive.export for alice, sees it.
+		if names := listNames(t, p.as(t, exporterToken), `owner = "alice"`); len(names) != 1 || names[0] != op.GetName() {
+			t.Errorf("the exporter lists %v", names)
+		}
+		if _, err := longrunningpb.NewOperationsClient(alice).GetOperation(t.Context(), &longrunningpb.GetOperationRequest{Name: op.GetName()}); err != nil {
+			t.Errorf("alice lost sight of her job: %v", err)
+		}
+	})
+}
+
+// TestBackupJobBadRequests: malformed starts and names are
+// INVALID_ARGUMENT naming the field, and start nothing.
+func TestBackupJobBadRequests(t *testing.T) {
+	p := startPerimeter(t, storetest.SQLite(t), false, nil)
+	alice := p.as(t, aliceToken)
+	backupc := cb.NewBackupServiceClient(alice)
+	ctx := context.Background()
+	for name, req := range map[string]*cb.StartExportRequest{
+		"no key_ref":        {Owner: "alice", Destination: &cb.ObjectLocation{Bucket: "local", Key: "k"}},
+		"unknown key":       {Owner: "alice", KeyRef: "other", Destination: &cb.ObjectLocation{Bucket: "local", Key: "k"}},
+		"unknown bucket":    {Owner: "alice", KeyRef: "main", Destination: &cb.ObjectLocation{Bucket: "s3", Key: "k"}},
+		"escaping key":      {Owner: "alice", KeyRef: "main", Destination: &cb.ObjectLocation{Bucket: "local", Key: "../../etc/x"}},
+		"no destination":    {Owner: "alice", KeyRef: "main"},
+		"long key":          {Owner: "alice", KeyRef: "main", Destination: &cb.ObjectLocation{Bucket: "local", Key: strings.Repeat("k", 5000)}},
+		"bad window option": {Owner: "alice", KeyRef: "main", Destination: &cb.ObjectLocation{Bucket: "local", Key: "k"}, Options: &ds.ArchiveOptions{StartNs: proto.Int64(10), EndNs: proto.Int64(5)}},
+	} {
+		_, err := backupc.StartExport(ctx, req)
+		wantStatus(t, name, err, codes.InvalidArgument)
+		if msg := err.Error(); len(msg) > 1500 {
+			t.Errorf("%s: %d-byte message echoes the request", name, len(msg))
+		}
+	}
+	_, err := longrunningpb.NewOperationsClient(alice).GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: "operations/../../x"})
+	wantStatus(t, "malformed operation name", err, codes.InvalidArgument)
+	_, err = longrunningpb.NewOperationsClient(alice).ListOperations(ctx, &longrunningpb.ListOperationsRequest{Filter: "state = 1"})
+	wantStatus(t, "unknown filter field", err, codes.InvalidArgument)
+	_, err = longrunningpb.NewOperationsClient(alice).ListOperations(ctx, &longrunningpb.ListOperationsRequest{PageToken: "forged"})
+	wantStatus(t, "forged page token", err, codes.InvalidArgument)
+	if names := listNames(t, alice, ""); len(names) != 0 {
+		t.Errorf("refused starts left operations %v", names)
+	}
+}
