@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/contentbackup/contentbackup/internal/buildinfo"
+	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -86,6 +87,7 @@ type serveCmd struct {
 	MaxAppendBatch   int           `default:"10000" env:"MAX_APPEND_BATCH" help:"Most messages one AppendMessages call takes."`
 	ShutdownGrace    time.Duration `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
 	limitFlags
+	jobFlags
 	MetricsListen string `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
 	PProf         bool   `name:"pprof" env:"PPROF" help:"Also serve Go's profiles (net/http/pprof) at /debug/pprof/ on the metrics address: for an operator on a trusted network, never a public one."`
 
@@ -122,6 +124,50 @@ func (f limitFlags) limits(callExpand int64) server.Limits {
 		MaxArchiveStreams: f.MaxArchiveStreams, MaxArchiveStreamsPerOwner: f.MaxStreamsPerOwner,
 		StreamIdleTimeout: f.StreamIdleTimeout, MaxConnectionAge: f.MaxConnectionAge, MaxConnectionAgeGrace: f.MaxConnectionAgeGrace,
 	}
+}
+
+// jobFlags configure server-side jobs (BackupService): where archives may
+// go, which keys they may be sealed with, and schedules.
+type jobFlags struct {
+	JobBuckets   []string      `name:"job-bucket" env:"JOB_BUCKETS" help:"A bucket jobs may use, as name=URL (repeatable; comma-separated in the variable): file:///dir, s3://bucket?region=...&endpoint=..., gs://bucket, azblob://container (gocloud.dev URLs; credentials from the environment). Default: local=file://<data-dir>/backups."`
+	JobKeys      string        `name:"job-keys" env:"JOB_KEYS" help:"Directory of the archive keys jobs may name, one file <name>.key each (archivectl keys create). Default: <data-dir>/keys."`
+	JobKeyKeeper string        `name:"job-key-keeper" env:"JOB_KEY_KEEPER" help:"gocloud.dev/secrets URL of the KMS key that unwraps the key files (awskms://, gcpkms://, azurekeyvault://; base64key:// for tests). Empty: key files hold keys in clear, protected by file permissions only."`
+	MaxJobs      int           `name:"max-jobs" env:"MAX_JOBS" default:"4" help:"Jobs this server runs at once; past it StartExport and StartImport are RESOURCE_EXHAUSTED."`
+	JobLease     time.Duration `name:"job-lease" env:"JOB_LEASE" default:"30s" help:"How long a running job outlives its server: a job whose server stopped is failed this long after its last renewal."`
+	Schedule     string        `name:"schedule" env:"SCHEDULE" help:"YAML policy of scheduled exports (cron, owners, key, bucket, prefix, keep); see docs/backup-jobs.md."`
+}
+
+// jobs opens the keys and buckets jobs use, creating the embedded
+// defaults under the data directory.
+func (f jobFlags) jobs(ctx context.Context, dataDir string) (*server.JobsConfig, func(), error) {
+	urls := f.JobBuckets
+	if len(urls) == 0 {
+		abs, err := filepath.Abs(filepath.Join(dataDir, "backups"))
+		if err != nil {
+			return nil, nil, err
+		}
+		// Temporary files beside their objects (one filesystem, so the
+		// commit is a rename), and no attribute files beside them.
+		urls = []string{"local=file://" + filepath.ToSlash(abs) + "?create_dir=1&no_tmp_dir=1&metadata=skip"}
+	}
+	buckets, err := jobs.ParseBuckets(urls)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyDir := f.JobKeys
+	if keyDir == "" {
+		keyDir = filepath.Join(dataDir, "keys")
+		if err := os.MkdirAll(keyDir, 0o700); err != nil {
+			return nil, nil, fmt.Errorf("job keys: %w", err)
+		}
+	}
+	ring, err := jobs.OpenKeyRing(ctx, keyDir, f.JobKeyKeeper)
+	if err != nil {
+		return nil, nil, err
+	}
+	b := jobs.NewBuckets(buckets)
+	cfg := &server.JobsConfig{Keys: ring, Buckets: b, MaxRunning: f.MaxJobs, Lease: f.JobLease}
+	return cfg, func() { _ = b.Close(); _ = ring.Close() }, nil
 }
 
 type migrateCmd struct {
@@ -201,7 +247,22 @@ func (c *serveCmd) Run() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
+	jobsCfg, closeJobs, err := c.jobs(ctx, c.DataDir)
+	if err != nil {
+		return err
+	}
+	defer closeJobs()
+	if !jobsCfg.Keys.Wrapped() {
+		log.Warn("job keys are not wrapped: set --job-key-keeper to a KMS key in production")
+	}
+	var policy *jobs.SchedulePolicy
+	if c.Schedule != "" {
+		if policy, err = jobs.LoadSchedules(c.Schedule); err != nil {
+			return err
+		}
+	}
 	cfg := server.Config{
+		Jobs:               jobsCfg,
 		Auth:               perimeter.auth,
 		Credentials:        perimeter.creds,
 		PublicReflection:   c.PublicReflection,
@@ -231,7 +292,17 @@ func (c *serveCmd) Run() error {
 		}
 		defer stopMetrics()
 	}
-	log.Info("serving", zap.String("addr", lis.Addr().String()), zap.String("version", version()))
+	if policy != nil {
+		sc, err := jobs.NewScheduler(ctx, srv.Jobs(), policy)
+		if err != nil {
+			return err
+		}
+		sc.Start()
+		defer sc.Stop()
+		log.Info("schedules", zap.Int("count", len(policy.Schedules)))
+	}
+	log.Info("serving", zap.String("addr", lis.Addr().String()), zap.String("version", version()),
+		zap.Strings("job_buckets", srv.Jobs().Buckets().Names()))
 	return srv.Serve(ctx, lis, c.ShutdownGrace)
 }
 

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"github.com/mattn/go-isatty"
+	"github.com/schollz/progressbar/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/jobs"
+)
+
+// jobsCmd drives server-side jobs: BackupService to start them, the
+// standard google.longrunning.Operations service for the rest.
+type jobsCmd struct {
+	StartExport startExportJobCmd `cmd:"" name:"start-export" help:"Start an export job: the server writes the owner's archive to one of its buckets."`
+	StartImport startImportJobCmd `cmd:"" name:"start-import" help:"Start an import job: the server reads an archive from one of its buckets into the owner's store."`
+	List        listJobsCmd       `cmd:"" help:"List the jobs you may see, oldest first."`
+	Get         getJobCmd         `cmd:"" help:"Print one job's operation."`
+	Wait        waitJobCmd        `cmd:"" help:"Wait for a job to end, with a progress bar on a terminal; exits non-zero unless it succeeded."`
+	Cancel      cancelJobCmd      `cmd:"" help:"Cancel a running job; it ends CANCELLED and commits nothing."`
+}
+
+// jobTarget is where a job's archive is: a bucket the server knows by
+// name, and a key in it.
+type jobTarget struct {
+	KeyRef string `name:"key-ref" required:"" help:"Name of the archive key the server holds (a file <name>.key in its --job-keys directory)."`
+	Bucket string `default:"local" help:"Name of one of the server's buckets (its --job-bucket flags)."`
+	Object string `required:"" help:"Object key in the bucket."`
+	Wait   bool   `help:"Wait for the job to end, as 'jobs wait' does."`
+}
+
+type startExportJobCmd struct {
+	Owner string `required:"" help:"Owner (inbox) whose records to export."`
+	jobTarget
+	Elements            []string `enum:"messages,consent,none" help:"Categories to export: messages, consent, or none; default both (ARCH-017)."`
+	StartNs             *int64   `name:"start-ns" help:"Export messages sent after this time (ns, exclusive)."`
+	EndNs               *int64   `name:"end-ns" help:"Export messages sent up to this time (ns, inclusive)."`
+	ExcludeDisappearing bool     `help:"Leave out messages with an expiry, or whose expiry is unknown."`
+}
+
+func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	sel := exportCmd{Elements: s.Elements, StartNs: s.StartNs, EndNs: s.EndNs, ExcludeDisappearing: s.ExcludeDisappearing}
+	op, err := cb.NewBackupServiceClient(conn).StartExport(ctx, &cb.StartExportRequest{
+		Owner: s.Owner, KeyRef: s.KeyRef, Options: sel.options(),
+		Destination: &cb.ObjectLocation{Bucket: s.Bucket, Key: s.Object},
+	})
+	if err != nil {
+		return fmt.Errorf("start export: %w", err)
+	}
+	return c.started(ctx, conn, op, s.Wait)
+}
+
+type startImportJobCmd struct {
+	Owner string `required:"" help:"Owner (inbox) to import into."`
+	jobTarget
+}
+
+func (s *startImportJobCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	op, err := cb.NewBackupServiceClient(conn).StartImport(ctx, &cb.StartImportRequest{
+		Owner: s.Owner, KeyRef: s.KeyRef, Source: &cb.ObjectLocation{Bucket: s.Bucket, Key: s.Object},
+	})
+	if err != nil {
+		return fmt.Errorf("start import: %w", err)
+	}
+	return c.started(ctx, conn, op, s.Wait)
+}
+
+// started prints a started job, or waits for it.
+func (c *cli) started(ctx context.Context, conn *grpc.ClientConn, op *longrunningpb.Operation, wait bool) error {
+	if wait {
+		return c.waitFor(ctx, conn, op.GetName(), true)
+	}
+	return c.printOperation(op)
+}
+
+type getJobCmd struct {
+	Name string `arg:"" help:"The job's operation name (operations/...)."`
+}
+
+func (g *getJobCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	op, err := longrunningpb.NewOperationsClient(conn).GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: g.Name})
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	return c.printOperation(op)
+}
+
+type cancelJobCmd struct {
+	Name string `arg:"" help:"The job's operation name (operations/...)."`
+}
+
+func (k *cancelJobCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := longrunningpb.NewOperationsClient(conn).CancelOperation(ctx, &longrunningpb.CancelOperationRequest{Name: k.Name}); err != nil {
+		return fmt.Errorf("cancel: %w", err)
+	}
+	// The job ends within a second; show it ended.
+	return c.waitFor(ctx, conn, k.Name, false)
+}
+
+type waitJobCmd struct {
+	Name string `arg:"" help:"The job's operation name (operations/...)."`
+}
+
+func (w *waitJobCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return c.waitFor(ctx, conn, w.Name, true)
+}
+
+type listJobsCmd struct {
+	Owner   string `help:"Only this owner's jobs."`
+	Running bool   `help:"Only jobs still running."`
+}
+
+func (l *listJobsCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var terms []string
+	if l.Owner != "" {
+		q, _ := json.Marshal(l.Owner)
+		terms = append(terms, "owner = "+string(q))
+	}
+	if l.Running {
+		terms = append(terms, "done = false")
+	}
+	req := &longrunningpb.ListOperationsRequest{Name: "operations", Filter: strings.Join(terms, " AND "), PageSize: 100}
+	var all []*longrunningpb.Operation
+	for {
+		resp, err := longrunningpb.NewOperationsClient(conn).ListOperations(ctx, req)
+		if err != nil {
+			return fmt.Errorf("list: %w", err)
+		}
+		all = append(all, resp.GetOperations()...)
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+			break
+		}
+	}
+	if c.JSON {
+		out := make([]json.RawMessage, 0, len(all))
+		for _, op := range all {
+			b, err := protojson.Marshal(op)
+			if err != nil {
+				return err
+			}
+			out = append(out, b)
+		}
+		return c.output(out, "")
+	}
+	for _, op := range all {
+		fmt.Println(summaryLine(op))
+	}
+	return nil
+}
+
+// summaryLine is one operation in a line: name, kind, owner, state,
+// progress and object.
+func summaryLine(op *longrunningpb.Operation) string {
+	md := &cb.JobMetadata{}
+	_ = op.GetMetadata().UnmarshalTo(md)
+	kind := strings.ToLower(strings.TrimPrefix(md.GetKind().String(), "JOB_KIND_"))
+	state := strings.ToLower(strings.TrimPrefix(md.GetState().String(), "JOB_STATE_"))
+	line := fmt.Sprintf("%s  %-6s %-10s %s  %s/%s  %s", op.GetName(), kind, state, md.GetOwner(),
+		md.GetObject().GetBucket(), md.GetObject().GetKey(), byteCount(md.GetBytesDone(), md.GetBytesTotal()))
+	if e := op.GetError(); e != nil {
+		line += "  error: " + e.GetMessage()
+	}
+	return line
+}
+
+func byteCount(done, total uint64) string {
+	if total > 0 {
+		return fmt.Sprintf("%.1f of %.1f MiB", float64(done)/(1<<20), float64(total)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(done)/(1<<20))
+}
+
+// printOperation prints an operation: protojson with --json, else its
+// summary line and, when done, its result.
+func (c *cli) printOperation(op *longrunningpb.Operation) error {
+	if c.JSON {
+		b, err := protojson.MarshalOptions{Multiline: true}.Marshal(op)
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(b))
+		return nil
+	}
+	fmt.Println(summaryLine(op))
+	if r := op.GetResponse(); r != nil {
+		m, err := r.UnmarshalNew()
+		if err != nil {
+			return err
+		}
+		b, err := protojson.MarshalOptions{Multiline: true}.Marshal(m)
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(b))
+	}
+	return nil
+}
+
+// waitFor polls the operation with WaitOperation until it is done,
+// drawing a progress bar on stderr when it is a terminal; with
+// mustSucceed it fails unless the job succeeded.
+func (c *cli) waitFor(ctx context.Context, conn *grpc.ClientConn, name string, mustSucceed bool) error {
+	ops := longrunningpb.NewOperationsClient(conn)
+	var bar *progressbar.ProgressBar
+	if isatty.IsTerminal(os.Stderr.Fd()) {
+		bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowBytes(true),
+			progressbar.OptionSetDescription(name), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+	}
+	for {
+		// Short waits, so the bar moves; the server answers as soon as the
+		// job ends.
+		op, err := ops.WaitOperation(ctx, &longrunningpb.WaitOperationRequest{Name: name, Timeout: durationpb.New(time.Second)})
+		if err != nil {
+			return fmt.Errorf("wait: %w", err)
+		}
+		if bar != nil {
+			md := &cb.JobMetadata{}
+			if op.GetMetadata().UnmarshalTo(md) == nil {
+				if md.GetBytesTotal() > 0 && bar.GetMax64() != int64(md.GetBytesTotal()) {
+					bar.ChangeMax64(int64(md.GetBytesTotal()))
+				}
+				_ = bar.Set64(int64(md.GetBytesDone()))
+			}
+		}
+		if !op.GetDone() {
+			continue
+		}
+		if bar != nil {
+			_ = bar.Finish()
+		}
+		if err := c.printOperation(op); err != nil {
+			return err
+		}
+		if e := op.GetError(); e != nil && mustSucceed {
+			return fmt.Errorf("job %s ended: %s", name, e.GetMessage())
+		}
+		return nil
+	}
+}
+
+// keysCmd manages the key files a server's jobs name.
+type keysCmd struct {
+	Create createKeyCmd `cmd:"" help:"Create a random archive key as <dir>/<name>.key, wrapped by --keeper when given."`
+}
+
+type createKeyCmd struct {
+	Name   string `arg:"" help:"The key's name, as jobs name it (key_ref)."`
+	Dir    string `default:"data/keys" type:"path" help:"The server's --job-keys directory."`
+	Keeper string `env:"JOB_KEY_KEEPER" help:"gocloud.dev/secrets keeper URL to wrap the key with (awskms://..., gcpkms://..., base64key://...): the server's --job-key-keeper."`
+	Export string `name:"export-to" type:"path" help:"Also write the key in clear (64 hex characters, mode 0600) to this file, for archivectl verify/inspect and the reference client."`
+}
+
+func (k *createKeyCmd) Run(ctx context.Context, c *cli) error {
+	if err := jobs.CheckKeyRef(k.Name); err != nil {
+		return err
+	}
+	key := make([]byte, archive.KeySize)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	body := []byte(hex.EncodeToString(key) + "\n")
+	if k.Keeper != "" {
+		wrapped, err := jobs.WrapKey(ctx, k.Keeper, key)
+		if err != nil {
+			return err
+		}
+		body = wrapped
+	}
+	if err := os.MkdirAll(k.Dir, 0o700); err != nil {
+		return err
+	}
+	path := filepath.Join(k.Dir, k.Name+jobs.KeyFileSuffix)
+	if err := writeNew(path, body); err != nil {
+		return err
+	}
+	if k.Export != "" {
+		if err := writeNew(k.Export, []byte(hex.EncodeToString(key)+"\n")); err != nil {
+			return err
+		}
+	}
+	return c.output(map[string]any{"name": k.Name, "file": path, "wrapped": k.Keeper != ""},
+		fmt.Sprintf("created key %s in %s (wrapped: %v)\n", k.Name, path, k.Keeper != ""))
+}
+
+// writeNew writes a file that must not exist yet, readable by its owner
+// only.
+func writeNew(path string, body []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("%s exists; keys are never overwritten", path)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
