@@ -5,6 +5,8 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 STATICCHECK_VERSION      := v0.8.2
 GHZ_VERSION              := v0.93.0
 GRPCURL_VERSION          := v1.9.3
+# The S3-compatible server the job tests write to (cmd/server/jobs_test.go).
+VERSITYGW_VERSION        := v1.8.0
 
 # The reference client (@xmtp/wasm-bindings) declares Node >= 22; Debian 12
 # ships 20. The interop tests run on Node from the npm registry's
@@ -51,6 +53,7 @@ tools:
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+	go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 
 # api/third_party gets the Google API files the API imports, printed from the
 # Go modules go.mod pins (tools/protodeps); only our own files are linted

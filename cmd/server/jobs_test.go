@@ -1,0 +1,369 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/backup"
+	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+)
+
+// The S3-compatible server the job tests write to: VersityGW, an S3
+// gateway over a POSIX directory (github.com/versity/versitygw, Apache
+// 2.0). It is a production gateway rather than a test double, installs
+// with `go install` (make tools pins the version), and starts in well
+// under a second; its posix backend stores each object as a plain file,
+// so a test can read back exactly what was committed.
+const (
+	s3Access = "contentbackup-test"
+	s3Secret = "contentbackup-test-secret"
+	s3Bucket = "backups"
+)
+
+type gateway struct {
+	dir string // the posix root: <dir>/<bucket>/<key>
+}
+
+func startGateway(t *testing.T) (g gateway, addr string) {
+	t.Helper()
+	bin, err := exec.LookPath("versitygw")
+	if err != nil {
+		t.Fatal("versitygw is not on PATH: `make tools` installs it (go install github.com/versity/versitygw/cmd/versitygw); the job tests need a real S3-compatible server")
+	}
+	g.dir = t.TempDir()
+	if err := os.Mkdir(filepath.Join(g.dir, s3Bucket), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = lis.Addr().String()
+	lis.Close()
+	cmd := exec.Command(bin, "--access", s3Access, "--secret", s3Secret, "--port", addr, "posix", "--nometa", g.dir)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return g, addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("versitygw did not listen on %s:\n%s", addr, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (g gateway) object(key string) string { return filepath.Join(g.dir, s3Bucket, filepath.FromSlash(key)) }
+
+// throttle is a TCP proxy to the gateway whose uploads run at most
+// rate bytes a second (0: unlimited): a way to catch an export mid-way.
+type throttle struct {
+	rate atomic.Int64
+	addr string
+}
+
+func startThrottle(t *testing.T, upstream string) *throttle {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	th := &throttle{addr: lis.Addr().String()}
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { th.copy(u, c); u.Close() }()
+			go func() { _, _ = io.Copy(c, u); c.Close() }()
+		}
+	}()
+	return th
+}
+
+func (th *throttle) copy(dst io.Writer, src io.Reader) {
+	buf := make([]byte, 16<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if r := th.rate.Load(); r > 0 {
+				time.Sleep(time.Duration(int64(n) * int64(time.Second) / r))
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// jobServer is the built server with an S3 bucket "s3" (through the
+// throttle) and its embedded file bucket "local".
+type jobServer struct {
+	bin, dataDir string
+	env          []string
+	addr         string
+	proc         *os.Process
+	logs         func() string
+}
+
+func (s *jobServer) start(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	s.addr, s.logs, s.proc = startBinary(t, s.bin, s.env...)
+	return dialToken(t, s.addr, filepath.Join(s.dataDir, "dev-token"))
+}
+
+func newJobServer(t *testing.T, bin, s3Endpoint string) *jobServer {
+	t.Helper()
+	dataDir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dataDir, "keys"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dataDir, "keys", "main.key"), []byte(hex.EncodeToString(jobKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bucket := "s3=s3://" + s3Bucket + "?endpoint=http://" + s3Endpoint + "&region=us-east-1&use_path_style=true"
+	return &jobServer{bin: bin, dataDir: dataDir, env: []string{
+		"LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR=" + dataDir,
+		"JOB_BUCKETS=" + bucket, "JOB_LEASE=2s",
+		"AWS_ACCESS_KEY_ID=" + s3Access, "AWS_SECRET_ACCESS_KEY=" + s3Secret, "AWS_REGION=us-east-1",
+		"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
+	}}
+}
+
+var jobKey = bytes.Repeat([]byte{0x5a}, 32)
+
+// fillLarge gives owner one group of 40 messages of 256 KiB of random
+// content: a 10 MiB archive.
+func fillLarge(t *testing.T, conn *grpc.ClientConn, owner string) {
+	t.Helper()
+	conv := cb.NewConversationServiceClient(conn)
+	g := storetest.FullGroup("big")
+	if _, err := conv.PutGroup(t.Context(), &cb.PutGroupRequest{Owner: owner, Group: g}); err != nil {
+		t.Fatal(err)
+	}
+	for batch := range 4 {
+		var msgs []*mb.GroupMessageSave
+		for i := range 10 {
+			m := storetest.Message(fmt.Sprintf("m-%d-%d", batch, i), g.GetId(), int64(1000+batch*10+i))
+			m.SenderInboxId = owner
+			m.DecryptedMessageBytes = make([]byte, 256<<10)
+			_, _ = rand.Read(m.DecryptedMessageBytes)
+			msgs = append(msgs, m)
+		}
+		if _, err := conv.AppendMessages(t.Context(), &cb.AppendMessagesRequest{Owner: owner, Messages: msgs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func waitJob(t *testing.T, conn *grpc.ClientConn, name string) *longrunningpb.Operation {
+	t.Helper()
+	ops := longrunningpb.NewOperationsClient(conn)
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); {
+		op, err := ops.WaitOperation(t.Context(), &longrunningpb.WaitOperationRequest{Name: name, Timeout: durationpb.New(5 * time.Second)})
+		if err != nil {
+			t.Fatalf("WaitOperation: %v", err)
+		}
+		if op.GetDone() {
+			return op
+		}
+	}
+	t.Fatalf("%s not done", name)
+	return nil
+}
+
+// waitTransferring polls until the job has handed bytes to the object
+// and not yet ended.
+func waitTransferring(t *testing.T, conn *grpc.ClientConn, name string) {
+	t.Helper()
+	ops := longrunningpb.NewOperationsClient(conn)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		op, err := ops.GetOperation(t.Context(), &longrunningpb.GetOperationRequest{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		md := &cb.JobMetadata{}
+		if err := op.GetMetadata().UnmarshalTo(md); err != nil {
+			t.Fatal(err)
+		}
+		if op.GetDone() {
+			t.Fatalf("job ended before the test caught it mid-way: %v", op)
+		}
+		// Writing the archive, or uploading its last parts before the
+		// commit: either way nothing is committed yet.
+		if md.GetBytesDone() > 0 {
+			return
+		}
+	}
+	t.Fatal("the job never started writing")
+}
+
+func startExport(t *testing.T, conn *grpc.ClientConn, owner, bucket, key string) *longrunningpb.Operation {
+	t.Helper()
+	op, err := cb.NewBackupServiceClient(conn).StartExport(t.Context(), &cb.StartExportRequest{Owner: owner, KeyRef: "main",
+		Destination: &cb.ObjectLocation{Bucket: bucket, Key: key}})
+	if err != nil {
+		t.Fatalf("StartExport: %v", err)
+	}
+	return op
+}
+
+func noFile(t *testing.T, path string) {
+	t.Helper()
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s exists (%v): an export that did not finish committed an object", path, err)
+	}
+}
+
+// TestJobsAgainstS3 runs export and import jobs of the built server
+// against a real S3-compatible server: a whole export is committed with
+// its sidecar and matches its summary; an import of it into another owner
+// gives that owner the same messages; a cancelled export and an export
+// whose server is SIGKILLed mid-way commit nothing, and the killed one
+// ends failed once its lease runs out on the restarted server.
+func TestJobsAgainstS3(t *testing.T) {
+	gw, gwAddr := startGateway(t)
+	th := startThrottle(t, gwAddr)
+	srv := newJobServer(t, buildServer(t), th.addr)
+	conn := srv.start(t)
+	fillLarge(t, conn, "alice")
+
+	t.Run("export and import", func(t *testing.T) {
+		op := waitJob(t, conn, startExport(t, conn, "alice", "s3", "alice/full.xmtpbak").GetName())
+		if op.GetError() != nil {
+			t.Fatalf("export job: %v\n%s", op.GetError(), srv.logs())
+		}
+		result := &cb.ExportJobResult{}
+		if err := op.GetResponse().UnmarshalTo(result); err != nil {
+			t.Fatal(err)
+		}
+		object, err := os.ReadFile(gw.object("alice/full.xmtpbak"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(object)
+		if uint64(len(object)) != result.GetSummary().GetArchiveBytes() || !bytes.Equal(sum[:], result.GetSummary().GetSha256()) {
+			t.Fatalf("object: %d bytes %x; summary %v", len(object), sum, result.GetSummary())
+		}
+		if rep, err := backup.Verify(bytes.NewReader(object), jobKey); err != nil || rep.Err != nil || rep.Messages != 40 {
+			t.Fatalf("verify the object: %v %v, %d messages", err, rep.Err, rep.Messages)
+		}
+		sidecar, err := os.ReadFile(gw.object("alice/full.xmtpbak" + jobs.SidecarSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromSidecar := &cb.ExportJobResult{}
+		if err := protojson.Unmarshal(sidecar, fromSidecar); err != nil || fromSidecar.GetSummary().GetArchiveBytes() != uint64(len(object)) {
+			t.Fatalf("sidecar: %v %s", err, sidecar)
+		}
+
+		in, err := cb.NewBackupServiceClient(conn).StartImport(t.Context(), &cb.StartImportRequest{Owner: "carol", KeyRef: "main",
+			Source: &cb.ObjectLocation{Bucket: "s3", Key: "alice/full.xmtpbak"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done := waitJob(t, conn, in.GetName()); done.GetError() != nil {
+			t.Fatalf("import job: %v", done.GetError())
+		}
+		if a, c := messagesOf(t, conn, "alice"), messagesOf(t, conn, "carol"); a != c || a == "" {
+			t.Error("carol's imported messages differ from alice's")
+		}
+	})
+
+	t.Run("cancel mid-way commits nothing", func(t *testing.T) {
+		th.rate.Store(1 << 20)
+		defer th.rate.Store(0)
+		op := startExport(t, conn, "alice", "s3", "alice/cancelled.xmtpbak")
+		waitTransferring(t, conn, op.GetName())
+		if _, err := longrunningpb.NewOperationsClient(conn).CancelOperation(t.Context(), &longrunningpb.CancelOperationRequest{Name: op.GetName()}); err != nil {
+			t.Fatal(err)
+		}
+		done := waitJob(t, conn, op.GetName())
+		if done.GetError().GetCode() != int32(codes.Canceled) {
+			t.Fatalf("cancelled job ended %v", done.GetError())
+		}
+		noFile(t, gw.object("alice/cancelled.xmtpbak"))
+		noFile(t, gw.object("alice/cancelled.xmtpbak"+jobs.SidecarSuffix))
+	})
+
+	t.Run("SIGKILL mid-way commits nothing and the job fails", func(t *testing.T) {
+		th.rate.Store(1 << 20)
+		op := startExport(t, conn, "alice", "s3", "alice/killed.xmtpbak")
+		waitTransferring(t, conn, op.GetName())
+		if err := srv.proc.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = srv.proc.Wait()
+		th.rate.Store(0)
+		conn := srv.start(t) // the same data directory: the same store
+		done := waitJob(t, conn, op.GetName())
+		if done.GetError().GetCode() != int32(codes.Unavailable) || !strings.Contains(done.GetError().GetMessage(), "stopped") {
+			t.Fatalf("killed job ended %v", done)
+		}
+		noFile(t, gw.object("alice/killed.xmtpbak"))
+		noFile(t, gw.object("alice/killed.xmtpbak"+jobs.SidecarSuffix))
+		// Its owner may export again at once.
+		if again := waitJob(t, conn, startExport(t, conn, "alice", "s3", "alice/after-kill.xmtpbak").GetName()); again.GetError() != nil {
+			t.Fatalf("export after the kill: %v", again.GetError())
+		}
+	})
+}
+
+// messagesOf is every message of the owner's group "big", as a string to
+// compare.
+func messagesOf(t *testing.T, conn *grpc.ClientConn, owner string) string {
+	t.Helper()
+	var b strings.Builder
+	req := &cb.ListMessagesRequest{Owner: owner, GroupId: []byte("big"), PageSize: 100}
+	for {
+		resp, err := cb.NewConversationServiceClient(conn).ListMessages(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range resp.GetMessages() {
+			fmt.Fprintf(&b, "%x:%x:%d\n", m.GetMessage().GetId(), sha256.Sum256(m.GetMessage().GetDecryptedMessageBytes()), m.GetMessage().GetSentAtNs())
+		}
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+			return b.String()
+		}
+	}
+}
