@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/devpki"
+	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
@@ -59,7 +61,23 @@ const ctlToken = "archivectl-test-token"
 // policy of one operator proven by ctlToken or by the client certificate
 // CN=archivectl; creds, when set, serve TLS.
 func serve(t *testing.T, creds credentials.TransportCredentials) (string, store.Store) {
+	addr, s, _ := serveJobs(t, creds, nil)
+	return addr, s
+}
+
+// serveJobs is serve with jobs: keys from keyDir (a fresh directory when
+// empty) and the file bucket "local", whose directory it returns.
+func serveJobs(t *testing.T, creds credentials.TransportCredentials, ring *jobs.KeyRing) (string, store.Store, string) {
 	s := storetest.SQLite(t)
+	if ring == nil {
+		var err error
+		if ring, err = jobs.OpenKeyRing(t.Context(), t.TempDir(), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bucketDir := t.TempDir()
+	buckets := jobs.NewBuckets(map[string]string{"local": "file://" + bucketDir + "?no_tmp_dir=1&metadata=skip"})
+	t.Cleanup(func() { buckets.Close() })
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -72,12 +90,13 @@ func serve(t *testing.T, creds credentials.TransportCredentials) (string, store.
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.Config{Store: s, Auth: authn, Credentials: creds}, zap.NewNop())
+	srv := server.New(server.Config{Store: s, Auth: authn, Credentials: creds,
+		Jobs: &server.JobsConfig{Keys: ring, Buckets: buckets}}, zap.NewNop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return lis.Addr().String(), s
+	return lis.Addr().String(), s, bucketDir
 }
 
 func TestArchivectl(t *testing.T) {
@@ -276,5 +295,85 @@ func TestArchivectlTLS(t *testing.T) {
 	}
 	if strings.Contains(stderr, ctlToken) {
 		t.Errorf("stderr shows the token")
+	}
+}
+
+// TestArchivectlJobs: keys create makes a wrapped key the server unwraps;
+// jobs start-export --wait runs an export job to its end; list, get and
+// start-import follow; the archive opens with the wrapped key file and the
+// keeper; a job that fails makes wait exit non-zero with its message.
+func TestArchivectlJobs(t *testing.T) {
+	bin := build(t)
+	keyDir := t.TempDir()
+	keeper := "base64key://" + base64.URLEncoding.EncodeToString(bytes.Repeat([]byte{3}, 32))
+	ctlKeys := tool{t: t, bin: bin}
+	clear := filepath.Join(t.TempDir(), "clear.key")
+	if _, stderr, err := ctlKeys.run("keys", "create", "--dir", keyDir, "--keeper", keeper, "--export-to", clear, "nightly"); err != nil {
+		t.Fatalf("keys create: %v %s", err, stderr)
+	}
+	if _, _, err := ctlKeys.run("keys", "create", "--dir", keyDir, "nightly"); err == nil {
+		t.Error("keys create overwrote a key")
+	}
+	wrapped, _ := os.ReadFile(filepath.Join(keyDir, "nightly.key"))
+	clearHex, _ := os.ReadFile(clear)
+	key, _ := hex.DecodeString(strings.TrimSpace(string(clearHex)))
+	if len(key) != 32 || bytes.Contains(wrapped, key) || bytes.Contains(wrapped, bytes.TrimSpace(clearHex)) {
+		t.Fatalf("the key file is not wrapped (%d-byte key)", len(key))
+	}
+	ring, err := jobs.OpenKeyRing(t.Context(), keyDir, keeper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, s, bucketDir := serveJobs(t, nil, ring)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	owner := storetest.Owner("jobs")
+	g := storetest.FullGroup("g")
+	if _, err := s.PutGroup(t.Context(), owner, g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendMessages(t.Context(), owner, storetest.Messages("m", g.Id, 30, 1), store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	out, stderr, err := ctl.run("jobs", "start-export", "--owner", owner, "--key-ref", "nightly", "--object", "o/1.xmtpbak", "--wait")
+	if err != nil || !strings.Contains(out, "export succeeded") || !strings.Contains(out, `"messages": "30"`) {
+		t.Fatalf("jobs start-export --wait: %v\n%s%s", err, out, stderr)
+	}
+	object := filepath.Join(bucketDir, "o", "1.xmtpbak")
+	out, stderr, err = ctl.run("verify", "--key-file", filepath.Join(keyDir, "nightly.key"), "--key-keeper", keeper, object)
+	if err != nil || !strings.Contains(out, "30 messages") {
+		t.Errorf("verify with the wrapped key: %v\n%s%s", err, out, stderr)
+	}
+	out, _, err = ctl.run("verify", "--key-file", clear, object)
+	if err != nil || !strings.Contains(out, "complete") {
+		t.Errorf("verify with the exported clear key: %v\n%s", err, out)
+	}
+
+	out, stderr, err = ctl.run("jobs", "start-import", "--owner", owner+"-copy", "--key-ref", "nightly", "--object", "o/1.xmtpbak")
+	if err != nil || !strings.Contains(out, "import running") {
+		t.Fatalf("jobs start-import: %v\n%s%s", err, out, stderr)
+	}
+	name := strings.Fields(out)[0]
+	if out, stderr, err = ctl.run("jobs", "wait", name); err != nil || !strings.Contains(out, "import succeeded") {
+		t.Fatalf("jobs wait: %v\n%s%s", err, out, stderr)
+	}
+	out, _, err = ctl.run("jobs", "list", "--owner", owner)
+	if err != nil || strings.Count(out, "\n") != 1 || !strings.Contains(out, "export succeeded") {
+		t.Errorf("jobs list --owner: %v\n%s", err, out)
+	}
+	out, _, err = ctl.run("--json", "jobs", "get", name)
+	if err != nil || !strings.Contains(out, `"done": true`) {
+		t.Errorf("jobs get --json: %v\n%s", err, out)
+	}
+	_, stderr, err = ctl.run("jobs", "cancel", name)
+	if err == nil || !strings.Contains(stderr, "already ended") {
+		t.Errorf("cancel of an ended job: %v %s", err, stderr)
+	}
+
+	// A job that fails: an import of an object that is not an archive.
+	os.WriteFile(filepath.Join(bucketDir, "junk"), bytes.Repeat([]byte("junk"), 64), 0o600)
+	out, stderr, err = ctl.run("jobs", "start-import", "--owner", owner+"-junk", "--key-ref", "nightly", "--object", "junk", "--wait")
+	if err == nil || !strings.Contains(stderr, "ended") || !strings.Contains(out, "import failed") {
+		t.Errorf("a failing job: %v\n%s%s", err, out, stderr)
 	}
 }

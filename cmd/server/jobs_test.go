@@ -82,7 +82,9 @@ func startGateway(t *testing.T) (g gateway, addr string) {
 	}
 }
 
-func (g gateway) object(key string) string { return filepath.Join(g.dir, s3Bucket, filepath.FromSlash(key)) }
+func (g gateway) object(key string) string {
+	return filepath.Join(g.dir, s3Bucket, filepath.FromSlash(key))
+}
 
 // throttle is a TCP proxy to the gateway whose uploads run at most
 // rate bytes a second (0: unlimited): a way to catch an export mid-way.
