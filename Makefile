@@ -124,7 +124,8 @@ FUZZ_TARGETS := \
 	internal/codec:FuzzDecodeIntent internal/codec:FuzzDecodeLegacyReaction \
 	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive \
 	internal/archive:FuzzParseElementMatchesProto internal/archive:FuzzAppendElementMatchesProto \
-	internal/server:FuzzPageToken
+	internal/server:FuzzPageToken internal/server:FuzzListFilter \
+	internal/jobs:FuzzCheckObjectKey internal/jobs:FuzzJobID
 fuzz:
 	for entry in $(FUZZ_TARGETS); do \
 		pkg=$${entry%%:*}; target=$${entry#*:}; \

@@ -564,3 +564,55 @@ func TestOperationNames(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownFailsRunningJobs: a server shutting down ends the jobs it
+// runs, failed (UNAVAILABLE), with nothing committed, and starts no more.
+func TestShutdownFailsRunningJobs(t *testing.T) {
+	st := newGated(storetest.SQLite(t))
+	h := newHarness(t, st)
+	owner := storetest.Owner("o")
+	fill(t, st.Store, owner, 5)
+	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "a.xmtpbak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-st.reached
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	h.m.Close(ctx)
+	j, err = st.GetJob(t.Context(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != store.JobFailed || j.ErrorCode != int32(codes.Unavailable) || !strings.Contains(j.ErrorMessage, "shut down") {
+		t.Errorf("job after shutdown: %s %d %q", j.State, j.ErrorCode, j.ErrorMessage)
+	}
+	if names := files(t, h.dir); len(names) != 0 {
+		t.Errorf("left %v", names)
+	}
+	if _, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "b.xmtpbak")); !errors.Is(err, ErrShuttingDown) {
+		t.Errorf("start after shutdown: %v", err)
+	}
+}
+
+// TestMaxRunning: past MaxRunning a start is refused at once and stores
+// nothing.
+func TestMaxRunning(t *testing.T) {
+	st := newGated(storetest.SQLite(t))
+	h := newHarness(t, st)
+	h.m.cfg.MaxRunning = 1
+	a, b := storetest.Owner("a"), storetest.Owner("b")
+	fill(t, st.Store, a, 2)
+	fill(t, st.Store, b, 2)
+	if _, err := h.m.StartExport(t.Context(), "tester", exportReq(a, "a.xmtpbak")); err != nil {
+		t.Fatal(err)
+	}
+	<-st.reached
+	if _, err := h.m.StartExport(t.Context(), "tester", exportReq(b, "b.xmtpbak")); !errors.Is(err, ErrTooManyJobs) {
+		t.Errorf("a second job past MaxRunning 1: %v", err)
+	}
+	if jobs, _ := st.ListJobs(t.Context(), store.JobQuery{Limit: 10}); len(jobs) != 1 {
+		t.Errorf("%d jobs stored, want 1", len(jobs))
+	}
+	close(st.gate)
+}
