@@ -154,12 +154,11 @@ func (f jobFlags) jobs(ctx context.Context, dataDir string) (*server.JobsConfig,
 	if err != nil {
 		return nil, nil, err
 	}
+	// Neither the key directory nor the file bucket is made at start: a
+	// server on a read-only filesystem that runs no jobs needs neither.
 	keyDir := f.JobKeys
 	if keyDir == "" {
 		keyDir = filepath.Join(dataDir, "keys")
-		if err := os.MkdirAll(keyDir, 0o700); err != nil {
-			return nil, nil, fmt.Errorf("job keys: %w", err)
-		}
 	}
 	ring, err := jobs.OpenKeyRing(ctx, keyDir, f.JobKeyKeeper)
 	if err != nil {
