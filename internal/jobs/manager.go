@@ -82,6 +82,9 @@ type Config struct {
 	// another replica is seen.
 	Lease, Renew time.Duration
 	Log          *zap.Logger
+	// Ended, when set, is told of every job this server ran to its end:
+	// kind, state, archive bytes moved and how long it ran (metrics).
+	Ended func(kind, state string, bytes uint64, took time.Duration)
 }
 
 // blobBufferSize is the blob writer's buffer: an S3 multipart part (at
@@ -115,6 +118,13 @@ func New(cfg Config) *Manager {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, ctx: ctx, stop: stop, running: map[string]*run{}}
+}
+
+// Running is how many jobs this server runs now.
+func (m *Manager) Running() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.running)
 }
 
 // Buckets are the buckets jobs may use.
@@ -405,6 +415,9 @@ func (m *Manager) execute(ctx context.Context, r *run, req proto.Message, p prep
 	if ferr := m.cfg.Store.FinishJob(fctx, r.job.ID, end); ferr != nil {
 		log.Warn("job end not recorded", zap.Error(ferr))
 		return
+	}
+	if m.cfg.Ended != nil {
+		m.cfg.Ended(r.job.Kind, end.State, r.bytes.Load(), end.At.Sub(r.job.Created))
 	}
 	log.Info("job ended", zap.String("state", end.State), zap.String("error", end.ErrorMessage), zap.Uint64("bytes", r.bytes.Load()))
 }

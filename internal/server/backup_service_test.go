@@ -19,6 +19,9 @@ import (
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/transport"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // testJobs is a jobs configuration over temporary directories: the key
@@ -224,5 +227,40 @@ func TestBackupJobBadRequests(t *testing.T) {
 	wantStatus(t, "forged page token", err, codes.InvalidArgument)
 	if names := listNames(t, alice, ""); len(names) != 0 {
 		t.Errorf("refused starts left operations %v", names)
+	}
+}
+
+// TestJobMetrics: a job's end is counted by kind and state, with the
+// bytes it moved; the running gauge is registered.
+func TestJobMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	jobsCfg, _ := testJobs(t)
+	st := storetest.SQLite(t)
+	addr := serveTCP(t, Config{Store: st, Jobs: jobsCfg, Metrics: reg}, nil)
+	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
+	populate(t, cb.NewConversationServiceClient(conn), "alice")
+	op, err := cb.NewBackupServiceClient(conn).StartExport(t.Context(), exportJob("alice", "m.xmtpbak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOp(t, conn, op.GetName())
+	// The end is recorded just after the operation shows done.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := testutil.GatherAndCount(reg, "contentbackup_jobs_duration_seconds")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d job duration series, want 1", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	running, err := testutil.GatherAndCount(reg, "contentbackup_jobs_running")
+	if err != nil || running != 1 {
+		t.Errorf("contentbackup_jobs_running: %d series, %v", running, err)
 	}
 }

@@ -19,6 +19,8 @@ type domainMetrics struct {
 	archiveRecords  *prometheus.CounterVec
 	archiveDuration *prometheus.HistogramVec
 	decodes         *prometheus.CounterVec
+	jobs            *prometheus.HistogramVec
+	jobBytes        *prometheus.CounterVec
 }
 
 func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
@@ -44,7 +46,16 @@ func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
 			Help: "Content decoded by Decode, DecodeBatch and ListMessages, by content type (catalogue types by name, every other as \"other\") and outcome (decoded, no_matching_codec, decode_failed, malformed_envelope).",
 		}, []string{"content_type", "outcome"}),
 	}
-	reg.MustRegister(m.archiveBytes, m.archiveRecords, m.archiveDuration, m.decodes)
+	m.jobs = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "contentbackup_jobs_duration_seconds",
+		Help:    "Backup jobs this server ran to their end, by kind (export, import) and state (succeeded, failed, cancelled): how long each ran.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
+	}, []string{"kind", "state"})
+	m.jobBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "contentbackup_jobs_archive_bytes_total",
+		Help: "Archive bytes backup jobs wrote (export) or read (import).",
+	}, []string{"kind"})
+	reg.MustRegister(m.archiveBytes, m.archiveRecords, m.archiveDuration, m.decodes, m.jobs, m.jobBytes)
 	return m
 }
 
@@ -61,6 +72,15 @@ func (m *domainMetrics) archive(direction string, bytes uint64, groups, messages
 		outcome = "error"
 	}
 	m.archiveDuration.WithLabelValues(direction, outcome).Observe(took.Seconds())
+}
+
+// jobEnded records a job this server ran to its end.
+func (m *domainMetrics) jobEnded(kind, state string, bytes uint64, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.jobs.WithLabelValues(kind, state).Observe(took.Seconds())
+	m.jobBytes.WithLabelValues(kind).Add(float64(bytes))
 }
 
 // catalogueTypes are the catalogue's types as "authority/type:major".

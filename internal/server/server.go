@@ -220,8 +220,14 @@ func New(cfg Config, log *zap.Logger) *Server {
 				},
 				ReaderReservation: archive.ReaderMemory(arch.readerOptions(nil)) + 4<<20,
 				MaxRunning:        cfg.Jobs.MaxRunning, Lease: cfg.Jobs.Lease, Renew: cfg.Jobs.Renew,
-				Log: log.Named("jobs"),
+				Log: log.Named("jobs"), Ended: dm.jobEnded,
 			})
+			if cfg.Metrics != nil {
+				cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+					Name: "contentbackup_jobs_running",
+					Help: "Backup jobs this server is running.",
+				}, func() float64 { return float64(jm.Running()) }))
+			}
 			cb.RegisterBackupServiceServer(g, &BackupService{jobs: jm})
 			longrunningpb.RegisterOperationsServer(g, &OperationsService{jobs: jm, store: cfg.Store, tokens: newPageTokens(cfg.PageTokenKey)})
 		}
