@@ -369,3 +369,60 @@ func messagesOf(t *testing.T, conn *grpc.ClientConn, owner string) string {
 		}
 	}
 }
+
+// TestScheduleInTheBinary: a --schedule policy exports its owners on its
+// cron schedule into the default file bucket, keeping the newest keep
+// archives, each with its sidecar.
+func TestScheduleInTheBinary(t *testing.T) {
+	dataDir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dataDir, "keys"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dataDir, "keys", "main.key"), []byte(hex.EncodeToString(jobKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(t.TempDir(), "schedule.yaml")
+	if err := os.WriteFile(policy, []byte(`
+schedules:
+  - name: often
+    cron: "@every 1s"
+    owners: [alice]
+    key_ref: main
+    bucket: local
+    prefix: often/
+    keep: 2
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := &jobServer{bin: buildServer(t), dataDir: dataDir, env: []string{
+		"LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR=" + dataDir, "SCHEDULE=" + policy,
+	}}
+	conn := srv.start(t)
+	populate := cb.NewConversationServiceClient(conn)
+	if _, err := populate.PutGroup(t.Context(), &cb.PutGroupRequest{Owner: "alice", Group: storetest.FullGroup("g")}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(dataDir, "backups", "often", "alice")
+	var archives []string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		ops, err := longrunningpb.NewOperationsClient(conn).ListOperations(t.Context(), &longrunningpb.ListOperationsRequest{Filter: `done = true`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		archives, _ = filepath.Glob(filepath.Join(dir, "*"+jobs.ArchiveSuffix))
+		if len(ops.GetOperations()) >= 4 && len(archives) == 2 {
+			break
+		}
+	}
+	if len(archives) != 2 {
+		t.Fatalf("after several firings, %d archives in %s, want keep=2:\n%s", len(archives), dir, srv.logs())
+	}
+	for _, a := range archives {
+		if _, err := os.Stat(a + jobs.SidecarSuffix); err != nil {
+			t.Errorf("%s has no sidecar: %v", a, err)
+		}
+	}
+	if !strings.Contains(srv.logs(), `"principal":"schedule:often"`) {
+		t.Errorf("no job logged as the schedule's principal:\n%s", srv.logs())
+	}
+}
