@@ -431,13 +431,48 @@ func (i *inspectCmd) Run(c *cli) error {
 
 type verifyCmd struct {
 	keyFlags
-	File string `arg:"" type:"existingfile" help:"Archive file."`
+	Sidecar string `type:"existingfile" help:"The export job's sidecar (<archive>.summary.json): the file must also have the length and SHA-256 it records."`
+	File    string `arg:"" type:"existingfile" help:"Archive file."`
+}
+
+// checkSidecar compares the file with the summary an export job wrote
+// beside it: the container has no end marker, so only the summary proves
+// an archive whole.
+func checkSidecar(sidecar, file string) error {
+	b, err := os.ReadFile(sidecar)
+	if err != nil {
+		return err
+	}
+	result := &cb.ExportJobResult{}
+	if err := protojson.Unmarshal(b, result); err != nil {
+		return fmt.Errorf("sidecar %s: %w", sidecar, err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return err
+	}
+	sum := result.GetSummary()
+	if uint64(n) != sum.GetArchiveBytes() || !strings.EqualFold(hex.EncodeToString(h.Sum(nil)), hex.EncodeToString(sum.GetSha256())) {
+		return fmt.Errorf("%s is %d bytes with sha256 %x; its sidecar records %d bytes with %x: not the archive the job wrote", file, n, h.Sum(nil), sum.GetArchiveBytes(), sum.GetSha256())
+	}
+	return nil
 }
 
 func (v *verifyCmd) Run(c *cli) error {
 	key, err := v.key()
 	if err != nil {
 		return err
+	}
+	if v.Sidecar != "" {
+		if err := checkSidecar(v.Sidecar, v.File); err != nil {
+			return err
+		}
 	}
 	f, err := os.Open(v.File)
 	if err != nil {

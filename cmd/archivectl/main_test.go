@@ -348,6 +348,16 @@ func TestArchivectlJobs(t *testing.T) {
 	if err != nil || !strings.Contains(out, "complete") {
 		t.Errorf("verify with the exported clear key: %v\n%s", err, out)
 	}
+	// The sidecar proves the object whole; a cut copy fails against it.
+	if out, stderr, err := ctl.run("verify", "--key-file", clear, "--sidecar", object+jobs.SidecarSuffix, object); err != nil {
+		t.Errorf("verify --sidecar: %v\n%s%s", err, out, stderr)
+	}
+	data, _ := os.ReadFile(object)
+	cut := filepath.Join(t.TempDir(), "cut.xmtpbak")
+	os.WriteFile(cut, data[:len(data)-1], 0o600)
+	if _, stderr, err := ctl.run("verify", "--key-file", clear, "--sidecar", object+jobs.SidecarSuffix, cut); err == nil || !strings.Contains(stderr, "not the archive the job wrote") {
+		t.Errorf("verify --sidecar of a cut copy: %v %s", err, stderr)
+	}
 
 	out, stderr, err = ctl.run("jobs", "start-import", "--owner", owner+"-copy", "--key-ref", "nightly", "--object", "o/1.xmtpbak")
 	if err != nil || !strings.Contains(out, "import running") {
