@@ -171,60 +171,142 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 	}
 	// Stored content is read no further than the page can return.
 	q.MaxBytes = s.limits.ListPageBytes
-	page, err := s.store.ListMessages(ctx, req.GetOwner(), q)
-	if err != nil {
-		return nil, statusOf(err)
-	}
-	msgs := page.Messages
-	if len(msgs) == 0 {
-		// An empty page of a group that does not exist is NOT_FOUND, so a
-		// typo is not mistaken for a quiet group.
-		if _, err := s.store.GetGroup(ctx, req.GetOwner(), req.GetGroupId()); err != nil {
-			return nil, statusOf(err)
-		}
-	}
 	// Decoding is charged to the call's and the server's budgets; the page
 	// ends early, with a token, before its response would pass the page
 	// limit, except that its first message is always returned, so every
 	// stored message can be listed.
 	call, done := callBudget(ctx, s.pool, "list decode", s.limits.CallExpandBytes)
 	defer done()
-	resp := &cb.ListMessagesResponse{Messages: make([]*cb.StoredMessage, 0, len(msgs))}
-	pageBytes := 0
-	for i, m := range msgs {
-		decoded, err := contentapi.DecodeResponseMetered(s.registry, m.GetDecryptedMessageBytes(), call)
-		if err != nil {
-			if i > 0 {
-				break // what is decoded so far goes out; the rest on the next page
+	rows := s.readPage(ctx, req.GetOwner(), q)
+	defer rows.stop()
+	resp := &cb.ListMessagesResponse{Messages: make([]*cb.StoredMessage, 0, min(limit, 256))}
+	pageBytes, read, cut := 0, 0, false
+	for batch := range rows.batches {
+		read += len(batch)
+		for _, m := range batch {
+			i := len(resp.Messages)
+			decoded, err := contentapi.DecodeResponseMetered(s.registry, m.GetDecryptedMessageBytes(), call)
+			if err != nil {
+				if i > 0 {
+					cut = true // what is decoded so far goes out; the rest on the next page
+					break
+				}
+				return nil, decodeBudgetStatus(err, "messages")
 			}
-			return nil, decodeBudgetStatus(err, "messages")
-		}
-		sm := &cb.StoredMessage{Message: m, Decoded: decoded}
-		// What it marshals to, with its field's tag and length: the message
-		// sized by hand (proto.Size through reflection was a sixth of a
-		// page's time) and its unknown fields, if any, on top.
-		size := protowire.SizeBytes(archive.MessageSize(m)+len(m.ProtoReflect().GetUnknown())) +
-			protowire.SizeBytes(proto.Size(decoded)) + 2 + 8
-		if i > 0 && pageBytes+size > s.limits.ListPageBytes {
-			break
-		}
-		// What gRPC will marshal of it.
-		if err := call.Charge(int64(size)); err != nil {
-			if i > 0 {
+			// What it marshals to, with its field's tag and length: the
+			// message sized by hand (proto.Size through reflection was a
+			// sixth of a page's time) and its unknown fields, if any, on top.
+			size := protowire.SizeBytes(archive.MessageSize(m)+len(m.ProtoReflect().GetUnknown())) +
+				protowire.SizeBytes(proto.Size(decoded)) + 2 + 8
+			if i > 0 && pageBytes+size > s.limits.ListPageBytes {
+				cut = true
 				break
 			}
-			return nil, decodeBudgetStatus(err, "messages")
+			// What gRPC will marshal of it.
+			if err := call.Charge(int64(size)); err != nil {
+				if i > 0 {
+					cut = true
+					break
+				}
+				return nil, decodeBudgetStatus(err, "messages")
+			}
+			pageBytes += size
+			s.metrics.decoded(decoded)
+			resp.Messages = append(resp.Messages, &cb.StoredMessage{Message: m, Decoded: decoded})
 		}
-		pageBytes += size
-		s.metrics.decoded(decoded)
-		resp.Messages = append(resp.Messages, sm)
-		msgs[i] = nil // the page owns it now
+		if cut {
+			break
+		}
 	}
-	if n := len(resp.Messages); n == limit || n < len(msgs) || page.Full {
+	rows.stop()
+	full, err := rows.result()
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	if read == 0 {
+		// An empty page of a group that does not exist is NOT_FOUND, so a
+		// typo is not mistaken for a quiet group.
+		if _, err := s.store.GetGroup(ctx, req.GetOwner(), req.GetGroupId()); err != nil {
+			return nil, statusOf(err)
+		}
+	}
+	if n := len(resp.Messages); n == limit || cut || full {
 		last := resp.Messages[n-1].GetMessage()
 		resp.NextPageToken = s.tokens.messages(req.GetOwner(), q, store.MessageCursor{SentAtNs: last.GetSentAtNs(), ID: last.GetId()})
 	}
 	return resp, nil
+}
+
+// pageReader reads a page of messages in a goroutine of its own and hands
+// them over in small batches, so decoding a page overlaps reading it.
+type pageReader struct {
+	batches <-chan []*mb.GroupMessageSave
+	quit    chan struct{}
+	stopped bool
+	done    chan struct{}
+	full    bool
+	err     error
+}
+
+// pageBatch is how many messages go over at once: enough that the
+// hand-over costs nothing per message, few enough that decoding starts
+// while the page is still arriving.
+const pageBatch = 64
+
+// errPageStopped ends a page's read that decoding cut short: the rows
+// loop ends as it does at a full page, without cancelling the query.
+var errPageStopped = errors.New("page read stopped")
+
+// readPage starts reading q's page; batches is closed when it ends.
+func (s *ConversationService) readPage(ctx context.Context, owner string, q store.MessageQuery) *pageReader {
+	// Two batches may wait: the page's bytes are bounded by q.MaxBytes
+	// either way, and the reader never runs far ahead of decoding.
+	out := make(chan []*mb.GroupMessageSave, 2)
+	r := &pageReader{batches: out, quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		defer close(out)
+		batch := make([]*mb.GroupMessageSave, 0, pageBatch)
+		send := func() error {
+			select {
+			case out <- batch:
+				batch = make([]*mb.GroupMessageSave, 0, pageBatch)
+				return nil
+			case <-r.quit:
+				return errPageStopped
+			}
+		}
+		r.full, r.err = s.store.StreamMessages(ctx, owner, q, func(m *mb.GroupMessageSave) error {
+			batch = append(batch, m)
+			if len(batch) == pageBatch {
+				return send()
+			}
+			return nil
+		})
+		if r.err == nil && len(batch) > 0 {
+			r.err = send()
+		}
+	}()
+	return r
+}
+
+// stop ends the read early and waits for the reader to end.
+func (r *pageReader) stop() {
+	if !r.stopped {
+		r.stopped = true
+		close(r.quit)
+	}
+	<-r.done
+}
+
+// result waits for the reader to end and reports the page's end; a read
+// that stop ended reports no error.
+func (r *pageReader) result() (full bool, err error) {
+	<-r.done
+	if errors.Is(r.err, errPageStopped) {
+		return r.full, nil
+	}
+	return r.full, r.err
 }
 
 func (s *ConversationService) DeleteMessage(ctx context.Context, req *cb.DeleteMessageRequest) (*cb.DeleteMessageResponse, error) {

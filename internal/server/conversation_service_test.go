@@ -3,8 +3,10 @@ package server
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -19,6 +21,7 @@ import (
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/contentapi"
 	"github.com/contentbackup/contentbackup/internal/records"
@@ -718,4 +721,57 @@ func TestE2EConversationListPageBudget(t *testing.T) {
 			t.Errorf("pages %v; want 13 messages, two a page, the 5 MiB one alone", pages)
 		}
 	})
+}
+
+// TestListMessagesReaderEnds: a page cut short by its byte limit, or
+// refused by the call budget, ends the goroutine that read it.
+func TestListMessagesReaderEnds(t *testing.T) {
+	s := storetest.SQLite(t)
+	owner := storetest.Owner("reader")
+	ctx := t.Context()
+	if _, err := s.PutGroup(ctx, owner, storetest.MinimalGroup("g")); err != nil {
+		t.Fatal(err)
+	}
+	// Not envelopes: each comes back twice (stored, and as Undecoded's
+	// bytes), so decoding ends a page at half the content the reader reads
+	// for it, with the reader batches ahead and blocked.
+	msgs := storetest.Messages("m", []byte("g"), 1000, 1)
+	for _, m := range msgs {
+		m.DecryptedMessageBytes = bytes.Repeat([]byte{1}, 100)
+	}
+	if _, err := s.AppendMessages(ctx, owner, msgs, store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	limits := DefaultLimits
+	limits.ListPageBytes = 40 << 10 // a few messages a page
+	svc := NewConversationService(s, codec.NewRegistry(), ConversationOptions{Limits: limits, Pool: budget.NewPool(1 << 30)})
+	before := runtime.NumGoroutine()
+	req := &cb.ListMessagesRequest{Owner: owner, GroupId: []byte("g"), PageSize: 1000}
+	listed := 0
+	for {
+		resp, err := svc.ListMessages(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed += len(resp.GetMessages())
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+			break
+		}
+	}
+	if listed != 1000 {
+		t.Errorf("listed %d of 1000", listed)
+	}
+	// A budget too small for even the first message: refused, and the
+	// reader ends too.
+	tiny := NewConversationService(s, codec.NewRegistry(), ConversationOptions{Limits: limits, Pool: budget.NewPool(64)})
+	if _, err := tiny.ListMessages(ctx, &cb.ListMessagesRequest{Owner: owner, GroupId: []byte("g")}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("under a 64-byte budget: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after listing, %d before: a page reader did not end", n, before)
+	}
 }

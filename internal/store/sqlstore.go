@@ -239,6 +239,12 @@ func (s SQLStore) ListMessages(ctx context.Context, owner string, q MessageQuery
 	})
 }
 
+func (s SQLStore) StreamMessages(ctx context.Context, owner string, q MessageQuery, fn func(*mb.GroupMessageSave) error) (full bool, err error) {
+	return StreamPage(q, func(each func(*mb.GroupMessageSave) error) error {
+		return s.eachMessage(ctx, s.db.Read(), owner, q, each)
+	}, fn)
+}
+
 // eachMessage runs one query and calls fn for each row as it arrives; with
 // no limit it streams a whole group. fn must not query c meanwhile: the
 // connection is busy.

@@ -141,6 +141,11 @@ type Messages interface {
 	// ListMessages returns up to q.Limit messages of one group in send
 	// order (sent_at_ns, then id), after the cursor q.After when set.
 	ListMessages(ctx context.Context, owner string, q MessageQuery) (MessagePage, error)
+	// StreamMessages calls fn with each message of the page ListMessages
+	// would return, in order, as its row arrives, so a caller can work on
+	// a page while the rest of it is read. fn's error stops the page and
+	// is returned as it is. full reports what MessagePage.Full does.
+	StreamMessages(ctx context.Context, owner string, q MessageQuery, fn func(*mb.GroupMessageSave) error) (full bool, err error)
 	// DeleteMessage deletes one message of a group when allow, called with
 	// the message and its group inside the deleting transaction, returns
 	// nil; otherwise nothing changes and allow's error is returned. A
@@ -244,21 +249,30 @@ var errPageFull = errors.New("page full")
 // q.MaxBytes of content, so a page of large messages is never read whole.
 func CollectPage(q MessageQuery, each func(fn func(*mb.GroupMessageSave) error) error) (MessagePage, error) {
 	page := make([]*mb.GroupMessageSave, 0, min(max(q.Limit, 0), SnapshotPageSize))
-	size := 0
-	err := each(func(m *mb.GroupMessageSave) error {
-		n := len(m.GetDecryptedMessageBytes())
-		if q.MaxBytes > 0 && len(page) > 0 && size+n > q.MaxBytes {
-			return errPageFull
-		}
-		size += n
+	full, err := StreamPage(q, each, func(m *mb.GroupMessageSave) error {
 		page = append(page, m)
 		return nil
 	})
-	full := errors.Is(err, errPageFull)
-	if full {
-		err = nil
-	}
 	return MessagePage{Messages: page, Full: full}, err
+}
+
+// StreamPage is CollectPage handing each message to fn instead of
+// gathering them.
+func StreamPage(q MessageQuery, each func(fn func(*mb.GroupMessageSave) error) error, fn func(*mb.GroupMessageSave) error) (full bool, err error) {
+	size, n := 0, 0
+	err = each(func(m *mb.GroupMessageSave) error {
+		c := len(m.GetDecryptedMessageBytes())
+		if q.MaxBytes > 0 && n > 0 && size+c > q.MaxBytes {
+			return errPageFull
+		}
+		size += c
+		n++
+		return fn(m)
+	})
+	if errors.Is(err, errPageFull) {
+		return true, nil
+	}
+	return false, err
 }
 
 // MessageCursor is a position in send order.

@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"SnapshotStreamsPastOnePage", testSnapshotPages},
 		{"BulkAppend100k", testBulkAppend},
 		{"ARCH013_ConcurrentAppendsOfTheSameIDs", testConcurrentAppends},
+		{"StreamMessagesIsListMessages", testStreamMessages},
 		{"JobLifecycle", testJobLifecycle},
 		{"OneRunningExportJobPerOwner", testOneRunningExport},
 		{"ExpiredJobsFail", testExpireJobs},
