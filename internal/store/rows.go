@@ -182,14 +182,18 @@ type MessageRow struct {
 }
 
 // Dest returns the scan destinations, in MessageColumns order.
-func (r *MessageRow) Dest() []any {
+func (r *MessageRow) Dest() []any { return r.DestInto(nil) }
+
+// DestInto is Dest reusing dest's array when it has room: a loop over
+// rows fills one slice again rather than allocating one a row.
+func (r *MessageRow) DestInto(dest []any) []any {
 	m := &r.m
-	return []any{
+	return append(dest[:0],
 		&m.Id, &m.GroupId, &m.DecryptedMessageBytes, &m.SentAtNs, &r.kind,
 		&m.SenderInstallationId, &m.SenderInboxId, &r.status, &r.contentTypeSave,
 		&m.VersionMajor, &m.VersionMinor, &m.AuthorityId, &r.referenceID, &m.SequenceId,
 		&m.OriginatorId, &m.ContentType, &m.ExpiresAtNs, &m.ExpiryKnown,
-	}
+	)
 }
 
 // Message returns the record of the scanned row; the row is spent.
@@ -278,9 +282,11 @@ type Rows interface {
 // calls fn with its record. fn's errors come back as they are, the
 // driver's for the caller to wrap.
 func eachMessageRow(rows Rows, fn func(*mb.GroupMessageSave) error) error {
+	var dest []any
 	for rows.Next() {
 		row := new(MessageRow)
-		if err := rows.Scan(row.Dest()...); err != nil {
+		dest = row.DestInto(dest)
+		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
 		if err := fn(row.Message()); err != nil {

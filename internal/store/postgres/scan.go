@@ -23,12 +23,96 @@ func (r binaryRows) Scan(dest ...any) error {
 	if len(fields) != len(dest) || len(raw) != len(dest) {
 		return r.Rows.Scan(dest...)
 	}
+	// One allocation holds every byte value of the row, another every
+	// optional value: a message row was sixteen allocations.
+	total := 0
+	for i, f := range fields {
+		if f.DataTypeOID == pgtype.ByteaOID {
+			total += len(raw[i])
+		}
+	}
+	a := rowArena{buf: make([]byte, 0, total)}
 	for i, d := range dest {
-		if !wireForm(fields[i]) || !scanBinary(d, fields[i].DataTypeOID, raw[i]) {
+		if !wireForm(fields[i]) || !a.scan(d, fields[i].DataTypeOID, raw[i]) {
 			return r.Rows.Scan(dest...)
 		}
 	}
 	return nil
+}
+
+// rowArena is where one row's values live. Each byte value gets its own
+// stretch of buf, capped at its length, so appending to one never writes
+// over another. (Text is still a string of its own: a string over the
+// arena would need unsafe for a gain the benchmarks do not show.)
+type rowArena struct {
+	buf  []byte
+	opts *rowOptionals
+}
+
+// rowOptionals holds a row's optional (pointer) values, enough for the
+// store's widest row; past them each value is allocated on its own.
+type rowOptionals struct {
+	ints           [4]int64
+	bools          [2]bool
+	slices         [2][]byte
+	strs           [2]string
+	ni, nb, ns, nt int
+}
+
+func (a *rowArena) optionals() *rowOptionals {
+	if a.opts == nil {
+		a.opts = new(rowOptionals)
+	}
+	return a.opts
+}
+
+// bytes copies v into the arena.
+func (a *rowArena) bytes(v []byte) []byte {
+	off := len(a.buf)
+	a.buf = append(a.buf, v...)
+	return a.buf[off:len(a.buf):len(a.buf)]
+}
+
+func (a *rowArena) text(v []byte) string { return string(v) }
+
+func (a *rowArena) int64p(n int64) *int64 {
+	o := a.optionals()
+	if o.ni == len(o.ints) {
+		return &n
+	}
+	o.ints[o.ni] = n
+	o.ni++
+	return &o.ints[o.ni-1]
+}
+
+func (a *rowArena) boolp(b bool) *bool {
+	o := a.optionals()
+	if o.nb == len(o.bools) {
+		return &b
+	}
+	o.bools[o.nb] = b
+	o.nb++
+	return &o.bools[o.nb-1]
+}
+
+func (a *rowArena) bytesp(b []byte) *[]byte {
+	o := a.optionals()
+	if o.ns == len(o.slices) {
+		return &b
+	}
+	o.slices[o.ns] = b
+	o.ns++
+	return &o.slices[o.ns-1]
+}
+
+func (a *rowArena) textp(s string) *string {
+	o := a.optionals()
+	if o.nt == len(o.strs) {
+		return &s
+	}
+	o.strs[o.nt] = s
+	o.nt++
+	return &o.strs[o.nt-1]
 }
 
 // wireForm reports whether a column's values come as scanBinary reads
@@ -38,39 +122,38 @@ func wireForm(f pgconn.FieldDescription) bool {
 	return f.Format == pgx.BinaryFormatCode || f.DataTypeOID == pgtype.TextOID || f.DataTypeOID == pgtype.VarcharOID
 }
 
-// scanBinary stores v, a column of type oid in binary form (nil for NULL),
-// in d, copying bytes: pgx reuses them for the next row. It reports false
-// for anything it does not know, NULL into a destination that cannot hold
-// it included, leaving the row to pgx (which then reports the error).
-func scanBinary(d any, oid uint32, v []byte) bool {
+// scan stores v, a column of type oid in binary form (nil for NULL), in
+// d, copying bytes into the arena: pgx reuses them for the next row. It
+// reports false for anything it does not know, NULL into a destination
+// that cannot hold it included, leaving the row to pgx (which then
+// reports the error).
+func (a *rowArena) scan(d any, oid uint32, v []byte) bool {
 	switch d := d.(type) {
 	case *[]byte:
 		if oid != pgtype.ByteaOID || v == nil {
 			return false
 		}
-		*d = append([]byte{}, v...) // empty, not nil, as pgx scans it
+		*d = a.bytes(v) // empty, not nil, as pgx scans it
 	case **[]byte:
 		if oid != pgtype.ByteaOID {
 			return false
 		}
 		*d = nil
 		if v != nil {
-			b := append([]byte{}, v...) // present, even when empty
-			*d = &b
+			*d = a.bytesp(a.bytes(v)) // present, even when empty
 		}
 	case *string:
 		if (oid != pgtype.TextOID && oid != pgtype.VarcharOID) || v == nil {
 			return false
 		}
-		*d = string(v)
+		*d = a.text(v)
 	case **string:
 		if oid != pgtype.TextOID && oid != pgtype.VarcharOID {
 			return false
 		}
 		*d = nil
 		if v != nil {
-			s := string(v)
-			*d = &s
+			*d = a.textp(a.text(v))
 		}
 	case *int64:
 		if oid != pgtype.Int8OID || len(v) != 8 {
@@ -83,8 +166,7 @@ func scanBinary(d any, oid uint32, v []byte) bool {
 		}
 		*d = nil
 		if v != nil {
-			n := int64(binary.BigEndian.Uint64(v))
-			*d = &n
+			*d = a.int64p(int64(binary.BigEndian.Uint64(v)))
 		}
 	case *int32:
 		switch {
@@ -101,8 +183,7 @@ func scanBinary(d any, oid uint32, v []byte) bool {
 		}
 		*d = nil
 		if v != nil {
-			b := v[0] != 0
-			*d = &b
+			*d = a.boolp(v[0] != 0)
 		}
 	default:
 		return false
