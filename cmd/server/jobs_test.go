@@ -232,7 +232,7 @@ func waitTransferring(t *testing.T, conn *grpc.ClientConn, name string) {
 		}
 		// Writing the archive, or uploading its last parts before the
 		// commit: either way nothing is committed yet.
-		if md.GetBytesDone() > 0 {
+		if md.GetBytesDone() > 0 && md.GetRecordsDone() > 0 {
 			return
 		}
 	}

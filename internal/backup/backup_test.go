@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -653,6 +654,32 @@ func TestExportWriteFailureStopsTheReader(t *testing.T) {
 		}
 		if _, err := s.AppendMessages(t.Context(), owner, storetest.Messages("after", []byte("g"), 1, 0), store.AppendOptions{}); err != nil {
 			t.Errorf("a write after the failed export: %v", err)
+		}
+	})
+}
+
+// TestProgressCounts: ExportWith counts every record it writes and
+// ImportWith every record it takes in, the metadata included.
+func TestProgressCounts(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, s store.Store) {
+		owner := storetest.Owner("progress")
+		fill(t, s, owner)
+		var buf bytes.Buffer
+		var written atomic.Uint64
+		counts, err := ExportWith(t.Context(), s, owner, key, nil, exportAt, &buf, &written)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := counts.Groups + counts.Messages + counts.Consent + 1; written.Load() != want {
+			t.Errorf("export counted %d records, wrote %d", written.Load(), want)
+		}
+		var taken atomic.Uint64
+		res, err := ImportWith(t.Context(), s, storetest.Owner("progress-in"), key, bytes.NewReader(buf.Bytes()), ImportOptions{Progress: &taken})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if taken.Load() != res.Records-res.Skipped || taken.Load() != written.Load() {
+			t.Errorf("import counted %d records of %d read (%d skipped), %d written", taken.Load(), res.Records, res.Skipped, written.Load())
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/protobuf/proto"
@@ -78,6 +79,13 @@ type Counts struct {
 // seals and compresses them into w. What waits between the two is bounded
 // by bytes (ExportMemory).
 func Export(ctx context.Context, st store.Store, owner string, key []byte, opts *ds.ArchiveOptions, exportedAtNs int64, w io.Writer) (Counts, error) {
+	return ExportWith(ctx, st, owner, key, opts, exportedAtNs, w, nil)
+}
+
+// ExportWith is Export counting, in written when it is set, the records
+// written so far (the metadata included), for a caller that reports
+// progress while the export runs.
+func ExportWith(ctx context.Context, st store.Store, owner string, key []byte, opts *ds.ArchiveOptions, exportedAtNs int64, w io.Writer, written *atomic.Uint64) (Counts, error) {
 	opts, err := Resolve(opts)
 	if err != nil {
 		return Counts{}, err
@@ -89,6 +97,9 @@ func Export(ctx context.Context, st store.Store, owner string, key []byte, opts 
 	meta := &ds.BackupMetadataSave{Elements: opts.Elements, ExportedAtNs: exportedAtNs, StartNs: opts.StartNs, EndNs: opts.EndNs}
 	if err := aw.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: meta}}); err != nil {
 		return Counts{}, err
+	}
+	if written != nil {
+		written.Add(1)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -107,6 +118,9 @@ func Export(ctx context.Context, st store.Store, owner string, key []byte, opts 
 			}
 		}
 		rd.ahead.Release(batch.weight)
+		if written != nil && writeErr == nil {
+			written.Add(uint64(len(batch.elements)))
+		}
 		if writeErr != nil {
 			cancel() // the reader stops; its batches are drained here
 		}

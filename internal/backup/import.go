@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
@@ -40,6 +41,10 @@ type ImportOptions struct {
 	// ReadAheadBytes is ReadAhead's limit, which decides when buffered
 	// records are written (at half of it).
 	ReadAheadBytes int64
+	// Progress, when set, counts the records taken in so far (the metadata
+	// included; they reach the store in batches), for a caller that reports
+	// progress while import runs.
+	Progress *atomic.Uint64
 }
 
 // ElementCounts is what an import did with one kind of element.
@@ -117,6 +122,9 @@ func ImportWith(ctx context.Context, st store.Store, owner string, key []byte, r
 	if res.Metadata, err = ar.Metadata(); err != nil {
 		return res, err
 	}
+	if opts.Progress != nil {
+		opts.Progress.Add(1)
+	}
 	// Reading (decompressing, opening, parsing) runs one step ahead of
 	// applying, so the two overlap; records are still applied one after
 	// another, in order, and the reader stops when applying does.
@@ -139,6 +147,9 @@ func ImportWith(ctx context.Context, st store.Store, owner string, key []byte, r
 	for rec := range records {
 		if rec.err == nil {
 			rec.err = im.apply(rec.num, rec.el, rec.cost)
+		}
+		if rec.err == nil && opts.Progress != nil {
+			opts.Progress.Add(1)
 		}
 		if rec.err != nil {
 			// What is buffered came before the failing record: apply it,

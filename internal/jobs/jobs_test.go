@@ -309,6 +309,24 @@ func TestCancelSeenThroughTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-st.reached
+	// While it runs, its progress reaches the store with each renewal:
+	// the metadata record at least is written.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got, err := st.GetJob(t.Context(), j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		md, err := Metadata(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if md.GetRecordsDone() >= 1 && md.GetPhase() == cb.JobPhase_JOB_PHASE_TRANSFERRING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress recorded: %v", md)
+		}
+	}
 	if _, err := st.RequestCancel(t.Context(), j.ID); err != nil {
 		t.Fatal(err)
 	}

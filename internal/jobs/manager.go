@@ -183,16 +183,20 @@ var (
 
 // run is one job this server is running.
 type run struct {
-	job    store.Job
-	meta   *cb.JobMetadata
-	cancel context.CancelCauseFunc
-	bytes  atomic.Uint64
-	phase  atomic.Int32
+	job     store.Job
+	meta    *cb.JobMetadata
+	cancel  context.CancelCauseFunc
+	bytes   atomic.Uint64
+	records atomic.Uint64
+	phase   atomic.Int32
 }
 
 func (r *run) progress() []byte {
 	md := proto.Clone(r.meta).(*cb.JobMetadata)
 	md.BytesDone = r.bytes.Load()
+	if md.RecordsDone == 0 {
+		md.RecordsDone = r.records.Load() // the final count, once known, stays
+	}
 	md.Phase = cb.JobPhase(r.phase.Load())
 	b, _ := proto.Marshal(md)
 	return b
@@ -543,7 +547,7 @@ func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest
 	r.phase.Store(int32(cb.JobPhase_JOB_PHASE_TRANSFERRING))
 	out := &countingWriter{w: w, hash: sha256.New(), n: &r.bytes}
 	exportedAt := time.Now().UnixNano()
-	counts, err := backup.Export(ctx, m.cfg.Store, req.GetOwner(), p.key, req.GetOptions(), exportedAt, out)
+	counts, err := backup.ExportWith(ctx, m.cfg.Store, req.GetOwner(), p.key, req.GetOptions(), exportedAt, out, &r.records)
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -632,6 +636,7 @@ func (m *Manager) importArchive(ctx context.Context, r *run, req *cb.StartImport
 	opts := m.cfg.Import
 	opts.Reader.Meter = readerBudget
 	opts.ReadAhead = ahead
+	opts.Progress = &r.records
 	r.phase.Store(int32(cb.JobPhase_JOB_PHASE_TRANSFERRING))
 	res, err := backup.ImportWith(ctx, m.cfg.Store, req.GetOwner(), p.key, &countingReader{r: obj, n: &r.bytes}, opts)
 	if err != nil {
