@@ -634,3 +634,31 @@ func TestMaxRunning(t *testing.T) {
 	}
 	close(st.gate)
 }
+
+// TestExportNeverReplaces: an object created at the destination while an
+// export runs wins; the export fails ALREADY_EXISTS and writes no sidecar.
+func TestExportNeverReplaces(t *testing.T) {
+	st := newGated(storetest.SQLite(t))
+	h := newHarness(t, st)
+	owner := storetest.Owner("o")
+	fill(t, st.Store, owner, 5)
+	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "race.xmtpbak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-st.reached
+	if err := h.bucket.WriteAll(t.Context(), "race.xmtpbak", []byte("theirs"), nil); err != nil {
+		t.Fatal(err)
+	}
+	close(st.gate)
+	j = waitDone(t, h.m, j.ID)
+	if j.State != store.JobFailed || j.ErrorCode != int32(codes.AlreadyExists) {
+		t.Errorf("export that lost the race: %s, code %d: %s", j.State, j.ErrorCode, j.ErrorMessage)
+	}
+	if got, _ := os.ReadFile(filepath.Join(h.dir, "race.xmtpbak")); string(got) != "theirs" {
+		t.Errorf("the other object was replaced: %q", got)
+	}
+	if names := files(t, h.dir); len(names) != 1 {
+		t.Errorf("files: %v", names)
+	}
+}

@@ -443,6 +443,8 @@ func (m *Manager) describe(ctx context.Context, err error, log *zap.Logger) (int
 		be *budget.ExceededError
 	)
 	switch {
+	case errors.Is(err, ErrObjectExists):
+		return int32(codes.AlreadyExists), clip(err.Error())
 	case errors.As(err, &be):
 		return int32(codes.ResourceExhausted), clip(err.Error())
 	case errors.As(err, &ue), errors.Is(err, backup.ErrMissingGroup):
@@ -540,6 +542,10 @@ func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest
 	defer abort()
 	w, err := p.bucket.NewWriter(wctx, dest.GetKey(), &blob.WriterOptions{
 		ContentType: "application/octet-stream", BufferSize: blobBufferSize, MaxConcurrency: 1,
+		// The check at start is not atomic: two exports racing for one key
+		// are settled by the store (S3's If-None-Match, an exclusive
+		// create on files), and the loser fails rather than replaces.
+		IfNotExist: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open object: %w", err)
@@ -558,6 +564,9 @@ func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest
 	}
 	r.phase.Store(int32(cb.JobPhase_JOB_PHASE_COMMITTING))
 	if err := w.Close(); err != nil {
+		if gcerrors.Code(err) == gcerrors.FailedPrecondition {
+			return nil, fmt.Errorf("destination %s/%.64s, created while the export ran: %w", dest.GetBucket(), dest.GetKey(), ErrObjectExists)
+		}
 		return nil, fmt.Errorf("commit object: %w", err)
 	}
 	summary := &cb.ExportSummary{Groups: counts.Groups, Messages: counts.Messages, ConsentRecords: counts.Consent,
@@ -596,7 +605,7 @@ func (m *Manager) commit(ctx context.Context, bucket *blob.Bucket, result *cb.Ex
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := bucket.WriteAll(ctx, result.GetSidecar().GetKey(), body, &blob.WriterOptions{ContentType: "application/json"}); err != nil {
+	if err := bucket.WriteAll(ctx, result.GetSidecar().GetKey(), body, &blob.WriterOptions{ContentType: "application/json", IfNotExist: true}); err != nil {
 		return fmt.Errorf("write sidecar: %w", err)
 	}
 	return ctx.Err()
