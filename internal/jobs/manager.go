@@ -227,9 +227,10 @@ func checkLocation(field string, loc *cb.ObjectLocation) error {
 
 // prepared is what Start opened for a job before storing it.
 type prepared struct {
-	key    []byte
-	bucket *blob.Bucket
-	total  uint64
+	key       []byte
+	bucket    *blob.Bucket
+	total     uint64
+	succeeded func(context.Context)
 }
 
 func (m *Manager) prepare(ctx context.Context, owner, keyRef string, loc *cb.ObjectLocation, field string) (prepared, error) {
@@ -261,6 +262,12 @@ func (m *Manager) prepare(ctx context.Context, owner, keyRef string, loc *cb.Obj
 
 // StartExport starts an export job for principal.
 func (m *Manager) StartExport(ctx context.Context, principal string, req *cb.StartExportRequest) (store.Job, error) {
+	return m.startExport(ctx, principal, req, nil)
+}
+
+// startExport is StartExport running succeeded, when set, in the job's
+// goroutine once the job has ended well (a schedule's retention).
+func (m *Manager) startExport(ctx context.Context, principal string, req *cb.StartExportRequest, succeeded func(context.Context)) (store.Job, error) {
 	p, err := m.prepare(ctx, req.GetOwner(), req.GetKeyRef(), req.GetDestination(), "destination")
 	if err != nil {
 		return store.Job{}, err
@@ -278,6 +285,7 @@ func (m *Manager) StartExport(ctx context.Context, principal string, req *cb.Sta
 			return store.Job{}, fmt.Errorf("destination %s/%.64s: %w", dest.GetBucket(), k, ErrObjectExists)
 		}
 	}
+	p.succeeded = succeeded
 	return m.start(ctx, store.JobExport, principal, req, p)
 }
 
@@ -424,6 +432,11 @@ func (m *Manager) execute(ctx context.Context, r *run, req proto.Message, p prep
 		m.cfg.Ended(r.job.Kind, end.State, r.bytes.Load(), end.At.Sub(r.job.Created))
 	}
 	log.Info("job ended", zap.String("state", end.State), zap.String("error", end.ErrorMessage), zap.Uint64("bytes", r.bytes.Load()))
+	if end.State == store.JobSucceeded && p.succeeded != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		p.succeeded(sctx)
+	}
 }
 
 // describe turns a job's error into the code and message its operation

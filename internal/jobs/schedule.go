@@ -158,14 +158,19 @@ func (sc *Scheduler) Start() { sc.cron.Start() }
 func (sc *Scheduler) Stop() { <-sc.cron.Stop().Done() }
 
 // Fire starts one export job per owner of s and, as each succeeds, prunes
-// that owner's archives to s.Keep. An owner whose export is already
+// that owner's archives to s.Keep (in the job's own goroutine, so a
+// shutdown waits for it). An owner whose export is already
 // running (here or on another replica) is skipped until the next firing.
 func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []string {
 	var ids []string
 	for _, owner := range s.Owners {
 		req := &cb.StartExportRequest{Owner: owner, KeyRef: s.KeyRef,
 			Destination: &cb.ObjectLocation{Bucket: s.Bucket, Key: s.ObjectKey(owner, at)}}
-		j, err := sc.m.StartExport(ctx, "schedule:"+s.Name, req)
+		j, err := sc.m.startExport(ctx, "schedule:"+s.Name, req, func(ctx context.Context) {
+			if err := sc.Prune(ctx, s, owner); err != nil {
+				sc.log.Warn("retention", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
+			}
+		})
 		if err != nil {
 			level := sc.log.Warn
 			if errors.Is(err, store.ErrJobConflict) {
@@ -175,17 +180,6 @@ func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []stri
 			continue
 		}
 		ids = append(ids, j.ID)
-		sc.m.wg.Add(1)
-		go func() {
-			defer sc.m.wg.Done()
-			done, err := sc.m.Wait(ctx, j.ID, 0)
-			if err != nil || done.State != store.JobSucceeded {
-				return
-			}
-			if err := sc.Prune(ctx, s, owner); err != nil {
-				sc.log.Warn("retention", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
-			}
-		}()
 	}
 	return ids
 }
