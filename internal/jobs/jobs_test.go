@@ -259,19 +259,27 @@ func newGated(st store.Store) *gatedStore {
 	return &gatedStore{Store: st, reached: make(chan struct{}), gate: make(chan struct{})}
 }
 
-// TestCancelLeavesNoObject: a cancelled export ends CANCELLED and leaves
-// nothing under its key; while it ran, a second export of the owner was
-// refused.
-func TestCancelLeavesNoObject(t *testing.T) {
+// startGated starts an export of an owner with messages and returns once
+// it is held at its first message.
+func startGated(t *testing.T, messages int, key string) (*gatedStore, *harness, string, store.Job) {
+	t.Helper()
 	st := newGated(storetest.SQLite(t))
 	h := newHarness(t, st)
 	owner := storetest.Owner("o")
-	fill(t, st.Store, owner, 20)
-	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "a.xmtpbak"))
+	fill(t, st.Store, owner, messages)
+	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, key))
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-st.reached
+	return st, h, owner, j
+}
+
+// TestCancelLeavesNoObject: a cancelled export ends CANCELLED and leaves
+// nothing under its key; while it ran, a second export of the owner was
+// refused.
+func TestCancelLeavesNoObject(t *testing.T) {
+	st, h, owner, j := startGated(t, 20, "a.xmtpbak")
 	if _, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "b.xmtpbak")); !errors.Is(err, store.ErrJobConflict) {
 		t.Errorf("second export of a running owner: %v, want ErrJobConflict", err)
 	}
@@ -300,15 +308,7 @@ func TestCancelLeavesNoObject(t *testing.T) {
 // TestCancelSeenThroughTheStore: a cancel asked on another replica (only
 // in the store) stops the job within a renewal.
 func TestCancelSeenThroughTheStore(t *testing.T) {
-	st := newGated(storetest.SQLite(t))
-	h := newHarness(t, st)
-	owner := storetest.Owner("o")
-	fill(t, st.Store, owner, 5)
-	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "a.xmtpbak"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-st.reached
+	st, h, _, j := startGated(t, 5, "a.xmtpbak")
 	// While it runs, its progress reaches the store with each renewal:
 	// the metadata record at least is written.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -586,19 +586,11 @@ func TestOperationNames(t *testing.T) {
 // TestShutdownFailsRunningJobs: a server shutting down ends the jobs it
 // runs, failed (UNAVAILABLE), with nothing committed, and starts no more.
 func TestShutdownFailsRunningJobs(t *testing.T) {
-	st := newGated(storetest.SQLite(t))
-	h := newHarness(t, st)
-	owner := storetest.Owner("o")
-	fill(t, st.Store, owner, 5)
-	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "a.xmtpbak"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-st.reached
+	st, h, owner, j := startGated(t, 5, "a.xmtpbak")
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	h.m.Close(ctx)
-	j, err = st.GetJob(t.Context(), j.ID)
+	j, err := st.GetJob(t.Context(), j.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -638,15 +630,7 @@ func TestMaxRunning(t *testing.T) {
 // TestExportNeverReplaces: an object created at the destination while an
 // export runs wins; the export fails ALREADY_EXISTS and writes no sidecar.
 func TestExportNeverReplaces(t *testing.T) {
-	st := newGated(storetest.SQLite(t))
-	h := newHarness(t, st)
-	owner := storetest.Owner("o")
-	fill(t, st.Store, owner, 5)
-	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "race.xmtpbak"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-st.reached
+	st, h, _, j := startGated(t, 5, "race.xmtpbak")
 	if err := h.bucket.WriteAll(t.Context(), "race.xmtpbak", []byte("theirs"), nil); err != nil {
 		t.Fatal(err)
 	}

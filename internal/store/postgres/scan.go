@@ -75,44 +75,34 @@ func (a *rowArena) bytes(v []byte) []byte {
 
 func (a *rowArena) text(v []byte) string { return string(v) }
 
-func (a *rowArena) int64p(n int64) *int64 {
-	o := a.optionals()
-	if o.ni == len(o.ints) {
-		return &n
+// slot stores v in the next free one of slots, or, past them, on its own.
+func slot[T any](slots []T, used *int, v T) *T {
+	if *used == len(slots) {
+		return &v
 	}
-	o.ints[o.ni] = n
-	o.ni++
-	return &o.ints[o.ni-1]
+	slots[*used] = v
+	*used++
+	return &slots[*used-1]
 }
 
-func (a *rowArena) boolp(b bool) *bool {
+func (a *rowArena) int64p(v int64) *int64 {
 	o := a.optionals()
-	if o.nb == len(o.bools) {
-		return &b
-	}
-	o.bools[o.nb] = b
-	o.nb++
-	return &o.bools[o.nb-1]
+	return slot(o.ints[:], &o.ni, v)
 }
 
-func (a *rowArena) bytesp(b []byte) *[]byte {
+func (a *rowArena) boolp(v bool) *bool {
 	o := a.optionals()
-	if o.ns == len(o.slices) {
-		return &b
-	}
-	o.slices[o.ns] = b
-	o.ns++
-	return &o.slices[o.ns-1]
+	return slot(o.bools[:], &o.nb, v)
 }
 
-func (a *rowArena) textp(s string) *string {
+func (a *rowArena) bytesp(v []byte) *[]byte {
 	o := a.optionals()
-	if o.nt == len(o.strs) {
-		return &s
-	}
-	o.strs[o.nt] = s
-	o.nt++
-	return &o.strs[o.nt-1]
+	return slot(o.slices[:], &o.ns, v)
+}
+
+func (a *rowArena) textp(v string) *string {
+	o := a.optionals()
+	return slot(o.strs[:], &o.nt, v)
 }
 
 // wireForm reports whether a column's values come as scanBinary reads
