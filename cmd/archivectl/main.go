@@ -8,6 +8,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -116,19 +117,13 @@ func loadKey(path, env, flag string) ([]byte, error) {
 	return parseKey(b, path)
 }
 
-// parseKey takes 32 raw bytes, or 64 hex characters with surrounding
-// whitespace. Error messages give lengths, never contents.
+// parseKey is archive.ParseKey naming where the key came from.
 func parseKey(b []byte, from string) ([]byte, error) {
-	if len(b) == archive.KeySize {
-		return b, nil
+	k, err := archive.ParseKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
 	}
-	text := strings.TrimSpace(string(b))
-	if len(text) == 2*archive.KeySize {
-		if k, err := hex.DecodeString(text); err == nil {
-			return k, nil
-		}
-	}
-	return nil, fmt.Errorf("%s: holds %d bytes; a key is 32 raw bytes or 64 hex characters (ARCH-012)", from, len(b))
+	return k, nil
 }
 
 func main() {
@@ -317,10 +312,15 @@ func checkSummary(s *cb.ExportSummary, n uint64, h hash.Hash) error {
 	if s == nil {
 		return errors.New("export: the stream ended without a summary; the archive is incomplete and was not kept")
 	}
-	if s.GetArchiveBytes() != n || !strings.EqualFold(hex.EncodeToString(s.GetSha256()), hex.EncodeToString(h.Sum(nil))) {
+	if !matches(s, n, h) {
 		return fmt.Errorf("export: received %d bytes with sha256 %x, but the summary says %d bytes with %x; not kept", n, h.Sum(nil), s.GetArchiveBytes(), s.GetSha256())
 	}
 	return nil
+}
+
+// matches reports whether a summary describes n bytes hashing to h.
+func matches(s *cb.ExportSummary, n uint64, h hash.Hash) bool {
+	return s.GetArchiveBytes() == n && bytes.Equal(s.GetSha256(), h.Sum(nil))
 }
 
 // writeAtomically writes path through a temporary file beside it, synced
@@ -458,7 +458,7 @@ func checkSidecar(sidecar, file string) error {
 		return err
 	}
 	sum := result.GetSummary()
-	if uint64(n) != sum.GetArchiveBytes() || !strings.EqualFold(hex.EncodeToString(h.Sum(nil)), hex.EncodeToString(sum.GetSha256())) {
+	if !matches(sum, uint64(n), h) {
 		return fmt.Errorf("%s is %d bytes with sha256 %x; its sidecar records %d bytes with %x: not the archive the job wrote", file, n, h.Sum(nil), sum.GetArchiveBytes(), sum.GetSha256())
 	}
 	return nil

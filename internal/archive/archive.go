@@ -15,8 +15,10 @@ package archive
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sizes fixed by the format.
@@ -104,4 +106,20 @@ func newAEAD(key []byte) (cipher.AEAD, error) {
 		return nil, fmt.Errorf("archive: %w", err)
 	}
 	return cipher.NewGCM(block)
+}
+
+// ParseKey reads a key as it is kept in a file or a variable: 32 raw
+// bytes, or 64 hex characters with surrounding whitespace. Its errors give
+// the length, never the contents.
+func ParseKey(b []byte) ([]byte, error) {
+	if len(b) == KeySize {
+		return b, nil
+	}
+	text := strings.TrimSpace(string(b))
+	if len(text) == 2*KeySize {
+		if k, err := hex.DecodeString(text); err == nil {
+			return k, nil
+		}
+	}
+	return nil, fmt.Errorf("holds %d bytes; a key is 32 raw bytes or 64 hex characters (ARCH-012)", len(b))
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
@@ -72,6 +73,18 @@ type ImportResult struct {
 	// Records read, Skipped (unset, unknown, event: ARCH-005) and Legacy
 	// (opened under the nonce retry of ARCH-002).
 	Records, Skipped, Legacy uint64
+}
+
+// Response is the result as the API reports it (ArchiveService.Import's
+// response, an import job's result).
+func (r ImportResult) Response() *cb.ImportResponse {
+	counts := func(c ElementCounts) *cb.ElementCounts {
+		return &cb.ElementCounts{Inserted: c.Inserted, Updated: c.Updated, Unchanged: c.Unchanged}
+	}
+	return &cb.ImportResponse{
+		Metadata: r.Metadata, Groups: counts(r.Groups), Messages: counts(r.Messages), Consent: counts(r.Consent),
+		Records: r.Records, Skipped: r.Skipped, LegacyRecords: r.Legacy,
+	}
 }
 
 // ImportError is an import that stopped at a record. Everything before

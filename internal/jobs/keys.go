@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -84,26 +83,11 @@ func (k *KeyRing) Key(ctx context.Context, ref string) ([]byte, error) {
 			return nil, fmt.Errorf("key %q: unwrap: %w", ref, err)
 		}
 	}
-	key, err := ParseKey(b)
+	key, err := archive.ParseKey(b)
 	if err != nil {
 		return nil, fmt.Errorf("key %q: %w", ref, err)
 	}
 	return key, nil
-}
-
-// ParseKey takes 32 raw bytes, or 64 hex characters with surrounding
-// whitespace. Errors give lengths, never contents.
-func ParseKey(b []byte) ([]byte, error) {
-	if len(b) == archive.KeySize {
-		return b, nil
-	}
-	text := strings.TrimSpace(string(b))
-	if len(text) == 2*archive.KeySize {
-		if k, err := hex.DecodeString(text); err == nil {
-			return k, nil
-		}
-	}
-	return nil, fmt.Errorf("holds %d bytes; a key is 32 raw bytes or 64 hex characters (ARCH-012)", len(b))
 }
 
 // WrapKey encrypts key with the keeper at keeperURL, for a key file of a

@@ -611,7 +611,7 @@ func (m *Manager) commit(ctx context.Context, bucket *blob.Bucket, result *cb.Ex
 	if uint64(attrs.Size) != result.GetSummary().GetArchiveBytes() {
 		return fmt.Errorf("%w: %d, wrote %d", errSizeMismatch, attrs.Size, result.GetSummary().GetArchiveBytes())
 	}
-	body, err := SidecarJSON(result)
+	body, err := sidecarJSON(result)
 	if err != nil {
 		return err
 	}
@@ -624,8 +624,8 @@ func (m *Manager) commit(ctx context.Context, bucket *blob.Bucket, result *cb.Ex
 	return ctx.Err()
 }
 
-// SidecarJSON is the sidecar's content: the export's result as JSON.
-func SidecarJSON(result *cb.ExportJobResult) ([]byte, error) {
+// sidecarJSON is the sidecar's content: the export's result as JSON.
+func sidecarJSON(result *cb.ExportJobResult) ([]byte, error) {
 	b, err := protojson.MarshalOptions{Multiline: true}.Marshal(result)
 	if err != nil {
 		return nil, fmt.Errorf("encode sidecar: %w", err)
@@ -664,17 +664,11 @@ func (m *Manager) importArchive(ctx context.Context, r *run, req *cb.StartImport
 	if err != nil {
 		return nil, err
 	}
-	counts := func(c backup.ElementCounts) *cb.ElementCounts {
-		return &cb.ElementCounts{Inserted: c.Inserted, Updated: c.Updated, Unchanged: c.Unchanged}
-	}
-	return &cb.ImportJobResult{Counts: &cb.ImportResponse{
-		Metadata: res.Metadata, Groups: counts(res.Groups), Messages: counts(res.Messages), Consent: counts(res.Consent),
-		Records: res.Records, Skipped: res.Skipped, LegacyRecords: res.Legacy,
-	}}, nil
+	return &cb.ImportJobResult{Counts: res.Response()}, nil
 }
 
-// Timestamp is t for a JobMetadata field; nil for the zero time.
-func Timestamp(t time.Time) *timestamppb.Timestamp {
+// timestamp is t for a JobMetadata field; nil for the zero time.
+func timestamp(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {
 		return nil
 	}

@@ -41,7 +41,7 @@ func Metadata(j store.Job) (*cb.JobMetadata, error) {
 		return nil, fmt.Errorf("job %s: progress: %w", j.ID, err)
 	}
 	md.State = states[j.State]
-	md.CreateTime, md.UpdateTime, md.EndTime = Timestamp(j.Created), Timestamp(j.Updated), Timestamp(j.Done)
+	md.CreateTime, md.UpdateTime, md.EndTime = timestamp(j.Created), timestamp(j.Updated), timestamp(j.Done)
 	md.CancelRequested = j.CancelRequested
 	if j.State != store.JobRunning {
 		md.Phase = cb.JobPhase_JOB_PHASE_DONE

@@ -318,13 +318,7 @@ func (s *ArchiveService) Import(stream grpc.ClientStreamingServer[cb.ImportReque
 	if err != nil {
 		return archiveStatus(stream.Context(), err, "import")
 	}
-	counts := func(c backup.ElementCounts) *cb.ElementCounts {
-		return &cb.ElementCounts{Inserted: c.Inserted, Updated: c.Updated, Unchanged: c.Unchanged}
-	}
-	return stream.SendAndClose(&cb.ImportResponse{
-		Metadata: res.Metadata, Groups: counts(res.Groups), Messages: counts(res.Messages), Consent: counts(res.Consent),
-		Records: res.Records, Skipped: res.Skipped, LegacyRecords: res.Legacy,
-	})
+	return stream.SendAndClose(res.Response())
 }
 
 // keyedStream is the shape ReadMetadata and Verify share: a key, then
