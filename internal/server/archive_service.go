@@ -17,7 +17,6 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/archive"
-	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/records"
@@ -361,11 +360,7 @@ func (s *ArchiveService) enterKeyed(ctx context.Context) (leave func(), err erro
 	if err != nil {
 		return nil, err
 	}
-	key := "principal:"
-	if p := auth.FromContext(ctx); p != nil {
-		key += p.Name
-	}
-	leavePrincipal, err := s.streams.enterKey(key, "principal")
+	leavePrincipal, err := s.streams.enterKey("principal:"+principalName(ctx), "principal")
 	if err != nil {
 		leaveAll()
 		return nil, err
