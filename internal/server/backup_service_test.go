@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +19,9 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
 	"github.com/prometheus/client_golang/prometheus"
@@ -262,5 +266,73 @@ func TestJobMetrics(t *testing.T) {
 	running, err := testutil.GatherAndCount(reg, "contentbackup_jobs_running")
 	if err != nil || running != 1 {
 		t.Errorf("contentbackup_jobs_running: %d series, %v", running, err)
+	}
+}
+
+// heldStore holds every export's message reads until release is closed.
+type heldStore struct {
+	store.Store
+	reached, release chan struct{}
+	once             sync.Once
+}
+
+type heldSnapshot struct {
+	store.Snapshot
+	h *heldStore
+}
+
+func (h *heldStore) Snapshot(ctx context.Context, owner string, fn func(store.Snapshot) error) error {
+	return h.Store.Snapshot(ctx, owner, func(s store.Snapshot) error { return fn(heldSnapshot{s, h}) })
+}
+
+func (s heldSnapshot) EachMessage(ctx context.Context, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
+	return s.Snapshot.EachMessage(ctx, q, func(m *mb.GroupMessageSave) error {
+		s.h.once.Do(func() { close(s.h.reached) })
+		select {
+		case <-s.h.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return fn(m)
+	})
+}
+
+// TestBackupJobsPastMaxRunning: with as many jobs running as the server
+// may run, a start over TCP is RESOURCE_EXHAUSTED at once, stores no job
+// and costs the server no job's memory reservation.
+func TestBackupJobsPastMaxRunning(t *testing.T) {
+	held := &heldStore{Store: storetest.SQLite(t), reached: make(chan struct{}), release: make(chan struct{})}
+	jobsCfg, bucketDir := testJobs(t)
+	jobsCfg.MaxRunning = 1
+	if err := os.WriteFile(filepath.Join(bucketDir, "some.xmtpbak"), []byte("an object"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := serveTCP(t, Config{Store: held, Jobs: jobsCfg}, nil)
+	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
+	populate(t, cb.NewConversationServiceClient(conn), "alice")
+	populate(t, cb.NewConversationServiceClient(conn), "bob")
+	first, err := cb.NewBackupServiceClient(conn).StartExport(t.Context(), exportJob("alice", "a.xmtpbak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-held.reached
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err = cb.NewBackupServiceClient(conn).StartExport(t.Context(), exportJob("bob", "b.xmtpbak"))
+	wantStatus(t, "an export past max-jobs", err, codes.ResourceExhausted)
+	_, err = cb.NewBackupServiceClient(conn).StartImport(t.Context(), &cb.StartImportRequest{Owner: "bob", KeyRef: "main",
+		Source: &cb.ObjectLocation{Bucket: "local", Key: "some.xmtpbak"}})
+	wantStatus(t, "an import past max-jobs", err, codes.ResourceExhausted)
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 4<<20 {
+		t.Errorf("refused starts grew the heap by %d bytes", grew)
+	}
+	if names := listNames(t, conn, ""); len(names) != 1 || names[0] != first.GetName() {
+		t.Errorf("operations after refused starts: %v", names)
+	}
+	close(held.release)
+	if done := waitOp(t, conn, first.GetName()); done.GetError() != nil {
+		t.Errorf("the running job: %v", done.GetError())
 	}
 }
