@@ -82,7 +82,9 @@ func importArchive(t *testing.T, c cb.ArchiveServiceClient, owner string, key, d
 		t.Fatal(err)
 	}
 	if err := stream.Send(&cb.ImportRequest{Payload: &cb.ImportRequest_Start{Start: &cb.ImportStart{Owner: owner, Key: key}}}); err != nil {
-		t.Fatal(err)
+		// io.EOF: the server ended the stream first (a refusal before any
+		// message); CloseAndRecv has its status.
+		return stream.CloseAndRecv()
 	}
 	for len(data) > 0 {
 		n := min(chunk, len(data))
