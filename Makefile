@@ -2,6 +2,7 @@
 BUF_VERSION              := v1.75.0
 PROTOC_GEN_GO_VERSION    := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
+PROTOC_GEN_GO_VTPROTO_VERSION := v0.6.0
 STATICCHECK_VERSION      := v0.8.2
 GHZ_VERSION              := v0.93.0
 GRPCURL_VERSION          := v1.9.3
@@ -51,6 +52,7 @@ tools:
 	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	go install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@$(PROTOC_GEN_GO_VTPROTO_VERSION)
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
@@ -124,7 +126,7 @@ FUZZ_TARGETS := \
 	internal/codec:FuzzDecodeIntent internal/codec:FuzzDecodeLegacyReaction \
 	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive \
 	internal/archive:FuzzParseElementMatchesProto internal/archive:FuzzAppendElementMatchesProto \
-	internal/server:FuzzPageToken internal/server:FuzzListFilter \
+	internal/server:FuzzPageToken internal/server:FuzzListFilter internal/contentapi:FuzzMarshalVTMatchesProto \
 	internal/jobs:FuzzCheckObjectKey internal/jobs:FuzzJobID
 fuzz:
 	for entry in $(FUZZ_TARGETS); do \

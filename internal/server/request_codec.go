@@ -38,15 +38,50 @@ func newRequestCodec() *requestCodec {
 
 func (c *requestCodec) Name() string { return "proto" }
 
-// Marshal is the proto codec's, but for an Export chunk, which goes out
-// without a copy: its field header, then the chunk's own bytes. The proto
-// codec would clear a pooled buffer of the chunk's size and copy the
-// chunk into it, twice the bytes of every archive touched again.
+// Marshal writes a response. An Export chunk goes out without a copy: its
+// field header, then the chunk's own bytes (the proto codec would clear a
+// pooled buffer of the chunk's size and copy the chunk into it, twice the
+// bytes of every archive touched again). Every other message of ours is
+// marshalled by the code vtprotobuf generated for it, without protobuf's
+// reflection, which was a sixth of a ListMessages call's CPU; anything
+// else goes to the proto codec.
 func (c *requestCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if hdr, chunk, ok := exportChunk(v); ok {
 		return mem.BufferSlice{mem.SliceBuffer(hdr), mem.SliceBuffer(chunk)}, nil
 	}
+	if m, ok := v.(vtMarshaler); ok {
+		return marshalVT(m)
+	}
 	return c.proto.Marshal(v)
+}
+
+// vtMarshaler is what protoc-gen-go-vtproto generates (features
+// marshal+size; never its unmarshal, which checks neither UTF-8 nor depth:
+// requests are parsed by protobuf itself).
+type vtMarshaler interface {
+	SizeVT() int
+	MarshalToSizedBufferVT(dst []byte) (int, error)
+}
+
+// marshalVT is the proto codec's Marshal through the generated code: small
+// messages into a buffer of their own, larger ones into one from grpc's
+// pool, given back when the transport has written it.
+func marshalVT(m vtMarshaler) (mem.BufferSlice, error) {
+	size := m.SizeVT()
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		buf := make([]byte, size)
+		if _, err := m.MarshalToSizedBufferVT(buf); err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(size)
+	if _, err := m.MarshalToSizedBufferVT((*buf)[:size]); err != nil {
+		pool.Put(buf)
+		return nil, err
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
 // exportChunkField is ExportResponse's chunk, read from the descriptor.
