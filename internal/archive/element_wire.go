@@ -230,10 +230,6 @@ func appendMessage(b []byte, m *mb.GroupMessageSave) []byte {
 	return b
 }
 
-// MessageSize is what m marshals to, computed without reflection, when it
-// has no unknown fields (with some, it is their size less).
-func MessageSize(m *mb.GroupMessageSave) int { return messageSize(m) }
-
 // ElementSize is proto.Size(el), without reflection for a message element:
 // what import charges its read-ahead and export weighs its batches by, once
 // a record.

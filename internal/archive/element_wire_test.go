@@ -171,7 +171,7 @@ func TestNextAndNextSharedMixedSizes(t *testing.T) {
 func TestMessageSizeIsProtoSize(t *testing.T) {
 	for _, el := range []*ds.BackupElement{fullMessageElement(), benchElement(), messageElement("m", "g"), {Element: &ds.BackupElement_GroupMessage{GroupMessage: &mb.GroupMessageSave{}}}} {
 		m := el.GetGroupMessage()
-		if got, want := MessageSize(m), proto.Size(m); got != want {
+		if got, want := messageSize(m), proto.Size(m); got != want {
 			t.Errorf("MessageSize %d, proto.Size %d", got, want)
 		}
 		if got, want := ElementSize(el), proto.Size(el); got != want {

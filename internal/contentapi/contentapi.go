@@ -125,19 +125,24 @@ func DecodeResponse(reg *codec.Registry, b []byte) *cb.DecodeResponse {
 // is no outcome to report.
 func DecodeResponseMetered(reg *codec.Registry, b []byte, m codec.Meter) (*cb.DecodeResponse, error) {
 	d, ec, err := reg.DecodeMetered(b, m)
-	var be *codec.BudgetError
-	if errors.As(err, &be) {
-		return nil, be
+	if err != nil {
+		// Declared here, not above: errors.As moves its target to the
+		// heap, an allocation for every message of a page otherwise.
+		var be *codec.BudgetError
+		if errors.As(err, &be) {
+			return nil, be
+		}
 	}
 	return outcome(reg, b, d, ec, err), nil
 }
 
 func outcome(reg *codec.Registry, b []byte, d codec.Decoded, ec *mc.EncodedContent, err error) *cb.DecodeResponse {
-	// One allocation for the response and its push value: DecodeBatch
-	// builds many.
+	// One allocation for the response, its push value and its content
+	// wrapper: DecodeBatch and ListMessages build many.
 	both := new(struct {
-		resp cb.DecodeResponse
-		push bool
+		resp    cb.DecodeResponse
+		push    bool
+		content cb.DecodeResponse_Content
 	})
 	resp := &both.resp
 	if ec != nil {
@@ -154,7 +159,8 @@ func outcome(reg *codec.Registry, b []byte, d codec.Decoded, ec *mc.EncodedConte
 	}
 	if err == nil {
 		if c, ok := Content(d); ok {
-			resp.Result = &cb.DecodeResponse_Content{Content: c}
+			both.content.Content = c
+			resp.Result = &both.content
 			return resp
 		}
 		err = &codec.Error{Kind: codec.KindDecodeFailed, Type: d.Type, Reason: "decoded by an application codec whose value has no Content message"}

@@ -14,7 +14,6 @@ import (
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
-	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/contentapi"
@@ -183,7 +182,10 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 	pageBytes, read, cut := 0, 0, false
 	for batch := range rows.batches {
 		read += len(batch)
-		for _, m := range batch {
+		// The batch's StoredMessages in one allocation: they live as long
+		// as the page does.
+		stored := make([]cb.StoredMessage, len(batch))
+		for j, m := range batch {
 			i := len(resp.Messages)
 			decoded, err := contentapi.DecodeResponseMetered(s.registry, m.GetDecryptedMessageBytes(), call)
 			if err != nil {
@@ -193,11 +195,10 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 				}
 				return nil, decodeBudgetStatus(err, "messages")
 			}
-			// What it marshals to, with its field's tag and length: the
-			// message sized by hand (proto.Size through reflection was a
-			// sixth of a page's time) and its unknown fields, if any, on top.
-			size := protowire.SizeBytes(archive.MessageSize(m)+len(m.ProtoReflect().GetUnknown())) +
-				protowire.SizeBytes(proto.Size(decoded)) + 2 + 8
+			// What it marshals to, with its field's tag and length, sized
+			// by the code the response is marshalled by (proto.Size through
+			// reflection was a sixth of a page's time).
+			size := protowire.SizeBytes(m.SizeVT()) + protowire.SizeBytes(decoded.SizeVT()) + 2 + 8
 			if i > 0 && pageBytes+size > s.limits.ListPageBytes {
 				cut = true
 				break
@@ -212,7 +213,9 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 			}
 			pageBytes += size
 			s.metrics.decoded(decoded)
-			resp.Messages = append(resp.Messages, &cb.StoredMessage{Message: m, Decoded: decoded})
+			sm := &stored[j]
+			sm.Message, sm.Decoded = m, decoded
+			resp.Messages = append(resp.Messages, sm)
 		}
 		if cut {
 			break

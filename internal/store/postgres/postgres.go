@@ -180,7 +180,7 @@ func (c conn) Query(ctx context.Context, query string, args []any, each func(sto
 		return err
 	}
 	defer rows.Close()
-	if err := each(binaryRows{rows}); err != nil {
+	if err := each(newBinaryRows(rows)); err != nil {
 		return err
 	}
 	return rows.Err()

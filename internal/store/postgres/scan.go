@@ -16,9 +16,14 @@ import (
 // any other destination or column type, or in text form where the two
 // forms differ, goes to pgx's
 // Scan whole.
-type binaryRows struct{ pgx.Rows }
+type binaryRows struct {
+	pgx.Rows
+	texts textInterner
+}
 
-func (r binaryRows) Scan(dest ...any) error {
+func newBinaryRows(rows pgx.Rows) *binaryRows { return &binaryRows{Rows: rows} }
+
+func (r *binaryRows) Scan(dest ...any) error {
 	fields, raw := r.FieldDescriptions(), r.RawValues()
 	if len(fields) != len(dest) || len(raw) != len(dest) {
 		return r.Rows.Scan(dest...)
@@ -31,7 +36,7 @@ func (r binaryRows) Scan(dest ...any) error {
 			total += len(raw[i])
 		}
 	}
-	a := rowArena{buf: make([]byte, 0, total)}
+	a := rowArena{buf: make([]byte, 0, total), texts: &r.texts}
 	for i, d := range dest {
 		if !wireForm(fields[i]) || !a.scan(d, fields[i].DataTypeOID, raw[i]) {
 			return r.Rows.Scan(dest...)
@@ -45,8 +50,9 @@ func (r binaryRows) Scan(dest ...any) error {
 // over another. (Text is still a string of its own: a string over the
 // arena would need unsafe for a gain the benchmarks do not show.)
 type rowArena struct {
-	buf  []byte
-	opts *rowOptionals
+	buf   []byte
+	opts  *rowOptionals
+	texts *textInterner
 }
 
 // rowOptionals holds a row's optional (pointer) values, enough for the
@@ -73,7 +79,35 @@ func (a *rowArena) bytes(v []byte) []byte {
 	return a.buf[off:len(a.buf):len(a.buf)]
 }
 
-func (a *rowArena) text(v []byte) string { return string(v) }
+func (a *rowArena) text(v []byte) string { return a.texts.text(v) }
+
+// textInterner gives the rows of one query the same string for the same
+// short text: a conversation's messages repeat a few senders and content
+// types, and each was an allocation a row. It is bounded, so a query of
+// distinct texts costs a full map and then plain strings.
+type textInterner struct{ seen map[string]string }
+
+const (
+	internTexts   = 256
+	internTextLen = 128
+)
+
+func (t *textInterner) text(v []byte) string {
+	if len(v) == 0 || len(v) > internTextLen {
+		return string(v)
+	}
+	if s, ok := t.seen[string(v)]; ok { // the lookup does not allocate
+		return s
+	}
+	s := string(v)
+	if len(t.seen) < internTexts {
+		if t.seen == nil {
+			t.seen = make(map[string]string)
+		}
+		t.seen[s] = s
+	}
+	return s
+}
 
 // slot stores v in the next free one of slots, or, past them, on its own.
 func slot[T any](slots []T, used *int, v T) *T {

@@ -1,9 +1,12 @@
 package postgres
 
 import (
+	"fmt"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -43,7 +46,7 @@ func TestBinaryScanMatchesPgx(t *testing.T) {
 	var values [2][]any
 	for i, wrap := range []func(pgx.Rows) interface{ Scan(...any) error }{
 		func(r pgx.Rows) interface{ Scan(...any) error } { return r },
-		func(r pgx.Rows) interface{ Scan(...any) error } { return binaryRows{r} },
+		func(r pgx.Rows) interface{ Scan(...any) error } { return newBinaryRows(r) },
 	} {
 		rows, err := c.Query(t.Context(), query)
 		if err != nil {
@@ -55,7 +58,7 @@ func TestBinaryScanMatchesPgx(t *testing.T) {
 				// and taken by rowArena.scan.
 				for j, f := range rows.FieldDescriptions() {
 					probe := scanWith(func(dest ...any) error { return nil })
-					if !wireForm(f) || !new(rowArena).scan(probe[j], f.DataTypeOID, rows.RawValues()[j]) {
+					if !wireForm(f) || !(&rowArena{texts: new(textInterner)}).scan(probe[j], f.DataTypeOID, rows.RawValues()[j]) {
 						t.Errorf("column %d (type %d, format %d) is left to pgx", j, f.DataTypeOID, f.Format)
 					}
 				}
@@ -81,5 +84,28 @@ func TestBinaryScanMatchesPgx(t *testing.T) {
 	// so appending to one reallocates it rather than writing over the next.
 	if b := ours[0].(*[]byte); cap(*b) != len(*b) {
 		t.Errorf("a scanned value of %d bytes has capacity %d", len(*b), cap(*b))
+	}
+}
+
+// TestTextInterner: a query's repeated short texts share one string, the
+// table stops growing at its bound, and every text comes back as itself.
+func TestTextInterner(t *testing.T) {
+	var in textInterner
+	a, b := in.text([]byte("sender-inbox")), in.text([]byte("sender-inbox"))
+	if a != "sender-inbox" || unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Fatalf("a repeated text is not shared: %q %q", a, b)
+	}
+	for i := range 3 * internTexts {
+		v := fmt.Sprintf("text-%d", i)
+		if got := in.text([]byte(v)); got != v {
+			t.Fatalf("text %q came back as %q", v, got)
+		}
+	}
+	if len(in.seen) != internTexts {
+		t.Fatalf("the table holds %d texts, want its bound %d", len(in.seen), internTexts)
+	}
+	long := strings.Repeat("x", internTextLen+1)
+	if got := in.text([]byte(long)); got != long || in.text(nil) != "" {
+		t.Fatal("a long or empty text is not itself")
 	}
 }
