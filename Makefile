@@ -146,6 +146,7 @@ bench-store:
 	TEST_DATABASE_URL="$$url" go run ./tools/benchratio -pkg ./internal/server -rounds 3 -benchtime 20x \
 		-ratio 'ListMessages/postgres/direct,PostgresCopyTo,msgs/s,0.6' \
 		-ratio 'ListMessages/postgres/grpc,PostgresCopyTo,msgs/s,0.5' \
+		-ratio 'StreamMessages/postgres/grpc,PostgresCopyTo,msgs/s,0.5' \
 		-ratio 'AppendMessages/postgres/direct,PostgresCopyFrom,msgs/s,0.5' \
 		-ratio 'AppendMessages/postgres/grpc,PostgresCopyFrom,msgs/s,0.5' \
 		-floor 'AppendMessages/sqlite/direct,msgs/s,60000' \

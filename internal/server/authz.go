@@ -36,6 +36,7 @@ var methodScopes = map[string][]auth.Scope{
 	cb.ConversationService_GetGroup_FullMethodName:       {auth.ScopeConversationsRead},
 	cb.ConversationService_ListGroups_FullMethodName:     {auth.ScopeConversationsRead},
 	cb.ConversationService_ListMessages_FullMethodName:   {auth.ScopeConversationsRead},
+	cb.ConversationService_StreamMessages_FullMethodName: {auth.ScopeConversationsRead},
 	cb.ConversationService_ListConsent_FullMethodName:    {auth.ScopeConversationsRead},
 	cb.ConversationService_PutGroup_FullMethodName:       {auth.ScopeConversationsWrite},
 	cb.ConversationService_AppendMessages_FullMethodName: {auth.ScopeConversationsWrite},

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"testing"
@@ -70,6 +71,9 @@ func (d directClient) AppendMessages(ctx context.Context, in *cb.AppendMessagesR
 }
 func (d directClient) ListMessages(ctx context.Context, in *cb.ListMessagesRequest, _ ...grpc.CallOption) (*cb.ListMessagesResponse, error) {
 	return d.s.ListMessages(ctx, in)
+}
+func (d directClient) StreamMessages(context.Context, *cb.StreamMessagesRequest, ...grpc.CallOption) (grpc.ServerStreamingClient[cb.StreamMessagesResponse], error) {
+	return nil, errors.New("StreamMessages is benchmarked over gRPC only: a stream needs the transport")
 }
 func (d directClient) DeleteMessage(ctx context.Context, in *cb.DeleteMessageRequest, _ ...grpc.CallOption) (*cb.DeleteMessageResponse, error) {
 	return d.s.DeleteMessage(ctx, in)
@@ -149,6 +153,53 @@ func BenchmarkListMessages(b *testing.B) {
 		}
 		reportRate(b, benchBatch)
 	})
+}
+
+// BenchmarkStreamMessages reads the same group as BenchmarkListMessages
+// in one StreamMessages call (responses of 1,000), over gRPC only: the
+// stream is the transport's.
+func BenchmarkStreamMessages(b *testing.B) {
+	content := text200Envelope(b)
+	for _, e := range storetest.Engines() {
+		b.Run(e.Name+"/grpc", func(b *testing.B) {
+			c := cb.NewConversationServiceClient(startTCP(b, Config{Store: e.Open(b)}))
+			owner := storetest.Owner("bench")
+			ctx := context.Background()
+			if _, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner, Group: storetest.MinimalGroup("g")}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.AppendMessages(ctx, &cb.AppendMessagesRequest{Owner: owner, Messages: benchMessages(0, []byte("g"), content)}); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				stream, err := c.StreamMessages(ctx, &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g")})
+				if err != nil {
+					b.Fatal(err)
+				}
+				n := 0
+				for {
+					resp, err := stream.Recv()
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, m := range resp.GetMessages() {
+						if m.GetDecoded().GetContent() == nil {
+							b.Fatal("not decoded")
+						}
+					}
+					n += len(resp.GetMessages())
+				}
+				if n != benchBatch {
+					b.Fatalf("streamed %d", n)
+				}
+			}
+			reportRate(b, benchBatch)
+		})
+	}
 }
 
 // copyColumns are the messages table's columns in CopyFrom order.

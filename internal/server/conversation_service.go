@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -154,31 +155,162 @@ func (s *ConversationService) AppendMessages(ctx context.Context, req *cb.Append
 }
 
 func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMessagesRequest) (*cb.ListMessagesResponse, error) {
-	if err := errors.Join(records.CheckOwner(req.GetOwner()), records.CheckID("group_id", req.GetGroupId())); err != nil {
-		return nil, statusOf(err)
-	}
-	if req.StartNs != nil && req.EndNs != nil && req.GetStartNs() > req.GetEndNs() {
-		return nil, status.Errorf(codes.InvalidArgument, "start_ns: %d is after end_ns %d", req.GetStartNs(), req.GetEndNs())
-	}
-	limit, err := pageSize(req.GetPageSize())
+	q, err := s.messageQuery(req.GetOwner(), req.GetGroupId(), req.StartNs, req.EndNs, req.GetPageSize(), defaultPageSize, req.GetPageToken())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
-	q := store.MessageQuery{GroupID: req.GetGroupId(), StartNs: req.StartNs, EndNs: req.EndNs, Limit: limit}
-	if q.After, err = s.tokens.parseMessages(req.GetOwner(), q, req.GetPageToken()); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+	// Decoding is charged to the call's and the server's budgets.
+	call, done := callBudget(ctx, s.pool, "list decode", s.limits.CallExpandBytes)
+	defer done()
+	page, err := s.messagePage(ctx, req.GetOwner(), q, call, true)
+	if err != nil {
+		return nil, err
+	}
+	return &cb.ListMessagesResponse{Messages: page.messages, NextPageToken: page.next}, nil
+}
+
+// StreamMessages sends the pages ListMessages would, one after another: a
+// goroutine sends each page while the next is read and decoded. Each page
+// has a budget of its own, closed once the page is sent, so a call holds
+// at most three pages (one sending, one waiting, one being built).
+func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stream grpc.ServerStreamingServer[cb.StreamMessagesResponse]) error {
+	q, err := s.messageQuery(req.GetOwner(), req.GetGroupId(), req.StartNs, req.EndNs, req.GetPageSize(), maxPageSize, req.GetPageToken())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	pages := make(chan sendablePage, 1)
+	sent := make(chan error, 1)
+	go func() {
+		var err error
+		for p := range pages {
+			if err == nil {
+				if err = stream.Send(p.resp); err != nil {
+					cancel() // nobody is reading: stop reading pages
+				}
+			}
+			p.call.Close()
+		}
+		sent <- err
+	}()
+	idle := s.limits.StreamIdleTimeout
+	stalled := false
+	err = func() error {
+		defer close(pages)
+		for first := true; ; first = false {
+			call := s.pool.NewCall("stream decode", s.limits.CallExpandBytes)
+			page, err := s.messagePage(ctx, req.GetOwner(), q, call, first)
+			if err != nil {
+				call.Close()
+				return err
+			}
+			if len(page.messages) == 0 && !first {
+				// The last page was full and nothing followed it.
+				call.Close()
+				return nil
+			}
+			p := sendablePage{&cb.StreamMessagesResponse{Messages: page.messages, ResumeToken: page.next}, call}
+			if !offerPage(ctx, pages, p, idle) {
+				stalled = ctx.Err() == nil
+				return ctx.Err()
+			}
+			if page.next == "" {
+				return nil
+			}
+			q.After = &page.cursor
+		}
+	}()
+	if stalled {
+		// The sender is blocked on a client that does not read; it ends
+		// when this call does.
+		return status.Errorf(codes.DeadlineExceeded, "the client read nothing for %s, the stream idle timeout", idle)
+	}
+	if serr := <-sent; err == nil {
+		err = serr
+	}
+	if err != nil {
+		if ctxErr := stream.Context().Err(); ctxErr != nil {
+			return status.FromContextError(ctxErr).Err()
+		}
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		return statusOf(err)
+	}
+	return nil
+}
+
+// sendablePage is a page of StreamMessages and the budget that paid for
+// it, closed once it is sent.
+type sendablePage struct {
+	resp *cb.StreamMessagesResponse
+	call *budget.Call
+}
+
+// offerPage hands p to the sender, waiting at most idle for it to take
+// it; otherwise it closes p's budget and reports false.
+func offerPage(ctx context.Context, pages chan<- sendablePage, p sendablePage, idle time.Duration) bool {
+	select {
+	case pages <- p:
+		return true
+	default:
+	}
+	t := time.NewTimer(idle)
+	defer t.Stop()
+	select {
+	case pages <- p:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	p.call.Close()
+	return false
+}
+
+// messageQuery checks a request for one group's messages and returns its
+// query; page size 0 means def.
+func (s *ConversationService) messageQuery(owner string, group []byte, startNs, endNs *int64, size int32, def int, token string) (store.MessageQuery, error) {
+	if err := errors.Join(records.CheckOwner(owner), records.CheckID("group_id", group)); err != nil {
+		return store.MessageQuery{}, statusOf(err)
+	}
+	if startNs != nil && endNs != nil && *startNs > *endNs {
+		return store.MessageQuery{}, status.Errorf(codes.InvalidArgument, "start_ns: %d is after end_ns %d", *startNs, *endNs)
+	}
+	limit := def
+	if size != 0 {
+		var err error
+		if limit, err = pageSize(size); err != nil {
+			return store.MessageQuery{}, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	q := store.MessageQuery{GroupID: group, StartNs: startNs, EndNs: endNs, Limit: limit}
+	var err error
+	if q.After, err = s.tokens.parseMessages(owner, q, token); err != nil {
+		return store.MessageQuery{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	// Stored content is read no further than the page can return.
 	q.MaxBytes = s.limits.ListPageBytes
-	// Decoding is charged to the call's and the server's budgets; the page
-	// ends early, with a token, before its response would pass the page
-	// limit, except that its first message is always returned, so every
-	// stored message can be listed.
-	call, done := callBudget(ctx, s.pool, "list decode", s.limits.CallExpandBytes)
-	defer done()
-	rows := s.readPage(ctx, req.GetOwner(), q)
+	return q, nil
+}
+
+// messagePage is one page of q: its messages, decoded, and when more may
+// follow, the token and cursor after its last.
+type messagePage struct {
+	messages []*cb.StoredMessage
+	next     string
+	cursor   store.MessageCursor
+}
+
+// messagePage reads and decodes one page of q, charging call. The page
+// ends early, with a token, before its response would pass the page
+// limit, except that its first message is always returned, so every
+// stored message can be listed. An empty first page of a group that does
+// not exist is NOT_FOUND, so a typo is not mistaken for a quiet group.
+func (s *ConversationService) messagePage(ctx context.Context, owner string, q store.MessageQuery, call *budget.Call, first bool) (messagePage, error) {
+	rows := s.readPage(ctx, owner, q)
 	defer rows.stop()
-	resp := &cb.ListMessagesResponse{Messages: make([]*cb.StoredMessage, 0, min(limit, 256))}
+	msgs := make([]*cb.StoredMessage, 0, min(q.Limit, 256))
 	pageBytes, read, cut := 0, 0, false
 	for batch := range rows.batches {
 		read += len(batch)
@@ -186,14 +318,14 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 		// as the page does.
 		stored := make([]cb.StoredMessage, len(batch))
 		for j, m := range batch {
-			i := len(resp.Messages)
+			i := len(msgs)
 			decoded, err := contentapi.DecodeResponseMetered(s.registry, m.GetDecryptedMessageBytes(), call)
 			if err != nil {
 				if i > 0 {
 					cut = true // what is decoded so far goes out; the rest on the next page
 					break
 				}
-				return nil, decodeBudgetStatus(err, "messages")
+				return messagePage{}, decodeBudgetStatus(err, "messages")
 			}
 			// What it marshals to, with its field's tag and length, sized
 			// by the code the response is marshalled by (proto.Size through
@@ -209,13 +341,13 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 					cut = true
 					break
 				}
-				return nil, decodeBudgetStatus(err, "messages")
+				return messagePage{}, decodeBudgetStatus(err, "messages")
 			}
 			pageBytes += size
 			s.metrics.decoded(decoded)
 			sm := &stored[j]
 			sm.Message, sm.Decoded = m, decoded
-			resp.Messages = append(resp.Messages, sm)
+			msgs = append(msgs, sm)
 		}
 		if cut {
 			break
@@ -224,20 +356,20 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 	rows.stop()
 	full, err := rows.result()
 	if err != nil {
-		return nil, statusOf(err)
+		return messagePage{}, statusOf(err)
 	}
-	if read == 0 {
-		// An empty page of a group that does not exist is NOT_FOUND, so a
-		// typo is not mistaken for a quiet group.
-		if _, err := s.store.GetGroup(ctx, req.GetOwner(), req.GetGroupId()); err != nil {
-			return nil, statusOf(err)
+	if read == 0 && first {
+		if _, err := s.store.GetGroup(ctx, owner, q.GroupID); err != nil {
+			return messagePage{}, statusOf(err)
 		}
 	}
-	if n := len(resp.Messages); n == limit || cut || full {
-		last := resp.Messages[n-1].GetMessage()
-		resp.NextPageToken = s.tokens.messages(req.GetOwner(), q, store.MessageCursor{SentAtNs: last.GetSentAtNs(), ID: last.GetId()})
+	page := messagePage{messages: msgs}
+	if n := len(msgs); n > 0 && (n == q.Limit || cut || full) {
+		last := msgs[n-1].GetMessage()
+		page.cursor = store.MessageCursor{SentAtNs: last.GetSentAtNs(), ID: last.GetId()}
+		page.next = s.tokens.messages(owner, q, page.cursor)
 	}
-	return resp, nil
+	return page, nil
 }
 
 // pageReader reads a page of messages in a goroutine of its own and hands

@@ -396,6 +396,14 @@ func ownerCalls(t *testing.T) map[string]ownerCall {
 			_, err := cb.NewConversationServiceClient(c).ListMessages(ctx, &cb.ListMessagesRequest{Owner: o, GroupId: group})
 			return err
 		},
+		cb.ConversationService_StreamMessages_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			stream, err := cb.NewConversationServiceClient(c).StreamMessages(ctx, &cb.StreamMessagesRequest{Owner: o, GroupId: group})
+			if err != nil {
+				return err
+			}
+			_, err = stream.Recv()
+			return err
+		},
 		cb.ConversationService_DeleteMessage_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
 			_, err := cb.NewConversationServiceClient(c).DeleteMessage(ctx, &cb.DeleteMessageRequest{Owner: o, GroupId: group, MessageId: []byte("m0"), ActorInboxId: o})
 			return err

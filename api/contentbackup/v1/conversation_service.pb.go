@@ -653,6 +653,153 @@ func (x *ListMessagesRequest) GetPageToken() string {
 	return ""
 }
 
+// StreamMessagesRequest names the group and window as ListMessagesRequest
+// does.
+type StreamMessagesRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Owner   string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	GroupId []byte                 `protobuf:"bytes,2,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// Only messages sent after start_ns (exclusive) and up to end_ns
+	// (inclusive), the window of ARCH-009.
+	StartNs *int64 `protobuf:"varint,3,opt,name=start_ns,json=startNs,proto3,oneof" json:"start_ns,omitempty"`
+	EndNs   *int64 `protobuf:"varint,4,opt,name=end_ns,json=endNs,proto3,oneof" json:"end_ns,omitempty"`
+	// At most this many messages a response; 0 means 1000, more than 1000
+	// is an error.
+	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Continue after a message: a resume_token of StreamMessages or a
+	// next_page_token of ListMessages for the same owner, group and window.
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamMessagesRequest) Reset() {
+	*x = StreamMessagesRequest{}
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamMessagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamMessagesRequest) ProtoMessage() {}
+
+func (x *StreamMessagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamMessagesRequest.ProtoReflect.Descriptor instead.
+func (*StreamMessagesRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StreamMessagesRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *StreamMessagesRequest) GetGroupId() []byte {
+	if x != nil {
+		return x.GroupId
+	}
+	return nil
+}
+
+func (x *StreamMessagesRequest) GetStartNs() int64 {
+	if x != nil && x.StartNs != nil {
+		return *x.StartNs
+	}
+	return 0
+}
+
+func (x *StreamMessagesRequest) GetEndNs() int64 {
+	if x != nil && x.EndNs != nil {
+		return *x.EndNs
+	}
+	return 0
+}
+
+func (x *StreamMessagesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *StreamMessagesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// StreamMessagesResponse is the next messages of the stream.
+type StreamMessagesResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Messages []*StoredMessage       `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Continues after the last of messages; empty when no message follows
+	// (the stream may also end after a response whose page was full).
+	ResumeToken   string `protobuf:"bytes,2,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamMessagesResponse) Reset() {
+	*x = StreamMessagesResponse{}
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamMessagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamMessagesResponse) ProtoMessage() {}
+
+func (x *StreamMessagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamMessagesResponse.ProtoReflect.Descriptor instead.
+func (*StreamMessagesResponse) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *StreamMessagesResponse) GetMessages() []*StoredMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *StreamMessagesResponse) GetResumeToken() string {
+	if x != nil {
+		return x.ResumeToken
+	}
+	return ""
+}
+
 // StoredMessage is a stored message with its content decoded.
 type StoredMessage struct {
 	state   protoimpl.MessageState           `protogen:"open.v1"`
@@ -666,7 +813,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +825,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +838,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{9}
+	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StoredMessage) GetMessage() *message_backup.GroupMessageSave {
@@ -719,7 +866,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +878,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +891,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{10}
+	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*StoredMessage {
@@ -777,7 +924,7 @@ type DeleteMessageRequest struct {
 
 func (x *DeleteMessageRequest) Reset() {
 	*x = DeleteMessageRequest{}
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +936,7 @@ func (x *DeleteMessageRequest) String() string {
 func (*DeleteMessageRequest) ProtoMessage() {}
 
 func (x *DeleteMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +949,7 @@ func (x *DeleteMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMessageRequest.ProtoReflect.Descriptor instead.
 func (*DeleteMessageRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{11}
+	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteMessageRequest) GetOwner() string {
@@ -842,7 +989,7 @@ type DeleteMessageResponse struct {
 
 func (x *DeleteMessageResponse) Reset() {
 	*x = DeleteMessageResponse{}
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +1001,7 @@ func (x *DeleteMessageResponse) String() string {
 func (*DeleteMessageResponse) ProtoMessage() {}
 
 func (x *DeleteMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +1014,7 @@ func (x *DeleteMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMessageResponse.ProtoReflect.Descriptor instead.
 func (*DeleteMessageResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{12}
+	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{14}
 }
 
 // SetConsentRequest carries consent records to merge.
@@ -882,7 +1029,7 @@ type SetConsentRequest struct {
 
 func (x *SetConsentRequest) Reset() {
 	*x = SetConsentRequest{}
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[13]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1041,7 @@ func (x *SetConsentRequest) String() string {
 func (*SetConsentRequest) ProtoMessage() {}
 
 func (x *SetConsentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[13]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1054,7 @@ func (x *SetConsentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConsentRequest.ProtoReflect.Descriptor instead.
 func (*SetConsentRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{13}
+	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetConsentRequest) GetOwner() string {
@@ -934,7 +1081,7 @@ type SetConsentResponse struct {
 
 func (x *SetConsentResponse) Reset() {
 	*x = SetConsentResponse{}
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[14]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1093,7 @@ func (x *SetConsentResponse) String() string {
 func (*SetConsentResponse) ProtoMessage() {}
 
 func (x *SetConsentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[14]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1106,7 @@ func (x *SetConsentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConsentResponse.ProtoReflect.Descriptor instead.
 func (*SetConsentResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{14}
+	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetConsentResponse) GetOutcomes() []ConsentOutcome {
@@ -981,7 +1128,7 @@ type ListConsentRequest struct {
 
 func (x *ListConsentRequest) Reset() {
 	*x = ListConsentRequest{}
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[15]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1140,7 @@ func (x *ListConsentRequest) String() string {
 func (*ListConsentRequest) ProtoMessage() {}
 
 func (x *ListConsentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[15]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1153,7 @@ func (x *ListConsentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsentRequest.ProtoReflect.Descriptor instead.
 func (*ListConsentRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{15}
+	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListConsentRequest) GetOwner() string {
@@ -1041,7 +1188,7 @@ type ListConsentResponse struct {
 
 func (x *ListConsentResponse) Reset() {
 	*x = ListConsentResponse{}
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[16]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1200,7 @@ func (x *ListConsentResponse) String() string {
 func (*ListConsentResponse) ProtoMessage() {}
 
 func (x *ListConsentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[16]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1213,7 @@ func (x *ListConsentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsentResponse.ProtoReflect.Descriptor instead.
 func (*ListConsentResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{16}
+	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListConsentResponse) GetRecords() []*consent_backup.ConsentSave {
@@ -1094,7 +1241,7 @@ type ActivateGroupRequest struct {
 
 func (x *ActivateGroupRequest) Reset() {
 	*x = ActivateGroupRequest{}
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[17]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1253,7 @@ func (x *ActivateGroupRequest) String() string {
 func (*ActivateGroupRequest) ProtoMessage() {}
 
 func (x *ActivateGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[17]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1266,7 @@ func (x *ActivateGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateGroupRequest.ProtoReflect.Descriptor instead.
 func (*ActivateGroupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{17}
+	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ActivateGroupRequest) GetOwner() string {
@@ -1148,7 +1295,7 @@ type ActivateGroupResponse struct {
 
 func (x *ActivateGroupResponse) Reset() {
 	*x = ActivateGroupResponse{}
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[18]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1307,7 @@ func (x *ActivateGroupResponse) String() string {
 func (*ActivateGroupResponse) ProtoMessage() {}
 
 func (x *ActivateGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[18]
+	mi := &file_contentbackup_v1_conversation_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1320,7 @@ func (x *ActivateGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateGroupResponse.ProtoReflect.Descriptor instead.
 func (*ActivateGroupResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{18}
+	return file_contentbackup_v1_conversation_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ActivateGroupResponse) GetGroup() *group_backup.GroupSave {
@@ -1230,7 +1377,20 @@ const file_contentbackup_v1_conversation_service_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageTokenB\v\n" +
 	"\t_start_nsB\t\n" +
-	"\a_end_ns\"\x98\x01\n" +
+	"\a_end_ns\"\xd8\x01\n" +
+	"\x15StreamMessagesRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x19\n" +
+	"\bgroup_id\x18\x02 \x01(\fR\agroupId\x12\x1e\n" +
+	"\bstart_ns\x18\x03 \x01(\x03H\x00R\astartNs\x88\x01\x01\x12\x1a\n" +
+	"\x06end_ns\x18\x04 \x01(\x03H\x01R\x05endNs\x88\x01\x01\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageTokenB\v\n" +
+	"\t_start_nsB\t\n" +
+	"\a_end_ns\"x\n" +
+	"\x16StreamMessagesResponse\x12;\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1f.contentbackup.v1.StoredMessageR\bmessages\x12!\n" +
+	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\"\x98\x01\n" +
 	"\rStoredMessage\x12K\n" +
 	"\amessage\x18\x01 \x01(\v21.xmtp.device_sync.message_backup.GroupMessageSaveR\amessage\x12:\n" +
 	"\adecoded\x18\x02 \x01(\v2 .contentbackup.v1.DecodeResponseR\adecoded\"{\n" +
@@ -1270,14 +1430,15 @@ const file_contentbackup_v1_conversation_service_proto_rawDesc = "" +
 	"\x0eConsentOutcome\x12\x1f\n" +
 	"\x1bCONSENT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CONSENT_OUTCOME_STORED\x10\x01\x12\x1d\n" +
-	"\x19CONSENT_OUTCOME_UNCHANGED\x10\x022\xd1\x06\n" +
+	"\x19CONSENT_OUTCOME_UNCHANGED\x10\x022\xb8\a\n" +
 	"\x13ConversationService\x12Q\n" +
 	"\bPutGroup\x12!.contentbackup.v1.PutGroupRequest\x1a\".contentbackup.v1.PutGroupResponse\x12Q\n" +
 	"\bGetGroup\x12!.contentbackup.v1.GetGroupRequest\x1a\".contentbackup.v1.GetGroupResponse\x12W\n" +
 	"\n" +
 	"ListGroups\x12#.contentbackup.v1.ListGroupsRequest\x1a$.contentbackup.v1.ListGroupsResponse\x12c\n" +
 	"\x0eAppendMessages\x12'.contentbackup.v1.AppendMessagesRequest\x1a(.contentbackup.v1.AppendMessagesResponse\x12]\n" +
-	"\fListMessages\x12%.contentbackup.v1.ListMessagesRequest\x1a&.contentbackup.v1.ListMessagesResponse\x12`\n" +
+	"\fListMessages\x12%.contentbackup.v1.ListMessagesRequest\x1a&.contentbackup.v1.ListMessagesResponse\x12e\n" +
+	"\x0eStreamMessages\x12'.contentbackup.v1.StreamMessagesRequest\x1a(.contentbackup.v1.StreamMessagesResponse0\x01\x12`\n" +
 	"\rDeleteMessage\x12&.contentbackup.v1.DeleteMessageRequest\x1a'.contentbackup.v1.DeleteMessageResponse\x12W\n" +
 	"\n" +
 	"SetConsent\x12#.contentbackup.v1.SetConsentRequest\x1a$.contentbackup.v1.SetConsentResponse\x12Z\n" +
@@ -1297,7 +1458,7 @@ func file_contentbackup_v1_conversation_service_proto_rawDescGZIP() []byte {
 }
 
 var file_contentbackup_v1_conversation_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_contentbackup_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_contentbackup_v1_conversation_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_contentbackup_v1_conversation_service_proto_goTypes = []any{
 	(AppendOutcome)(0),                      // 0: contentbackup.v1.AppendOutcome
 	(ConsentOutcome)(0),                     // 1: contentbackup.v1.ConsentOutcome
@@ -1310,58 +1471,63 @@ var file_contentbackup_v1_conversation_service_proto_goTypes = []any{
 	(*AppendMessagesRequest)(nil),           // 8: contentbackup.v1.AppendMessagesRequest
 	(*AppendMessagesResponse)(nil),          // 9: contentbackup.v1.AppendMessagesResponse
 	(*ListMessagesRequest)(nil),             // 10: contentbackup.v1.ListMessagesRequest
-	(*StoredMessage)(nil),                   // 11: contentbackup.v1.StoredMessage
-	(*ListMessagesResponse)(nil),            // 12: contentbackup.v1.ListMessagesResponse
-	(*DeleteMessageRequest)(nil),            // 13: contentbackup.v1.DeleteMessageRequest
-	(*DeleteMessageResponse)(nil),           // 14: contentbackup.v1.DeleteMessageResponse
-	(*SetConsentRequest)(nil),               // 15: contentbackup.v1.SetConsentRequest
-	(*SetConsentResponse)(nil),              // 16: contentbackup.v1.SetConsentResponse
-	(*ListConsentRequest)(nil),              // 17: contentbackup.v1.ListConsentRequest
-	(*ListConsentResponse)(nil),             // 18: contentbackup.v1.ListConsentResponse
-	(*ActivateGroupRequest)(nil),            // 19: contentbackup.v1.ActivateGroupRequest
-	(*ActivateGroupResponse)(nil),           // 20: contentbackup.v1.ActivateGroupResponse
-	(*group_backup.GroupSave)(nil),          // 21: xmtp.device_sync.group_backup.GroupSave
-	(*message_backup.GroupMessageSave)(nil), // 22: xmtp.device_sync.message_backup.GroupMessageSave
-	(*DecodeResponse)(nil),                  // 23: contentbackup.v1.DecodeResponse
-	(*consent_backup.ConsentSave)(nil),      // 24: xmtp.device_sync.consent_backup.ConsentSave
+	(*StreamMessagesRequest)(nil),           // 11: contentbackup.v1.StreamMessagesRequest
+	(*StreamMessagesResponse)(nil),          // 12: contentbackup.v1.StreamMessagesResponse
+	(*StoredMessage)(nil),                   // 13: contentbackup.v1.StoredMessage
+	(*ListMessagesResponse)(nil),            // 14: contentbackup.v1.ListMessagesResponse
+	(*DeleteMessageRequest)(nil),            // 15: contentbackup.v1.DeleteMessageRequest
+	(*DeleteMessageResponse)(nil),           // 16: contentbackup.v1.DeleteMessageResponse
+	(*SetConsentRequest)(nil),               // 17: contentbackup.v1.SetConsentRequest
+	(*SetConsentResponse)(nil),              // 18: contentbackup.v1.SetConsentResponse
+	(*ListConsentRequest)(nil),              // 19: contentbackup.v1.ListConsentRequest
+	(*ListConsentResponse)(nil),             // 20: contentbackup.v1.ListConsentResponse
+	(*ActivateGroupRequest)(nil),            // 21: contentbackup.v1.ActivateGroupRequest
+	(*ActivateGroupResponse)(nil),           // 22: contentbackup.v1.ActivateGroupResponse
+	(*group_backup.GroupSave)(nil),          // 23: xmtp.device_sync.group_backup.GroupSave
+	(*message_backup.GroupMessageSave)(nil), // 24: xmtp.device_sync.message_backup.GroupMessageSave
+	(*DecodeResponse)(nil),                  // 25: contentbackup.v1.DecodeResponse
+	(*consent_backup.ConsentSave)(nil),      // 26: xmtp.device_sync.consent_backup.ConsentSave
 }
 var file_contentbackup_v1_conversation_service_proto_depIdxs = []int32{
-	21, // 0: contentbackup.v1.PutGroupRequest.group:type_name -> xmtp.device_sync.group_backup.GroupSave
-	21, // 1: contentbackup.v1.PutGroupResponse.group:type_name -> xmtp.device_sync.group_backup.GroupSave
-	21, // 2: contentbackup.v1.GetGroupResponse.group:type_name -> xmtp.device_sync.group_backup.GroupSave
-	21, // 3: contentbackup.v1.ListGroupsResponse.groups:type_name -> xmtp.device_sync.group_backup.GroupSave
-	22, // 4: contentbackup.v1.AppendMessagesRequest.messages:type_name -> xmtp.device_sync.message_backup.GroupMessageSave
+	23, // 0: contentbackup.v1.PutGroupRequest.group:type_name -> xmtp.device_sync.group_backup.GroupSave
+	23, // 1: contentbackup.v1.PutGroupResponse.group:type_name -> xmtp.device_sync.group_backup.GroupSave
+	23, // 2: contentbackup.v1.GetGroupResponse.group:type_name -> xmtp.device_sync.group_backup.GroupSave
+	23, // 3: contentbackup.v1.ListGroupsResponse.groups:type_name -> xmtp.device_sync.group_backup.GroupSave
+	24, // 4: contentbackup.v1.AppendMessagesRequest.messages:type_name -> xmtp.device_sync.message_backup.GroupMessageSave
 	0,  // 5: contentbackup.v1.AppendMessagesResponse.outcomes:type_name -> contentbackup.v1.AppendOutcome
-	22, // 6: contentbackup.v1.StoredMessage.message:type_name -> xmtp.device_sync.message_backup.GroupMessageSave
-	23, // 7: contentbackup.v1.StoredMessage.decoded:type_name -> contentbackup.v1.DecodeResponse
-	11, // 8: contentbackup.v1.ListMessagesResponse.messages:type_name -> contentbackup.v1.StoredMessage
-	24, // 9: contentbackup.v1.SetConsentRequest.records:type_name -> xmtp.device_sync.consent_backup.ConsentSave
-	1,  // 10: contentbackup.v1.SetConsentResponse.outcomes:type_name -> contentbackup.v1.ConsentOutcome
-	24, // 11: contentbackup.v1.ListConsentResponse.records:type_name -> xmtp.device_sync.consent_backup.ConsentSave
-	21, // 12: contentbackup.v1.ActivateGroupResponse.group:type_name -> xmtp.device_sync.group_backup.GroupSave
-	2,  // 13: contentbackup.v1.ConversationService.PutGroup:input_type -> contentbackup.v1.PutGroupRequest
-	4,  // 14: contentbackup.v1.ConversationService.GetGroup:input_type -> contentbackup.v1.GetGroupRequest
-	6,  // 15: contentbackup.v1.ConversationService.ListGroups:input_type -> contentbackup.v1.ListGroupsRequest
-	8,  // 16: contentbackup.v1.ConversationService.AppendMessages:input_type -> contentbackup.v1.AppendMessagesRequest
-	10, // 17: contentbackup.v1.ConversationService.ListMessages:input_type -> contentbackup.v1.ListMessagesRequest
-	13, // 18: contentbackup.v1.ConversationService.DeleteMessage:input_type -> contentbackup.v1.DeleteMessageRequest
-	15, // 19: contentbackup.v1.ConversationService.SetConsent:input_type -> contentbackup.v1.SetConsentRequest
-	17, // 20: contentbackup.v1.ConversationService.ListConsent:input_type -> contentbackup.v1.ListConsentRequest
-	19, // 21: contentbackup.v1.ConversationService.ActivateGroup:input_type -> contentbackup.v1.ActivateGroupRequest
-	3,  // 22: contentbackup.v1.ConversationService.PutGroup:output_type -> contentbackup.v1.PutGroupResponse
-	5,  // 23: contentbackup.v1.ConversationService.GetGroup:output_type -> contentbackup.v1.GetGroupResponse
-	7,  // 24: contentbackup.v1.ConversationService.ListGroups:output_type -> contentbackup.v1.ListGroupsResponse
-	9,  // 25: contentbackup.v1.ConversationService.AppendMessages:output_type -> contentbackup.v1.AppendMessagesResponse
-	12, // 26: contentbackup.v1.ConversationService.ListMessages:output_type -> contentbackup.v1.ListMessagesResponse
-	14, // 27: contentbackup.v1.ConversationService.DeleteMessage:output_type -> contentbackup.v1.DeleteMessageResponse
-	16, // 28: contentbackup.v1.ConversationService.SetConsent:output_type -> contentbackup.v1.SetConsentResponse
-	18, // 29: contentbackup.v1.ConversationService.ListConsent:output_type -> contentbackup.v1.ListConsentResponse
-	20, // 30: contentbackup.v1.ConversationService.ActivateGroup:output_type -> contentbackup.v1.ActivateGroupResponse
-	22, // [22:31] is the sub-list for method output_type
-	13, // [13:22] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	13, // 6: contentbackup.v1.StreamMessagesResponse.messages:type_name -> contentbackup.v1.StoredMessage
+	24, // 7: contentbackup.v1.StoredMessage.message:type_name -> xmtp.device_sync.message_backup.GroupMessageSave
+	25, // 8: contentbackup.v1.StoredMessage.decoded:type_name -> contentbackup.v1.DecodeResponse
+	13, // 9: contentbackup.v1.ListMessagesResponse.messages:type_name -> contentbackup.v1.StoredMessage
+	26, // 10: contentbackup.v1.SetConsentRequest.records:type_name -> xmtp.device_sync.consent_backup.ConsentSave
+	1,  // 11: contentbackup.v1.SetConsentResponse.outcomes:type_name -> contentbackup.v1.ConsentOutcome
+	26, // 12: contentbackup.v1.ListConsentResponse.records:type_name -> xmtp.device_sync.consent_backup.ConsentSave
+	23, // 13: contentbackup.v1.ActivateGroupResponse.group:type_name -> xmtp.device_sync.group_backup.GroupSave
+	2,  // 14: contentbackup.v1.ConversationService.PutGroup:input_type -> contentbackup.v1.PutGroupRequest
+	4,  // 15: contentbackup.v1.ConversationService.GetGroup:input_type -> contentbackup.v1.GetGroupRequest
+	6,  // 16: contentbackup.v1.ConversationService.ListGroups:input_type -> contentbackup.v1.ListGroupsRequest
+	8,  // 17: contentbackup.v1.ConversationService.AppendMessages:input_type -> contentbackup.v1.AppendMessagesRequest
+	10, // 18: contentbackup.v1.ConversationService.ListMessages:input_type -> contentbackup.v1.ListMessagesRequest
+	11, // 19: contentbackup.v1.ConversationService.StreamMessages:input_type -> contentbackup.v1.StreamMessagesRequest
+	15, // 20: contentbackup.v1.ConversationService.DeleteMessage:input_type -> contentbackup.v1.DeleteMessageRequest
+	17, // 21: contentbackup.v1.ConversationService.SetConsent:input_type -> contentbackup.v1.SetConsentRequest
+	19, // 22: contentbackup.v1.ConversationService.ListConsent:input_type -> contentbackup.v1.ListConsentRequest
+	21, // 23: contentbackup.v1.ConversationService.ActivateGroup:input_type -> contentbackup.v1.ActivateGroupRequest
+	3,  // 24: contentbackup.v1.ConversationService.PutGroup:output_type -> contentbackup.v1.PutGroupResponse
+	5,  // 25: contentbackup.v1.ConversationService.GetGroup:output_type -> contentbackup.v1.GetGroupResponse
+	7,  // 26: contentbackup.v1.ConversationService.ListGroups:output_type -> contentbackup.v1.ListGroupsResponse
+	9,  // 27: contentbackup.v1.ConversationService.AppendMessages:output_type -> contentbackup.v1.AppendMessagesResponse
+	14, // 28: contentbackup.v1.ConversationService.ListMessages:output_type -> contentbackup.v1.ListMessagesResponse
+	12, // 29: contentbackup.v1.ConversationService.StreamMessages:output_type -> contentbackup.v1.StreamMessagesResponse
+	16, // 30: contentbackup.v1.ConversationService.DeleteMessage:output_type -> contentbackup.v1.DeleteMessageResponse
+	18, // 31: contentbackup.v1.ConversationService.SetConsent:output_type -> contentbackup.v1.SetConsentResponse
+	20, // 32: contentbackup.v1.ConversationService.ListConsent:output_type -> contentbackup.v1.ListConsentResponse
+	22, // 33: contentbackup.v1.ConversationService.ActivateGroup:output_type -> contentbackup.v1.ActivateGroupResponse
+	24, // [24:34] is the sub-list for method output_type
+	14, // [14:24] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_v1_conversation_service_proto_init() }
@@ -1371,13 +1537,14 @@ func file_contentbackup_v1_conversation_service_proto_init() {
 	}
 	file_contentbackup_v1_content_service_proto_init()
 	file_contentbackup_v1_conversation_service_proto_msgTypes[8].OneofWrappers = []any{}
+	file_contentbackup_v1_conversation_service_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_v1_conversation_service_proto_rawDesc), len(file_contentbackup_v1_conversation_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	ConversationService_ListGroups_FullMethodName     = "/contentbackup.v1.ConversationService/ListGroups"
 	ConversationService_AppendMessages_FullMethodName = "/contentbackup.v1.ConversationService/AppendMessages"
 	ConversationService_ListMessages_FullMethodName   = "/contentbackup.v1.ConversationService/ListMessages"
+	ConversationService_StreamMessages_FullMethodName = "/contentbackup.v1.ConversationService/StreamMessages"
 	ConversationService_DeleteMessage_FullMethodName  = "/contentbackup.v1.ConversationService/DeleteMessage"
 	ConversationService_SetConsent_FullMethodName     = "/contentbackup.v1.ConversationService/SetConsent"
 	ConversationService_ListConsent_FullMethodName    = "/contentbackup.v1.ConversationService/ListConsent"
@@ -71,6 +72,16 @@ type ConversationServiceClient interface {
 	// with its decoded content or, when it cannot be decoded, Undecoded with
 	// its bytes (CTYPE-008).
 	ListMessages(ctx context.Context, in *ListMessagesRequest, opts ...grpc.CallOption) (*ListMessagesResponse, error)
+	// StreamMessages sends one group's messages in send order, decoded as
+	// ListMessages decodes them, in responses of at most page_size messages
+	// and the server's page byte limit, for a client that reads a whole
+	// conversation or window: the server reads and decodes the next
+	// response while the client reads this one, with no round trip between
+	// them. Each response's resume_token continues after its last message,
+	// in StreamMessages or ListMessages, when a stream breaks. A client that
+	// reads nothing for the server's stream idle timeout is cut off with
+	// DEADLINE_EXCEEDED.
+	StreamMessages(ctx context.Context, in *StreamMessagesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamMessagesResponse], error)
 	// DeleteMessage deletes one message under CTYPE-018 (type and kind
 	// eligibility) and PROC-037 (only its sender or a current super admin).
 	// A rejected deletion changes nothing. actor_inbox_id must be the owner
@@ -146,6 +157,25 @@ func (c *conversationServiceClient) ListMessages(ctx context.Context, in *ListMe
 	}
 	return out, nil
 }
+
+func (c *conversationServiceClient) StreamMessages(ctx context.Context, in *StreamMessagesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamMessagesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ConversationService_ServiceDesc.Streams[0], ConversationService_StreamMessages_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamMessagesRequest, StreamMessagesResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConversationService_StreamMessagesClient = grpc.ServerStreamingClient[StreamMessagesResponse]
 
 func (c *conversationServiceClient) DeleteMessage(ctx context.Context, in *DeleteMessageRequest, opts ...grpc.CallOption) (*DeleteMessageResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -228,6 +258,16 @@ type ConversationServiceServer interface {
 	// with its decoded content or, when it cannot be decoded, Undecoded with
 	// its bytes (CTYPE-008).
 	ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error)
+	// StreamMessages sends one group's messages in send order, decoded as
+	// ListMessages decodes them, in responses of at most page_size messages
+	// and the server's page byte limit, for a client that reads a whole
+	// conversation or window: the server reads and decodes the next
+	// response while the client reads this one, with no round trip between
+	// them. Each response's resume_token continues after its last message,
+	// in StreamMessages or ListMessages, when a stream breaks. A client that
+	// reads nothing for the server's stream idle timeout is cut off with
+	// DEADLINE_EXCEEDED.
+	StreamMessages(*StreamMessagesRequest, grpc.ServerStreamingServer[StreamMessagesResponse]) error
 	// DeleteMessage deletes one message under CTYPE-018 (type and kind
 	// eligibility) and PROC-037 (only its sender or a current super admin).
 	// A rejected deletion changes nothing. actor_inbox_id must be the owner
@@ -268,6 +308,9 @@ func (UnimplementedConversationServiceServer) AppendMessages(context.Context, *A
 }
 func (UnimplementedConversationServiceServer) ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListMessages not implemented")
+}
+func (UnimplementedConversationServiceServer) StreamMessages(*StreamMessagesRequest, grpc.ServerStreamingServer[StreamMessagesResponse]) error {
+	return status.Error(codes.Unimplemented, "method StreamMessages not implemented")
 }
 func (UnimplementedConversationServiceServer) DeleteMessage(context.Context, *DeleteMessageRequest) (*DeleteMessageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteMessage not implemented")
@@ -392,6 +435,17 @@ func _ConversationService_ListMessages_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConversationService_StreamMessages_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(StreamMessagesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ConversationServiceServer).StreamMessages(m, &grpc.GenericServerStream[StreamMessagesRequest, StreamMessagesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConversationService_StreamMessagesServer = grpc.ServerStreamingServer[StreamMessagesResponse]
+
 func _ConversationService_DeleteMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DeleteMessageRequest)
 	if err := dec(in); err != nil {
@@ -508,6 +562,12 @@ var ConversationService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ConversationService_ActivateGroup_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "StreamMessages",
+			Handler:       _ConversationService_StreamMessages_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "contentbackup/v1/conversation_service.proto",
 }

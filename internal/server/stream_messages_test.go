@@ -1,0 +1,276 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+)
+
+// streamAll reads a StreamMessages call to its end: its responses, or the
+// error that ended it.
+func streamAll(t *testing.T, c cb.ConversationServiceClient, req *cb.StreamMessagesRequest, opts ...grpc.CallOption) ([]*cb.StreamMessagesResponse, error) {
+	t.Helper()
+	stream, err := c.StreamMessages(t.Context(), req, opts...)
+	if err != nil {
+		return nil, err
+	}
+	var out []*cb.StreamMessagesResponse
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, resp)
+	}
+}
+
+func streamed(resps []*cb.StreamMessagesResponse) []*cb.StoredMessage {
+	var out []*cb.StoredMessage
+	for _, r := range resps {
+		out = append(out, r.GetMessages()...)
+	}
+	return out
+}
+
+func sameMessages(t *testing.T, what string, got, want []*cb.StoredMessage) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d messages, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if !proto.Equal(got[i], want[i]) {
+			t.Fatalf("%s: message %d is %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// TestE2EStreamMessages_ARCH009_CTYPE008: StreamMessages sends exactly
+// what paging through ListMessages returns (decoded, undecodable content
+// kept, CTYPE-008), in responses of at most page_size; a response's
+// resume_token continues the stream in either call; the window is
+// ARCH-009's (start, end].
+func TestE2EStreamMessages_ARCH009_CTYPE008(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, c cb.ConversationServiceClient, _ store.Store) {
+		owner := storetest.Owner("stream")
+		g := storetest.FullGroup("g")
+		put(t, c, owner, g)
+		msgs := storetest.Messages("m", g.Id, 2500, 1)
+		for i, m := range msgs {
+			switch i % 3 {
+			case 0:
+				m.DecryptedMessageBytes = textEnvelope(t, fmt.Sprintf("hello %d", i))
+			case 1:
+				m.DecryptedMessageBytes = []byte("\xff not an envelope")
+			}
+		}
+		appendMsgs(t, c, owner, msgs...)
+		want := listAll(t, c, owner, g.Id)
+
+		all, err := streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: g.Id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameMessages(t, "page size 0", streamed(all), want)
+		if len(all) != 3 || all[0].GetResumeToken() == "" || all[2].GetResumeToken() != "" {
+			t.Errorf("page size 0: %d responses; want 1000, 1000, 500 with a token on all but the last", len(all))
+		}
+
+		small, err := streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: g.Id, PageSize: 300})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameMessages(t, "page size 300", streamed(small), want)
+		if len(small) != 9 {
+			t.Errorf("page size 300: %d responses, want 9", len(small))
+		}
+		for i, r := range small {
+			if n := len(r.GetMessages()); n > 300 || (i < len(small)-1 && n != 300) {
+				t.Errorf("page size 300: response %d holds %d messages", i, n)
+			}
+		}
+
+		// Resuming after response 2 (900 messages): in ListMessages and in
+		// StreamMessages.
+		token := small[2].GetResumeToken()
+		page, err := c.ListMessages(t.Context(), &cb.ListMessagesRequest{Owner: owner, GroupId: g.Id, PageToken: token, PageSize: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameMessages(t, "ListMessages from a resume token", page.GetMessages(), want[900:905])
+		rest, err := streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: g.Id, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameMessages(t, "StreamMessages from a resume token", streamed(rest), want[900:])
+		// And a ListMessages token continues a stream.
+		page, err = c.ListMessages(t.Context(), &cb.ListMessagesRequest{Owner: owner, GroupId: g.Id, PageSize: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest, err = streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: g.Id, PageToken: page.GetNextPageToken()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameMessages(t, "StreamMessages from a page token", streamed(rest), want[10:])
+
+		// ARCH-009: (start, end]; messages are sent at 1..2500.
+		window, err := streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: g.Id, StartNs: proto.Int64(100), EndNs: proto.Int64(1600), PageSize: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameMessages(t, "window (100, 1600]", streamed(window), want[100:1600])
+		// A token of one window does not continue another.
+		_, err = streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: g.Id, PageToken: window[0].GetResumeToken()})
+		wantCode(t, err, codes.InvalidArgument, "page_token")
+
+		// An empty group: one empty response. A missing one: NOT_FOUND.
+		put(t, c, owner, storetest.MinimalGroup("empty"))
+		empty, err := streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("empty")})
+		if err != nil || len(empty) != 1 || len(empty[0].GetMessages()) != 0 || empty[0].GetResumeToken() != "" {
+			t.Errorf("empty group: %v, %v", empty, err)
+		}
+		_, err = streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("missing")})
+		wantCode(t, err, codes.NotFound, "")
+	})
+}
+
+// TestE2EStreamMessagesBadInput: every malformed request is
+// INVALID_ARGUMENT naming its field, before anything is read.
+func TestE2EStreamMessagesBadInput(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, c cb.ConversationServiceClient, _ store.Store) {
+		owner := storetest.Owner("bad")
+		put(t, c, owner, storetest.MinimalGroup("g"))
+		for _, tc := range []struct {
+			req      *cb.StreamMessagesRequest
+			mentions string
+		}{
+			{&cb.StreamMessagesRequest{GroupId: []byte("g")}, "owner"},
+			{&cb.StreamMessagesRequest{Owner: owner}, "group_id"},
+			{&cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g"), PageSize: -1}, "page_size"},
+			{&cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g"), PageSize: 1001}, "page_size"},
+			{&cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g"), StartNs: proto.Int64(5), EndNs: proto.Int64(4)}, "start_ns"},
+			{&cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g"), PageToken: "forged"}, "page_token"},
+		} {
+			_, err := streamAll(t, c, tc.req)
+			wantCode(t, err, codes.InvalidArgument, tc.mentions)
+		}
+	})
+}
+
+// TestE2EStreamMessagesPageBytes: a response holds no more than the page
+// byte limit, except a single message larger than it, which comes alone.
+func TestE2EStreamMessagesPageBytes(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, c cb.ConversationServiceClient, _ store.Store) {
+		owner := storetest.Owner("bytes")
+		put(t, c, owner, storetest.MinimalGroup("g"))
+		// Not envelopes: each comes back twice (stored, and as Undecoded's
+		// bytes), 1.4 MiB of the 4 MiB page limit.
+		for i := range 3 {
+			msgs := storetest.Messages(fmt.Sprintf("p%d", i), []byte("g"), 4, int64(i*10))
+			for _, m := range msgs {
+				m.DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, 700<<10)
+			}
+			appendMsgs(t, c, owner, msgs...)
+		}
+		huge := storetest.Message("zz-huge", []byte("g"), 1000)
+		huge.DecryptedMessageBytes = bytes.Repeat([]byte{9}, 5<<20)
+		appendMsgs(t, c, owner, huge)
+		resps, err := streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g")}, grpc.MaxCallRecvMsgSize(64<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sizes []int
+		for _, r := range resps {
+			sizes = append(sizes, len(r.GetMessages()))
+			if n := len(r.GetMessages()); n > 1 && proto.Size(r) > DefaultLimits.ListPageBytes {
+				t.Errorf("a response of %d messages is %d bytes, over the %d-byte page limit", n, proto.Size(r), DefaultLimits.ListPageBytes)
+			}
+		}
+		if got := len(streamed(resps)); got != 13 || sizes[0] != 2 || sizes[len(sizes)-1] != 1 {
+			t.Errorf("responses of %v messages; want 13, two a response, the 5 MiB one alone", sizes)
+		}
+	})
+}
+
+// TestE2EStreamMessagesStalledClient: a client that opens a stream and
+// reads nothing costs the server at most the pages in its pipeline, not
+// the conversation, and past the idle timeout the stream ends
+// (DEADLINE_EXCEEDED) and its goroutines with it.
+func TestE2EStreamMessagesStalledClient(t *testing.T) {
+	for _, e := range storetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			s := e.Open(t)
+			conn := startTCP(t, Config{Store: s, Limits: Limits{StreamIdleTimeout: 2 * time.Second}})
+			c := cb.NewConversationServiceClient(conn)
+			owner := storetest.Owner("stall")
+			put(t, c, owner, storetest.MinimalGroup("g"))
+			// 96 messages of 1 MiB, not envelopes: 192 MiB of responses,
+			// two messages (4 MiB) a page.
+			for i := range 12 {
+				msgs := storetest.Messages(fmt.Sprintf("b%02d", i), []byte("g"), 8, int64(i*10))
+				for _, m := range msgs {
+					m.DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, 1<<20)
+				}
+				appendMsgs(t, c, owner, msgs...)
+			}
+			goroutines := runtime.NumGoroutine()
+			var before, during runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			stream, err := c.StreamMessages(t.Context(), &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g")}, grpc.MaxCallRecvMsgSize(64<<20))
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // read nothing; the server fills its pipeline
+			runtime.GC()
+			runtime.ReadMemStats(&during)
+			// Server: three pages (4 MiB each) of responses; the transport's
+			// flow-control windows on both sides (at most 16 MiB on loopback
+			// after BDP estimation); the client's one response. An unbounded
+			// server would hold all 192 MiB.
+			grew := int64(during.HeapAlloc) - int64(before.HeapAlloc)
+			t.Logf("a stalled stream holds %.1f MiB", float64(grew)/(1<<20))
+			if grew > 48<<20 {
+				t.Errorf("a stalled stream holds %d MiB", grew>>20)
+			}
+			time.Sleep(2 * time.Second)
+			got := len(first.GetMessages())
+			for err == nil {
+				var r *cb.StreamMessagesResponse
+				r, err = stream.Recv()
+				got += len(r.GetMessages())
+			}
+			wantCode(t, err, codes.DeadlineExceeded, "read nothing")
+			if got >= 96 {
+				t.Errorf("a stalled stream sent all %d messages", got)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := runtime.NumGoroutine(); n > goroutines {
+				t.Errorf("%d goroutines after the stream ended, %d before", n, goroutines)
+			}
+		})
+	}
+}
+
