@@ -49,13 +49,37 @@ func (r *Registry) MaxNestingDepth() int { return r.maxDepth }
 // Push returns the push value for t (CTYPE-010): the catalogue's, or an
 // application codec's; ok is false for a type with neither.
 func (r *Registry) Push(t TypeID) (push, ok bool) {
-	if e, found := Catalogue(t); found {
-		return e.Push, true
+	d := r.Describe(t)
+	return d.Push, d.PushKnown
+}
+
+// Description is what a decode outcome reports of its type.
+type Description struct {
+	// Name is t.String().
+	Name string
+	// Push is the catalogue's push value, or an application codec's;
+	// PushKnown is false for a type with neither (CTYPE-010).
+	Push, PushKnown bool
+	// Deletable is Deletable(t) (CTYPE-018).
+	Deletable bool
+}
+
+// Describe returns t's name, push and deletable values with one catalogue
+// lookup: String, Push and Deletable each look the type up, once a
+// message of every page listed.
+func (r *Registry) Describe(t TypeID) Description {
+	if e, ok := catalogueByKey[t.Key()]; ok {
+		d := Description{Name: e.name, Push: e.Push, PushKnown: true, Deletable: e.Deletable}
+		if t.Minor != 0 || e.Type != t {
+			d.Name = t.format()
+		}
+		return d
 	}
-	if c, found := r.Lookup(t); found {
-		return c.ShouldPush(), true
+	d := Description{Name: t.String()}
+	if c, ok := r.Lookup(t); ok {
+		d.Push, d.PushKnown = c.ShouldPush(), true
 	}
-	return false, false
+	return d
 }
 
 // NewRegistry returns a registry holding every catalogue codec and the

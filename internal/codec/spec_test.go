@@ -567,3 +567,35 @@ func TestCTYPE025_BoundedMemoryAtTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestDescribeMatchesItsParts: Describe, the one-lookup form the decode
+// outcome uses, gives String's name, Push's value (CTYPE-010) and
+// Deletable's (CTYPE-018) for every catalogue type, at other minor
+// versions, for the legacy reaction, a registered application codec and
+// a type nothing knows.
+func TestDescribeMatchesItsParts(t *testing.T) {
+	reg := NewRegistry()
+	if err := reg.Register(pollCodec{}); err != nil {
+		t.Fatal(err)
+	}
+	types := []TypeID{pollCodec{}.ContentType(), TypeLegacyReaction, {Authority: "example.com", Type: "unknown", Major: 2, Minor: 7}}
+	for _, e := range Entries() {
+		minor := e.Type
+		minor.Minor = 3
+		major := e.Type
+		major.Major++
+		types = append(types, e.Type, minor, major)
+	}
+	for _, ty := range types {
+		d := reg.Describe(ty)
+		push, known := false, false
+		if e, ok := Catalogue(ty); ok {
+			push, known = e.Push, true
+		} else if c, ok := reg.Lookup(ty); ok {
+			push, known = c.ShouldPush(), true
+		}
+		if d.Name != ty.String() || d.Push != push || d.PushKnown != known || d.Deletable != Deletable(ty) {
+			t.Errorf("%v: Describe %+v; String %q, push %v %v, Deletable %v", ty, d, ty.String(), push, known, Deletable(ty))
+		}
+	}
+}

@@ -32,6 +32,10 @@ func (t TypeID) String() string {
 			return e.name
 		}
 	}
+	return t.format()
+}
+
+func (t TypeID) format() string {
 	return t.Authority + "/" + t.Type + ":" + strconv.FormatUint(uint64(t.Major), 10) + "." + strconv.FormatUint(uint64(t.Minor), 10)
 }
 

@@ -149,11 +149,10 @@ func outcome(reg *codec.Registry, b []byte, d codec.Decoded, ec *mc.EncodedConte
 		resp.Fallback = ec.Fallback
 	}
 	if ec != nil && codec.CheckTyped(ec) == nil {
-		t := codec.TypeIDOf(ec.GetType())
-		resp.ContentType = t.String()
-		resp.Deletable = codec.Deletable(t)
-		if push, ok := reg.Push(t); ok {
-			both.push = push
+		d := reg.Describe(codec.TypeIDOf(ec.GetType()))
+		resp.ContentType, resp.Deletable = d.Name, d.Deletable
+		if d.PushKnown {
+			both.push = d.Push
 			resp.ShouldPush = &both.push
 		}
 	}

@@ -3,6 +3,7 @@ package store
 //lint:file-ignore SA1019 content_type_save is retired but still stored and returned as given (ARCH-004, ARCH-008).
 
 import (
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -179,6 +180,10 @@ type MessageRow struct {
 	// A pointer, so that NULL (absent) and an empty value (present) stay
 	// apart whatever a driver makes of an empty blob in a plain []byte.
 	referenceID *[]byte
+	// The optional numbers land here and the record points at them: into
+	// a **int64 a driver allocates the int64, once a column a row.
+	sequenceID, originatorID, expiresAtNs sql.Null[int64]
+	expiryKnown                           sql.Null[bool]
 }
 
 // Dest returns the scan destinations, in MessageColumns order.
@@ -191,9 +196,17 @@ func (r *MessageRow) DestInto(dest []any) []any {
 	return append(dest[:0],
 		&m.Id, &m.GroupId, &m.DecryptedMessageBytes, &m.SentAtNs, &r.kind,
 		&m.SenderInstallationId, &m.SenderInboxId, &r.status, &r.contentTypeSave,
-		&m.VersionMajor, &m.VersionMinor, &m.AuthorityId, &r.referenceID, &m.SequenceId,
-		&m.OriginatorId, &m.ContentType, &m.ExpiresAtNs, &m.ExpiryKnown,
+		&m.VersionMajor, &m.VersionMinor, &m.AuthorityId, &r.referenceID, &r.sequenceID,
+		&r.originatorID, &m.ContentType, &r.expiresAtNs, &r.expiryKnown,
 	)
+}
+
+// present points at n's value when it is set.
+func present[T any](n *sql.Null[T]) *T {
+	if !n.Valid {
+		return nil
+	}
+	return &n.V
 }
 
 // Message returns the record of the scanned row; the row is spent.
@@ -202,6 +215,8 @@ func (r *MessageRow) Message() *mb.GroupMessageSave {
 	m.Kind = mb.GroupMessageKindSave(r.kind)
 	m.DeliveryStatus = mb.DeliveryStatusSave(r.status)
 	m.ContentTypeSave = mb.ContentTypeSave(r.contentTypeSave)
+	m.SequenceId, m.OriginatorId = present[int64](&r.sequenceID), present[int64](&r.originatorID)
+	m.ExpiresAtNs, m.ExpiryKnown = present[int64](&r.expiresAtNs), present[bool](&r.expiryKnown)
 	if r.referenceID != nil {
 		m.ReferenceId = *r.referenceID
 		if m.ReferenceId == nil {

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"database/sql"
 	"encoding/binary"
 
 	"github.com/jackc/pgx/v5"
@@ -191,6 +192,22 @@ func (a *rowArena) scan(d any, oid uint32, v []byte) bool {
 		*d = nil
 		if v != nil {
 			*d = a.int64p(int64(binary.BigEndian.Uint64(v)))
+		}
+	case *sql.Null[int64]:
+		if oid != pgtype.Int8OID || (v != nil && len(v) != 8) {
+			return false
+		}
+		*d = sql.Null[int64]{}
+		if v != nil {
+			*d = sql.Null[int64]{V: int64(binary.BigEndian.Uint64(v)), Valid: true}
+		}
+	case *sql.Null[bool]:
+		if oid != pgtype.BoolOID || (v != nil && len(v) != 1) {
+			return false
+		}
+		*d = sql.Null[bool]{}
+		if v != nil {
+			*d = sql.Null[bool]{V: v[0] != 0, Valid: true}
 		}
 	case *int32:
 		switch {

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"database/sql"
 	"fmt"
 	"os"
 	"reflect"
@@ -25,7 +26,7 @@ func TestBinaryScanMatchesPgx(t *testing.T) {
 	}
 	defer c.Close(t.Context())
 	const query = `SELECT '\x0102'::bytea, ''::bytea, NULL::bytea, ''::bytea, 'text ✓'::text, NULL::text, 'v'::text,
-		-5::int8, NULL::int8, 9::int8, -7::int4, -3::int2, true, NULL::bool, false`
+		-5::int8, NULL::int8, 9::int8, -7::int4, -3::int2, true, NULL::bool, false, 11::int8, NULL::int8, true, NULL::bool`
 	scanWith := func(scan func(dest ...any) error) []any {
 		var (
 			b1, b2      []byte
@@ -36,8 +37,10 @@ func TestBinaryScanMatchesPgx(t *testing.T) {
 			ni8, pi8    *int64
 			i4, i2      int32
 			bt, nbt, bf *bool
+			si8, sn8    sql.Null[int64]
+			sbt, snb    sql.Null[bool]
 		)
-		dest := []any{&b1, &b2, &nb, &eb, &s1, &ns, &ps, &i8, &ni8, &pi8, &i4, &i2, &bt, &nbt, &bf}
+		dest := []any{&b1, &b2, &nb, &eb, &s1, &ns, &ps, &i8, &ni8, &pi8, &i4, &i2, &bt, &nbt, &bf, &si8, &sn8, &sbt, &snb}
 		if err := scan(dest...); err != nil {
 			t.Fatal(err)
 		}
