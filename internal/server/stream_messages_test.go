@@ -273,4 +273,3 @@ func TestE2EStreamMessagesStalledClient(t *testing.T) {
 		})
 	}
 }
-
