@@ -40,7 +40,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
-	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/records"
@@ -462,7 +461,7 @@ func (m *Manager) describe(ctx context.Context, err error, log *zap.Logger) (int
 		return int32(codes.ResourceExhausted), clip(err.Error())
 	case errors.As(err, &ue), errors.Is(err, backup.ErrMissingGroup):
 		return int32(codes.FailedPrecondition), clip(err.Error())
-	case archiveProblem(err):
+	case isArchiveProblem(err):
 		// The archive's own fault, named by record: safe to show, as
 		// ArchiveService.Import shows it.
 		return int32(codes.InvalidArgument), clip(err.Error())
@@ -477,18 +476,9 @@ func (m *Manager) describe(ctx context.Context, err error, log *zap.Logger) (int
 	return int32(codes.Internal), "internal error"
 }
 
-// archiveProblem reports an error in the archive read rather than in the
-// server.
-func archiveProblem(err error) bool {
-	var (
-		re *archive.RecordError
-		ve *archive.VersionError
-		fe *records.FieldError
-	)
-	return errors.As(err, &re) || errors.As(err, &ve) || errors.As(err, &fe) ||
-		errors.Is(err, archive.ErrAuthentication) || errors.Is(err, archive.ErrTruncated) ||
-		errors.Is(err, archive.ErrNotMetadata) || errors.Is(err, archive.ErrRecordSize) ||
-		errors.Is(err, archive.ErrCompression) || errors.Is(err, archive.ErrElement)
+func isArchiveProblem(err error) bool {
+	_, ok := backup.ArchiveProblem(err)
+	return ok
 }
 
 func clip(s string) string {

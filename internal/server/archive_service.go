@@ -464,8 +464,6 @@ func archiveStatus(ctx context.Context, err error, op string) error {
 	var (
 		re *archive.RecordError
 		ie *backup.ImportError
-		ve *archive.VersionError
-		fe *records.FieldError
 	)
 	record := ""
 	switch {
@@ -475,18 +473,10 @@ func archiveStatus(ctx context.Context, err error, op string) error {
 		record = strconv.FormatUint(re.Record, 10)
 	}
 	code, reason := codes.Aborted, "STORE_FAILED"
-	switch {
-	case errors.As(err, &ve):
-		code, reason = codes.InvalidArgument, "UNSUPPORTED_VERSION"
-	case errors.Is(err, backup.ErrMissingGroup):
+	if problem, ok := backup.ArchiveProblem(err); ok {
+		code, reason = codes.InvalidArgument, problem
+	} else if errors.Is(err, backup.ErrMissingGroup) {
 		code, reason = codes.FailedPrecondition, "MISSING_GROUP"
-	case errors.Is(err, archive.ErrAuthentication):
-		code, reason = codes.InvalidArgument, "AUTHENTICATION_FAILED"
-	case errors.Is(err, archive.ErrTruncated):
-		code, reason = codes.InvalidArgument, "TRUNCATED"
-	case errors.Is(err, archive.ErrNotMetadata), errors.Is(err, archive.ErrRecordSize),
-		errors.Is(err, archive.ErrCompression), errors.Is(err, archive.ErrElement), errors.As(err, &fe):
-		code, reason = codes.InvalidArgument, "MALFORMED_ARCHIVE"
 	}
 	info := &errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}
 	if record != "" {
