@@ -83,7 +83,7 @@ type serveCmd struct {
 	MaxRecvBytes     int           `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
 	MaxDecodeBatch   int           `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
 	MaxNestingDepth  int           `default:"16" env:"MAX_NESTING_DEPTH" help:"Deepest nesting of content in content (replies) that is decoded."`
-	MaxBatchExpanded int64         `default:"100663296" env:"MAX_BATCH_EXPANDED" help:"Bytes one decoding call (Decode, DecodeBatch, a ListMessages page) may expand to: decompressed content and decoded values, failed decodes included."`
+	MaxBatchExpanded int64         `default:"100663296" env:"MAX_BATCH_EXPANDED" help:"Bytes one decoding call (Decode, DecodeBatch, a ListMessages or StreamMessages page) may expand to: decompressed content and decoded values, failed decodes included."`
 	MaxAppendBatch   int           `default:"10000" env:"MAX_APPEND_BATCH" help:"Most messages one AppendMessages call takes."`
 	ShutdownGrace    time.Duration `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
 	limitFlags
@@ -99,7 +99,7 @@ type serveCmd struct {
 // limitFlags bound memory, streams and record sizes (RELIABILITY.md).
 type limitFlags struct {
 	MemoryBudget          int64         `name:"memory-budget" env:"MEMORY_BUDGET" default:"402653184" help:"Server-wide bytes that decompression, decoding, archive readers and import read-ahead may hold at once."`
-	ListPageBytes         int           `name:"list-page-bytes" env:"LIST_PAGE_BYTES" default:"4194304" help:"Largest ListMessages response; a single larger message still comes back, alone."`
+	ListPageBytes         int           `name:"list-page-bytes" env:"LIST_PAGE_BYTES" default:"4194304" help:"Largest ListMessages response, and each StreamMessages response; a single larger message still comes back, alone."`
 	MaxGroupBytes         int           `name:"max-group-bytes" env:"MAX_GROUP_BYTES" default:"262144" help:"Largest group record, at PutGroup and import."`
 	MaxMessageBytes       int           `name:"max-message-bytes" env:"MAX_MESSAGE_BYTES" default:"16777216" help:"Largest message content, at AppendMessages and import."`
 	MaxConsentBytes       int           `name:"max-consent-bytes" env:"MAX_CONSENT_BYTES" default:"4096" help:"Largest consent record, at SetConsent and import."`
