@@ -16,7 +16,7 @@ const DefaultMaxNestingDepth = 16
 // one with NewRegistry. After construction and registration it is safe for
 // concurrent use; Register must not race with decoding.
 type Registry struct {
-	codecs          map[Key]Codec
+	codecs          map[Key]registered
 	maxDepth        int
 	maxDecompressed int64
 }
@@ -86,7 +86,7 @@ func (r *Registry) Describe(t TypeID) Description {
 // legacy reaction 1.0 decoder.
 func NewRegistry(opts ...Option) *Registry {
 	r := &Registry{
-		codecs:          make(map[Key]Codec),
+		codecs:          make(map[Key]registered),
 		maxDepth:        DefaultMaxNestingDepth,
 		maxDecompressed: MaxDecompressedSize,
 	}
@@ -94,9 +94,16 @@ func NewRegistry(opts ...Option) *Registry {
 		o(r)
 	}
 	for _, c := range StandardCodecs() {
-		r.codecs[c.ContentType().Key()] = c
+		r.codecs[c.ContentType().Key()] = registered{c, isJSONType(c.ContentType())}
 	}
 	return r
+}
+
+// registered is a codec and whether its content is JSON (what its decode
+// is charged), found with one lookup a message.
+type registered struct {
+	codec Codec
+	json  bool
 }
 
 // StandardCodecs returns one of each catalogue codec, plus the legacy
@@ -119,14 +126,14 @@ func (r *Registry) Register(c Codec) error {
 	if _, ok := r.codecs[t.Key()]; ok {
 		return fmt.Errorf("register codec %s: a codec for %s/%s major %d is already registered", t, t.Authority, t.Type, t.Major)
 	}
-	r.codecs[t.Key()] = c
+	r.codecs[t.Key()] = registered{c, isJSONType(t)}
 	return nil
 }
 
 // Lookup returns the codec matching t on authority, type and major version.
 func (r *Registry) Lookup(t TypeID) (Codec, bool) {
 	c, ok := r.codecs[t.Key()]
-	return c, ok
+	return c.codec, ok
 }
 
 // Encode encodes value with the codec registered for t. The envelope is
@@ -176,11 +183,18 @@ const jsonExpansion = 3
 // nesting level together is held to the one CTYPE-025 limit, so nested
 // compressed replies cannot multiply it.
 func (r *Registry) DecodeMetered(b []byte, m Meter) (Decoded, *mc.EncodedContent, error) {
-	ec, err := ParseEnvelope(b)
+	// One allocation for the envelope, its type and the decode's state:
+	// this runs once a message of every page listed.
+	all := new(struct {
+		parsed parsedEnvelope
+		d      decoding
+	})
+	ec, err := all.parsed.parse(b)
 	if err != nil {
 		return Decoded{}, nil, err
 	}
-	d := &decoding{r: r, meter: m}
+	d := &all.d
+	d.r, d.meter = r, m
 	out, err := d.decode(ec)
 	if d.exhausted != nil {
 		return Decoded{}, ec, d.exhausted
@@ -191,20 +205,23 @@ func (r *Registry) DecodeMetered(b []byte, m Meter) (Decoded, *mc.EncodedContent
 // ParseEnvelope parses EncodedContent bytes and checks that the type is
 // present with a non-empty authority and type id (CTYPE-003).
 func ParseEnvelope(b []byte) (*mc.EncodedContent, error) {
-	// One allocation for the envelope and its type: this is the per-message
-	// hot path of Decode and DecodeBatch.
-	both := new(struct {
-		ec mc.EncodedContent
-		t  mc.ContentTypeId
-	})
-	ec := &both.ec
-	if err := unmarshalEnvelope(b, ec, &both.t); err != nil {
+	return new(parsedEnvelope).parse(b)
+}
+
+// parsedEnvelope is an envelope and its type in one allocation.
+type parsedEnvelope struct {
+	ec mc.EncodedContent
+	t  mc.ContentTypeId
+}
+
+func (e *parsedEnvelope) parse(b []byte) (*mc.EncodedContent, error) {
+	if err := unmarshalEnvelope(b, &e.ec, &e.t); err != nil {
 		return nil, &Error{Kind: KindMalformedEnvelope, Reason: "not an EncodedContent: " + err.Error()}
 	}
-	if err := CheckTyped(ec); err != nil {
-		return ec, err
+	if err := CheckTyped(&e.ec); err != nil {
+		return &e.ec, err
 	}
-	return ec, nil
+	return &e.ec, nil
 }
 
 // CheckTyped fails with a KindMalformedEnvelope error unless ec carries a
@@ -264,18 +281,18 @@ func (d *decoding) decode(ec *mc.EncodedContent) (Decoded, error) {
 	if err != nil {
 		return Decoded{}, withType(err, t)
 	}
-	c, ok := d.r.Lookup(t)
+	c, ok := d.r.codecs[t.Key()]
 	if !ok {
 		return Decoded{Type: t, Envelope: plain}, &Error{Kind: KindNoMatchingCodec, Type: t, Reason: "no codec for this authority, type and major version"}
 	}
 	cost := int64(len(plain.GetContent()))
-	if isJSONType(t) {
+	if c.json {
 		cost *= jsonExpansion
 	}
 	if err := d.charge(cost); err != nil {
 		return Decoded{Type: t, Envelope: plain}, err
 	}
-	v, err := c.Decode(plain, d)
+	v, err := c.codec.Decode(plain, d)
 	if d.exhausted != nil {
 		return Decoded{Type: t, Envelope: plain}, d.exhausted
 	}
