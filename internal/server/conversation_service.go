@@ -226,7 +226,8 @@ func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stre
 		// when this call does.
 		return status.Errorf(codes.DeadlineExceeded, "the client read nothing for %s, the stream idle timeout", idle)
 	}
-	if serr := <-sent; err == nil {
+	if serr := <-sent; serr != nil {
+		// A failed send cancelled the reading: it is the cause.
 		err = serr
 	}
 	if err != nil {
