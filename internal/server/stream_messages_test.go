@@ -252,7 +252,9 @@ func TestE2EStreamMessagesStalledClient(t *testing.T) {
 			if grew > 48<<20 {
 				t.Errorf("a stalled stream holds %d MiB", grew>>20)
 			}
-			time.Sleep(2 * time.Second)
+			// Stalled well past the idle timeout, so that a loaded machine
+			// filling the pipeline slowly still reaches it.
+			time.Sleep(5 * time.Second)
 			got := len(first.GetMessages())
 			for err == nil {
 				var r *cb.StreamMessagesResponse
