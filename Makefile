@@ -126,7 +126,7 @@ FUZZ_TARGETS := \
 	internal/codec:FuzzDecodeIntent internal/codec:FuzzDecodeLegacyReaction \
 	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive \
 	internal/archive:FuzzParseElementMatchesProto internal/archive:FuzzAppendElementMatchesProto \
-	internal/server:FuzzPageToken internal/server:FuzzListFilter internal/contentapi:FuzzMarshalVTMatchesProto \
+	internal/server:FuzzPageToken internal/server:FuzzListFilter internal/contentapi:FuzzMarshalVTMatchesProto internal/contentapi:FuzzDecodeReusingMatchesAlone \
 	internal/jobs:FuzzCheckObjectKey internal/jobs:FuzzJobID
 fuzz:
 	for entry in $(FUZZ_TARGETS); do \

@@ -20,7 +20,7 @@ import (
 // merges; a repeated map key keeps the last value; strings must be UTF-8.
 // spare, when not nil, becomes ec.Type if the type field is present, so a
 // caller can allocate both at once.
-func unmarshalEnvelope(b []byte, ec *mc.EncodedContent, spare *mc.ContentTypeId) error {
+func unmarshalEnvelope(b []byte, ec *mc.EncodedContent, spare *mc.ContentTypeId, spareParams map[string]string) error {
 	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
@@ -33,7 +33,10 @@ func unmarshalEnvelope(b []byte, ec *mc.EncodedContent, spare *mc.ContentTypeId)
 			return unmarshalTypeID(v, ec.Type)
 		case num == 2 && typ == protowire.BytesType:
 			if ec.Parameters == nil {
-				ec.Parameters = make(map[string]string, 2)
+				ec.Parameters = spareParams
+				if ec.Parameters == nil {
+					ec.Parameters = make(map[string]string, 2)
+				}
 			}
 			return unmarshalParameter(v, ec.Parameters)
 		case num == 3 && typ == protowire.BytesType:

@@ -79,7 +79,7 @@ func FuzzUnmarshalEnvelopeMatchesProto(f *testing.F) {
 	f.Add([]byte{0x0b, 0x0c, 0x22, 0x00})                         // a group
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var ours, theirs mc.EncodedContent
-		errOurs := unmarshalEnvelope(b, &ours, new(mc.ContentTypeId))
+		errOurs := unmarshalEnvelope(b, &ours, new(mc.ContentTypeId), nil)
 		errTheirs := proto.Unmarshal(b, &theirs)
 		if (errOurs == nil) != (errTheirs == nil) {
 			t.Fatalf("ours: %v, proto: %v", errOurs, errTheirs)

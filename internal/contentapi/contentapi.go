@@ -124,7 +124,25 @@ func DecodeResponse(reg *codec.Registry, b []byte) *cb.DecodeResponse {
 // *codec.BudgetError: the budget, not the content, stopped it, and there
 // is no outcome to report.
 func DecodeResponseMetered(reg *codec.Registry, b []byte, m codec.Meter) (*cb.DecodeResponse, error) {
-	d, ec, err := reg.DecodeMetered(b, m)
+	return DecodeResponseReusing(reg, b, m, nil)
+}
+
+// DecodeResponseReusing is DecodeResponseMetered reusing s's memory from
+// one call to the next (see codec.Scratch): a page of messages decoded in
+// turn. A response never refers to recycled memory: s is recycled only
+// after an outcome that is typed content, built of copies; an Undecoded
+// outcome keeps its envelope.
+func DecodeResponseReusing(reg *codec.Registry, b []byte, m codec.Meter, s *codec.Scratch) (*cb.DecodeResponse, error) {
+	var (
+		d   codec.Decoded
+		ec  *mc.EncodedContent
+		err error
+	)
+	if s == nil {
+		d, ec, err = reg.DecodeMetered(b, m)
+	} else {
+		d, ec, err = reg.DecodeReusing(b, m, s)
+	}
 	if err != nil {
 		// Declared here, not above: errors.As moves its target to the
 		// heap, an allocation for every message of a page otherwise.
@@ -133,7 +151,11 @@ func DecodeResponseMetered(reg *codec.Registry, b []byte, m codec.Meter) (*cb.De
 			return nil, be
 		}
 	}
-	return outcome(reg, b, d, ec, err), nil
+	resp := outcome(reg, b, d, ec, err)
+	if _, typed := resp.GetResult().(*cb.DecodeResponse_Content); typed && s != nil {
+		s.Recycle()
+	}
+	return resp, nil
 }
 
 func outcome(reg *codec.Registry, b []byte, d codec.Decoded, ec *mc.EncodedContent, err error) *cb.DecodeResponse {

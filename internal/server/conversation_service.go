@@ -312,6 +312,8 @@ func (s *ConversationService) messagePage(ctx context.Context, owner string, q s
 	rows := s.readPage(ctx, owner, q)
 	defer rows.stop()
 	msgs := make([]*cb.StoredMessage, 0, min(q.Limit, 256))
+	// Decoding reuses one envelope's memory from message to message.
+	var scratch codec.Scratch
 	pageBytes, read, cut := 0, 0, false
 	for batch := range rows.batches {
 		read += len(batch)
@@ -320,7 +322,7 @@ func (s *ConversationService) messagePage(ctx context.Context, owner string, q s
 		stored := make([]cb.StoredMessage, len(batch))
 		for j, m := range batch {
 			i := len(msgs)
-			decoded, err := contentapi.DecodeResponseMetered(s.registry, m.GetDecryptedMessageBytes(), call)
+			decoded, err := contentapi.DecodeResponseReusing(s.registry, m.GetDecryptedMessageBytes(), call, &scratch)
 			if err != nil {
 				if i > 0 {
 					cut = true // what is decoded so far goes out; the rest on the next page
