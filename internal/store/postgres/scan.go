@@ -20,7 +20,14 @@ import (
 type binaryRows struct {
 	pgx.Rows
 	texts textInterner
+	// chunk is where small rows' byte values are carved from, arenaChunk
+	// at a time: an allocation a row was a sixth of a listed message's.
+	chunk []byte
 }
+
+// arenaChunk is how much small rows' bytes are allocated at once; a row
+// past a quarter of it has its own.
+const arenaChunk = 32 << 10
 
 func newBinaryRows(rows pgx.Rows) *binaryRows { return &binaryRows{Rows: rows} }
 
@@ -37,7 +44,7 @@ func (r *binaryRows) Scan(dest ...any) error {
 			total += len(raw[i])
 		}
 	}
-	a := rowArena{buf: make([]byte, 0, total), texts: &r.texts}
+	a := rowArena{buf: r.room(total), texts: &r.texts}
 	for i, d := range dest {
 		if !wireForm(fields[i]) || !a.scan(d, fields[i].DataTypeOID, raw[i]) {
 			return r.Rows.Scan(dest...)
@@ -138,6 +145,21 @@ func (a *rowArena) bytesp(v []byte) *[]byte {
 func (a *rowArena) textp(v string) *string {
 	o := a.optionals()
 	return slot(o.strs[:], &o.nt, v)
+}
+
+// room returns an empty buffer of capacity n for one row's bytes, carved
+// from the current chunk (capped, so that nothing is written past it) or,
+// for a large row, its own.
+func (r *binaryRows) room(n int) []byte {
+	if n > arenaChunk/4 {
+		return make([]byte, 0, n)
+	}
+	if cap(r.chunk)-len(r.chunk) < n {
+		r.chunk = make([]byte, 0, arenaChunk)
+	}
+	off := len(r.chunk)
+	r.chunk = r.chunk[:off+n]
+	return r.chunk[off:off:off+n]
 }
 
 // wireForm reports whether a column's values come as scanBinary reads

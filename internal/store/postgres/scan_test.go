@@ -112,3 +112,49 @@ func TestTextInterner(t *testing.T) {
 		t.Fatal("a long or empty text is not itself")
 	}
 }
+
+// TestBinaryRowsChunks: rows' byte values carved from shared chunks stay
+// each row's own through many rows, small and large, each capped at its
+// length so that appending to one cannot write over another.
+func TestBinaryRowsChunks(t *testing.T) {
+	url := os.Getenv("TEST_DATABASE_URL")
+	if url == "" {
+		t.Fatal("TEST_DATABASE_URL is not set: run the tests with make test, which starts PostgreSQL")
+	}
+	c, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(t.Context())
+	rows, err := c.Query(t.Context(), `SELECT int4send(i), decode(repeat(lpad(to_hex(i % 256), 2, '0'), CASE WHEN i % 500 = 0 THEN 20000 ELSE i % 97 END), 'hex')
+		FROM generate_series(1, 3000) i`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := newBinaryRows(rows)
+	var got [][2][]byte
+	for rows.Next() {
+		var id, body []byte
+		if err := br.Scan(&id, &body); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, [2][]byte{id, body})
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	for i, row := range got {
+		n := i + 1
+		size := n % 97
+		if n%500 == 0 {
+			size = 20000
+		}
+		want := strings.Repeat(string([]byte{byte(n % 256)}), size)
+		if string(row[0]) != string([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}) || string(row[1]) != want {
+			t.Fatalf("row %d changed after later rows were scanned", n)
+		}
+		if cap(row[0]) != len(row[0]) || cap(row[1]) != len(row[1]) {
+			t.Fatalf("row %d: a value's capacity is past its length", n)
+		}
+	}
+}
