@@ -159,7 +159,7 @@ func (r *binaryRows) room(n int) []byte {
 	}
 	off := len(r.chunk)
 	r.chunk = r.chunk[:off+n]
-	return r.chunk[off:off:off+n]
+	return r.chunk[off : off : off+n]
 }
 
 // wireForm reports whether a column's values come as scanBinary reads
