@@ -141,22 +141,12 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	idle := s.limits.StreamIdleTimeout
 	stalled := false
 	out := &chunkWriter{send: func(b []byte) error {
-		select {
-		case chunks <- b:
-			return nil
-		default:
-		}
-		t := time.NewTimer(idle)
-		defer t.Stop()
-		select {
-		case chunks <- b:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
+		err := handOver(ctx, chunks, b, idle)
+		if errors.Is(err, errStalled) {
 			stalled = true
 			return errExportStalled
 		}
+		return err
 	}}
 	exportedAt := s.now().UnixNano()
 	started := time.Now()

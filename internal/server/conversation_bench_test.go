@@ -115,19 +115,26 @@ func BenchmarkAppendMessages(b *testing.B) {
 	})
 }
 
+// benchGroup stores group "g" of benchBatch messages of content and
+// returns its owner.
+func benchGroup(b *testing.B, c cb.ConversationServiceClient, content []byte) string {
+	owner := storetest.Owner("bench")
+	ctx := context.Background()
+	if _, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner, Group: storetest.MinimalGroup("g")}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.AppendMessages(ctx, &cb.AppendMessagesRequest{Owner: owner, Messages: benchMessages(0, []byte("g"), content)}); err != nil {
+		b.Fatal(err)
+	}
+	return owner
+}
+
 // BenchmarkListMessages lists a group of benchBatch messages, decoded, in
 // pages of 1,000, per op.
 func BenchmarkListMessages(b *testing.B) {
 	content := text200Envelope(b)
 	benchEngines(b, func(b *testing.B, c cb.ConversationServiceClient, _ store.Store) {
-		owner := storetest.Owner("bench")
-		ctx := context.Background()
-		if _, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner, Group: storetest.MinimalGroup("g")}); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := c.AppendMessages(ctx, &cb.AppendMessagesRequest{Owner: owner, Messages: benchMessages(0, []byte("g"), content)}); err != nil {
-			b.Fatal(err)
-		}
+		owner, ctx := benchGroup(b, c, content), context.Background()
 		b.ResetTimer()
 		for range b.N {
 			n := 0
@@ -163,14 +170,7 @@ func BenchmarkStreamMessages(b *testing.B) {
 	for _, e := range storetest.Engines() {
 		b.Run(e.Name+"/grpc", func(b *testing.B) {
 			c := cb.NewConversationServiceClient(startTCP(b, Config{Store: e.Open(b)}))
-			owner := storetest.Owner("bench")
-			ctx := context.Background()
-			if _, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner, Group: storetest.MinimalGroup("g")}); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := c.AppendMessages(ctx, &cb.AppendMessagesRequest{Owner: owner, Messages: benchMessages(0, []byte("g"), content)}); err != nil {
-				b.Fatal(err)
-			}
+			owner, ctx := benchGroup(b, c, content), context.Background()
 			b.ResetTimer()
 			for range b.N {
 				stream, err := c.StreamMessages(ctx, &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g")})

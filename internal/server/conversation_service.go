@@ -211,9 +211,10 @@ func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stre
 				return nil
 			}
 			p := sendablePage{&cb.StreamMessagesResponse{Messages: page.messages, ResumeToken: page.next}, call}
-			if !offerPage(ctx, pages, p, idle) {
-				stalled = ctx.Err() == nil
-				return ctx.Err()
+			if err := handOver(ctx, pages, p, idle); err != nil {
+				p.call.Close()
+				stalled = errors.Is(err, errStalled)
+				return err
 			}
 			if page.next == "" {
 				return nil
@@ -247,26 +248,6 @@ func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stre
 type sendablePage struct {
 	resp *cb.StreamMessagesResponse
 	call *budget.Call
-}
-
-// offerPage hands p to the sender, waiting at most idle for it to take
-// it; otherwise it closes p's budget and reports false.
-func offerPage(ctx context.Context, pages chan<- sendablePage, p sendablePage, idle time.Duration) bool {
-	select {
-	case pages <- p:
-		return true
-	default:
-	}
-	t := time.NewTimer(idle)
-	defer t.Stop()
-	select {
-	case pages <- p:
-		return true
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	p.call.Close()
-	return false
 }
 
 // messageQuery checks a request for one group's messages and returns its

@@ -685,21 +685,7 @@ func TestE2EConversationBadInput(t *testing.T) {
 func TestE2EConversationListPageBudget(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, c cb.ConversationServiceClient, _ store.Store) {
 		owner := storetest.Owner("budget")
-		put(t, c, owner, storetest.MinimalGroup("g"))
-		// 12 messages of 700 KiB, not envelopes: each comes back twice
-		// (stored, and as Undecoded's bytes), 1.4 MiB of the 4 MiB page
-		// limit, so a page holds two and carries on by token.
-		for i := range 3 {
-			msgs := storetest.Messages(fmt.Sprintf("p%d", i), []byte("g"), 4, int64(i*10))
-			for _, m := range msgs {
-				m.DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, 700<<10)
-			}
-			appendMsgs(t, c, owner, msgs...)
-		}
-		// And one of 5 MiB, larger than a page: it comes back alone.
-		huge := storetest.Message("zz-huge", []byte("g"), 1000)
-		huge.DecryptedMessageBytes = bytes.Repeat([]byte{9}, 5<<20)
-		appendMsgs(t, c, owner, huge)
+		putPageBytesGroup(t, c, owner)
 		req := &cb.ListMessagesRequest{Owner: owner, GroupId: []byte("g")}
 		var pages []int
 		total := 0
@@ -721,6 +707,25 @@ func TestE2EConversationListPageBudget(t *testing.T) {
 			t.Errorf("pages %v; want 13 messages, two a page, the 5 MiB one alone", pages)
 		}
 	})
+}
+
+// putPageBytesGroup stores group "g" of 12 messages of 700 KiB, not
+// envelopes: each comes back twice (stored, and as Undecoded's bytes), 1.4
+// MiB of the 4 MiB page limit, so a page holds two; and one of 5 MiB,
+// larger than a page, which comes back alone.
+func putPageBytesGroup(t *testing.T, c cb.ConversationServiceClient, owner string) {
+	t.Helper()
+	put(t, c, owner, storetest.MinimalGroup("g"))
+	for i := range 3 {
+		msgs := storetest.Messages(fmt.Sprintf("p%d", i), []byte("g"), 4, int64(i*10))
+		for _, m := range msgs {
+			m.DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, 700<<10)
+		}
+		appendMsgs(t, c, owner, msgs...)
+	}
+	huge := storetest.Message("zz-huge", []byte("g"), 1000)
+	huge.DecryptedMessageBytes = bytes.Repeat([]byte{9}, 5<<20)
+	appendMsgs(t, c, owner, huge)
 }
 
 // TestListMessagesReaderEnds: a page cut short by its byte limit, or

@@ -177,19 +177,7 @@ func TestE2EStreamMessagesBadInput(t *testing.T) {
 func TestE2EStreamMessagesPageBytes(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, c cb.ConversationServiceClient, _ store.Store) {
 		owner := storetest.Owner("bytes")
-		put(t, c, owner, storetest.MinimalGroup("g"))
-		// Not envelopes: each comes back twice (stored, and as Undecoded's
-		// bytes), 1.4 MiB of the 4 MiB page limit.
-		for i := range 3 {
-			msgs := storetest.Messages(fmt.Sprintf("p%d", i), []byte("g"), 4, int64(i*10))
-			for _, m := range msgs {
-				m.DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, 700<<10)
-			}
-			appendMsgs(t, c, owner, msgs...)
-		}
-		huge := storetest.Message("zz-huge", []byte("g"), 1000)
-		huge.DecryptedMessageBytes = bytes.Repeat([]byte{9}, 5<<20)
-		appendMsgs(t, c, owner, huge)
+		putPageBytesGroup(t, c, owner)
 		resps, err := streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g")}, grpc.MaxCallRecvMsgSize(64<<20))
 		if err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -111,5 +112,30 @@ func idleRecv[T any](ctx context.Context, recv func() (T, error), idle time.Dura
 			var zero T
 			return zero, status.FromContextError(ctx.Err()).Err()
 		}
+	}
+}
+
+// errStalled: the goroutine sending a server stream took nothing for the
+// stream idle timeout; its client is not reading.
+var errStalled = errors.New("the client read nothing for the stream idle timeout")
+
+// handOver gives v to a server stream's sending goroutine through ch,
+// waiting at most idle for it to be taken: errStalled past that, the
+// context's error if it ends first.
+func handOver[T any](ctx context.Context, ch chan<- T, v T, idle time.Duration) error {
+	select {
+	case ch <- v:
+		return nil
+	default:
+	}
+	t := time.NewTimer(idle)
+	defer t.Stop()
+	select {
+	case ch <- v:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errStalled
 	}
 }

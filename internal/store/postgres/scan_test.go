@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"os"
@@ -12,10 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// TestBinaryScanMatchesPgx: the store's binary scan and pgx's own Scan
-// give the same values for every destination type the row mappings use,
-// with NULLs, empty values and negative integers, from a real server.
-func TestBinaryScanMatchesPgx(t *testing.T) {
+// connectForScan connects to the test server, closed when t ends.
+func connectForScan(t *testing.T) *pgx.Conn {
+	t.Helper()
 	url := os.Getenv("TEST_DATABASE_URL")
 	if url == "" {
 		t.Fatal("TEST_DATABASE_URL is not set: run the tests with make test, which starts PostgreSQL")
@@ -24,7 +24,15 @@ func TestBinaryScanMatchesPgx(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close(t.Context())
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// TestBinaryScanMatchesPgx: the store's binary scan and pgx's own Scan
+// give the same values for every destination type the row mappings use,
+// with NULLs, empty values and negative integers, from a real server.
+func TestBinaryScanMatchesPgx(t *testing.T) {
+	c := connectForScan(t)
 	const query = `SELECT '\x0102'::bytea, ''::bytea, NULL::bytea, ''::bytea, 'text ✓'::text, NULL::text, 'v'::text,
 		-5::int8, NULL::int8, 9::int8, -7::int4, -3::int2, true, NULL::bool, false, 11::int8, NULL::int8, true, NULL::bool`
 	scanWith := func(scan func(dest ...any) error) []any {
@@ -117,15 +125,7 @@ func TestTextInterner(t *testing.T) {
 // each row's own through many rows, small and large, each capped at its
 // length so that appending to one cannot write over another.
 func TestBinaryRowsChunks(t *testing.T) {
-	url := os.Getenv("TEST_DATABASE_URL")
-	if url == "" {
-		t.Fatal("TEST_DATABASE_URL is not set: run the tests with make test, which starts PostgreSQL")
-	}
-	c, err := pgx.Connect(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(t.Context())
+	c := connectForScan(t)
 	rows, err := c.Query(t.Context(), `SELECT int4send(i), decode(repeat(lpad(to_hex(i % 256), 2, '0'), CASE WHEN i % 500 = 0 THEN 20000 ELSE i % 97 END), 'hex')
 		FROM generate_series(1, 3000) i`)
 	if err != nil {
