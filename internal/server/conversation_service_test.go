@@ -772,11 +772,17 @@ func TestListMessagesReaderEnds(t *testing.T) {
 	if _, err := tiny.ListMessages(ctx, &cb.ListMessagesRequest{Owner: owner, GroupId: []byte("g")}); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("under a 64-byte budget: %v", err)
 	}
+	if n := goroutinesBackTo(before); n > before {
+		t.Errorf("%d goroutines after listing, %d before: a page reader did not end", n, before)
+	}
+}
+
+// goroutinesBackTo waits up to 5 s for the goroutines to number at most
+// before, and returns how many there are.
+func goroutinesBackTo(before int) int {
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := runtime.NumGoroutine(); n > before {
-		t.Errorf("%d goroutines after listing, %d before: a page reader did not end", n, before)
-	}
+	return runtime.NumGoroutine()
 }

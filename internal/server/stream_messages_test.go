@@ -253,11 +253,7 @@ func TestE2EStreamMessagesStalledClient(t *testing.T) {
 			if got >= 96 {
 				t.Errorf("a stalled stream sent all %d messages", got)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if n := runtime.NumGoroutine(); n > goroutines {
+			if n := goroutinesBackTo(goroutines); n > goroutines {
 				t.Errorf("%d goroutines after the stream ended, %d before", n, goroutines)
 			}
 		})
