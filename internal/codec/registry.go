@@ -49,8 +49,13 @@ func (r *Registry) MaxNestingDepth() int { return r.maxDepth }
 // Push returns the push value for t (CTYPE-010): the catalogue's, or an
 // application codec's; ok is false for a type with neither.
 func (r *Registry) Push(t TypeID) (push, ok bool) {
-	d := r.Describe(t)
-	return d.Push, d.PushKnown
+	if e, found := catalogueByKey[t.Key()]; found {
+		return e.Push, true
+	}
+	if c, found := r.codecs[t.Key()]; found {
+		return c.codec.ShouldPush(), true
+	}
+	return false, false
 }
 
 // Description is what a decode outcome reports of its type.
@@ -76,9 +81,7 @@ func (r *Registry) Describe(t TypeID) Description {
 		return d
 	}
 	d := Description{Name: t.String()}
-	if c, ok := r.Lookup(t); ok {
-		d.Push, d.PushKnown = c.ShouldPush(), true
-	}
+	d.Push, d.PushKnown = r.Push(t)
 	return d
 }
 
@@ -210,10 +213,7 @@ func (r *Registry) decodeIn(all *decodeState, b []byte, m Meter) (Decoded, *mc.E
 	if d.exhausted != nil {
 		return Decoded{}, ec, d.exhausted
 	}
-	if err == nil {
-		c, _ := r.codecs[out.Type.Key()]
-		all.reusable = c.standard
-	}
+	all.reusable = err == nil && d.standard
 	return out, ec, err
 }
 
@@ -315,6 +315,8 @@ type decoding struct {
 	expanded int64 // decompressed bytes at every level together (CTYPE-025)
 	// exhausted is the meter's refusal; once set, decoding only unwinds.
 	exhausted error
+	// standard: the top level's codec is a standard one (see Scratch).
+	standard bool
 }
 
 func (d *decoding) charge(n int64) error {
@@ -343,6 +345,9 @@ func (d *decoding) decode(ec *mc.EncodedContent) (Decoded, error) {
 	c, ok := d.r.codecs[t.Key()]
 	if !ok {
 		return Decoded{Type: t, Envelope: plain}, &Error{Kind: KindNoMatchingCodec, Type: t, Reason: "no codec for this authority, type and major version"}
+	}
+	if d.depth == 0 {
+		d.standard = c.standard
 	}
 	cost := int64(len(plain.GetContent()))
 	if c.json {
