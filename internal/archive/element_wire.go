@@ -73,7 +73,14 @@ func parseMessageElement(b []byte, me *handElement, strs *interner) bool {
 // it has seen: a message's sender, authority and content type repeat
 // across a conversation, so most records allocate none. It keeps at most
 // internMax strings of internLen bytes.
-type interner struct{ m map[string]string }
+type interner struct {
+	m map[string]string
+	// last is the string each of the three string fields last held. A
+	// field most often repeats it (a conversation's authority and content
+	// type, a sender's run of messages), and comparing with it costs less
+	// than hashing into m and validating UTF-8 again.
+	last [3]string
+}
 
 const (
 	internMax = 1024
@@ -81,6 +88,22 @@ const (
 	// internMemory bounds what an interner holds, map overhead included.
 	internMemory = internMax * (internLen + 64)
 )
+
+// field returns the string of field slot's bytes b, or false when b is
+// not valid UTF-8.
+func (in *interner) field(slot int, b []byte) (string, bool) {
+	if s := in.last[slot]; s == string(b) {
+		return s, true
+	}
+	if !utf8.Valid(b) {
+		return "", false
+	}
+	s := in.str(b)
+	if len(s) <= internLen {
+		in.last[slot] = s
+	}
+	return s, true
+}
 
 func (in *interner) str(b []byte) string {
 	if s, ok := in.m[string(b)]; ok {
@@ -125,10 +148,17 @@ func parseMessage(b []byte, me *handElement, strs *interner) bool {
 			case 13:
 				m.ReferenceId = v // present: never nil, since b is not
 			case 7, 12, 16:
-				if !utf8.Valid(v) {
+				slot := 0 // 7
+				switch num {
+				case 12:
+					slot = 1
+				case 16:
+					slot = 2
+				}
+				s, ok := strs.field(slot, v)
+				if !ok {
 					return false
 				}
-				s := strs.str(v)
 				switch num {
 				case 7:
 					m.SenderInboxId = s

@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 
@@ -68,14 +69,23 @@ func FuzzParseElementMatchesProto(f *testing.F) {
 	f.Add([]byte{0x1a, 0x04, 0xa0, 0x01, 0x01, 0x00}) // an unknown field (20)
 	f.Add([]byte{0x1a, 0x02, 0x90, 0x01, 0x02})       // expiry_known = 2
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ours, _, errOurs := parseElement(b, new(handElement), new(interner))
 		theirs := &ds.BackupElement{}
 		errTheirs := proto.Unmarshal(b, theirs)
-		if (errOurs == nil) != (errTheirs == nil) {
-			t.Fatalf("ours: %v, proto: %v", errOurs, errTheirs)
+		// One interner for a sequence, as a Reader has: primed with
+		// another record's strings, then b twice, so that b's strings are
+		// read both fresh and as the ones each field last held.
+		strs := new(interner)
+		if _, _, err := parseElement(full, new(handElement), strs); err != nil {
+			t.Fatal(err)
 		}
-		if errOurs == nil && !proto.Equal(ours, theirs) {
-			t.Fatalf("ours %v\nproto %v", ours, theirs)
+		for range 2 {
+			ours, _, errOurs := parseElement(b, new(handElement), strs)
+			if (errOurs == nil) != (errTheirs == nil) {
+				t.Fatalf("ours: %v, proto: %v", errOurs, errTheirs)
+			}
+			if errOurs == nil && !proto.Equal(ours, theirs) {
+				t.Fatalf("ours %v\nproto %v", ours, theirs)
+			}
 		}
 	})
 }
@@ -225,4 +235,32 @@ func TestNextKeepsOnlyWhatTheCallerKeeps(t *testing.T) {
 	}
 	runtime.KeepAlive(data)
 	runtime.KeepAlive(kept)
+}
+
+// TestInternerField: a field's bytes equal to the string it last held come
+// back as that string; other bytes are checked for UTF-8 and interned; a
+// long string is not kept past its record.
+func TestInternerField(t *testing.T) {
+	var in interner
+	a, ok := in.field(0, []byte("inbox-a"))
+	if !ok || a != "inbox-a" {
+		t.Fatalf("field: %q, %v", a, ok)
+	}
+	again, _ := in.field(0, []byte("inbox-a"))
+	if unsafe.StringData(again) != unsafe.StringData(a) {
+		t.Error("the same bytes again made a new string")
+	}
+	if s, ok := in.field(0, []byte("inbox-\xff")); ok {
+		t.Errorf("invalid UTF-8 accepted as %q", s)
+	}
+	if s, _ := in.field(1, []byte("inbox-a")); s != "inbox-a" {
+		t.Errorf("another field: %q", s)
+	}
+	long := bytes.Repeat([]byte("x"), internLen+1)
+	if s, ok := in.field(2, long); !ok || s != string(long) {
+		t.Fatalf("long: %v", ok)
+	}
+	if in.last[2] != "" {
+		t.Errorf("a string of %d bytes was kept", internLen+1)
+	}
 }
