@@ -9,6 +9,11 @@
 //	benchratio -pkg ./internal/archive -rounds 3 \
 //	    -ratio 'Reader,RawDecompressOpen,MB/s,0.8' \
 //	    -floor 'Writer,MB/s,500'
+//
+// -serial prints, beside the ratios, the most a ratio could reach when
+// its work includes a cost that runs one after the ceiling's, as a paged
+// call's client decodes a page only once the server has read it: with the
+// ceiling at c and the cost alone at k (both rates), k/(c+k) of c.
 package main
 
 import (
@@ -34,6 +39,12 @@ type ratio struct {
 	target              float64
 }
 
+// serial is the bound on a ratio to ceiling from a cost that runs one
+// after the ceiling's work (see the package comment).
+type serial struct {
+	ceiling, cost, unit string
+}
+
 // floor is a benchmark with an absolute target (no ceiling exists).
 type floor struct {
 	name, unit string
@@ -53,12 +64,13 @@ func main() {
 }
 
 func run() error {
-	var ratios, floors, extra list
+	var ratios, floors, serials, extra list
 	pkg := flag.String("pkg", "", "the package whose benchmarks to run, e.g. ./internal/archive")
 	rounds := flag.Int("rounds", 3, "how many times to run the whole set")
 	benchtime := flag.String("benchtime", "", "passed to -test.benchtime")
 	flag.Var(&ratios, "ratio", "NAME,CEILING,UNIT,TARGET: NAME's UNIT over CEILING's, at least TARGET (repeatable)")
 	flag.Var(&floors, "floor", "NAME,UNIT,TARGET: NAME's UNIT at least TARGET (repeatable)")
+	flag.Var(&serials, "serial", "CEILING,COST,UNIT: the most a ratio to CEILING can reach when COST (a rate) runs one after CEILING's work (repeatable)")
 	flag.Var(&extra, "arg", "another argument for the test binary (repeatable)")
 	flag.Parse()
 	if *pkg == "" || len(ratios)+len(floors) == 0 {
@@ -91,6 +103,15 @@ func run() error {
 		fs = append(fs, floor{p[0], p[1], t})
 		tops[top(p[0])] = true
 	}
+	var ss []serial
+	for _, s := range serials {
+		p := strings.Split(s, ",")
+		if len(p) != 3 {
+			return fmt.Errorf("-serial %q: want CEILING,COST,UNIT", s)
+		}
+		ss = append(ss, serial{p[0], p[1], p[2]})
+		tops[top(p[0])], tops[top(p[1])] = true, true
+	}
 	names := make([]string, 0, len(tops))
 	for n := range tops {
 		names = append(names, regexp.QuoteMeta(n))
@@ -116,6 +137,7 @@ func run() error {
 
 	ratioRuns := make([][]float64, len(rs))
 	floorRuns := make([][]float64, len(fs))
+	serialRuns := make([][]float64, len(ss))
 	for round := 1; round <= *rounds; round++ {
 		fmt.Printf("round %d of %d\n", round, *rounds)
 		cmd := exec.Command(bin, args...)
@@ -139,6 +161,14 @@ func run() error {
 			ratioRuns[i] = append(ratioRuns[i], q)
 			fmt.Printf("  %s / %s = %.2f (target %.2f)\n", r.name, r.ceiling, q, r.target)
 		}
+		for i, sb := range ss {
+			c, k := got[sb.ceiling][sb.unit], got[sb.cost][sb.unit]
+			if c == 0 || k == 0 {
+				return fmt.Errorf("round %d: no %s for %s or %s", round, sb.unit, sb.ceiling, sb.cost)
+			}
+			serialRuns[i] = append(serialRuns[i], k/(c+k))
+			fmt.Printf("  at most %.2f of %s with %s after it\n", k/(c+k), sb.ceiling, sb.cost)
+		}
 		for i, f := range fs {
 			v := got[f.name][f.unit]
 			if v == 0 {
@@ -151,6 +181,9 @@ func run() error {
 	fmt.Print("\n" + roundtable.Header("figure", "target", *rounds))
 	for i, r := range rs {
 		fmt.Print(roundtable.Row(fmt.Sprintf("%s / %s (%s)", r.name, r.ceiling, r.unit), fmt.Sprintf("≥ %.2f", r.target), ratioRuns[i], "%.2f", roundtable.AtLeast(r.target)))
+	}
+	for i, sb := range ss {
+		fmt.Print(roundtable.Row(fmt.Sprintf("bound: %s, then %s (%s)", sb.ceiling, sb.cost, sb.unit), "(bound)", serialRuns[i], "%.2f", nil))
 	}
 	for i, f := range fs {
 		fmt.Print(roundtable.Row(fmt.Sprintf("%s (%s)", f.name, f.unit), fmt.Sprintf("≥ %.0f", f.target), floorRuns[i], "%.0f", roundtable.AtLeast(f.target)))

@@ -20,17 +20,22 @@ func Header(first, second string, rounds int) string {
 }
 
 // Row is one figure: its name, its target as text, its value in each round
-// (written with format), and in how many rounds ok held.
+// (written with format), and in how many rounds ok held; with ok nil (a
+// figure for context, with no target), "—".
 func Row(name, target string, values []float64, format string, ok func(float64) bool) string {
 	cols := []string{name, target}
 	met := 0
 	for _, v := range values {
 		cols = append(cols, fmt.Sprintf(format, v))
-		if ok(v) {
+		if ok != nil && ok(v) {
 			met++
 		}
 	}
-	cols = append(cols, fmt.Sprintf("%d of %d", met, len(values)))
+	if ok == nil {
+		cols = append(cols, "—")
+	} else {
+		cols = append(cols, fmt.Sprintf("%d of %d", met, len(values)))
+	}
 	return "| " + strings.Join(cols, " | ") + " |\n"
 }
 
