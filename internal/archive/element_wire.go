@@ -219,8 +219,7 @@ func appendElement(buf []byte, el *ds.BackupElement) ([]byte, error) {
 		return marshal.MarshalAppend(buf, el)
 	}
 	m := w.GroupMessage
-	buf = protowire.AppendTag(buf, 3, protowire.BytesType)
-	buf = protowire.AppendVarint(buf, uint64(messageSize(m)))
+	buf = appendLength(append(buf, tagGroupMessage...), messageSize(m))
 	return appendMessage(buf, m), nil
 }
 
@@ -232,33 +231,63 @@ func handMarshalable(el *ds.BackupElement, m *mb.GroupMessageSave) bool {
 }
 
 // The fields in number order, as deterministic marshalling writes them:
-// implicit-presence fields when not zero, optional ones when set.
+// implicit-presence fields when not zero, optional ones when set. Each
+// tag is written as its wire bytes (messageTags), and short lengths and
+// small numbers in line: a record's fields cost about what copying its
+// bytes does, not a varint encoder's call each.
 
 func appendMessage(b []byte, m *mb.GroupMessageSave) []byte {
-	b = appendBytes(b, 1, m.Id)
-	b = appendBytes(b, 2, m.GroupId)
-	b = appendBytes(b, 3, m.DecryptedMessageBytes)
-	b = appendVarint(b, 4, uint64(m.SentAtNs))
-	b = appendVarint(b, 5, uint64(m.Kind))
-	b = appendBytes(b, 6, m.SenderInstallationId)
-	b = appendString(b, 7, m.SenderInboxId)
-	b = appendVarint(b, 8, uint64(m.DeliveryStatus))
-	b = appendVarint(b, 9, uint64(m.ContentTypeSave))
-	b = appendVarint(b, 10, uint64(m.VersionMajor))
-	b = appendVarint(b, 11, uint64(m.VersionMinor))
-	b = appendString(b, 12, m.AuthorityId)
+	b = appendBytes(b, tagID, m.Id)
+	b = appendBytes(b, tagGroupID, m.GroupId)
+	b = appendBytes(b, tagContent, m.DecryptedMessageBytes)
+	b = appendVarint(b, tagSentAt, uint64(m.SentAtNs))
+	b = appendVarint(b, tagKind, uint64(m.Kind))
+	b = appendBytes(b, tagInstallation, m.SenderInstallationId)
+	b = appendString(b, tagInbox, m.SenderInboxId)
+	b = appendVarint(b, tagDelivery, uint64(m.DeliveryStatus))
+	b = appendVarint(b, tagContentTypeSave, uint64(m.ContentTypeSave))
+	b = appendVarint(b, tagVersionMajor, uint64(m.VersionMajor))
+	b = appendVarint(b, tagVersionMinor, uint64(m.VersionMinor))
+	b = appendString(b, tagAuthority, m.AuthorityId)
 	if m.ReferenceId != nil {
-		b = protowire.AppendBytes(protowire.AppendTag(b, 13, protowire.BytesType), m.ReferenceId)
+		// Present even when empty: an optional field.
+		b = append(appendLength(append(b, tagReference...), len(m.ReferenceId)), m.ReferenceId...)
 	}
-	b = appendOptional(b, 14, m.SequenceId)
-	b = appendOptional(b, 15, m.OriginatorId)
-	b = appendString(b, 16, m.ContentType)
-	b = appendOptional(b, 17, m.ExpiresAtNs)
+	b = appendOptional(b, tagSequence, m.SequenceId)
+	b = appendOptional(b, tagOriginator, m.OriginatorId)
+	b = appendString(b, tagContentType, m.ContentType)
+	b = appendOptional(b, tagExpiresAt, m.ExpiresAtNs)
 	if m.ExpiryKnown != nil {
-		b = protowire.AppendVarint(protowire.AppendTag(b, 18, protowire.VarintType), protowire.EncodeBool(*m.ExpiryKnown))
+		b = append(append(b, tagExpiryKnown...), byte(protowire.EncodeBool(*m.ExpiryKnown)))
 	}
 	return b
 }
+
+// messageTags are GroupMessageSave's field tags as they are written: the
+// field number shifted left three, or'ed with the wire type (2 bytes, 0
+// varint), as a varint. TestMessageTags checks each against protowire.
+const (
+	tagID              = "\x0a"     // 1, bytes
+	tagGroupID         = "\x12"     // 2, bytes
+	tagContent         = "\x1a"     // 3, bytes
+	tagSentAt          = "\x20"     // 4, varint
+	tagKind            = "\x28"     // 5, varint
+	tagInstallation    = "\x32"     // 6, bytes
+	tagInbox           = "\x3a"     // 7, bytes
+	tagDelivery        = "\x40"     // 8, varint
+	tagContentTypeSave = "\x48"     // 9, varint
+	tagVersionMajor    = "\x50"     // 10, varint
+	tagVersionMinor    = "\x58"     // 11, varint
+	tagAuthority       = "\x62"     // 12, bytes
+	tagReference       = "\x6a"     // 13, bytes
+	tagSequence        = "\x70"     // 14, varint
+	tagOriginator      = "\x78"     // 15, varint
+	tagContentType     = "\x82\x01" // 16, bytes
+	tagExpiresAt       = "\x88\x01" // 17, varint
+	tagExpiryKnown     = "\x90\x01" // 18, varint
+	// tagGroupMessage is BackupElement's group_message (3, bytes).
+	tagGroupMessage = "\x1a"
+)
 
 // ElementSize is proto.Size(el), without reflection for a message element:
 // what import charges its read-ahead and export weighs its batches by, once
@@ -287,32 +316,51 @@ func messageSize(m *mb.GroupMessageSave) int {
 	return n
 }
 
-func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
+func appendBytes(b []byte, tag string, v []byte) []byte {
 	if len(v) == 0 {
 		return b
 	}
-	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
+	return append(appendLength(append(b, tag...), len(v)), v...)
 }
 
-func appendString(b []byte, num protowire.Number, v string) []byte {
+func appendString(b []byte, tag string, v string) []byte {
 	if v == "" {
 		return b
 	}
-	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), v)
+	return append(appendLength(append(b, tag...), len(v)), v...)
 }
 
-func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
+func appendVarint(b []byte, tag string, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+	return appendUvarint(append(b, tag...), v)
 }
 
-func appendOptional(b []byte, num protowire.Number, v *int64) []byte {
+func appendOptional(b []byte, tag string, v *int64) []byte {
 	if v == nil {
 		return b
 	}
-	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), uint64(*v))
+	return appendUvarint(append(b, tag...), uint64(*v))
+}
+
+// appendLength writes a length as a varint, the one- and two-byte forms
+// in line.
+func appendLength(b []byte, n int) []byte {
+	switch {
+	case n < 1<<7:
+		return append(b, byte(n))
+	case n < 1<<14:
+		return append(b, byte(n)|0x80, byte(n>>7))
+	}
+	return protowire.AppendVarint(b, uint64(n))
+}
+
+func appendUvarint(b []byte, v uint64) []byte {
+	if v < 1<<7 {
+		return append(b, byte(v))
+	}
+	return protowire.AppendVarint(b, v)
 }
 
 func bytesSize(num protowire.Number, n int) int {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
@@ -262,5 +263,41 @@ func TestInternerField(t *testing.T) {
 	}
 	if in.last[2] != "" {
 		t.Errorf("a string of %d bytes was kept", internLen+1)
+	}
+}
+
+// TestMessageTags: each tag the writer writes as bytes is the field's tag
+// as protowire encodes it.
+func TestMessageTags(t *testing.T) {
+	for _, c := range []struct {
+		tag string
+		num protowire.Number
+		typ protowire.Type
+	}{
+		{tagID, 1, protowire.BytesType}, {tagGroupID, 2, protowire.BytesType}, {tagContent, 3, protowire.BytesType},
+		{tagSentAt, 4, protowire.VarintType}, {tagKind, 5, protowire.VarintType}, {tagInstallation, 6, protowire.BytesType},
+		{tagInbox, 7, protowire.BytesType}, {tagDelivery, 8, protowire.VarintType}, {tagContentTypeSave, 9, protowire.VarintType},
+		{tagVersionMajor, 10, protowire.VarintType}, {tagVersionMinor, 11, protowire.VarintType}, {tagAuthority, 12, protowire.BytesType},
+		{tagReference, 13, protowire.BytesType}, {tagSequence, 14, protowire.VarintType}, {tagOriginator, 15, protowire.VarintType},
+		{tagContentType, 16, protowire.BytesType}, {tagExpiresAt, 17, protowire.VarintType}, {tagExpiryKnown, 18, protowire.VarintType},
+		{tagGroupMessage, 3, protowire.BytesType},
+	} {
+		if want := string(protowire.AppendTag(nil, c.num, c.typ)); c.tag != want {
+			t.Errorf("field %d: %x, want %x", c.num, c.tag, want)
+		}
+	}
+}
+
+// TestAppendLength: every length form, at the edges of each.
+func TestAppendLength(t *testing.T) {
+	for _, n := range []int{0, 1, 1<<7 - 1, 1 << 7, 1<<14 - 1, 1 << 14, 1<<21 + 5, 1<<31 - 1} {
+		if got, want := appendLength(nil, n), protowire.AppendVarint(nil, uint64(n)); !bytes.Equal(got, want) {
+			t.Errorf("%d: %x, want %x", n, got, want)
+		}
+	}
+	for _, v := range []uint64{0, 1, 1<<7 - 1, 1 << 7, 1<<64 - 1} {
+		if got, want := appendUvarint(nil, v), protowire.AppendVarint(nil, v); !bytes.Equal(got, want) {
+			t.Errorf("%d: %x, want %x", v, got, want)
+		}
 	}
 }
