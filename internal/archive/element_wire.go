@@ -123,7 +123,7 @@ func parseMessage(b []byte, me *handElement, strs *interner) bool {
 	m := &me.msg
 	var seen uint32
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 || num > 18 || seen&(1<<num) != 0 {
 			return false
 		}
@@ -131,7 +131,7 @@ func parseMessage(b []byte, me *handElement, strs *interner) bool {
 		b = b[n:]
 		switch typ {
 		case protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
+			v, n := consumeBytes(b)
 			if n < 0 {
 				return false
 			}
@@ -171,7 +171,7 @@ func parseMessage(b []byte, me *handElement, strs *interner) bool {
 				return false
 			}
 		case protowire.VarintType:
-			x, n := protowire.ConsumeVarint(b)
+			x, n := consumeVarint(b)
 			if n < 0 {
 				return false
 			}
@@ -209,6 +209,41 @@ func parseMessage(b []byte, me *handElement, strs *interner) bool {
 		}
 	}
 	return true
+}
+
+// consumeTag, consumeBytes and consumeVarint are protowire's, with the
+// short forms a record's fields take in line (one-byte tags and numbers,
+// lengths under 16 KiB); anything else goes to protowire. A field's bytes
+// are capped at their length: they alias the plaintext, and an append to
+// one must not write over the next.
+
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	if len(b) > 0 && b[0] < 0x80 && b[0]>>3 != 0 {
+		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1
+	}
+	return protowire.ConsumeTag(b)
+}
+
+func consumeBytes(b []byte) ([]byte, int) {
+	switch {
+	case len(b) > 0 && b[0] < 0x80:
+		if n := 1 + int(b[0]); n <= len(b) {
+			return b[1:n:n], n
+		}
+	case len(b) > 1 && b[1] < 0x80:
+		if n := 2 + (int(b[0]&0x7f) | int(b[1])<<7); n <= len(b) {
+			return b[2:n:n], n
+		}
+	}
+	v, n := protowire.ConsumeBytes(b)
+	return v[:len(v):len(v)], n
+}
+
+func consumeVarint(b []byte) (uint64, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return uint64(b[0]), 1
+	}
+	return protowire.ConsumeVarint(b)
 }
 
 // appendElement appends el's wire form to buf: byte for byte what

@@ -301,3 +301,44 @@ func TestAppendLength(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumeMatchesProtowire: the reader's in-line short forms read what
+// protowire reads, at the edges of each form, overlong and cut short, and
+// cap a field's bytes at their length.
+func TestConsumeMatchesProtowire(t *testing.T) {
+	body := bytes.Repeat([]byte{7}, 1<<15)
+	for _, size := range []int{0, 1, 126, 127, 128, 129, 255, 256, 1000, 1024, 16383, 16384, 16385} {
+		prefix := protowire.AppendVarint(nil, uint64(size))
+		for _, extra := range []int{-1, 0, 3} { // cut short, exact, followed by more
+			if size+extra < 0 {
+				continue
+			}
+			b := append(bytes.Clone(prefix), body[:size+extra]...)
+			v, n := consumeBytes(b)
+			wv, wn := protowire.ConsumeBytes(b)
+			if n != wn || !bytes.Equal(v, wv) {
+				t.Errorf("length %d, %+d bytes: %d bytes, n %d; protowire %d bytes, n %d", size, extra, len(v), n, len(wv), wn)
+			}
+			if cap(v) != len(v) {
+				t.Errorf("length %d: cap %d past the field", size, cap(v))
+			}
+		}
+	}
+	for _, b := range [][]byte{{}, {0x00}, {0x08}, {0x7f}, {0x80}, {0x80, 0x00}, {0x82, 0x01}, {0xff, 0xff, 0xff, 0xff, 0x0f}, {0x90, 0x01, 0x01}} {
+		num, typ, n := consumeTag(b)
+		wnum, wtyp, wn := protowire.ConsumeTag(b)
+		if n != wn || (n > 0 && (num != wnum || typ != wtyp)) {
+			t.Errorf("tag %x: %d %d %d; protowire %d %d %d", b, num, typ, n, wnum, wtyp, wn)
+		}
+		x, n := consumeVarint(b)
+		wx, wn := protowire.ConsumeVarint(b)
+		if n != wn || x != wx {
+			t.Errorf("varint %x: %d %d; protowire %d %d", b, x, n, wx, wn)
+		}
+	}
+	// An overlong length (two bytes for 5) reads as protowire does.
+	b := append([]byte{0x85, 0x00}, body[:5]...)
+	if v, n := consumeBytes(b); n != 7 || len(v) != 5 {
+		t.Errorf("overlong length: %d bytes, n %d", len(v), n)
+	}
+}
