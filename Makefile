@@ -125,7 +125,7 @@ FUZZ_TARGETS := \
 	internal/codec:FuzzDecodeTransactionReference internal/codec:FuzzDecodeWalletSendCalls internal/codec:FuzzDecodeActions \
 	internal/codec:FuzzDecodeIntent internal/codec:FuzzDecodeLegacyReaction \
 	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive \
-	internal/archive:FuzzParseElementMatchesProto internal/archive:FuzzAppendElementMatchesProto \
+	internal/archive:FuzzParseElementMatchesProto internal/archive:FuzzAppendElementMatchesProto internal/wire:FuzzConsumeMatchesProtowire \
 	internal/server:FuzzPageToken internal/server:FuzzListFilter internal/contentapi:FuzzMarshalVTMatchesProto internal/contentapi:FuzzDecodeReusingMatchesAlone \
 	internal/jobs:FuzzCheckObjectKey internal/jobs:FuzzJobID
 fuzz:

@@ -10,6 +10,7 @@ import (
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/wire"
 )
 
 // Message elements are nearly every record of a real archive, and the
@@ -123,7 +124,7 @@ func parseMessage(b []byte, me *handElement, strs *interner) bool {
 	m := &me.msg
 	var seen uint32
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := wire.ConsumeTag(b)
 		if n < 0 || num > 18 || seen&(1<<num) != 0 {
 			return false
 		}
@@ -131,7 +132,7 @@ func parseMessage(b []byte, me *handElement, strs *interner) bool {
 		b = b[n:]
 		switch typ {
 		case protowire.BytesType:
-			v, n := consumeBytes(b)
+			v, n := wire.ConsumeBytes(b)
 			if n < 0 {
 				return false
 			}
@@ -171,7 +172,7 @@ func parseMessage(b []byte, me *handElement, strs *interner) bool {
 				return false
 			}
 		case protowire.VarintType:
-			x, n := consumeVarint(b)
+			x, n := wire.ConsumeVarint(b)
 			if n < 0 {
 				return false
 			}
@@ -211,41 +212,6 @@ func parseMessage(b []byte, me *handElement, strs *interner) bool {
 	return true
 }
 
-// consumeTag, consumeBytes and consumeVarint are protowire's, with the
-// short forms a record's fields take in line (one-byte tags and numbers,
-// lengths under 16 KiB); anything else goes to protowire. A field's bytes
-// are capped at their length: they alias the plaintext, and an append to
-// one must not write over the next.
-
-func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
-	if len(b) > 0 && b[0] < 0x80 && b[0]>>3 != 0 {
-		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1
-	}
-	return protowire.ConsumeTag(b)
-}
-
-func consumeBytes(b []byte) ([]byte, int) {
-	switch {
-	case len(b) > 0 && b[0] < 0x80:
-		if n := 1 + int(b[0]); n <= len(b) {
-			return b[1:n:n], n
-		}
-	case len(b) > 1 && b[1] < 0x80:
-		if n := 2 + (int(b[0]&0x7f) | int(b[1])<<7); n <= len(b) {
-			return b[2:n:n], n
-		}
-	}
-	v, n := protowire.ConsumeBytes(b)
-	return v[:len(v):len(v)], n
-}
-
-func consumeVarint(b []byte) (uint64, int) {
-	if len(b) > 0 && b[0] < 0x80 {
-		return uint64(b[0]), 1
-	}
-	return protowire.ConsumeVarint(b)
-}
-
 // appendElement appends el's wire form to buf: byte for byte what
 // deterministic proto.Marshal writes.
 func appendElement(buf []byte, el *ds.BackupElement) ([]byte, error) {
@@ -254,7 +220,7 @@ func appendElement(buf []byte, el *ds.BackupElement) ([]byte, error) {
 		return marshal.MarshalAppend(buf, el)
 	}
 	m := w.GroupMessage
-	buf = appendLength(append(buf, tagGroupMessage...), messageSize(m))
+	buf = wire.AppendLength(append(buf, tagGroupMessage...), messageSize(m))
 	return appendMessage(buf, m), nil
 }
 
@@ -286,7 +252,7 @@ func appendMessage(b []byte, m *mb.GroupMessageSave) []byte {
 	b = appendString(b, tagAuthority, m.AuthorityId)
 	if m.ReferenceId != nil {
 		// Present even when empty: an optional field.
-		b = append(appendLength(append(b, tagReference...), len(m.ReferenceId)), m.ReferenceId...)
+		b = append(wire.AppendLength(append(b, tagReference...), len(m.ReferenceId)), m.ReferenceId...)
 	}
 	b = appendOptional(b, tagSequence, m.SequenceId)
 	b = appendOptional(b, tagOriginator, m.OriginatorId)
@@ -355,47 +321,28 @@ func appendBytes(b []byte, tag string, v []byte) []byte {
 	if len(v) == 0 {
 		return b
 	}
-	return append(appendLength(append(b, tag...), len(v)), v...)
+	return append(wire.AppendLength(append(b, tag...), len(v)), v...)
 }
 
 func appendString(b []byte, tag string, v string) []byte {
 	if v == "" {
 		return b
 	}
-	return append(appendLength(append(b, tag...), len(v)), v...)
+	return append(wire.AppendLength(append(b, tag...), len(v)), v...)
 }
 
 func appendVarint(b []byte, tag string, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	return appendUvarint(append(b, tag...), v)
+	return wire.AppendVarint(append(b, tag...), v)
 }
 
 func appendOptional(b []byte, tag string, v *int64) []byte {
 	if v == nil {
 		return b
 	}
-	return appendUvarint(append(b, tag...), uint64(*v))
-}
-
-// appendLength writes a length as a varint, the one- and two-byte forms
-// in line.
-func appendLength(b []byte, n int) []byte {
-	switch {
-	case n < 1<<7:
-		return append(b, byte(n))
-	case n < 1<<14:
-		return append(b, byte(n)|0x80, byte(n>>7))
-	}
-	return protowire.AppendVarint(b, uint64(n))
-}
-
-func appendUvarint(b []byte, v uint64) []byte {
-	if v < 1<<7 {
-		return append(b, byte(v))
-	}
-	return protowire.AppendVarint(b, v)
+	return wire.AppendVarint(append(b, tag...), uint64(*v))
 }
 
 func bytesSize(num protowire.Number, n int) int {

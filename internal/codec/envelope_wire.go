@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	"github.com/contentbackup/contentbackup/internal/wire"
 )
 
 // unmarshalEnvelope parses EncodedContent wire bytes exactly as
@@ -110,9 +111,9 @@ func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, v []b
 		var x uint64
 		switch typ {
 		case protowire.BytesType:
-			v, n = protowire.ConsumeBytes(b)
+			v, n = wire.ConsumeBytes(b)
 		case protowire.VarintType:
-			x, n = protowire.ConsumeVarint(b)
+			x, n = wire.ConsumeVarint(b)
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
@@ -185,7 +186,7 @@ func wireError(n int) error {
 // consumeTag is protowire.ConsumeTag with proto.Unmarshal's upper bound on
 // field numbers.
 func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
-	num, typ, n := protowire.ConsumeTag(b)
+	num, typ, n := wire.ConsumeTag(b)
 	if n >= 0 && num > protowire.MaxValidNumber {
 		return 0, 0, -1
 	}

@@ -1,0 +1,62 @@
+// Package wire reads and writes the protobuf wire forms the hand parsers
+// and writers of envelopes and archive records use: protowire's, with the
+// short forms nearly every field takes (one-byte tags and numbers,
+// lengths under 16 KiB) done in line, where a call to protowire per field
+// had been a large share of a record's cost. Anything longer goes to
+// protowire, so every input reads exactly as protowire reads it.
+package wire
+
+import "google.golang.org/protobuf/encoding/protowire"
+
+// ConsumeTag is protowire.ConsumeTag.
+func ConsumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	if len(b) > 0 && b[0] < 0x80 && b[0]>>3 != 0 {
+		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1
+	}
+	return protowire.ConsumeTag(b)
+}
+
+// ConsumeBytes is protowire.ConsumeBytes, with the value capped at its
+// length: values alias the message's bytes, and an append to one must not
+// write over the field after it.
+func ConsumeBytes(b []byte) ([]byte, int) {
+	switch {
+	case len(b) > 0 && b[0] < 0x80:
+		if n := 1 + int(b[0]); n <= len(b) {
+			return b[1:n:n], n
+		}
+	case len(b) > 1 && b[1] < 0x80:
+		if n := 2 + (int(b[0]&0x7f) | int(b[1])<<7); n <= len(b) {
+			return b[2:n:n], n
+		}
+	}
+	v, n := protowire.ConsumeBytes(b)
+	return v[:len(v):len(v)], n
+}
+
+// ConsumeVarint is protowire.ConsumeVarint.
+func ConsumeVarint(b []byte) (uint64, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return uint64(b[0]), 1
+	}
+	return protowire.ConsumeVarint(b)
+}
+
+// AppendLength is protowire.AppendVarint of a length.
+func AppendLength(b []byte, n int) []byte {
+	switch {
+	case n < 1<<7:
+		return append(b, byte(n))
+	case n < 1<<14:
+		return append(b, byte(n)|0x80, byte(n>>7))
+	}
+	return protowire.AppendVarint(b, uint64(n))
+}
+
+// AppendVarint is protowire.AppendVarint.
+func AppendVarint(b []byte, v uint64) []byte {
+	if v < 1<<7 {
+		return append(b, byte(v))
+	}
+	return protowire.AppendVarint(b, v)
+}
