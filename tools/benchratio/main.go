@@ -22,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +38,13 @@ import (
 type ratio struct {
 	name, ceiling, unit string
 	target              float64
+}
+
+func (r ratio) targetText() string {
+	if math.IsNaN(r.target) {
+		return "(context)"
+	}
+	return fmt.Sprintf("≥ %.2f", r.target)
 }
 
 // serial is the bound on a ratio to ceiling from a cost that runs one
@@ -68,7 +76,7 @@ func run() error {
 	pkg := flag.String("pkg", "", "the package whose benchmarks to run, e.g. ./internal/archive")
 	rounds := flag.Int("rounds", 3, "how many times to run the whole set")
 	benchtime := flag.String("benchtime", "", "passed to -test.benchtime")
-	flag.Var(&ratios, "ratio", "NAME,CEILING,UNIT,TARGET: NAME's UNIT over CEILING's, at least TARGET (repeatable)")
+	flag.Var(&ratios, "ratio", "NAME,CEILING,UNIT,TARGET: NAME's UNIT over CEILING's, at least TARGET, or - for a figure with no target (repeatable)")
 	flag.Var(&floors, "floor", "NAME,UNIT,TARGET: NAME's UNIT at least TARGET (repeatable)")
 	flag.Var(&serials, "serial", "CEILING,COST,UNIT: the most a ratio to CEILING can reach when COST (a rate) runs one after CEILING's work (repeatable)")
 	flag.Var(&extra, "arg", "another argument for the test binary (repeatable)")
@@ -84,9 +92,12 @@ func run() error {
 		if len(p) != 4 {
 			return fmt.Errorf("-ratio %q: want NAME,CEILING,UNIT,TARGET", s)
 		}
-		t, err := strconv.ParseFloat(p[3], 64)
-		if err != nil {
-			return fmt.Errorf("-ratio %q: target: %w", s, err)
+		t := math.NaN() // "-": a figure for context, with no target
+		if p[3] != "-" {
+			var err error
+			if t, err = strconv.ParseFloat(p[3], 64); err != nil {
+				return fmt.Errorf("-ratio %q: target: %w", s, err)
+			}
 		}
 		rs = append(rs, ratio{p[0], p[1], p[2], t})
 		tops[top(p[0])], tops[top(p[1])] = true, true
@@ -159,7 +170,7 @@ func run() error {
 				q = c / v
 			}
 			ratioRuns[i] = append(ratioRuns[i], q)
-			fmt.Printf("  %s / %s = %.2f (target %.2f)\n", r.name, r.ceiling, q, r.target)
+			fmt.Printf("  %s / %s = %.2f (%s)\n", r.name, r.ceiling, q, r.targetText())
 		}
 		for i, sb := range ss {
 			c, k := got[sb.ceiling][sb.unit], got[sb.cost][sb.unit]
@@ -180,7 +191,11 @@ func run() error {
 
 	fmt.Print("\n" + roundtable.Header("figure", "target", *rounds))
 	for i, r := range rs {
-		fmt.Print(roundtable.Row(fmt.Sprintf("%s / %s (%s)", r.name, r.ceiling, r.unit), fmt.Sprintf("≥ %.2f", r.target), ratioRuns[i], "%.2f", roundtable.AtLeast(r.target)))
+		var ok func(float64) bool
+		if !math.IsNaN(r.target) {
+			ok = roundtable.AtLeast(r.target)
+		}
+		fmt.Print(roundtable.Row(fmt.Sprintf("%s / %s (%s)", r.name, r.ceiling, r.unit), r.targetText(), ratioRuns[i], "%.2f", ok))
 	}
 	for i, sb := range ss {
 		fmt.Print(roundtable.Row(fmt.Sprintf("bound: %s, then %s (%s)", sb.ceiling, sb.cost, sb.unit), "(bound)", serialRuns[i], "%.2f", nil))
