@@ -86,8 +86,9 @@ type interner struct {
 const (
 	internMax = 1024
 	internLen = 128
-	// internMemory bounds what an interner holds, map overhead included.
-	internMemory = internMax * (internLen + 64)
+	// internMemory bounds what an interner holds, map overhead and the
+	// three strings it last returned included.
+	internMemory = internMax*(internLen+64) + 3*internLen
 )
 
 // field returns the string of field slot's bytes b, or false when b is
