@@ -53,6 +53,11 @@ type serial struct {
 	ceiling, cost, unit string
 }
 
+// serialBound is the fraction of ceiling rate c that work reaches when a
+// cost of rate k follows each unit of the ceiling's: one unit takes
+// 1/c + 1/k, so the rate is ck/(c+k), which is k/(c+k) of c.
+func serialBound(c, k float64) float64 { return k / (c + k) }
+
 // floor is a benchmark with an absolute target (no ceiling exists).
 type floor struct {
 	name, unit string
@@ -177,8 +182,9 @@ func run() error {
 			if c == 0 || k == 0 {
 				return fmt.Errorf("round %d: no %s for %s or %s", round, sb.unit, sb.ceiling, sb.cost)
 			}
-			serialRuns[i] = append(serialRuns[i], k/(c+k))
-			fmt.Printf("  at most %.2f of %s with %s after it\n", k/(c+k), sb.ceiling, sb.cost)
+			b := serialBound(c, k)
+			serialRuns[i] = append(serialRuns[i], b)
+			fmt.Printf("  at most %.2f of %s with %s after it\n", b, sb.ceiling, sb.cost)
 		}
 		for i, f := range fs {
 			v := got[f.name][f.unit]
