@@ -98,19 +98,21 @@ type serveCmd struct {
 
 // limitFlags bound memory, streams and record sizes (RELIABILITY.md).
 type limitFlags struct {
-	MemoryBudget          int64         `name:"memory-budget" env:"MEMORY_BUDGET" default:"402653184" help:"Server-wide bytes that decompression, decoding, archive readers and import read-ahead may hold at once."`
-	ListPageBytes         int           `name:"list-page-bytes" env:"LIST_PAGE_BYTES" default:"4194304" help:"Largest ListMessages response, and each StreamMessages response; a single larger message still comes back, alone."`
-	MaxGroupBytes         int           `name:"max-group-bytes" env:"MAX_GROUP_BYTES" default:"262144" help:"Largest group record, at PutGroup and import."`
-	MaxMessageBytes       int           `name:"max-message-bytes" env:"MAX_MESSAGE_BYTES" default:"16777216" help:"Largest message content, at AppendMessages and import."`
-	MaxConsentBytes       int           `name:"max-consent-bytes" env:"MAX_CONSENT_BYTES" default:"4096" help:"Largest consent record, at SetConsent and import."`
-	ImportReadAhead       int64         `name:"import-read-ahead" env:"IMPORT_READ_AHEAD" default:"83886080" help:"Bytes of records an import reads ahead of applying; at least four of the largest records."`
-	ArchiveMaxWindow      int           `name:"archive-max-window" env:"ARCHIVE_MAX_WINDOW" default:"8388608" help:"Largest zstd window an archive may declare (the reference writes 2 MiB)."`
-	MaxArchiveStreams     int           `name:"max-archive-streams" env:"MAX_ARCHIVE_STREAMS" default:"16" help:"Archive streams (Export, Import, ReadMetadata, Verify) open at once; past it RESOURCE_EXHAUSTED."`
-	MaxStreamsPerOwner    int           `name:"max-archive-streams-per-owner" env:"MAX_ARCHIVE_STREAMS_PER_OWNER" default:"2" help:"Archive streams open at once for one owner (or, naming none, one principal)."`
-	StreamIdleTimeout     time.Duration `name:"stream-idle-timeout" env:"STREAM_IDLE_TIMEOUT" default:"30s" help:"A client stream that sends nothing for this long ends with DEADLINE_EXCEEDED."`
-	MaxConnectionAge      time.Duration `name:"max-connection-age" env:"MAX_CONNECTION_AGE" default:"30m" help:"Connections are closed after this long (calls in flight get the grace), so clients spread over replicas."`
-	MaxConnectionAgeGrace time.Duration `name:"max-connection-age-grace" env:"MAX_CONNECTION_AGE_GRACE" default:"10m" help:"How long calls in flight may finish on a connection past its age."`
-	StoreCheckInterval    time.Duration `name:"store-check-interval" env:"STORE_CHECK_INTERVAL" default:"2s" help:"How often health pings the store; NOT_SERVING while it does not answer."`
+	MemoryBudget              int64         `name:"memory-budget" env:"MEMORY_BUDGET" default:"402653184" help:"Server-wide bytes that decompression, decoding, archive readers and import read-ahead may hold at once."`
+	ListPageBytes             int           `name:"list-page-bytes" env:"LIST_PAGE_BYTES" default:"4194304" help:"Largest ListMessages response, and each StreamMessages response; a single larger message still comes back, alone."`
+	MaxGroupBytes             int           `name:"max-group-bytes" env:"MAX_GROUP_BYTES" default:"262144" help:"Largest group record, at PutGroup and import."`
+	MaxMessageBytes           int           `name:"max-message-bytes" env:"MAX_MESSAGE_BYTES" default:"16777216" help:"Largest message content, at AppendMessages and import."`
+	MaxConsentBytes           int           `name:"max-consent-bytes" env:"MAX_CONSENT_BYTES" default:"4096" help:"Largest consent record, at SetConsent and import."`
+	ImportReadAhead           int64         `name:"import-read-ahead" env:"IMPORT_READ_AHEAD" default:"83886080" help:"Bytes of records an import reads ahead of applying; at least four of the largest records."`
+	ArchiveMaxWindow          int           `name:"archive-max-window" env:"ARCHIVE_MAX_WINDOW" default:"8388608" help:"Largest zstd window an archive may declare (the reference writes 2 MiB)."`
+	MaxArchiveStreams         int           `name:"max-archive-streams" env:"MAX_ARCHIVE_STREAMS" default:"16" help:"Archive streams (Export, Import, ReadMetadata, Verify) open at once; past it RESOURCE_EXHAUSTED."`
+	MaxStreamsPerOwner        int           `name:"max-archive-streams-per-owner" env:"MAX_ARCHIVE_STREAMS_PER_OWNER" default:"2" help:"Archive streams open at once for one owner (or, naming none, one principal)."`
+	MaxMessageStreams         int           `name:"max-message-streams" env:"MAX_MESSAGE_STREAMS" default:"32" help:"StreamMessages calls open at once; past it RESOURCE_EXHAUSTED."`
+	MaxMessageStreamsPerOwner int           `name:"max-message-streams-per-owner" env:"MAX_MESSAGE_STREAMS_PER_OWNER" default:"4" help:"StreamMessages calls open at once for one owner."`
+	StreamIdleTimeout         time.Duration `name:"stream-idle-timeout" env:"STREAM_IDLE_TIMEOUT" default:"30s" help:"A client stream that sends nothing for this long ends with DEADLINE_EXCEEDED."`
+	MaxConnectionAge          time.Duration `name:"max-connection-age" env:"MAX_CONNECTION_AGE" default:"30m" help:"Connections are closed after this long (calls in flight get the grace), so clients spread over replicas."`
+	MaxConnectionAgeGrace     time.Duration `name:"max-connection-age-grace" env:"MAX_CONNECTION_AGE_GRACE" default:"10m" help:"How long calls in flight may finish on a connection past its age."`
+	StoreCheckInterval        time.Duration `name:"store-check-interval" env:"STORE_CHECK_INTERVAL" default:"2s" help:"How often health pings the store; NOT_SERVING while it does not answer."`
 }
 
 func (f limitFlags) limits(callExpand int64) server.Limits {
@@ -122,6 +124,7 @@ func (f limitFlags) limits(callExpand int64) server.Limits {
 		},
 		ImportReadAheadBytes: f.ImportReadAhead, ArchiveWindowBytes: f.ArchiveMaxWindow,
 		MaxArchiveStreams: f.MaxArchiveStreams, MaxArchiveStreamsPerOwner: f.MaxStreamsPerOwner,
+		MaxMessageStreams: f.MaxMessageStreams, MaxMessageStreamsPerOwner: f.MaxMessageStreamsPerOwner,
 		StreamIdleTimeout: f.StreamIdleTimeout, MaxConnectionAge: f.MaxConnectionAge, MaxConnectionAgeGrace: f.MaxConnectionAgeGrace,
 	}
 }

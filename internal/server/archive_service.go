@@ -46,7 +46,7 @@ type ArchiveService struct {
 func NewArchiveService(s store.Store, limits Limits, pool *budget.Pool) *ArchiveService {
 	limits = limits.withDefaults()
 	return &ArchiveService{store: s, now: time.Now, limits: limits, pool: pool,
-		streams: newStreamLimiter(limits.MaxArchiveStreams, limits.MaxArchiveStreamsPerOwner)}
+		streams: newStreamLimiter("archive", limits.MaxArchiveStreams, limits.MaxArchiveStreamsPerOwner)}
 }
 
 // readerOptions are the archive reader's limits on this server: records no

@@ -40,6 +40,7 @@ type ConversationService struct {
 	limits    Limits
 	pool      *budget.Pool
 	metrics   *domainMetrics
+	streams   *streamLimiter // StreamMessages calls open at once
 }
 
 // ConversationOptions configure the service; zero values take defaults.
@@ -63,7 +64,8 @@ func NewConversationService(s store.Store, reg *codec.Registry, o ConversationOp
 	if o.Pool == nil {
 		o.Pool = budget.NewPool(o.Limits.MemoryBytes)
 	}
-	return &ConversationService{store: s, registry: reg, maxAppend: o.MaxAppend, tokens: o.Tokens, limits: o.Limits, pool: o.Pool}
+	return &ConversationService{store: s, registry: reg, maxAppend: o.MaxAppend, tokens: o.Tokens, limits: o.Limits, pool: o.Pool,
+		streams: newStreamLimiter("message", o.Limits.MaxMessageStreams, o.Limits.MaxMessageStreamsPerOwner)}
 }
 
 func (s *ConversationService) PutGroup(ctx context.Context, req *cb.PutGroupRequest) (*cb.PutGroupResponse, error) {
@@ -178,6 +180,16 @@ func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stre
 	if err != nil {
 		return err
 	}
+	leave, err := s.streams.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	leaveOwner, err := s.streams.enterKey("owner:"+req.GetOwner(), "owner")
+	if err != nil {
+		return err
+	}
+	defer leaveOwner()
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	pages := make(chan sendablePage, 1)

@@ -34,6 +34,13 @@ type Limits struct {
 	// ReadMetadata and Verify, which name no owner).
 	MaxArchiveStreams         int
 	MaxArchiveStreamsPerOwner int
+	// MaxMessageStreams and MaxMessageStreamsPerOwner bound the
+	// StreamMessages calls open at once, in all and per owner. A stream
+	// whose client reads slowly holds up to three pages of the memory
+	// budget until the idle timeout: these keep a few owners' streams from
+	// holding all of it.
+	MaxMessageStreams         int
+	MaxMessageStreamsPerOwner int
 	// StreamIdleTimeout ends a client stream that sends nothing for this
 	// long: DEADLINE_EXCEEDED.
 	StreamIdleTimeout time.Duration
@@ -54,6 +61,8 @@ var DefaultLimits = Limits{
 	ArchiveWindowBytes:        8 << 20,
 	MaxArchiveStreams:         16,
 	MaxArchiveStreamsPerOwner: 2,
+	MaxMessageStreams:         32,
+	MaxMessageStreamsPerOwner: 4,
 	StreamIdleTimeout:         30 * time.Second,
 	MaxConnectionAge:          30 * time.Minute,
 	MaxConnectionAgeGrace:     10 * time.Minute,
@@ -69,6 +78,8 @@ func (l Limits) withDefaults() Limits {
 	orDefault(&l.ArchiveWindowBytes, d.ArchiveWindowBytes)
 	orDefault(&l.MaxArchiveStreams, d.MaxArchiveStreams)
 	orDefault(&l.MaxArchiveStreamsPerOwner, d.MaxArchiveStreamsPerOwner)
+	orDefault(&l.MaxMessageStreams, d.MaxMessageStreams)
+	orDefault(&l.MaxMessageStreamsPerOwner, d.MaxMessageStreamsPerOwner)
 	orDefault(&l.StreamIdleTimeout, d.StreamIdleTimeout)
 	orDefault(&l.MaxConnectionAge, d.MaxConnectionAge)
 	orDefault(&l.MaxConnectionAgeGrace, d.MaxConnectionAgeGrace)

@@ -16,6 +16,7 @@ import (
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
 // streamAll reads a StreamMessages call to its end: its responses, or the
@@ -255,6 +256,97 @@ func TestE2EStreamMessagesStalledClient(t *testing.T) {
 			}
 			if n := goroutinesBackTo(goroutines); n > goroutines {
 				t.Errorf("%d goroutines after the stream ended, %d before", n, goroutines)
+			}
+		})
+	}
+}
+
+// TestReliabilityHeldMessageStreams: StreamMessages calls whose clients
+// read one response and then nothing, each on a connection of its own.
+// Past an owner's limit of message streams, and past the server's, a call
+// is refused with RESOURCE_EXHAUSTED at once. The admitted ones hold at
+// most their pipelines (three pages, the transport's windows) until the
+// idle timeout ends them, and then their slots are free again.
+func TestReliabilityHeldMessageStreams(t *testing.T) {
+	for _, e := range storetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			limits := Limits{StreamIdleTimeout: 2 * time.Second, MaxMessageStreams: 4, MaxMessageStreamsPerOwner: 3}
+			addr := serveTCP(t, Config{Store: e.Open(t), Limits: limits}, nil)
+			connect := func() cb.ConversationServiceClient {
+				return cb.NewConversationServiceClient(dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken}))
+			}
+			setup := connect()
+			// Each owner's group is 12 messages of 1 MiB, one a response:
+			// more than a stream's pipeline and windows hold, so a client
+			// that stops reading keeps its stream open.
+			a, b := storetest.Owner("held-a"), storetest.Owner("held-b")
+			for _, owner := range []string{a, b} {
+				put(t, setup, owner, storetest.MinimalGroup("g"))
+				for i := range 3 {
+					msgs := storetest.Messages(fmt.Sprintf("m%d", i), []byte("g"), 4, int64(i*10))
+					for _, m := range msgs {
+						m.DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, 1<<20)
+					}
+					appendMsgs(t, setup, owner, msgs...)
+				}
+			}
+			req := func(owner string) *cb.StreamMessagesRequest {
+				return &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g"), PageSize: 1}
+			}
+			// hold opens a stream and reads its first response only.
+			hold := func(owner string) (grpc.ServerStreamingClient[cb.StreamMessagesResponse], error) {
+				stream, err := connect().StreamMessages(t.Context(), req(owner))
+				if err == nil {
+					_, err = stream.Recv()
+				}
+				return stream, err
+			}
+			h := sampleHeap()
+			var held []grpc.ServerStreamingClient[cb.StreamMessagesResponse]
+			for i := range 3 {
+				stream, err := hold(a)
+				if err != nil {
+					t.Fatalf("owner a, stream %d: %v", i, err)
+				}
+				held = append(held, stream)
+			}
+			_, err := hold(a)
+			wantCode(t, err, codes.ResourceExhausted, "3 message streams are open for this owner")
+			stream, err := hold(b)
+			if err != nil {
+				t.Fatalf("owner b, the fourth stream in all: %v", err)
+			}
+			held = append(held, stream)
+			_, err = hold(b)
+			wantCode(t, err, codes.ResourceExhausted, "4 message streams are open, the server's limit")
+			growth := h.growth()
+			t.Logf("4 held message streams, 2 refused: peak heap growth %.1f MiB", float64(growth)/mib)
+			// Per stream, in this one process: the server's three pages and
+			// the sender's, and the client's 4 MiB stream window.
+			if growth > 64*mib {
+				t.Errorf("4 held streams grew the heap by %.0f MiB", float64(growth)/mib)
+			}
+			// Read nothing past the idle timeout: each held stream ends
+			// DEADLINE_EXCEEDED with what it had buffered, short of its group.
+			time.Sleep(limits.StreamIdleTimeout + 3*time.Second)
+			for i, stream := range held {
+				got := 1
+				for {
+					r, err := stream.Recv()
+					if err != nil {
+						wantCode(t, err, codes.DeadlineExceeded, "read nothing")
+						break
+					}
+					got += len(r.GetMessages())
+				}
+				if got >= 12 {
+					t.Errorf("held stream %d sent all %d messages", i, got)
+				}
+			}
+			// Their slots are free again.
+			resps, err := streamAll(t, connect(), req(a))
+			if err != nil || len(streamed(resps)) != 12 {
+				t.Errorf("after the held streams ended: %d messages, %v", len(streamed(resps)), err)
 			}
 		})
 	}

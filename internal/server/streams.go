@@ -11,13 +11,15 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// streamLimiter bounds the archive streams (Export, Import, ReadMetadata,
-// Verify) open at once: in all, and per owner (or, for streams that name
-// none, per principal). A stream past either limit is refused with
+// streamLimiter bounds the streams of one kind open at once: the archive
+// streams (Export, Import, ReadMetadata, Verify) or the message streams
+// (StreamMessages), in all and per owner (or, for streams that name none,
+// per principal). A stream past either limit is refused with
 // RESOURCE_EXHAUSTED at once rather than queued: a client that retries
 // with backoff gets in as others finish, and a held-open hostile stream
 // cannot make honest ones wait behind it.
 type streamLimiter struct {
+	kind                string // "archive", "message": named in refusals
 	maxTotal, maxPerKey int
 
 	mu    sync.Mutex
@@ -25,8 +27,8 @@ type streamLimiter struct {
 	byKey map[string]int
 }
 
-func newStreamLimiter(maxTotal, maxPerKey int) *streamLimiter {
-	return &streamLimiter{maxTotal: maxTotal, maxPerKey: maxPerKey, byKey: map[string]int{}}
+func newStreamLimiter(kind string, maxTotal, maxPerKey int) *streamLimiter {
+	return &streamLimiter{kind: kind, maxTotal: maxTotal, maxPerKey: maxPerKey, byKey: map[string]int{}}
 }
 
 // enter takes a server-wide slot; leave gives it back.
@@ -34,7 +36,7 @@ func (l *streamLimiter) enter() (leave func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.total >= l.maxTotal {
-		return nil, status.Errorf(codes.ResourceExhausted, "%d archive streams are open, the server's limit; retry with backoff", l.maxTotal)
+		return nil, status.Errorf(codes.ResourceExhausted, "%d %s streams are open, the server's limit; retry with backoff", l.maxTotal, l.kind)
 	}
 	l.total++
 	var once sync.Once
@@ -53,7 +55,7 @@ func (l *streamLimiter) enterKey(key, what string) (leave func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byKey[key] >= l.maxPerKey {
-		return nil, status.Errorf(codes.ResourceExhausted, "%d archive streams are open for this %s, the limit per %s; retry with backoff", l.maxPerKey, what, what)
+		return nil, status.Errorf(codes.ResourceExhausted, "%d %s streams are open for this %s, the limit per %s; retry with backoff", l.maxPerKey, l.kind, what, what)
 	}
 	l.byKey[key]++
 	var once sync.Once
