@@ -95,16 +95,11 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	if err := checkKey("key", req.GetKey()); err != nil {
 		return err
 	}
-	leave, err := s.streams.enter()
+	leave, err := s.streams.enterFor("owner:"+req.GetOwner(), "owner")
 	if err != nil {
 		return err
 	}
 	defer leave()
-	leaveOwner, err := s.streams.enterKey("owner:"+req.GetOwner(), "owner")
-	if err != nil {
-		return err
-	}
-	defer leaveOwner()
 	// What an export holds at once: the archive writer's window and
 	// buffers, the chunks waiting to be sent, and a record or two of the
 	// largest size being read and encoded. Reserved up front, so exports
@@ -348,16 +343,7 @@ func (k keyedStream[T]) open() ([]byte, io.Reader, error) {
 // enterKeyed takes the slots of a stream that names no owner: one of the
 // server's and one of its principal's.
 func (s *ArchiveService) enterKeyed(ctx context.Context) (leave func(), err error) {
-	leaveAll, err := s.streams.enter()
-	if err != nil {
-		return nil, err
-	}
-	leavePrincipal, err := s.streams.enterKey("principal:"+principalName(ctx), "principal")
-	if err != nil {
-		leaveAll()
-		return nil, err
-	}
-	return func() { leavePrincipal(); leaveAll() }, nil
+	return s.streams.enterFor("principal:"+principalName(ctx), "principal")
 }
 
 func (s *ArchiveService) ReadMetadata(stream grpc.ClientStreamingServer[cb.ReadMetadataRequest, cb.ReadMetadataResponse]) error {

@@ -180,16 +180,11 @@ func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stre
 	if err != nil {
 		return err
 	}
-	leave, err := s.streams.enter()
+	leave, err := s.streams.enterFor("owner:"+req.GetOwner(), "owner")
 	if err != nil {
 		return err
 	}
 	defer leave()
-	leaveOwner, err := s.streams.enterKey("owner:"+req.GetOwner(), "owner")
-	if err != nil {
-		return err
-	}
-	defer leaveOwner()
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	pages := make(chan sendablePage, 1)

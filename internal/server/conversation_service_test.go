@@ -709,20 +709,28 @@ func TestE2EConversationListPageBudget(t *testing.T) {
 	})
 }
 
+// putLargeMessages stores group "g" of batches × perBatch messages of size
+// bytes each (not envelopes), one AppendMessages a batch, sent at 0, 1, …
+// then 10, 11, … a batch apart.
+func putLargeMessages(t *testing.T, c cb.ConversationServiceClient, owner string, batches, perBatch, size int) {
+	t.Helper()
+	put(t, c, owner, storetest.MinimalGroup("g"))
+	for i := range batches {
+		msgs := storetest.Messages(fmt.Sprintf("p%02d", i), []byte("g"), perBatch, int64(i*10))
+		for _, m := range msgs {
+			m.DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, size)
+		}
+		appendMsgs(t, c, owner, msgs...)
+	}
+}
+
 // putPageBytesGroup stores group "g" of 12 messages of 700 KiB, not
 // envelopes: each comes back twice (stored, and as Undecoded's bytes), 1.4
 // MiB of the 4 MiB page limit, so a page holds two; and one of 5 MiB,
 // larger than a page, which comes back alone.
 func putPageBytesGroup(t *testing.T, c cb.ConversationServiceClient, owner string) {
 	t.Helper()
-	put(t, c, owner, storetest.MinimalGroup("g"))
-	for i := range 3 {
-		msgs := storetest.Messages(fmt.Sprintf("p%d", i), []byte("g"), 4, int64(i*10))
-		for _, m := range msgs {
-			m.DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, 700<<10)
-		}
-		appendMsgs(t, c, owner, msgs...)
-	}
+	putLargeMessages(t, c, owner, 3, 4, 700<<10)
 	huge := storetest.Message("zz-huge", []byte("g"), 1000)
 	huge.DecryptedMessageBytes = bytes.Repeat([]byte{9}, 5<<20)
 	appendMsgs(t, c, owner, huge)

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -207,16 +206,9 @@ func TestE2EStreamMessagesStalledClient(t *testing.T) {
 			conn := startTCP(t, Config{Store: s, Limits: Limits{StreamIdleTimeout: 2 * time.Second}})
 			c := cb.NewConversationServiceClient(conn)
 			owner := storetest.Owner("stall")
-			put(t, c, owner, storetest.MinimalGroup("g"))
 			// 96 messages of 1 MiB, not envelopes: 192 MiB of responses,
 			// two messages (4 MiB) a page.
-			for i := range 12 {
-				msgs := storetest.Messages(fmt.Sprintf("b%02d", i), []byte("g"), 8, int64(i*10))
-				for _, m := range msgs {
-					m.DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, 1<<20)
-				}
-				appendMsgs(t, c, owner, msgs...)
-			}
+			putLargeMessages(t, c, owner, 12, 8, 1<<20)
 			goroutines := runtime.NumGoroutine()
 			var before, during runtime.MemStats
 			runtime.GC()
@@ -281,14 +273,7 @@ func TestReliabilityHeldMessageStreams(t *testing.T) {
 			// that stops reading keeps its stream open.
 			a, b := storetest.Owner("held-a"), storetest.Owner("held-b")
 			for _, owner := range []string{a, b} {
-				put(t, setup, owner, storetest.MinimalGroup("g"))
-				for i := range 3 {
-					msgs := storetest.Messages(fmt.Sprintf("m%d", i), []byte("g"), 4, int64(i*10))
-					for _, m := range msgs {
-						m.DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, 1<<20)
-					}
-					appendMsgs(t, setup, owner, msgs...)
-				}
+				putLargeMessages(t, setup, owner, 3, 4, 1<<20)
 			}
 			req := func(owner string) *cb.StreamMessagesRequest {
 				return &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g"), PageSize: 1}

@@ -70,6 +70,21 @@ func (l *streamLimiter) enterKey(key, what string) (leave func(), err error) {
 	}, nil
 }
 
+// enterFor takes a server-wide slot and one of key's, or neither: what
+// names the key in a refusal ("owner", "principal").
+func (l *streamLimiter) enterFor(key, what string) (leave func(), err error) {
+	leaveAll, err := l.enter()
+	if err != nil {
+		return nil, err
+	}
+	leaveKey, err := l.enterKey(key, what)
+	if err != nil {
+		leaveAll()
+		return nil, err
+	}
+	return func() { leaveKey(); leaveAll() }, nil
+}
+
 // idleRecv wraps a client stream's recv so that a client that sends
 // nothing for idle is cut off with DEADLINE_EXCEEDED, instead of holding
 // its stream, its slot and its buffers for as long as it likes. recv runs
