@@ -69,6 +69,11 @@ func FuzzParseElementMatchesProto(f *testing.F) {
 	f.Add([]byte{0x1a, 0x03, 0x3a, 0x01, 0xff})       // invalid UTF-8 in sender_inbox_id
 	f.Add([]byte{0x1a, 0x04, 0xa0, 0x01, 0x01, 0x00}) // an unknown field (20)
 	f.Add([]byte{0x1a, 0x02, 0x90, 0x01, 0x02})       // expiry_known = 2
+	// Strings as long as the primed element's, with other bytes.
+	other := fullMessageElement()
+	other.GetGroupMessage().SenderInboxId, other.GetGroupMessage().AuthorityId = "inbox ✗", "xmtp.net"
+	b, _ := marshal.Marshal(other)
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		theirs := &ds.BackupElement{}
 		errTheirs := proto.Unmarshal(b, theirs)
