@@ -245,19 +245,19 @@ func appendMessage(b []byte, m *mb.GroupMessageSave) []byte {
 	b = appendVarint(b, tagSentAt, uint64(m.SentAtNs))
 	b = appendVarint(b, tagKind, uint64(m.Kind))
 	b = appendBytes(b, tagInstallation, m.SenderInstallationId)
-	b = appendString(b, tagInbox, m.SenderInboxId)
+	b = appendBytes(b, tagInbox, m.SenderInboxId)
 	b = appendVarint(b, tagDelivery, uint64(m.DeliveryStatus))
 	b = appendVarint(b, tagContentTypeSave, uint64(m.ContentTypeSave))
 	b = appendVarint(b, tagVersionMajor, uint64(m.VersionMajor))
 	b = appendVarint(b, tagVersionMinor, uint64(m.VersionMinor))
-	b = appendString(b, tagAuthority, m.AuthorityId)
+	b = appendBytes(b, tagAuthority, m.AuthorityId)
 	if m.ReferenceId != nil {
 		// Present even when empty: an optional field.
 		b = append(wire.AppendLength(append(b, tagReference...), len(m.ReferenceId)), m.ReferenceId...)
 	}
 	b = appendOptional(b, tagSequence, m.SequenceId)
 	b = appendOptional(b, tagOriginator, m.OriginatorId)
-	b = appendString(b, tagContentType, m.ContentType)
+	b = appendBytes(b, tagContentType, m.ContentType)
 	b = appendOptional(b, tagExpiresAt, m.ExpiresAtNs)
 	if m.ExpiryKnown != nil {
 		b = append(append(b, tagExpiryKnown...), byte(protowire.EncodeBool(*m.ExpiryKnown)))
@@ -318,15 +318,9 @@ func messageSize(m *mb.GroupMessageSave) int {
 	return n
 }
 
-func appendBytes(b []byte, tag string, v []byte) []byte {
+// appendBytes appends a bytes or string field when it is not empty.
+func appendBytes[T []byte | string](b []byte, tag string, v T) []byte {
 	if len(v) == 0 {
-		return b
-	}
-	return append(wire.AppendLength(append(b, tag...), len(v)), v...)
-}
-
-func appendString(b []byte, tag string, v string) []byte {
-	if v == "" {
 		return b
 	}
 	return append(wire.AppendLength(append(b, tag...), len(v)), v...)

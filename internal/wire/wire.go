@@ -42,21 +42,16 @@ func ConsumeVarint(b []byte) (uint64, int) {
 	return protowire.ConsumeVarint(b)
 }
 
-// AppendLength is protowire.AppendVarint of a length.
-func AppendLength(b []byte, n int) []byte {
-	switch {
-	case n < 1<<7:
-		return append(b, byte(n))
-	case n < 1<<14:
-		return append(b, byte(n)|0x80, byte(n>>7))
-	}
-	return protowire.AppendVarint(b, uint64(n))
-}
+// AppendLength is AppendVarint of a length.
+func AppendLength(b []byte, n int) []byte { return AppendVarint(b, uint64(n)) }
 
 // AppendVarint is protowire.AppendVarint.
 func AppendVarint(b []byte, v uint64) []byte {
-	if v < 1<<7 {
+	switch {
+	case v < 1<<7:
 		return append(b, byte(v))
+	case v < 1<<14:
+		return append(b, byte(v)|0x80, byte(v>>7))
 	}
 	return protowire.AppendVarint(b, v)
 }
