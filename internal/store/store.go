@@ -95,6 +95,7 @@ type Store interface {
 	Messages
 	Consent
 	Jobs
+	Backups
 	// Snapshot runs fn over one consistent, read-only view of the owner's
 	// records: what export reads, so that every record it writes is as it
 	// stood at a single instant.

@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"OneRunningExportJobPerOwner", testOneRunningExport},
 		{"ExpiredJobsFail", testExpireJobs},
 		{"ListJobsPages", testListJobs},
+		{"BackupCatalogIsOwnerBound", testBackupCatalog},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

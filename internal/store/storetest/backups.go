@@ -1,0 +1,116 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+func writingBackup(owner, id, schedule string) store.Backup {
+	return store.Backup{Owner: owner, ID: id, State: store.BackupWriting, Label: "nightly ✓",
+		Bucket: "local", ObjectKey: owner + "/" + id + ".xmtpbak", JobID: "j" + id, Schedule: schedule,
+		Principal: "alice", Options: []byte{0x08, 0x01}, WrappedKey: bytes.Repeat([]byte{0xAB}, 48),
+		Created: time.Unix(0, 1_700_000_000_000_000_000)}
+}
+
+// testBackupCatalog: a backup is found by (owner, id) only, completes
+// once, lists newest first in pages, and deletes.
+func testBackupCatalog(t *testing.T, s store.Store) {
+	b := writingBackup("alice", "00000000000000010000000000000000", "nightly")
+	if err := s.CreateBackup(ctx(t), b); err != nil {
+		t.Fatalf("CreateBackup: %v", err)
+	}
+	if err := s.CreateBackup(ctx(t), b); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Fatalf("CreateBackup twice: %v, want ErrFailedPrecondition", err)
+	}
+	got, err := s.GetBackup(ctx(t), "alice", b.ID)
+	if err != nil {
+		t.Fatalf("GetBackup: %v", err)
+	}
+	if got.State != store.BackupWriting || got.Label != b.Label || got.ObjectKey != b.ObjectKey || !bytes.Equal(got.WrappedKey, b.WrappedKey) ||
+		!bytes.Equal(got.Options, b.Options) || got.Schedule != "nightly" || got.JobID != b.JobID || !got.Created.Equal(b.Created) || !got.Completed.IsZero() {
+		t.Fatalf("GetBackup = %+v, want %+v", got, b)
+	}
+	// Another owner's backup is a missing one, for every method.
+	if _, err := s.GetBackup(ctx(t), "bob", b.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetBackup as bob: %v, want ErrNotFound", err)
+	}
+	if err := s.CompleteBackup(ctx(t), "bob", b.ID, store.BackupSummary{At: time.Now()}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("CompleteBackup as bob: %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteBackup(ctx(t), "bob", b.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("DeleteBackup as bob: %v, want ErrNotFound", err)
+	}
+	if l, err := s.ListBackups(ctx(t), store.BackupQuery{Owner: "bob", Limit: 10}); err != nil || len(l) != 0 {
+		t.Fatalf("ListBackups as bob = %d, %v; want none", len(l), err)
+	}
+
+	sum := store.BackupSummary{Groups: 1, Messages: 2, Consent: 3, Length: 4096, SHA256: bytes.Repeat([]byte{7}, 32),
+		ExportedAtNs: 1_700_000_001_000_000_000, At: time.Unix(0, 1_700_000_002_000_000_000)}
+	if err := s.CompleteBackup(ctx(t), "alice", b.ID, sum); err != nil {
+		t.Fatalf("CompleteBackup: %v", err)
+	}
+	if err := s.CompleteBackup(ctx(t), "alice", b.ID, sum); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Fatalf("CompleteBackup twice: %v, want ErrFailedPrecondition", err)
+	}
+	got, err = s.GetBackup(ctx(t), "alice", b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != store.BackupComplete || got.Summary.Groups != 1 || got.Summary.Messages != 2 || got.Summary.Consent != 3 ||
+		got.Summary.Length != 4096 || !bytes.Equal(got.Summary.SHA256, sum.SHA256) || got.Summary.ExportedAtNs != sum.ExportedAtNs ||
+		!got.Completed.Equal(sum.At) {
+		t.Fatalf("completed backup = %+v", got)
+	}
+
+	// Pages, newest first, with the schedule and state filters.
+	for i := 2; i <= 7; i++ {
+		schedule := "nightly"
+		if i%2 == 1 {
+			schedule = ""
+		}
+		if err := s.CreateBackup(ctx(t), writingBackup("alice", fmt.Sprintf("%016x0000000000000000", i), schedule)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	before := ""
+	for {
+		page, err := s.ListBackups(ctx(t), store.BackupQuery{Owner: "alice", Before: before, Limit: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range page {
+			ids = append(ids, p.ID[15:16])
+			before = p.ID
+		}
+		if len(page) < 3 {
+			break
+		}
+	}
+	if got := fmt.Sprint(ids); got != "[7 6 5 4 3 2 1]" {
+		t.Fatalf("ListBackups pages = %s, want newest first", got)
+	}
+	nightly, err := s.ListBackups(ctx(t), store.BackupQuery{Owner: "alice", Schedule: "nightly", Limit: 10})
+	if err != nil || len(nightly) != 4 {
+		t.Fatalf("ListBackups schedule=nightly = %d, %v; want 4", len(nightly), err)
+	}
+	complete, err := s.ListBackups(ctx(t), store.BackupQuery{Owner: "alice", State: store.BackupComplete, Limit: 10})
+	if err != nil || len(complete) != 1 || complete[0].ID != b.ID {
+		t.Fatalf("ListBackups state=complete = %v, %v; want the one completed", complete, err)
+	}
+
+	if err := s.DeleteBackup(ctx(t), "alice", b.ID); err != nil {
+		t.Fatalf("DeleteBackup: %v", err)
+	}
+	if _, err := s.GetBackup(ctx(t), "alice", b.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetBackup after delete: %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteBackup(ctx(t), "alice", b.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("DeleteBackup twice: %v, want ErrNotFound", err)
+	}
+}
