@@ -38,6 +38,9 @@ type Jobs interface {
 	// ExpireJobs fails every running job whose lease ended before now: its
 	// server stopped without finishing it. It returns their ids.
 	ExpireJobs(ctx context.Context, now time.Time, message string) ([]string, error)
+	// DeleteFinishedJobs removes up to limit jobs that ended before
+	// before, and returns how many it removed.
+	DeleteFinishedJobs(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // ErrJobConflict: the owner already has a running export job.
@@ -318,4 +321,13 @@ func (s SQLStore) ExpireJobs(ctx context.Context, now time.Time, message string)
 		return nil
 	})
 	return ids, err
+}
+
+func (s SQLStore) DeleteFinishedJobs(ctx context.Context, before time.Time, limit int) (int, error) {
+	n, err := s.exec(ctx, s.d.bind(`DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state <> ? AND done_ns > 0 AND done_ns < ? ORDER BY id LIMIT ?)`),
+		JobRunning, before.UnixNano(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("%s: delete finished jobs: %w", s.d.Name, err)
+	}
+	return int(n), nil
 }

@@ -11,6 +11,7 @@ import (
 	device_sync "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	emptypb "google.golang.org/protobuf/types/known/emptypb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -23,6 +24,58 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// BackupState is where a backup is in its life.
+type BackupState int32
+
+const (
+	BackupState_BACKUP_STATE_UNSPECIFIED BackupState = 0
+	// Its export job is writing the object.
+	BackupState_BACKUP_STATE_WRITING BackupState = 1
+	// The object is committed and checked against the summary.
+	BackupState_BACKUP_STATE_COMPLETE BackupState = 2
+)
+
+// Enum value maps for BackupState.
+var (
+	BackupState_name = map[int32]string{
+		0: "BACKUP_STATE_UNSPECIFIED",
+		1: "BACKUP_STATE_WRITING",
+		2: "BACKUP_STATE_COMPLETE",
+	}
+	BackupState_value = map[string]int32{
+		"BACKUP_STATE_UNSPECIFIED": 0,
+		"BACKUP_STATE_WRITING":     1,
+		"BACKUP_STATE_COMPLETE":    2,
+	}
+)
+
+func (x BackupState) Enum() *BackupState {
+	p := new(BackupState)
+	*p = x
+	return p
+}
+
+func (x BackupState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BackupState) Descriptor() protoreflect.EnumDescriptor {
+	return file_contentbackup_v1_backup_service_proto_enumTypes[0].Descriptor()
+}
+
+func (BackupState) Type() protoreflect.EnumType {
+	return &file_contentbackup_v1_backup_service_proto_enumTypes[0]
+}
+
+func (x BackupState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BackupState.Descriptor instead.
+func (BackupState) EnumDescriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{0}
+}
 
 // JobKind is what a job does.
 type JobKind int32
@@ -58,11 +111,11 @@ func (x JobKind) String() string {
 }
 
 func (JobKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_contentbackup_v1_backup_service_proto_enumTypes[0].Descriptor()
+	return file_contentbackup_v1_backup_service_proto_enumTypes[1].Descriptor()
 }
 
 func (JobKind) Type() protoreflect.EnumType {
-	return &file_contentbackup_v1_backup_service_proto_enumTypes[0]
+	return &file_contentbackup_v1_backup_service_proto_enumTypes[1]
 }
 
 func (x JobKind) Number() protoreflect.EnumNumber {
@@ -71,7 +124,7 @@ func (x JobKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobKind.Descriptor instead.
 func (JobKind) EnumDescriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{0}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{1}
 }
 
 // JobState is where a job is in its life.
@@ -114,11 +167,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_contentbackup_v1_backup_service_proto_enumTypes[1].Descriptor()
+	return file_contentbackup_v1_backup_service_proto_enumTypes[2].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_contentbackup_v1_backup_service_proto_enumTypes[1]
+	return &file_contentbackup_v1_backup_service_proto_enumTypes[2]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -127,7 +180,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{1}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{2}
 }
 
 // JobPhase is what a running job is doing now.
@@ -144,6 +197,9 @@ const (
 	JobPhase_JOB_PHASE_COMMITTING JobPhase = 3
 	// The job ended; state says how.
 	JobPhase_JOB_PHASE_DONE JobPhase = 4
+	// Waiting for a job slot: the server runs at most --max-jobs at once and
+	// --max-jobs-per-owner for one owner, and serves the owners in turn.
+	JobPhase_JOB_PHASE_QUEUED JobPhase = 5
 )
 
 // Enum value maps for JobPhase.
@@ -154,6 +210,7 @@ var (
 		2: "JOB_PHASE_TRANSFERRING",
 		3: "JOB_PHASE_COMMITTING",
 		4: "JOB_PHASE_DONE",
+		5: "JOB_PHASE_QUEUED",
 	}
 	JobPhase_value = map[string]int32{
 		"JOB_PHASE_UNSPECIFIED":  0,
@@ -161,6 +218,7 @@ var (
 		"JOB_PHASE_TRANSFERRING": 2,
 		"JOB_PHASE_COMMITTING":   3,
 		"JOB_PHASE_DONE":         4,
+		"JOB_PHASE_QUEUED":       5,
 	}
 )
 
@@ -175,11 +233,11 @@ func (x JobPhase) String() string {
 }
 
 func (JobPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_contentbackup_v1_backup_service_proto_enumTypes[2].Descriptor()
+	return file_contentbackup_v1_backup_service_proto_enumTypes[3].Descriptor()
 }
 
 func (JobPhase) Type() protoreflect.EnumType {
-	return &file_contentbackup_v1_backup_service_proto_enumTypes[2]
+	return &file_contentbackup_v1_backup_service_proto_enumTypes[3]
 }
 
 func (x JobPhase) Number() protoreflect.EnumNumber {
@@ -188,7 +246,7 @@ func (x JobPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobPhase.Descriptor instead.
 func (JobPhase) EnumDescriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{2}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{3}
 }
 
 // ObjectLocation is an object in one of the buckets the server is
@@ -248,16 +306,28 @@ func (x *ObjectLocation) GetKey() string {
 	return ""
 }
 
-// StartExportRequest names the owner, the key, the selection and where the
-// archive goes.
+// StartExportRequest names the owner, the selection and the bucket.
 type StartExportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
-	// The name of a key the server holds.
+	// Refused since v0.3.0: each backup is sealed with its own data key
+	// (GetBackupKey hands it out).
+	//
+	// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 	KeyRef string `protobuf:"bytes,2,opt,name=key_ref,json=keyRef,proto3" json:"key_ref,omitempty"`
 	// As ExportRequest.options: absent exports everything.
-	Options       *device_sync.ArchiveOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
-	Destination   *ObjectLocation             `protobuf:"bytes,4,opt,name=destination,proto3" json:"destination,omitempty"`
+	Options *device_sync.ArchiveOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
+	// Refused since v0.3.0: the server chooses the object's key; name the
+	// bucket in bucket.
+	//
+	// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
+	Destination *ObjectLocation `protobuf:"bytes,4,opt,name=destination,proto3" json:"destination,omitempty"`
+	// One of the server's configured buckets (--job-bucket); empty: the
+	// first configured.
+	Bucket string `protobuf:"bytes,5,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// A note of the caller's, kept in the catalog (at most 128 bytes of
+	// UTF-8, no control characters).
+	Label         string `protobuf:"bytes,6,opt,name=label,proto3" json:"label,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -299,6 +369,7 @@ func (x *StartExportRequest) GetOwner() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 func (x *StartExportRequest) GetKeyRef() string {
 	if x != nil {
 		return x.KeyRef
@@ -313,6 +384,7 @@ func (x *StartExportRequest) GetOptions() *device_sync.ArchiveOptions {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 func (x *StartExportRequest) GetDestination() *ObjectLocation {
 	if x != nil {
 		return x.Destination
@@ -320,12 +392,39 @@ func (x *StartExportRequest) GetDestination() *ObjectLocation {
 	return nil
 }
 
-// StartImportRequest names the owner, the key and the archive to read.
+func (x *StartExportRequest) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *StartExportRequest) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+// StartImportRequest names the destination owner and the backup to read.
 type StartImportRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
-	KeyRef        string                 `protobuf:"bytes,2,opt,name=key_ref,json=keyRef,proto3" json:"key_ref,omitempty"`
-	Source        *ObjectLocation        `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The owner whose store receives the records.
+	Owner string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Refused since v0.3.0: a backup's key comes from the catalog.
+	//
+	// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
+	KeyRef string `protobuf:"bytes,2,opt,name=key_ref,json=keyRef,proto3" json:"key_ref,omitempty"`
+	// Refused since v0.3.0: name a backup by its catalog id.
+	//
+	// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
+	Source *ObjectLocation `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	// The backup's catalog id.
+	Backup string `protobuf:"bytes,4,opt,name=backup,proto3" json:"backup,omitempty"`
+	// The backup's owner; empty: owner. A different owner is an account
+	// migration, which needs archive.migrate besides archive.import for
+	// both owners, and is logged as an audit event.
+	SourceOwner   string `protobuf:"bytes,5,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -367,6 +466,7 @@ func (x *StartImportRequest) GetOwner() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 func (x *StartImportRequest) GetKeyRef() string {
 	if x != nil {
 		return x.KeyRef
@@ -374,9 +474,482 @@ func (x *StartImportRequest) GetKeyRef() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 func (x *StartImportRequest) GetSource() *ObjectLocation {
 	if x != nil {
 		return x.Source
+	}
+	return nil
+}
+
+func (x *StartImportRequest) GetBackup() string {
+	if x != nil {
+		return x.Backup
+	}
+	return ""
+}
+
+func (x *StartImportRequest) GetSourceOwner() string {
+	if x != nil {
+		return x.SourceOwner
+	}
+	return ""
+}
+
+// Backup is one catalog row: an object the server wrote for an owner.
+type Backup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The catalog id: 32 hex digits, sorting by creation time.
+	Id    string      `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Owner string      `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	State BackupState `protobuf:"varint,3,opt,name=state,proto3,enum=contentbackup.v1.BackupState" json:"state,omitempty"`
+	Label string      `protobuf:"bytes,4,opt,name=label,proto3" json:"label,omitempty"`
+	// Where the object is (the server chose it).
+	Object *ObjectLocation `protobuf:"bytes,5,opt,name=object,proto3" json:"object,omitempty"`
+	// The principal that started the export ("schedule:<name>" for a
+	// scheduled one), its job's operation, and its schedule if any.
+	Principal string `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
+	Operation string `protobuf:"bytes,7,opt,name=operation,proto3" json:"operation,omitempty"`
+	Schedule  string `protobuf:"bytes,8,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	// The selection it was exported with.
+	Options *device_sync.ArchiveOptions `protobuf:"bytes,9,opt,name=options,proto3" json:"options,omitempty"`
+	// Set once complete: counts, length, SHA-256 and export time.
+	Summary       *ExportSummary         `protobuf:"bytes,10,opt,name=summary,proto3" json:"summary,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	CompleteTime  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Backup) Reset() {
+	*x = Backup{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Backup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Backup) ProtoMessage() {}
+
+func (x *Backup) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Backup.ProtoReflect.Descriptor instead.
+func (*Backup) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Backup) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Backup) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *Backup) GetState() BackupState {
+	if x != nil {
+		return x.State
+	}
+	return BackupState_BACKUP_STATE_UNSPECIFIED
+}
+
+func (x *Backup) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *Backup) GetObject() *ObjectLocation {
+	if x != nil {
+		return x.Object
+	}
+	return nil
+}
+
+func (x *Backup) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *Backup) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *Backup) GetSchedule() string {
+	if x != nil {
+		return x.Schedule
+	}
+	return ""
+}
+
+func (x *Backup) GetOptions() *device_sync.ArchiveOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *Backup) GetSummary() *ExportSummary {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+func (x *Backup) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Backup) GetCompleteTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompleteTime
+	}
+	return nil
+}
+
+// ListBackupsRequest pages through an owner's backups.
+type ListBackupsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// At most 1000; 0 means 100.
+	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBackupsRequest) Reset() {
+	*x = ListBackupsRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBackupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBackupsRequest) ProtoMessage() {}
+
+func (x *ListBackupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBackupsRequest.ProtoReflect.Descriptor instead.
+func (*ListBackupsRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListBackupsRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *ListBackupsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListBackupsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListBackupsResponse is one page of backups, newest first.
+type ListBackupsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Backups       []*Backup              `protobuf:"bytes,1,rep,name=backups,proto3" json:"backups,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBackupsResponse) Reset() {
+	*x = ListBackupsResponse{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBackupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBackupsResponse) ProtoMessage() {}
+
+func (x *ListBackupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBackupsResponse.ProtoReflect.Descriptor instead.
+func (*ListBackupsResponse) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListBackupsResponse) GetBackups() []*Backup {
+	if x != nil {
+		return x.Backups
+	}
+	return nil
+}
+
+func (x *ListBackupsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// GetBackupRequest names a backup within an owner.
+type GetBackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Backup        string                 `protobuf:"bytes,2,opt,name=backup,proto3" json:"backup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBackupRequest) Reset() {
+	*x = GetBackupRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBackupRequest) ProtoMessage() {}
+
+func (x *GetBackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBackupRequest.ProtoReflect.Descriptor instead.
+func (*GetBackupRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetBackupRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *GetBackupRequest) GetBackup() string {
+	if x != nil {
+		return x.Backup
+	}
+	return ""
+}
+
+// DeleteBackupRequest names a backup within an owner.
+type DeleteBackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Backup        string                 `protobuf:"bytes,2,opt,name=backup,proto3" json:"backup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteBackupRequest) Reset() {
+	*x = DeleteBackupRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteBackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteBackupRequest) ProtoMessage() {}
+
+func (x *DeleteBackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteBackupRequest.ProtoReflect.Descriptor instead.
+func (*DeleteBackupRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DeleteBackupRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *DeleteBackupRequest) GetBackup() string {
+	if x != nil {
+		return x.Backup
+	}
+	return ""
+}
+
+// GetBackupKeyRequest names a backup within an owner.
+type GetBackupKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Backup        string                 `protobuf:"bytes,2,opt,name=backup,proto3" json:"backup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBackupKeyRequest) Reset() {
+	*x = GetBackupKeyRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBackupKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBackupKeyRequest) ProtoMessage() {}
+
+func (x *GetBackupKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBackupKeyRequest.ProtoReflect.Descriptor instead.
+func (*GetBackupKeyRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GetBackupKeyRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *GetBackupKeyRequest) GetBackup() string {
+	if x != nil {
+		return x.Backup
+	}
+	return ""
+}
+
+// GetBackupKeyResponse is a backup's 32-byte archive key (ARCH-001).
+type GetBackupKeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBackupKeyResponse) Reset() {
+	*x = GetBackupKeyResponse{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBackupKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBackupKeyResponse) ProtoMessage() {}
+
+func (x *GetBackupKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBackupKeyResponse.ProtoReflect.Descriptor instead.
+func (*GetBackupKeyResponse) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetBackupKeyResponse) GetKey() []byte {
+	if x != nil {
+		return x.Key
 	}
 	return nil
 }
@@ -406,13 +979,18 @@ type JobMetadata struct {
 	EndTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// A cancel was asked for; the job stops within a second.
 	CancelRequested bool `protobuf:"varint,13,opt,name=cancel_requested,json=cancelRequested,proto3" json:"cancel_requested,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The backup's catalog id: the one an export writes, the one an import
+	// reads.
+	Backup string `protobuf:"bytes,14,opt,name=backup,proto3" json:"backup,omitempty"`
+	// An import's source owner, when it is not owner (a migration).
+	SourceOwner   string `protobuf:"bytes,15,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +1002,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +1015,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{3}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *JobMetadata) GetKind() JobKind {
@@ -531,20 +1109,36 @@ func (x *JobMetadata) GetCancelRequested() bool {
 	return false
 }
 
+func (x *JobMetadata) GetBackup() string {
+	if x != nil {
+		return x.Backup
+	}
+	return ""
+}
+
+func (x *JobMetadata) GetSourceOwner() string {
+	if x != nil {
+		return x.SourceOwner
+	}
+	return ""
+}
+
 // ExportJobResult is a finished export job's response.
 type ExportJobResult struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Summary *ExportSummary         `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
 	Archive *ObjectLocation        `protobuf:"bytes,2,opt,name=archive,proto3" json:"archive,omitempty"`
 	// The sidecar holding the summary as JSON.
-	Sidecar       *ObjectLocation `protobuf:"bytes,3,opt,name=sidecar,proto3" json:"sidecar,omitempty"`
+	Sidecar *ObjectLocation `protobuf:"bytes,3,opt,name=sidecar,proto3" json:"sidecar,omitempty"`
+	// The backup's catalog id.
+	Backup        string `protobuf:"bytes,4,opt,name=backup,proto3" json:"backup,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExportJobResult) Reset() {
 	*x = ExportJobResult{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +1150,7 @@ func (x *ExportJobResult) String() string {
 func (*ExportJobResult) ProtoMessage() {}
 
 func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +1163,7 @@ func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportJobResult.ProtoReflect.Descriptor instead.
 func (*ExportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{4}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExportJobResult) GetSummary() *ExportSummary {
@@ -593,6 +1187,13 @@ func (x *ExportJobResult) GetSidecar() *ObjectLocation {
 	return nil
 }
 
+func (x *ExportJobResult) GetBackup() string {
+	if x != nil {
+		return x.Backup
+	}
+	return ""
+}
+
 // ImportJobResult is a finished import job's response.
 type ImportJobResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -603,7 +1204,7 @@ type ImportJobResult struct {
 
 func (x *ImportJobResult) Reset() {
 	*x = ImportJobResult{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +1216,7 @@ func (x *ImportJobResult) String() string {
 func (*ImportJobResult) ProtoMessage() {}
 
 func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +1229,7 @@ func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportJobResult.ProtoReflect.Descriptor instead.
 func (*ImportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{5}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ImportJobResult) GetCounts() *ImportResponse {
@@ -642,19 +1243,57 @@ var File_contentbackup_v1_backup_service_proto protoreflect.FileDescriptor
 
 const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\n" +
-	"%contentbackup/v1/backup_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/archive_service.proto\x1a#google/longrunning/operations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%xmtp/device_sync/backup_element.proto\":\n" +
+	"%contentbackup/v1/backup_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/archive_service.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%xmtp/device_sync/backup_element.proto\":\n" +
 	"\x0eObjectLocation\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xc3\x01\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xf9\x01\n" +
 	"\x12StartExportRequest\x12\x14\n" +
-	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
-	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x12:\n" +
-	"\aoptions\x18\x03 \x01(\v2 .xmtp.device_sync.ArchiveOptionsR\aoptions\x12B\n" +
-	"\vdestination\x18\x04 \x01(\v2 .contentbackup.v1.ObjectLocationR\vdestination\"}\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1b\n" +
+	"\akey_ref\x18\x02 \x01(\tB\x02\x18\x01R\x06keyRef\x12:\n" +
+	"\aoptions\x18\x03 \x01(\v2 .xmtp.device_sync.ArchiveOptionsR\aoptions\x12F\n" +
+	"\vdestination\x18\x04 \x01(\v2 .contentbackup.v1.ObjectLocationB\x02\x18\x01R\vdestination\x12\x16\n" +
+	"\x06bucket\x18\x05 \x01(\tR\x06bucket\x12\x14\n" +
+	"\x05label\x18\x06 \x01(\tR\x05label\"\xc0\x01\n" +
 	"\x12StartImportRequest\x12\x14\n" +
-	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
-	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x128\n" +
-	"\x06source\x18\x03 \x01(\v2 .contentbackup.v1.ObjectLocationR\x06source\"\xcd\x04\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1b\n" +
+	"\akey_ref\x18\x02 \x01(\tB\x02\x18\x01R\x06keyRef\x12<\n" +
+	"\x06source\x18\x03 \x01(\v2 .contentbackup.v1.ObjectLocationB\x02\x18\x01R\x06source\x12\x16\n" +
+	"\x06backup\x18\x04 \x01(\tR\x06backup\x12!\n" +
+	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\"\x80\x04\n" +
+	"\x06Backup\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x123\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x1d.contentbackup.v1.BackupStateR\x05state\x12\x14\n" +
+	"\x05label\x18\x04 \x01(\tR\x05label\x128\n" +
+	"\x06object\x18\x05 \x01(\v2 .contentbackup.v1.ObjectLocationR\x06object\x12\x1c\n" +
+	"\tprincipal\x18\x06 \x01(\tR\tprincipal\x12\x1c\n" +
+	"\toperation\x18\a \x01(\tR\toperation\x12\x1a\n" +
+	"\bschedule\x18\b \x01(\tR\bschedule\x12:\n" +
+	"\aoptions\x18\t \x01(\v2 .xmtp.device_sync.ArchiveOptionsR\aoptions\x129\n" +
+	"\asummary\x18\n" +
+	" \x01(\v2\x1f.contentbackup.v1.ExportSummaryR\asummary\x12;\n" +
+	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12?\n" +
+	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\"f\n" +
+	"\x12ListBackupsRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"q\n" +
+	"\x13ListBackupsResponse\x122\n" +
+	"\abackups\x18\x01 \x03(\v2\x18.contentbackup.v1.BackupR\abackups\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"@\n" +
+	"\x10GetBackupRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06backup\x18\x02 \x01(\tR\x06backup\"C\n" +
+	"\x13DeleteBackupRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06backup\x18\x02 \x01(\tR\x06backup\"C\n" +
+	"\x13GetBackupKeyRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06backup\x18\x02 \x01(\tR\x06backup\"(\n" +
+	"\x14GetBackupKeyResponse\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\"\x88\x05\n" +
 	"\vJobMetadata\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.contentbackup.v1.JobKindR\x04kind\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1c\n" +
@@ -673,13 +1312,20 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x125\n" +
 	"\bend_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12)\n" +
-	"\x10cancel_requested\x18\r \x01(\bR\x0fcancelRequested\"\xc4\x01\n" +
+	"\x10cancel_requested\x18\r \x01(\bR\x0fcancelRequested\x12\x16\n" +
+	"\x06backup\x18\x0e \x01(\tR\x06backup\x12!\n" +
+	"\fsource_owner\x18\x0f \x01(\tR\vsourceOwner\"\xdc\x01\n" +
 	"\x0fExportJobResult\x129\n" +
 	"\asummary\x18\x01 \x01(\v2\x1f.contentbackup.v1.ExportSummaryR\asummary\x12:\n" +
 	"\aarchive\x18\x02 \x01(\v2 .contentbackup.v1.ObjectLocationR\aarchive\x12:\n" +
-	"\asidecar\x18\x03 \x01(\v2 .contentbackup.v1.ObjectLocationR\asidecar\"K\n" +
+	"\asidecar\x18\x03 \x01(\v2 .contentbackup.v1.ObjectLocationR\asidecar\x12\x16\n" +
+	"\x06backup\x18\x04 \x01(\tR\x06backup\"K\n" +
 	"\x0fImportJobResult\x128\n" +
-	"\x06counts\x18\x01 \x01(\v2 .contentbackup.v1.ImportResponseR\x06counts*M\n" +
+	"\x06counts\x18\x01 \x01(\v2 .contentbackup.v1.ImportResponseR\x06counts*`\n" +
+	"\vBackupState\x12\x1c\n" +
+	"\x18BACKUP_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14BACKUP_STATE_WRITING\x10\x01\x12\x19\n" +
+	"\x15BACKUP_STATE_COMPLETE\x10\x02*M\n" +
 	"\aJobKind\x12\x18\n" +
 	"\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fJOB_KIND_EXPORT\x10\x01\x12\x13\n" +
@@ -689,18 +1335,23 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x02\x12\x14\n" +
 	"\x10JOB_STATE_FAILED\x10\x03\x12\x17\n" +
-	"\x13JOB_STATE_CANCELLED\x10\x04*\x87\x01\n" +
+	"\x13JOB_STATE_CANCELLED\x10\x04*\x9d\x01\n" +
 	"\bJobPhase\x12\x19\n" +
 	"\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12JOB_PHASE_STARTING\x10\x01\x12\x1a\n" +
 	"\x16JOB_PHASE_TRANSFERRING\x10\x02\x12\x18\n" +
 	"\x14JOB_PHASE_COMMITTING\x10\x03\x12\x12\n" +
-	"\x0eJOB_PHASE_DONE\x10\x042\xc3\x02\n" +
+	"\x0eJOB_PHASE_DONE\x10\x04\x12\x14\n" +
+	"\x10JOB_PHASE_QUEUED\x10\x052\x98\x05\n" +
 	"\rBackupService\x12\x97\x01\n" +
 	"\vStartExport\x12$.contentbackup.v1.StartExportRequest\x1a\x1d.google.longrunning.Operation\"C\xcaA@\n" +
 	" contentbackup.v1.ExportJobResult\x12\x1ccontentbackup.v1.JobMetadata\x12\x97\x01\n" +
 	"\vStartImport\x12$.contentbackup.v1.StartImportRequest\x1a\x1d.google.longrunning.Operation\"C\xcaA@\n" +
-	" contentbackup.v1.ImportJobResult\x12\x1ccontentbackup.v1.JobMetadataBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
+	" contentbackup.v1.ImportJobResult\x12\x1ccontentbackup.v1.JobMetadata\x12Z\n" +
+	"\vListBackups\x12$.contentbackup.v1.ListBackupsRequest\x1a%.contentbackup.v1.ListBackupsResponse\x12I\n" +
+	"\tGetBackup\x12\".contentbackup.v1.GetBackupRequest\x1a\x18.contentbackup.v1.Backup\x12M\n" +
+	"\fDeleteBackup\x12%.contentbackup.v1.DeleteBackupRequest\x1a\x16.google.protobuf.Empty\x12]\n" +
+	"\fGetBackupKey\x12%.contentbackup.v1.GetBackupKeyRequest\x1a&.contentbackup.v1.GetBackupKeyResponseBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
 
 var (
 	file_contentbackup_v1_backup_service_proto_rawDescOnce sync.Once
@@ -714,48 +1365,72 @@ func file_contentbackup_v1_backup_service_proto_rawDescGZIP() []byte {
 	return file_contentbackup_v1_backup_service_proto_rawDescData
 }
 
-var file_contentbackup_v1_backup_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_contentbackup_v1_backup_service_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_contentbackup_v1_backup_service_proto_goTypes = []any{
-	(JobKind)(0),                       // 0: contentbackup.v1.JobKind
-	(JobState)(0),                      // 1: contentbackup.v1.JobState
-	(JobPhase)(0),                      // 2: contentbackup.v1.JobPhase
-	(*ObjectLocation)(nil),             // 3: contentbackup.v1.ObjectLocation
-	(*StartExportRequest)(nil),         // 4: contentbackup.v1.StartExportRequest
-	(*StartImportRequest)(nil),         // 5: contentbackup.v1.StartImportRequest
-	(*JobMetadata)(nil),                // 6: contentbackup.v1.JobMetadata
-	(*ExportJobResult)(nil),            // 7: contentbackup.v1.ExportJobResult
-	(*ImportJobResult)(nil),            // 8: contentbackup.v1.ImportJobResult
-	(*device_sync.ArchiveOptions)(nil), // 9: xmtp.device_sync.ArchiveOptions
-	(*timestamppb.Timestamp)(nil),      // 10: google.protobuf.Timestamp
-	(*ExportSummary)(nil),              // 11: contentbackup.v1.ExportSummary
-	(*ImportResponse)(nil),             // 12: contentbackup.v1.ImportResponse
-	(*longrunningpb.Operation)(nil),    // 13: google.longrunning.Operation
+	(BackupState)(0),                   // 0: contentbackup.v1.BackupState
+	(JobKind)(0),                       // 1: contentbackup.v1.JobKind
+	(JobState)(0),                      // 2: contentbackup.v1.JobState
+	(JobPhase)(0),                      // 3: contentbackup.v1.JobPhase
+	(*ObjectLocation)(nil),             // 4: contentbackup.v1.ObjectLocation
+	(*StartExportRequest)(nil),         // 5: contentbackup.v1.StartExportRequest
+	(*StartImportRequest)(nil),         // 6: contentbackup.v1.StartImportRequest
+	(*Backup)(nil),                     // 7: contentbackup.v1.Backup
+	(*ListBackupsRequest)(nil),         // 8: contentbackup.v1.ListBackupsRequest
+	(*ListBackupsResponse)(nil),        // 9: contentbackup.v1.ListBackupsResponse
+	(*GetBackupRequest)(nil),           // 10: contentbackup.v1.GetBackupRequest
+	(*DeleteBackupRequest)(nil),        // 11: contentbackup.v1.DeleteBackupRequest
+	(*GetBackupKeyRequest)(nil),        // 12: contentbackup.v1.GetBackupKeyRequest
+	(*GetBackupKeyResponse)(nil),       // 13: contentbackup.v1.GetBackupKeyResponse
+	(*JobMetadata)(nil),                // 14: contentbackup.v1.JobMetadata
+	(*ExportJobResult)(nil),            // 15: contentbackup.v1.ExportJobResult
+	(*ImportJobResult)(nil),            // 16: contentbackup.v1.ImportJobResult
+	(*device_sync.ArchiveOptions)(nil), // 17: xmtp.device_sync.ArchiveOptions
+	(*ExportSummary)(nil),              // 18: contentbackup.v1.ExportSummary
+	(*timestamppb.Timestamp)(nil),      // 19: google.protobuf.Timestamp
+	(*ImportResponse)(nil),             // 20: contentbackup.v1.ImportResponse
+	(*longrunningpb.Operation)(nil),    // 21: google.longrunning.Operation
+	(*emptypb.Empty)(nil),              // 22: google.protobuf.Empty
 }
 var file_contentbackup_v1_backup_service_proto_depIdxs = []int32{
-	9,  // 0: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
-	3,  // 1: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
-	3,  // 2: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
-	0,  // 3: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
-	1,  // 4: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
-	2,  // 5: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
-	3,  // 6: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
-	10, // 7: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
-	10, // 8: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
-	10, // 9: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
-	11, // 10: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
-	3,  // 11: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
-	3,  // 12: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
-	12, // 13: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
-	4,  // 14: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
-	5,  // 15: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
-	13, // 16: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
-	13, // 17: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
-	16, // [16:18] is the sub-list for method output_type
-	14, // [14:16] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	17, // 0: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
+	4,  // 1: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
+	4,  // 2: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
+	0,  // 3: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
+	4,  // 4: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
+	17, // 5: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
+	18, // 6: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
+	19, // 7: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
+	19, // 8: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
+	7,  // 9: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
+	1,  // 10: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
+	2,  // 11: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
+	3,  // 12: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
+	4,  // 13: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
+	19, // 14: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
+	19, // 15: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
+	19, // 16: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
+	18, // 17: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
+	4,  // 18: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
+	4,  // 19: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
+	20, // 20: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
+	5,  // 21: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
+	6,  // 22: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
+	8,  // 23: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
+	10, // 24: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
+	11, // 25: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
+	12, // 26: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
+	21, // 27: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
+	21, // 28: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
+	9,  // 29: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
+	7,  // 30: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
+	22, // 31: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
+	13, // 32: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
+	27, // [27:33] is the sub-list for method output_type
+	21, // [21:27] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_v1_backup_service_proto_init() }
@@ -769,8 +1444,8 @@ func file_contentbackup_v1_backup_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_v1_backup_service_proto_rawDesc), len(file_contentbackup_v1_backup_service_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   6,
+			NumEnums:      4,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

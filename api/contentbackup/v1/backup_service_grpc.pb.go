@@ -12,6 +12,7 @@ import (
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
+	emptypb "google.golang.org/protobuf/types/known/emptypb"
 )
 
 // This is a compile-time assertion to ensure that this generated file
@@ -20,8 +21,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BackupService_StartExport_FullMethodName = "/contentbackup.v1.BackupService/StartExport"
-	BackupService_StartImport_FullMethodName = "/contentbackup.v1.BackupService/StartImport"
+	BackupService_StartExport_FullMethodName  = "/contentbackup.v1.BackupService/StartExport"
+	BackupService_StartImport_FullMethodName  = "/contentbackup.v1.BackupService/StartImport"
+	BackupService_ListBackups_FullMethodName  = "/contentbackup.v1.BackupService/ListBackups"
+	BackupService_GetBackup_FullMethodName    = "/contentbackup.v1.BackupService/GetBackup"
+	BackupService_DeleteBackup_FullMethodName = "/contentbackup.v1.BackupService/DeleteBackup"
+	BackupService_GetBackupKey_FullMethodName = "/contentbackup.v1.BackupService/GetBackupKey"
 )
 
 // BackupServiceClient is the client API for BackupService service.
@@ -36,29 +41,58 @@ const (
 // server that stops mid-job fails it (its lease runs out), and an export
 // that did not finish never leaves an object behind.
 //
-// Keys never travel in a job request: key_ref names a key the server holds
-// (its --job-keys directory, each file wrapped by its --job-key-keeper), and
-// the job table stores only that name.
+// Backups belong to their owner. The server, not the caller, decides where
+// an export's object lives (under the owner's own prefix of a configured
+// bucket) and records it in the backup catalog: one Backup per object the
+// server wrote. Every later request names a backup by its catalog id
+// within an owner the caller holds; an object the catalog does not hold is
+// never imported, listed or deleted as a backup.
 //
-// Authorization: StartExport needs archive.export and StartImport
-// archive.import, each for the owner it names. An operation is visible
-// (get, wait, cancel, delete, list) to a principal that holds its kind's
-// scope for its owner; to anyone else it does not exist.
+// Keys never travel in a job request: each export is sealed with a fresh
+// 32-byte data key, which the catalog keeps wrapped by the server's
+// key-encryption key (--job-key-keeper). GetBackupKey hands a backup's key
+// to its owner's principal (audited), to take the object to a device.
+//
+// Authorization: StartExport, GetBackupKey and DeleteBackup need
+// archive.export, StartImport archive.import (for the destination owner
+// and the backup's owner; archive.migrate as well when they differ), and
+// ListBackups and GetBackup either, each for the owner named. Another
+// owner's backup and an unknown one are the same NOT_FOUND. An operation
+// is visible (get, wait, cancel, delete, list) to a principal that holds
+// its kind's scope for its owner; to anyone else it does not exist.
 type BackupServiceClient interface {
-	// StartExport writes the owner's archive to destination. The object
-	// appears under its key only once complete, with a sidecar
-	// (<key>.summary.json) holding the ExportSummary; at most one export job
-	// runs per owner (ALREADY_EXISTS otherwise).
+	// StartExport writes the owner's archive to a new backup in bucket. The
+	// object appears only once complete, with a sidecar (<key>.summary.json)
+	// holding the ExportSummary, and the backup is complete in the catalog
+	// only then; at most one export job runs per owner (ALREADY_EXISTS
+	// otherwise).
 	// The standard long-running Operation, so every gRPC tool can poll it.
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	StartExport(ctx context.Context, in *StartExportRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
-	// StartImport reads the archive at source into the owner's store under
-	// the import rules of ArchiveService.Import.
+	// StartImport reads a complete backup into the owner's store under the
+	// import rules of ArchiveService.Import.
 	// The standard long-running Operation, so every gRPC tool can poll it.
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	StartImport(ctx context.Context, in *StartImportRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
+	// ListBackups lists an owner's backups, newest first.
+	ListBackups(ctx context.Context, in *ListBackupsRequest, opts ...grpc.CallOption) (*ListBackupsResponse, error)
+	// GetBackup returns one backup of an owner.
+	// The resource itself, as AIP-131 has it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	GetBackup(ctx context.Context, in *GetBackupRequest, opts ...grpc.CallOption) (*Backup, error)
+	// DeleteBackup deletes a backup's object, its sidecar and its catalog
+	// row. A backup still being written is FAILED_PRECONDITION.
+	// Empty, as AIP-135 has it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	DeleteBackup(ctx context.Context, in *DeleteBackupRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
+	// GetBackupKey returns a complete backup's archive key, to hand the
+	// object to a device or the reference client. Every call is logged as an
+	// audit event naming the principal, the owner and the backup.
+	GetBackupKey(ctx context.Context, in *GetBackupKeyRequest, opts ...grpc.CallOption) (*GetBackupKeyResponse, error)
 }
 
 type backupServiceClient struct {
@@ -89,6 +123,46 @@ func (c *backupServiceClient) StartImport(ctx context.Context, in *StartImportRe
 	return out, nil
 }
 
+func (c *backupServiceClient) ListBackups(ctx context.Context, in *ListBackupsRequest, opts ...grpc.CallOption) (*ListBackupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListBackupsResponse)
+	err := c.cc.Invoke(ctx, BackupService_ListBackups_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backupServiceClient) GetBackup(ctx context.Context, in *GetBackupRequest, opts ...grpc.CallOption) (*Backup, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Backup)
+	err := c.cc.Invoke(ctx, BackupService_GetBackup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backupServiceClient) DeleteBackup(ctx context.Context, in *DeleteBackupRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(emptypb.Empty)
+	err := c.cc.Invoke(ctx, BackupService_DeleteBackup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backupServiceClient) GetBackupKey(ctx context.Context, in *GetBackupKeyRequest, opts ...grpc.CallOption) (*GetBackupKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetBackupKeyResponse)
+	err := c.cc.Invoke(ctx, BackupService_GetBackupKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackupServiceServer is the server API for BackupService service.
 // All implementations must embed UnimplementedBackupServiceServer
 // for forward compatibility.
@@ -101,29 +175,58 @@ func (c *backupServiceClient) StartImport(ctx context.Context, in *StartImportRe
 // server that stops mid-job fails it (its lease runs out), and an export
 // that did not finish never leaves an object behind.
 //
-// Keys never travel in a job request: key_ref names a key the server holds
-// (its --job-keys directory, each file wrapped by its --job-key-keeper), and
-// the job table stores only that name.
+// Backups belong to their owner. The server, not the caller, decides where
+// an export's object lives (under the owner's own prefix of a configured
+// bucket) and records it in the backup catalog: one Backup per object the
+// server wrote. Every later request names a backup by its catalog id
+// within an owner the caller holds; an object the catalog does not hold is
+// never imported, listed or deleted as a backup.
 //
-// Authorization: StartExport needs archive.export and StartImport
-// archive.import, each for the owner it names. An operation is visible
-// (get, wait, cancel, delete, list) to a principal that holds its kind's
-// scope for its owner; to anyone else it does not exist.
+// Keys never travel in a job request: each export is sealed with a fresh
+// 32-byte data key, which the catalog keeps wrapped by the server's
+// key-encryption key (--job-key-keeper). GetBackupKey hands a backup's key
+// to its owner's principal (audited), to take the object to a device.
+//
+// Authorization: StartExport, GetBackupKey and DeleteBackup need
+// archive.export, StartImport archive.import (for the destination owner
+// and the backup's owner; archive.migrate as well when they differ), and
+// ListBackups and GetBackup either, each for the owner named. Another
+// owner's backup and an unknown one are the same NOT_FOUND. An operation
+// is visible (get, wait, cancel, delete, list) to a principal that holds
+// its kind's scope for its owner; to anyone else it does not exist.
 type BackupServiceServer interface {
-	// StartExport writes the owner's archive to destination. The object
-	// appears under its key only once complete, with a sidecar
-	// (<key>.summary.json) holding the ExportSummary; at most one export job
-	// runs per owner (ALREADY_EXISTS otherwise).
+	// StartExport writes the owner's archive to a new backup in bucket. The
+	// object appears only once complete, with a sidecar (<key>.summary.json)
+	// holding the ExportSummary, and the backup is complete in the catalog
+	// only then; at most one export job runs per owner (ALREADY_EXISTS
+	// otherwise).
 	// The standard long-running Operation, so every gRPC tool can poll it.
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	StartExport(context.Context, *StartExportRequest) (*longrunningpb.Operation, error)
-	// StartImport reads the archive at source into the owner's store under
-	// the import rules of ArchiveService.Import.
+	// StartImport reads a complete backup into the owner's store under the
+	// import rules of ArchiveService.Import.
 	// The standard long-running Operation, so every gRPC tool can poll it.
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	StartImport(context.Context, *StartImportRequest) (*longrunningpb.Operation, error)
+	// ListBackups lists an owner's backups, newest first.
+	ListBackups(context.Context, *ListBackupsRequest) (*ListBackupsResponse, error)
+	// GetBackup returns one backup of an owner.
+	// The resource itself, as AIP-131 has it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	GetBackup(context.Context, *GetBackupRequest) (*Backup, error)
+	// DeleteBackup deletes a backup's object, its sidecar and its catalog
+	// row. A backup still being written is FAILED_PRECONDITION.
+	// Empty, as AIP-135 has it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	DeleteBackup(context.Context, *DeleteBackupRequest) (*emptypb.Empty, error)
+	// GetBackupKey returns a complete backup's archive key, to hand the
+	// object to a device or the reference client. Every call is logged as an
+	// audit event naming the principal, the owner and the backup.
+	GetBackupKey(context.Context, *GetBackupKeyRequest) (*GetBackupKeyResponse, error)
 	mustEmbedUnimplementedBackupServiceServer()
 }
 
@@ -139,6 +242,18 @@ func (UnimplementedBackupServiceServer) StartExport(context.Context, *StartExpor
 }
 func (UnimplementedBackupServiceServer) StartImport(context.Context, *StartImportRequest) (*longrunningpb.Operation, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartImport not implemented")
+}
+func (UnimplementedBackupServiceServer) ListBackups(context.Context, *ListBackupsRequest) (*ListBackupsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListBackups not implemented")
+}
+func (UnimplementedBackupServiceServer) GetBackup(context.Context, *GetBackupRequest) (*Backup, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetBackup not implemented")
+}
+func (UnimplementedBackupServiceServer) DeleteBackup(context.Context, *DeleteBackupRequest) (*emptypb.Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteBackup not implemented")
+}
+func (UnimplementedBackupServiceServer) GetBackupKey(context.Context, *GetBackupKeyRequest) (*GetBackupKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetBackupKey not implemented")
 }
 func (UnimplementedBackupServiceServer) mustEmbedUnimplementedBackupServiceServer() {}
 func (UnimplementedBackupServiceServer) testEmbeddedByValue()                       {}
@@ -197,6 +312,78 @@ func _BackupService_StartImport_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BackupService_ListBackups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListBackupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).ListBackups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_ListBackups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).ListBackups(ctx, req.(*ListBackupsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackupService_GetBackup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetBackupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).GetBackup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_GetBackup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).GetBackup(ctx, req.(*GetBackupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackupService_DeleteBackup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteBackupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).DeleteBackup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_DeleteBackup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).DeleteBackup(ctx, req.(*DeleteBackupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackupService_GetBackupKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetBackupKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).GetBackupKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_GetBackupKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).GetBackupKey(ctx, req.(*GetBackupKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BackupService_ServiceDesc is the grpc.ServiceDesc for BackupService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -211,6 +398,22 @@ var BackupService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StartImport",
 			Handler:    _BackupService_StartImport_Handler,
+		},
+		{
+			MethodName: "ListBackups",
+			Handler:    _BackupService_ListBackups_Handler,
+		},
+		{
+			MethodName: "GetBackup",
+			Handler:    _BackupService_GetBackup_Handler,
+		},
+		{
+			MethodName: "DeleteBackup",
+			Handler:    _BackupService_DeleteBackup_Handler,
+		},
+		{
+			MethodName: "GetBackupKey",
+			Handler:    _BackupService_GetBackupKey_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -155,3 +155,34 @@ func testListJobs(t *testing.T, s store.Store) {
 	}
 	equal(t, "bob's jobs after 0001", fmt.Sprint(got), "[0003 0005]")
 }
+
+// testDeleteFinishedJobs: finished jobs older than the cut go, in
+// batches; running and newer ones stay.
+func testDeleteFinishedJobs(t *testing.T, s store.Store) {
+	now := time.Now()
+	lease := now.Add(time.Minute)
+	for i, end := range []time.Duration{-3 * time.Hour, -2 * time.Hour, -90 * time.Minute, -time.Minute} {
+		id := fmt.Sprintf("%04d", i)
+		mustCreate(t, s, newJob(id, store.JobImport, "alice", lease))
+		if err := s.FinishJob(ctx(t), id, store.JobEnd{State: store.JobFailed, At: now.Add(end)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustCreate(t, s, newJob("0009", store.JobImport, "alice", lease)) // running
+	cut := now.Add(-time.Hour)
+	if n, err := s.DeleteFinishedJobs(ctx(t), cut, 2); err != nil || n != 2 {
+		t.Fatalf("DeleteFinishedJobs = %d, %v; want 2 (the limit)", n, err)
+	}
+	if n, err := s.DeleteFinishedJobs(ctx(t), cut, 2); err != nil || n != 1 {
+		t.Fatalf("DeleteFinishedJobs again = %d, %v; want 1", n, err)
+	}
+	left, err := s.ListJobs(ctx(t), store.JobQuery{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, j := range left {
+		ids = append(ids, j.ID)
+	}
+	equal(t, "jobs left", fmt.Sprint(ids), "[0003 0009]")
+}

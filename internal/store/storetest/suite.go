@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"OneRunningExportJobPerOwner", testOneRunningExport},
 		{"ExpiredJobsFail", testExpireJobs},
 		{"ListJobsPages", testListJobs},
+		{"DeleteFinishedJobs", testDeleteFinishedJobs},
 		{"BackupCatalogIsOwnerBound", testBackupCatalog},
 	}
 	for _, tc := range tests {

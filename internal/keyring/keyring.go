@@ -1,0 +1,196 @@
+// Package keyring seals backups: each backup gets a fresh 32-byte archive
+// key (its data key), kept only wrapped by the server's key-encryption
+// key (KEK), the way AWS KMS data keys and restic's master key over data
+// keys work. A KMS key (gocloud.dev/secrets: awskms://, gcpkms://,
+// azurekeyvault://, hashivault://) is the KEK in production; without one
+// the KEK is 32 random bytes in a local file, made on first use.
+//
+// A data key never leaves the server except through the audited
+// BackupService.GetBackupKey, so knowing a key's name, or any other
+// backup's key, opens no other backup.
+package keyring
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"gocloud.dev/gcerrors"
+	"gocloud.dev/secrets"
+	"gocloud.dev/secrets/localsecrets"
+
+	"github.com/contentbackup/contentbackup/internal/archive"
+)
+
+// ErrUnwrap: a wrapped data key does not open under the KEK (another
+// KEK, a damaged row, a KEK file replaced). Retrying never helps.
+var ErrUnwrap = errors.New("the backup's data key does not open under this server's key-encryption key")
+
+// ErrNoKEK: the local KEK file is missing, so no backup sealed under it
+// can be opened. Retrying never helps.
+var ErrNoKEK = errors.New("the key-encryption key file is missing")
+
+// KEKFile is the local KEK's file name in its directory.
+const KEKFile = "kek.key"
+
+// KEK wraps and unwraps data keys.
+type KEK struct {
+	kms keeper // set when a KMS key is the KEK
+	// inProcess: the keeper decrypts in this process (base64key://), so
+	// every failure is the ciphertext's.
+	inProcess bool
+
+	dir   string // the local KEK's directory otherwise
+	mu    sync.Mutex
+	local keeper
+}
+
+type keeper interface {
+	Encrypt(ctx context.Context, plaintext []byte) ([]byte, error)
+	Decrypt(ctx context.Context, ciphertext []byte) ([]byte, error)
+	Close() error
+}
+
+// Open returns the KEK: the keeper at keeperURL when it is set, else a
+// local key in dir/kek.key (read, or made on first wrap).
+func Open(ctx context.Context, keeperURL, dir string) (*KEK, error) {
+	if keeperURL == "" {
+		return &KEK{dir: dir}, nil
+	}
+	k, err := secrets.OpenKeeper(ctx, keeperURL)
+	if err != nil {
+		// The URL may hold a key (base64key://), and the driver's error
+		// may repeat it: name the scheme only.
+		return nil, fmt.Errorf("key keeper %s: %s", schemeOf(keeperURL), strings.ReplaceAll(err.Error(), keeperURL, schemeOf(keeperURL)))
+	}
+	return &KEK{kms: k, inProcess: strings.HasPrefix(keeperURL, localsecrets.Scheme+"://")}, nil
+}
+
+func schemeOf(url string) string {
+	if i := strings.Index(url, "://"); i >= 0 {
+		return url[:i] + "://..."
+	}
+	return "(no scheme)"
+}
+
+// KMS reports whether the KEK is a KMS key rather than a local file.
+func (k *KEK) KMS() bool { return k.kms != nil }
+
+// keeper returns the KEK's keeper; the local one is read from its file,
+// and made when create is set and there is none.
+func (k *KEK) keeper(create bool) (keeper, error) {
+	if k.kms != nil {
+		return k.kms, nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.local != nil {
+		return k.local, nil
+	}
+	path := filepath.Join(k.dir, KEKFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && create {
+		b, err = makeLocalKEK(k.dir, path)
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", path, ErrNoKEK)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("key-encryption key: %w", err)
+	}
+	key, err := archive.ParseKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("key-encryption key %s: %w", path, err)
+	}
+	k.local = localsecrets.NewKeeper([32]byte(key))
+	return k.local, nil
+}
+
+// makeLocalKEK writes 32 random bytes to path, readable by the server
+// only; a file another replica made first wins.
+func makeLocalKEK(dir, path string) ([]byte, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(key); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return key, f.Close()
+}
+
+// NewDataKey returns a fresh 32-byte archive key and its wrapped form.
+func (k *KEK) NewDataKey(ctx context.Context) (key, wrapped []byte, err error) {
+	kp, err := k.keeper(true)
+	if err != nil {
+		return nil, nil, err
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, nil, err
+	}
+	if wrapped, err = kp.Encrypt(ctx, key); err != nil {
+		return nil, nil, fmt.Errorf("wrap data key: %w", err)
+	}
+	return key, wrapped, nil
+}
+
+// Unwrap returns the data key wrapped is. A key that does not open is
+// ErrUnwrap; a KMS that cannot be reached is its own error.
+func (k *KEK) Unwrap(ctx context.Context, wrapped []byte) ([]byte, error) {
+	kp, err := k.keeper(false)
+	if err != nil {
+		return nil, err
+	}
+	key, err := kp.Decrypt(ctx, wrapped)
+	if err != nil {
+		if k.kms == nil || k.inProcess || isRefusal(err) {
+			return nil, fmt.Errorf("%w: %w", ErrUnwrap, err)
+		}
+		return nil, fmt.Errorf("unwrap data key: %w", err)
+	}
+	if len(key) != 32 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrUnwrap, len(key))
+	}
+	return key, nil
+}
+
+// Close releases the keeper.
+func (k *KEK) Close() error {
+	var errs []error
+	if k.kms != nil {
+		errs = append(errs, k.kms.Close())
+	}
+	k.mu.Lock()
+	if k.local != nil {
+		errs = append(errs, k.local.Close())
+	}
+	k.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// isRefusal reports a KMS that answered and refused the ciphertext, as
+// against one that could not be reached.
+func isRefusal(err error) bool {
+	switch gcerrors.Code(err) {
+	case gcerrors.InvalidArgument, gcerrors.FailedPrecondition, gcerrors.PermissionDenied, gcerrors.NotFound:
+		return true
+	}
+	return false
+}
