@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -20,8 +17,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
-	"github.com/contentbackup/contentbackup/internal/archive"
-	"github.com/contentbackup/contentbackup/internal/jobs"
 )
 
 // jobsCmd drives server-side jobs: BackupService to start them, the
@@ -35,18 +30,11 @@ type jobsCmd struct {
 	Cancel      cancelJobCmd      `cmd:"" help:"Cancel a running job; it ends CANCELLED and commits nothing."`
 }
 
-// jobTarget is where a job's archive is: a bucket the server knows by
-// name, and a key in it.
-type jobTarget struct {
-	KeyRef string `name:"key-ref" required:"" help:"Name of the archive key the server holds (a file <name>.key in its --job-keys directory)."`
-	Bucket string `default:"local" help:"Name of one of the server's buckets (its --job-bucket flags)."`
-	Object string `required:"" help:"Object key in the bucket."`
-	Wait   bool   `help:"Wait for the job to end, as 'jobs wait' does."`
-}
-
 type startExportJobCmd struct {
-	Owner string `required:"" help:"Owner (inbox) whose records to export."`
-	jobTarget
+	Owner               string   `required:"" help:"Owner (inbox) whose records to export."`
+	Bucket              string   `help:"Name of one of the server's buckets (its --job-bucket flags); default the server's first."`
+	Label               string   `help:"A note kept with the backup in the catalog."`
+	Wait                bool     `help:"Wait for the job to end, as 'jobs wait' does."`
 	Elements            []string `enum:"messages,consent,none" help:"Categories to export: messages, consent, or none; default both (ARCH-017)."`
 	StartNs             *int64   `name:"start-ns" help:"Export messages sent after this time (ns, exclusive)."`
 	EndNs               *int64   `name:"end-ns" help:"Export messages sent up to this time (ns, inclusive)."`
@@ -61,8 +49,7 @@ func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
 	defer conn.Close()
 	sel := exportCmd{Elements: s.Elements, StartNs: s.StartNs, EndNs: s.EndNs, ExcludeDisappearing: s.ExcludeDisappearing}
 	op, err := cb.NewBackupServiceClient(conn).StartExport(ctx, &cb.StartExportRequest{
-		Owner: s.Owner, KeyRef: s.KeyRef, Options: sel.options(),
-		Destination: &cb.ObjectLocation{Bucket: s.Bucket, Key: s.Object},
+		Owner: s.Owner, Options: sel.options(), Bucket: s.Bucket, Label: s.Label,
 	})
 	if err != nil {
 		return fmt.Errorf("start export: %w", err)
@@ -71,8 +58,10 @@ func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
 }
 
 type startImportJobCmd struct {
-	Owner string `required:"" help:"Owner (inbox) to import into."`
-	jobTarget
+	Owner       string `required:"" help:"Owner (inbox) to import into."`
+	Backup      string `required:"" help:"The backup's catalog id ('backups list')."`
+	SourceOwner string `name:"source-owner" help:"The backup's owner when it is not --owner (an account migration: needs archive.migrate)."`
+	Wait        bool   `help:"Wait for the job to end, as 'jobs wait' does."`
 }
 
 func (s *startImportJobCmd) Run(ctx context.Context, c *cli) error {
@@ -82,7 +71,7 @@ func (s *startImportJobCmd) Run(ctx context.Context, c *cli) error {
 	}
 	defer conn.Close()
 	op, err := cb.NewBackupServiceClient(conn).StartImport(ctx, &cb.StartImportRequest{
-		Owner: s.Owner, KeyRef: s.KeyRef, Source: &cb.ObjectLocation{Bucket: s.Bucket, Key: s.Object},
+		Owner: s.Owner, Backup: s.Backup, SourceOwner: s.SourceOwner,
 	})
 	if err != nil {
 		return fmt.Errorf("start import: %w", err)
@@ -281,50 +270,6 @@ func (c *cli) waitFor(ctx context.Context, conn *grpc.ClientConn, name string, m
 		}
 		return nil
 	}
-}
-
-// keysCmd manages the key files a server's jobs name.
-type keysCmd struct {
-	Create createKeyCmd `cmd:"" help:"Create a random archive key as <dir>/<name>.key, wrapped by --keeper when given."`
-}
-
-type createKeyCmd struct {
-	Name   string `arg:"" help:"The key's name, as jobs name it (key_ref)."`
-	Dir    string `default:"data/keys" type:"path" help:"The server's --job-keys directory."`
-	Keeper string `env:"JOB_KEY_KEEPER" help:"gocloud.dev/secrets keeper URL to wrap the key with (awskms://..., gcpkms://..., base64key://...): the server's --job-key-keeper."`
-	Export string `name:"export-to" type:"path" help:"Also write the key in clear (64 hex characters, mode 0600) to this file, for archivectl verify/inspect and the reference client."`
-}
-
-func (k *createKeyCmd) Run(ctx context.Context, c *cli) error {
-	if err := jobs.CheckKeyRef(k.Name); err != nil {
-		return err
-	}
-	key := make([]byte, archive.KeySize)
-	if _, err := rand.Read(key); err != nil {
-		return err
-	}
-	body := []byte(hex.EncodeToString(key) + "\n")
-	if k.Keeper != "" {
-		wrapped, err := jobs.WrapKey(ctx, k.Keeper, key)
-		if err != nil {
-			return err
-		}
-		body = wrapped
-	}
-	if err := os.MkdirAll(k.Dir, 0o700); err != nil {
-		return err
-	}
-	path := filepath.Join(k.Dir, k.Name+jobs.KeyFileSuffix)
-	if err := writeNew(path, body); err != nil {
-		return err
-	}
-	if k.Export != "" {
-		if err := writeNew(k.Export, []byte(hex.EncodeToString(key)+"\n")); err != nil {
-			return err
-		}
-	}
-	return c.output(map[string]any{"name": k.Name, "file": path, "wrapped": k.Keeper != ""},
-		fmt.Sprintf("created key %s in %s (wrapped: %v)\n", k.Name, path, k.Keeper != ""))
 }
 
 // writeNew writes a file that must not exist yet, readable by its owner

@@ -33,7 +33,6 @@ import (
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/buildinfo"
-	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
@@ -47,7 +46,7 @@ type cli struct {
 	Verify  verifyCmd        `cmd:"" help:"Read a whole archive and report what it holds and the first problem (no server)."`
 	Rewrap  rewrapCmd        `cmd:"" help:"Rewrite an archive, legacy nonce form included, in the counter form under a new key (no server)."`
 	Jobs    jobsCmd          `cmd:"" help:"Start, follow and cancel server-side export and import jobs (object storage)."`
-	Keys    keysCmd          `cmd:"" help:"Create the archive keys a server's jobs name."`
+	Backups backupsCmd       `cmd:"" help:"List, show, delete and fetch the key of an owner's backups in the server's catalog."`
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
 
@@ -56,27 +55,11 @@ var buildVersion string
 
 // keyFlags: the key from a file, or hex in an environment variable.
 type keyFlags struct {
-	KeyFile   string `name:"key-file" env:"ARCHIVE_KEY_FILE" help:"File holding the 32-byte archive key, raw or as 64 hex characters. Or set ARCHIVE_KEY to the hex."`
-	KeyKeeper string `name:"key-keeper" env:"ARCHIVE_KEY_KEEPER" help:"gocloud.dev/secrets keeper URL that unwraps --key-file: for a server job key made with 'keys create --keeper'."`
+	KeyFile string `name:"key-file" env:"ARCHIVE_KEY_FILE" help:"File holding the 32-byte archive key, raw or as 64 hex characters (a backup's: 'backups key'). Or set ARCHIVE_KEY to the hex."`
 }
 
 func (k keyFlags) key() ([]byte, error) {
-	if k.KeyKeeper == "" {
-		return loadKey(k.KeyFile, "ARCHIVE_KEY", "--key-file")
-	}
-	if k.KeyFile == "" {
-		return nil, errors.New("--key-keeper unwraps a --key-file; give one")
-	}
-	ring, err := jobs.OpenKeyRing(context.Background(), filepath.Dir(k.KeyFile), k.KeyKeeper)
-	if err != nil {
-		return nil, err
-	}
-	defer ring.Close()
-	name, ok := strings.CutSuffix(filepath.Base(k.KeyFile), jobs.KeyFileSuffix)
-	if !ok {
-		return nil, fmt.Errorf("--key-file with --key-keeper: a key file is named <name>%s", jobs.KeyFileSuffix)
-	}
-	return ring.Key(context.Background(), name)
+	return loadKey(k.KeyFile, "ARCHIVE_KEY", "--key-file")
 }
 
 // openArchive loads the key and opens a local archive with its metadata

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,11 +20,13 @@ import (
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
@@ -150,28 +151,51 @@ type jobServer struct {
 func (s *jobServer) start(t *testing.T) *grpc.ClientConn {
 	t.Helper()
 	s.addr, s.logs, s.proc = startBinary(t, s.bin, s.env...)
-	return dialToken(t, s.addr, filepath.Join(s.dataDir, "dev-token"))
+	return s.as(t, opsJobToken)
+}
+
+// as dials the server with a token of the job servers' policy.
+func (s *jobServer) as(t *testing.T, token string) *grpc.ClientConn {
+	t.Helper()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dialToken(t, s.addr, tokenFile)
+}
+
+// The job servers' principals: an operator, and alice and bob, each with
+// both archive scopes for their own owner only.
+const (
+	opsJobToken   = "ops-job-token-0123456789"
+	aliceJobToken = "alice-job-token-0123456789"
+	bobJobToken   = "bob-job-token-0123456789"
+)
+
+func jobPolicy(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	policy := "principals:\n" +
+		"  - {name: ops, tokens_sha256: [" + auth.TokenDigest(opsJobToken) + "], scopes: [admin], owners: [\"*\"]}\n" +
+		"  - {name: alice, tokens_sha256: [" + auth.TokenDigest(aliceJobToken) + "], scopes: [archive.export, archive.import, conversations.read], owners: [alice]}\n" +
+		"  - {name: bob, tokens_sha256: [" + auth.TokenDigest(bobJobToken) + "], scopes: [archive.export, archive.import, conversations.read], owners: [bob]}\n"
+	if err := os.WriteFile(path, []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func newJobServer(t *testing.T, bin, s3Endpoint string) *jobServer {
 	t.Helper()
 	dataDir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dataDir, "keys"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dataDir, "keys", "main.key"), []byte(hex.EncodeToString(jobKey)), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	bucket := "s3=s3://" + s3Bucket + "?endpoint=http://" + s3Endpoint + "&region=us-east-1&use_path_style=true"
 	return &jobServer{bin: bin, dataDir: dataDir, env: []string{
 		"LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR=" + dataDir,
-		"JOB_BUCKETS=" + bucket, "JOB_LEASE=2s",
+		"JOB_BUCKETS=" + bucket, "JOB_LEASE=2s", "AUTH_POLICY=" + jobPolicy(t),
 		"AWS_ACCESS_KEY_ID=" + s3Access, "AWS_SECRET_ACCESS_KEY=" + s3Secret, "AWS_REGION=us-east-1",
 		"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
 	}}
 }
-
-var jobKey = bytes.Repeat([]byte{0x5a}, 32)
 
 // fillLarge gives owner one group of 40 messages of 256 KiB of random
 // content: a 10 MiB archive.
@@ -239,14 +263,23 @@ func waitTransferring(t *testing.T, conn *grpc.ClientConn, name string) {
 	t.Fatal("the job never started writing")
 }
 
-func startExport(t *testing.T, conn *grpc.ClientConn, owner, bucket, key string) *longrunningpb.Operation {
+func startExport(t *testing.T, conn *grpc.ClientConn, owner, bucket, label string) *longrunningpb.Operation {
 	t.Helper()
-	op, err := cb.NewBackupServiceClient(conn).StartExport(t.Context(), &cb.StartExportRequest{Owner: owner, KeyRef: "main",
-		Destination: &cb.ObjectLocation{Bucket: bucket, Key: key}})
+	op, err := cb.NewBackupServiceClient(conn).StartExport(t.Context(), &cb.StartExportRequest{Owner: owner, Bucket: bucket, Label: label})
 	if err != nil {
 		t.Fatalf("StartExport: %v", err)
 	}
 	return op
+}
+
+// objectKey is the key the server chose for an export operation's backup.
+func objectKey(t *testing.T, op *longrunningpb.Operation) string {
+	t.Helper()
+	md := &cb.JobMetadata{}
+	if err := op.GetMetadata().UnmarshalTo(md); err != nil {
+		t.Fatal(err)
+	}
+	return md.GetObject().GetKey()
 }
 
 func noFile(t *testing.T, path string) {
@@ -270,7 +303,7 @@ func TestJobsAgainstS3(t *testing.T) {
 	fillLarge(t, conn, "alice")
 
 	t.Run("export and import", func(t *testing.T) {
-		op := waitJob(t, conn, startExport(t, conn, "alice", "s3", "alice/full.xmtpbak").GetName())
+		op := waitJob(t, conn, startExport(t, conn, "alice", "s3", "full").GetName())
 		if op.GetError() != nil {
 			t.Fatalf("export job: %v\n%s", op.GetError(), srv.logs())
 		}
@@ -278,7 +311,7 @@ func TestJobsAgainstS3(t *testing.T) {
 		if err := op.GetResponse().UnmarshalTo(result); err != nil {
 			t.Fatal(err)
 		}
-		object, err := os.ReadFile(gw.object("alice/full.xmtpbak"))
+		object, err := os.ReadFile(gw.object(result.GetArchive().GetKey()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,10 +319,14 @@ func TestJobsAgainstS3(t *testing.T) {
 		if uint64(len(object)) != result.GetSummary().GetArchiveBytes() || !bytes.Equal(sum[:], result.GetSummary().GetSha256()) {
 			t.Fatalf("object: %d bytes %x; summary %v", len(object), sum, result.GetSummary())
 		}
-		if rep, err := backup.Verify(bytes.NewReader(object), jobKey); err != nil || rep.Err != nil || rep.Messages != 40 {
+		keyResp, err := cb.NewBackupServiceClient(conn).GetBackupKey(t.Context(), &cb.GetBackupKeyRequest{Owner: "alice", Backup: result.GetBackup()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := backup.Verify(bytes.NewReader(object), keyResp.GetKey()); err != nil || rep.Err != nil || rep.Messages != 40 {
 			t.Fatalf("verify the object: %v %v, %d messages", err, rep.Err, rep.Messages)
 		}
-		sidecar, err := os.ReadFile(gw.object("alice/full.xmtpbak" + jobs.SidecarSuffix))
+		sidecar, err := os.ReadFile(gw.object(result.GetArchive().GetKey() + jobs.SidecarSuffix))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,8 +335,7 @@ func TestJobsAgainstS3(t *testing.T) {
 			t.Fatalf("sidecar: %v %s", err, sidecar)
 		}
 
-		in, err := cb.NewBackupServiceClient(conn).StartImport(t.Context(), &cb.StartImportRequest{Owner: "carol", KeyRef: "main",
-			Source: &cb.ObjectLocation{Bucket: "s3", Key: "alice/full.xmtpbak"}})
+		in, err := cb.NewBackupServiceClient(conn).StartImport(t.Context(), &cb.StartImportRequest{Owner: "carol", SourceOwner: "alice", Backup: result.GetBackup()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,12 +345,14 @@ func TestJobsAgainstS3(t *testing.T) {
 		if a, c := messagesOf(t, conn, "alice"), messagesOf(t, conn, "carol"); a != c || a == "" {
 			t.Error("carol's imported messages differ from alice's")
 		}
+		ownerBoundAgainstS3(t, srv, gw, result)
 	})
 
 	t.Run("cancel mid-way commits nothing", func(t *testing.T) {
 		th.rate.Store(1 << 20)
 		defer th.rate.Store(0)
-		op := startExport(t, conn, "alice", "s3", "alice/cancelled.xmtpbak")
+		op := startExport(t, conn, "alice", "s3", "cancelled")
+		key := objectKey(t, op)
 		waitTransferring(t, conn, op.GetName())
 		if _, err := longrunningpb.NewOperationsClient(conn).CancelOperation(t.Context(), &longrunningpb.CancelOperationRequest{Name: op.GetName()}); err != nil {
 			t.Fatal(err)
@@ -323,13 +361,14 @@ func TestJobsAgainstS3(t *testing.T) {
 		if done.GetError().GetCode() != int32(codes.Canceled) {
 			t.Fatalf("cancelled job ended %v", done.GetError())
 		}
-		noFile(t, gw.object("alice/cancelled.xmtpbak"))
-		noFile(t, gw.object("alice/cancelled.xmtpbak"+jobs.SidecarSuffix))
+		noFile(t, gw.object(key))
+		noFile(t, gw.object(key+jobs.SidecarSuffix))
 	})
 
 	t.Run("SIGKILL mid-way commits nothing and the job fails", func(t *testing.T) {
 		th.rate.Store(1 << 20)
-		op := startExport(t, conn, "alice", "s3", "alice/killed.xmtpbak")
+		op := startExport(t, conn, "alice", "s3", "killed")
+		key := objectKey(t, op)
 		waitTransferring(t, conn, op.GetName())
 		if err := srv.proc.Kill(); err != nil {
 			t.Fatal(err)
@@ -341,10 +380,10 @@ func TestJobsAgainstS3(t *testing.T) {
 		if done.GetError().GetCode() != int32(codes.Unavailable) || !strings.Contains(done.GetError().GetMessage(), "stopped") {
 			t.Fatalf("killed job ended %v", done)
 		}
-		noFile(t, gw.object("alice/killed.xmtpbak"))
-		noFile(t, gw.object("alice/killed.xmtpbak"+jobs.SidecarSuffix))
+		noFile(t, gw.object(key))
+		noFile(t, gw.object(key+jobs.SidecarSuffix))
 		// Its owner may export again at once.
-		if again := waitJob(t, conn, startExport(t, conn, "alice", "s3", "alice/after-kill.xmtpbak").GetName()); again.GetError() != nil {
+		if again := waitJob(t, conn, startExport(t, conn, "alice", "s3", "after-kill").GetName()); again.GetError() != nil {
 			t.Fatalf("export after the kill: %v", again.GetError())
 		}
 	})
@@ -375,19 +414,12 @@ func messagesOf(t *testing.T, conn *grpc.ClientConn, owner string) string {
 // archives, each with its sidecar.
 func TestScheduleInTheBinary(t *testing.T) {
 	dataDir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dataDir, "keys"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dataDir, "keys", "main.key"), []byte(hex.EncodeToString(jobKey)), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	policy := filepath.Join(t.TempDir(), "schedule.yaml")
 	if err := os.WriteFile(policy, []byte(`
 schedules:
   - name: often
     cron: "@every 1s"
     owners: [alice]
-    key_ref: main
     bucket: local
     prefix: often/
     keep: 2
@@ -396,6 +428,7 @@ schedules:
 	}
 	srv := &jobServer{bin: buildServer(t), dataDir: dataDir, env: []string{
 		"LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR=" + dataDir, "SCHEDULE=" + policy,
+		"AUTH_POLICY=" + jobPolicy(t),
 	}}
 	conn := srv.start(t)
 	populate := cb.NewConversationServiceClient(conn)
@@ -424,5 +457,58 @@ schedules:
 	}
 	if !strings.Contains(srv.logs(), `"principal":"schedule:often"`) {
 		t.Errorf("no job logged as the schedule's principal:\n%s", srv.logs())
+	}
+}
+
+// ownerBoundAgainstS3: bob cannot reach alice's backup in the S3 bucket by
+// any name: not by its catalog id under his own owner, not under hers
+// (refused at the door), not by the object's key (no request names one
+// any more); every way reads as an unknown backup does, and nothing of
+// alice's reaches bob's store.
+func ownerBoundAgainstS3(t *testing.T, srv *jobServer, gw gateway, alices *cb.ExportJobResult) {
+	bob := cb.NewBackupServiceClient(srv.as(t, bobJobToken))
+	id := alices.GetBackup()
+	unknown := jobs.NewID(time.Now())
+	for name, call := range map[string]func(string) error{
+		"StartImport": func(id string) error {
+			_, err := bob.StartImport(t.Context(), &cb.StartImportRequest{Owner: "bob", Backup: id})
+			return err
+		},
+		"GetBackup": func(id string) error {
+			_, err := bob.GetBackup(t.Context(), &cb.GetBackupRequest{Owner: "bob", Backup: id})
+			return err
+		},
+		"GetBackupKey": func(id string) error {
+			_, err := bob.GetBackupKey(t.Context(), &cb.GetBackupKeyRequest{Owner: "bob", Backup: id})
+			return err
+		},
+		"DeleteBackup": func(id string) error {
+			_, err := bob.DeleteBackup(t.Context(), &cb.DeleteBackupRequest{Owner: "bob", Backup: id})
+			return err
+		},
+	} {
+		errTheirs, errUnknown := call(id), call(unknown)
+		if status.Code(errTheirs) != codes.NotFound || strings.ReplaceAll(status.Convert(errTheirs).Message(), id, "ID") != strings.ReplaceAll(status.Convert(errUnknown).Message(), unknown, "ID") {
+			t.Errorf("%s of alice's backup as bob: %v; of an unknown one: %v (want the same NOT_FOUND)", name, errTheirs, errUnknown)
+		}
+	}
+	_, err := bob.StartImport(t.Context(), &cb.StartImportRequest{Owner: "bob", SourceOwner: "alice", Backup: id})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("bob naming alice as the source owner: %v, want PERMISSION_DENIED", err)
+	}
+	_, err = bob.StartImport(t.Context(), &cb.StartImportRequest{Owner: "bob", Source: alices.GetArchive()})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("bob naming alice's object key: %v, want INVALID_ARGUMENT", err)
+	}
+	list, err := bob.ListBackups(t.Context(), &cb.ListBackupsRequest{Owner: "bob"})
+	if err != nil || len(list.GetBackups()) != 0 {
+		t.Errorf("bob lists %v, %v", list.GetBackups(), err)
+	}
+	if _, err := os.Stat(gw.object(alices.GetArchive().GetKey())); err != nil {
+		t.Errorf("alice's object after bob's attempts: %v", err)
+	}
+	resp, err := cb.NewConversationServiceClient(srv.as(t, bobJobToken)).ListGroups(t.Context(), &cb.ListGroupsRequest{Owner: "bob"})
+	if err != nil || len(resp.GetGroups()) != 0 {
+		t.Errorf("bob's store after the attempts: %v, %v", resp.GetGroups(), err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/contentbackup/contentbackup/internal/buildinfo"
 	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -132,12 +133,15 @@ func (f limitFlags) limits(callExpand int64) server.Limits {
 // jobFlags configure server-side jobs (BackupService): where archives may
 // go, which keys they may be sealed with, and schedules.
 type jobFlags struct {
-	JobBuckets   []string      `name:"job-bucket" env:"JOB_BUCKETS" help:"A bucket jobs may use, as name=URL (repeatable; comma-separated in the variable): file:///dir, s3://bucket?region=...&endpoint=..., gs://bucket, azblob://container (gocloud.dev URLs; credentials from the environment). Default: local=file://<data-dir>/backups."`
-	JobKeys      string        `name:"job-keys" env:"JOB_KEYS" help:"Directory of the archive keys jobs may name, one file <name>.key each (archivectl keys create). Default: <data-dir>/keys."`
-	JobKeyKeeper string        `name:"job-key-keeper" env:"JOB_KEY_KEEPER" help:"gocloud.dev/secrets URL of the KMS key that unwraps the key files (awskms://, gcpkms://, azurekeyvault://; base64key:// for tests). Empty: key files hold keys in clear, protected by file permissions only."`
-	MaxJobs      int           `name:"max-jobs" env:"MAX_JOBS" default:"4" help:"Jobs this server runs at once; past it StartExport and StartImport are RESOURCE_EXHAUSTED."`
-	JobLease     time.Duration `name:"job-lease" env:"JOB_LEASE" default:"30s" help:"How long a running job outlives its server: a job whose server stopped is failed this long after its last renewal."`
-	Schedule     string        `name:"schedule" env:"SCHEDULE" help:"YAML policy of scheduled exports (cron, owners, key, bucket, prefix, keep); see docs/backup-jobs.md."`
+	JobBuckets            []string      `name:"job-bucket" env:"JOB_BUCKETS" help:"A bucket jobs may use, as name=URL (repeatable; comma-separated in the variable): file:///dir, s3://bucket?region=...&endpoint=..., gs://bucket, azblob://container (gocloud.dev URLs; credentials from the environment). Default: local=file://<data-dir>/backups."`
+	JobKeys               string        `name:"job-keys" env:"JOB_KEYS" help:"Directory of the local key-encryption key (kek.key, 32 random bytes made on the first export) used when --job-key-keeper is unset. Default: <data-dir>/keys."`
+	JobKeyKeeper          string        `name:"job-key-keeper" env:"JOB_KEY_KEEPER" help:"gocloud.dev/secrets URL of the KMS key that wraps each backup's own data key (awskms://, gcpkms://, azurekeyvault://; base64key:// for tests). Empty: a local key file in --job-keys, protected by file permissions only."`
+	MaxJobs               int           `name:"max-jobs" env:"MAX_JOBS" default:"4" help:"Jobs this server runs at once; past it a started job waits, queued, for a slot."`
+	MaxJobsPerOwner       int           `name:"max-jobs-per-owner" env:"MAX_JOBS_PER_OWNER" default:"2" help:"Jobs of one owner this server runs at once, so one owner's flood never holds every slot."`
+	MaxQueuedJobsPerOwner int           `name:"max-queued-jobs-per-owner" env:"MAX_QUEUED_JOBS_PER_OWNER" default:"8" help:"Jobs of one owner that may wait for a slot; past it StartExport and StartImport are RESOURCE_EXHAUSTED."`
+	KeepFinishedJobs      time.Duration `name:"keep-finished-jobs" env:"KEEP_FINISHED_JOBS" default:"168h" help:"How long an ended job's operation stays listed before it is deleted (its backup stays in the catalog)."`
+	JobLease              time.Duration `name:"job-lease" env:"JOB_LEASE" default:"30s" help:"How long a running job outlives its server: a job whose server stopped is failed this long after its last renewal."`
+	Schedule              string        `name:"schedule" env:"SCHEDULE" help:"YAML policy of scheduled exports (cron, owners, key, bucket, prefix, keep); see docs/backup-jobs.md."`
 }
 
 // jobs opens the keys and buckets jobs use, creating the embedded
@@ -163,13 +167,14 @@ func (f jobFlags) jobs(ctx context.Context, dataDir string) (*server.JobsConfig,
 	if keyDir == "" {
 		keyDir = filepath.Join(dataDir, "keys")
 	}
-	ring, err := jobs.OpenKeyRing(ctx, keyDir, f.JobKeyKeeper)
+	kek, err := keyring.Open(ctx, f.JobKeyKeeper, keyDir)
 	if err != nil {
 		return nil, nil, err
 	}
 	b := jobs.NewBuckets(buckets)
-	cfg := &server.JobsConfig{Keys: ring, Buckets: b, MaxRunning: f.MaxJobs, Lease: f.JobLease}
-	return cfg, func() { _ = b.Close(); _ = ring.Close() }, nil
+	cfg := &server.JobsConfig{KEK: kek, Buckets: b, MaxRunning: f.MaxJobs, MaxRunningPerOwner: f.MaxJobsPerOwner,
+		MaxQueuedPerOwner: f.MaxQueuedJobsPerOwner, KeepFinished: f.KeepFinishedJobs, Lease: f.JobLease}
+	return cfg, func() { _ = b.Close(); _ = kek.Close() }, nil
 }
 
 type migrateCmd struct {
@@ -254,8 +259,8 @@ func (c *serveCmd) Run() error {
 		return err
 	}
 	defer closeJobs()
-	if !jobsCfg.Keys.Wrapped() {
-		log.Warn("job keys are not wrapped: set --job-key-keeper to a KMS key in production")
+	if !jobsCfg.KEK.KMS() {
+		log.Warn("backup data keys are wrapped by a local key file: set --job-key-keeper to a KMS key in production")
 	}
 	var policy *jobs.SchedulePolicy
 	if c.Schedule != "" {

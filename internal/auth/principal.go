@@ -26,13 +26,17 @@ const (
 	ScopeAnySender     Scope = "conversations.write.any_sender"
 	ScopeArchiveExport Scope = "archive.export"
 	ScopeArchiveImport Scope = "archive.import"
-	ScopeAdmin         Scope = "admin"
+	// ScopeArchiveMigrate lets a principal restore one owner's backup
+	// into another owner (account migration); it still needs
+	// archive.import for both.
+	ScopeArchiveMigrate Scope = "archive.migrate"
+	ScopeAdmin          Scope = "admin"
 )
 
 // KnownScopes lists every scope a policy or token may grant.
 var KnownScopes = []Scope{
 	ScopeContent, ScopeConversationsRead, ScopeConversationsWrite, ScopeAnySender,
-	ScopeArchiveExport, ScopeArchiveImport, ScopeAdmin,
+	ScopeArchiveExport, ScopeArchiveImport, ScopeArchiveMigrate, ScopeAdmin,
 }
 
 func parseScope(s string) (Scope, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -11,6 +12,9 @@ import (
 
 	"gocloud.dev/blob"
 )
+
+// keyName is what a bucket or schedule name may be.
+var keyName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // ErrUnknownBucket: no bucket of that name is configured.
 var ErrUnknownBucket = errors.New("no such bucket")
@@ -55,6 +59,18 @@ func NewBuckets(urls map[string]string) *Buckets {
 	return &Buckets{urls: urls, open: map[string]*blob.Bucket{}}
 }
 
+// Default is the bucket a request that names none uses: "local" when
+// configured, else the first name in order.
+func (b *Buckets) Default() string {
+	if _, ok := b.urls["local"]; ok {
+		return "local"
+	}
+	if names := b.Names(); len(names) > 0 {
+		return names[0]
+	}
+	return ""
+}
+
 // Names lists the configured buckets.
 func (b *Buckets) Names() []string {
 	names := make([]string, 0, len(b.urls))
@@ -74,7 +90,9 @@ func (b *Buckets) Open(ctx context.Context, name string) (*blob.Bucket, error) {
 	}
 	url, ok := b.urls[name]
 	if !ok {
-		return nil, fmt.Errorf("bucket %.64q (configured: %s): %w", name, strings.Join(b.Names(), ", "), ErrUnknownBucket)
+		// The configured names are not listed: a caller learns only that
+		// this one is not among them.
+		return nil, fmt.Errorf("bucket %.64q: %w", name, ErrUnknownBucket)
 	}
 	bk, err := blob.OpenBucket(ctx, url)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -28,13 +27,12 @@ import (
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
+	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
 
 var readerOpts = archive.ReaderOptions{MaxRecordSize: 17 << 20, MaxWindow: 8 << 20}
-
-var testKey = bytes.Repeat([]byte{0x42}, 32)
 
 // keeperURL is a local keeper (gocloud.dev/secrets/localsecrets) standing
 // in for a KMS.
@@ -47,29 +45,25 @@ type harness struct {
 	bucket *blob.Bucket
 }
 
-func newHarness(t *testing.T, st store.Store) *harness {
+func newHarness(t *testing.T, st store.Store, tune ...func(*Config)) *harness {
 	t.Helper()
 	ctx := t.Context()
-	keys := t.TempDir()
-	wrapped, err := WrapKey(ctx, keeperURL, testKey)
+	kek, err := keyring.Open(ctx, keeperURL, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(keys, "main.key"), wrapped, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ring, err := OpenKeyRing(ctx, keys, keeperURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ring.Close() })
+	t.Cleanup(func() { kek.Close() })
 	dir := t.TempDir()
 	buckets := NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
 	t.Cleanup(func() { buckets.Close() })
-	m := New(Config{Store: st, Keys: ring, Buckets: buckets, Pool: budget.NewPool(1 << 30),
+	cfg := Config{Store: st, KEK: kek, Buckets: buckets, Pool: budget.NewPool(1 << 30),
 		ExportReservation: 64 << 20, ReaderReservation: archive.ReaderMemory(readerOpts) + 4<<20,
 		Import: backup.ImportOptions{ReadAheadBytes: 64 << 20, Reader: readerOpts},
-		Lease:  2 * time.Second, Renew: 50 * time.Millisecond})
+		Lease:  2 * time.Second, Renew: 50 * time.Millisecond}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	m := New(cfg)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -109,8 +103,18 @@ func waitDone(t *testing.T, m *Manager, id string) store.Job {
 	return j
 }
 
-func exportReq(owner, key string) *cb.StartExportRequest {
-	return &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: &cb.ObjectLocation{Bucket: "local", Key: key}}
+func exportReq(owner, label string) *cb.StartExportRequest {
+	return &cb.StartExportRequest{Owner: owner, Label: label}
+}
+
+// objectOf is where a job's backup is, as its metadata says.
+func objectOf(t *testing.T, j store.Job) *cb.ObjectLocation {
+	t.Helper()
+	md, err := Metadata(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md.GetObject()
 }
 
 func snapshot(t *testing.T, st store.Store, owner string) (groups []*gb.GroupSave, msgs []*mb.GroupMessageSave, consent []*cs.ConsentSave) {
@@ -150,7 +154,7 @@ func TestExportThenImportJob(t *testing.T) {
 			h := newHarness(t, st)
 			src, dst := storetest.Owner("src"), storetest.Owner("dst")
 			fill(t, st, src, 50)
-			j, err := h.m.StartExport(t.Context(), "tester", exportReq(src, "backups/src.xmtpbak"))
+			j, err := h.m.StartExport(t.Context(), "tester", exportReq(src, "first"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,9 +174,27 @@ func TestExportThenImportJob(t *testing.T) {
 			if sum.GetGroups() != 2 || sum.GetMessages() != 100 || sum.GetConsentRecords() != 1 {
 				t.Errorf("summary counts %d/%d/%d, want 2/100/1", sum.GetGroups(), sum.GetMessages(), sum.GetConsentRecords())
 			}
-			object, err := os.ReadFile(filepath.Join(h.dir, "backups", "src.xmtpbak"))
+			if want := ownerDir("", src) + result.GetBackup() + ArchiveSuffix; result.GetArchive().GetKey() != want {
+				t.Errorf("object key %q, want the server's choice %q", result.GetArchive().GetKey(), want)
+			}
+			object, err := os.ReadFile(filepath.Join(h.dir, result.GetArchive().GetKey()))
 			if err != nil {
 				t.Fatal(err)
+			}
+			b, err := st.GetBackup(t.Context(), src, result.GetBackup())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.State != store.BackupComplete || b.Label != "first" || b.JobID != j.ID || b.Principal != "tester" ||
+				b.Summary.Length != sum.GetArchiveBytes() || !bytes.Equal(b.Summary.SHA256, sum.GetSha256()) || b.Summary.Messages != 100 {
+				t.Errorf("catalog row %+v does not match the summary %v", b, sum)
+			}
+			testKey, err := h.m.BackupKey(t.Context(), "tester", src, b.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(b.WrappedKey, testKey) {
+				t.Error("the catalog holds the data key in clear")
 			}
 			digest := sha256.Sum256(object)
 			if uint64(len(object)) != sum.GetArchiveBytes() || !bytes.Equal(digest[:], sum.GetSha256()) {
@@ -182,7 +204,7 @@ func TestExportThenImportJob(t *testing.T) {
 			if err != nil || rep.Err != nil || rep.Messages != 100 {
 				t.Errorf("verify object: %v, %v, %d messages", err, rep.Err, rep.Messages)
 			}
-			sidecar, err := os.ReadFile(filepath.Join(h.dir, "backups", "src.xmtpbak"+SidecarSuffix))
+			sidecar, err := os.ReadFile(filepath.Join(h.dir, result.GetArchive().GetKey()+SidecarSuffix))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -198,8 +220,7 @@ func TestExportThenImportJob(t *testing.T) {
 				t.Errorf("final metadata: %v", md)
 			}
 
-			in, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: dst, KeyRef: "main",
-				Source: &cb.ObjectLocation{Bucket: "local", Key: "backups/src.xmtpbak"}})
+			in, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: dst, SourceOwner: src, Backup: b.ID})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -261,10 +282,10 @@ func newGated(st store.Store) *gatedStore {
 
 // startGated starts an export of an owner with messages and returns once
 // it is held at its first message.
-func startGated(t *testing.T, messages int, key string) (*gatedStore, *harness, string, store.Job) {
+func startGated(t *testing.T, messages int, key string, tune ...func(*Config)) (*gatedStore, *harness, string, store.Job) {
 	t.Helper()
 	st := newGated(storetest.SQLite(t))
-	h := newHarness(t, st)
+	h := newHarness(t, st, tune...)
 	owner := storetest.Owner("o")
 	fill(t, st.Store, owner, messages)
 	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, key))
@@ -293,6 +314,9 @@ func TestCancelLeavesNoObject(t *testing.T) {
 	}
 	if names := files(t, h.dir); len(names) != 0 {
 		t.Errorf("a cancelled export left %v", names)
+	}
+	if l, _ := st.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 10}); len(l) != 0 {
+		t.Errorf("a cancelled export left %d catalog rows", len(l))
 	}
 	// The owner may export again.
 	close(st.gate)
@@ -353,30 +377,25 @@ func files(t *testing.T, dir string) []string {
 }
 
 // TestStartRefusals: every malformed or impossible start is refused
-// before a job exists, with an error naming what was wrong.
+// before a job exists, with an error naming what was wrong; a caller can
+// no longer name a key in a bucket nor a key ref.
 func TestStartRefusals(t *testing.T) {
 	st := storetest.SQLite(t)
 	h := newHarness(t, st)
 	owner := storetest.Owner("o")
-	if err := h.bucket.WriteAll(t.Context(), "taken.xmtpbak", []byte("x"), nil); err != nil {
-		t.Fatal(err)
-	}
-	loc := func(bucket, key string) *cb.ObjectLocation { return &cb.ObjectLocation{Bucket: bucket, Key: key} }
+	loc := &cb.ObjectLocation{Bucket: "local", Key: "k"}
 	cases := []struct {
 		name string
 		req  *cb.StartExportRequest
 		want error
 		msg  string
 	}{
-		{"no owner", &cb.StartExportRequest{KeyRef: "main", Destination: loc("local", "k")}, ErrInvalid, "owner"},
-		{"key path", &cb.StartExportRequest{Owner: owner, KeyRef: "../main", Destination: loc("local", "k")}, ErrInvalid, "key_ref"},
-		{"unknown key", &cb.StartExportRequest{Owner: owner, KeyRef: "nope", Destination: loc("local", "k")}, ErrInvalid, "key_ref"},
-		{"no destination", &cb.StartExportRequest{Owner: owner, KeyRef: "main"}, ErrInvalid, "destination"},
-		{"unknown bucket", &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: loc("s3", "k")}, ErrInvalid, "destination.bucket"},
-		{"dot dot", &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: loc("local", "a/../../etc/passwd")}, ErrInvalid, "destination.key"},
-		{"absolute", &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: loc("local", "/etc/passwd")}, ErrInvalid, "destination.key"},
-		{"sidecar name", &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: loc("local", "x"+SidecarSuffix)}, ErrInvalid, "sidecars"},
-		{"existing object", &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: loc("local", "taken.xmtpbak")}, ErrObjectExists, "taken.xmtpbak"},
+		{"no owner", &cb.StartExportRequest{}, ErrInvalid, "owner"},
+		{"key ref", &cb.StartExportRequest{Owner: owner, KeyRef: "main"}, ErrInvalid, "key_ref"},
+		{"destination", &cb.StartExportRequest{Owner: owner, Destination: loc}, ErrInvalid, "destination"},
+		{"unknown bucket", &cb.StartExportRequest{Owner: owner, Bucket: "s3"}, ErrInvalid, "bucket"},
+		{"label too long", &cb.StartExportRequest{Owner: owner, Label: strings.Repeat("x", 129)}, ErrInvalid, "label"},
+		{"label control", &cb.StartExportRequest{Owner: owner, Label: "a\nb"}, ErrInvalid, "label"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -384,36 +403,110 @@ func TestStartRefusals(t *testing.T) {
 			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
 				t.Errorf("err %v, want %v naming %q", err, c.want, c.msg)
 			}
+			if strings.Contains(fmt.Sprint(err), "local") && c.name == "unknown bucket" {
+				t.Errorf("the error lists the configured buckets: %v", err)
+			}
 		})
 	}
-	_, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: owner, KeyRef: "main", Source: loc("local", "missing")})
-	if !errors.Is(err, ErrObjectMissing) {
-		t.Errorf("import of a missing object: %v", err)
+	imports := []struct {
+		name string
+		req  *cb.StartImportRequest
+		want error
+	}{
+		{"key ref", &cb.StartImportRequest{Owner: owner, KeyRef: "main", Backup: NewID(time.Now())}, ErrInvalid},
+		{"source", &cb.StartImportRequest{Owner: owner, Source: loc}, ErrInvalid},
+		{"bad id", &cb.StartImportRequest{Owner: owner, Backup: "../x"}, ErrInvalid},
+		{"unknown id", &cb.StartImportRequest{Owner: owner, Backup: NewID(time.Now())}, ErrBackupNotFound},
+	}
+	for _, c := range imports {
+		if _, err := h.m.StartImport(t.Context(), "tester", c.req); !errors.Is(err, c.want) {
+			t.Errorf("import %s: %v, want %v", c.name, err, c.want)
+		}
 	}
 	if jobs, _ := st.ListJobs(t.Context(), store.JobQuery{Limit: 10}); len(jobs) != 0 {
 		t.Errorf("refused starts stored %d jobs", len(jobs))
 	}
-	if got, _ := os.ReadFile(filepath.Join(h.dir, "taken.xmtpbak")); string(got) != "x" {
-		t.Errorf("the existing object changed: %q", got)
-	}
 }
 
-// TestImportJobOfABadArchive: an archive under the wrong key fails its
-// import job with a message naming the problem, and applies nothing.
+// catalogJunk puts an object that is no archive into the bucket and a
+// complete catalog row for it, as a damaged backup would be.
+func catalogJunk(t *testing.T, h *harness, owner string, body []byte) store.Backup {
+	t.Helper()
+	_, wrapped, err := h.m.cfg.KEK.NewDataKey(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	b := store.Backup{Owner: owner, ID: NewID(now), State: store.BackupWriting, Bucket: "local", Options: []byte{},
+		WrappedKey: wrapped, Created: now}
+	b.ObjectKey = ownerDir("", owner) + b.ID + ArchiveSuffix
+	if err := h.bucket.WriteAll(t.Context(), b.ObjectKey, body, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.CreateBackup(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.CompleteBackup(t.Context(), owner, b.ID, store.BackupSummary{Length: uint64(len(body)), At: now}); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestImportJobOfABadArchive: a backup whose object is not an archive
+// under its key fails its import job with a message naming the problem,
+// true to an import (what was applied stays), and applies nothing.
 func TestImportJobOfABadArchive(t *testing.T) {
 	st := storetest.SQLite(t)
 	h := newHarness(t, st)
-	if err := h.bucket.WriteAll(t.Context(), "junk", bytes.Repeat([]byte("not an archive"), 100), nil); err != nil {
-		t.Fatal(err)
-	}
 	owner := storetest.Owner("o")
-	j, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: owner, KeyRef: "main", Source: &cb.ObjectLocation{Bucket: "local", Key: "junk"}})
+	b := catalogJunk(t, h, owner, bytes.Repeat([]byte("not an archive"), 100))
+	j, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: owner, Backup: b.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
 	j = waitDone(t, h.m, j.ID)
-	if j.State != store.JobFailed || j.ErrorCode != int32(codes.InvalidArgument) || !strings.Contains(j.ErrorMessage, "archive") {
+	if j.State != store.JobFailed || j.ErrorCode != int32(codes.InvalidArgument) || !strings.Contains(j.ErrorMessage, "archive") ||
+		strings.Contains(j.ErrorMessage, "nothing was committed") {
 		t.Errorf("import of junk: %s, code %d, %q", j.State, j.ErrorCode, j.ErrorMessage)
+	}
+}
+
+// TestDamagedBackupIsPermanent: a backup whose key does not open, or
+// whose object is gone or of another length, is refused as a failed
+// precondition (no retry helps), never as UNAVAILABLE.
+func TestDamagedBackupIsPermanent(t *testing.T) {
+	st := storetest.SQLite(t)
+	h := newHarness(t, st)
+	owner := storetest.Owner("o")
+	b := catalogJunk(t, h, owner, []byte("junk"))
+	other, err := keyring.Open(t.Context(), "base64key://AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	_, foreign, _ := other.NewDataKey(t.Context())
+	b2 := catalogJunk(t, h, owner, []byte("junk"))
+	if err := st.DeleteBackup(t.Context(), owner, b2.ID); err != nil {
+		t.Fatal(err)
+	}
+	b2.WrappedKey, b2.ID = foreign, NewID(time.Now())
+	if err := st.CreateBackup(t.Context(), b2); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CompleteBackup(t.Context(), owner, b2.ID, store.BackupSummary{Length: 4, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.bucket.WriteAll(t.Context(), b.ObjectKey, []byte("longer junk"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, id := range map[string]string{"length differs": b.ID, "foreign key": b2.ID} {
+		_, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: owner, Backup: id})
+		if !errors.Is(err, ErrBackupDamaged) {
+			t.Errorf("%s: %v, want ErrBackupDamaged", name, err)
+		}
+	}
+	if _, err := h.m.BackupKey(t.Context(), "tester", owner, b2.ID); !errors.Is(err, ErrBackupDamaged) {
+		t.Errorf("BackupKey of a foreign key: %v, want ErrBackupDamaged", err)
 	}
 }
 
@@ -439,10 +532,16 @@ func TestDeadServersJobsFail(t *testing.T) {
 }
 
 // TestScheduleKeepsTheNewest: each firing exports every listed owner, and
-// retention keeps the newest Keep complete archives (with sidecars).
+// retention keeps the newest Keep complete backups the schedule wrote, as
+// the catalog lists them: an object left in the owner's prefix by hand,
+// even one named like a backup, is never counted nor deleted.
 func TestScheduleKeepsTheNewest(t *testing.T) {
 	st := storetest.SQLite(t)
-	h := newHarness(t, st)
+	var runs []string
+	var mu sync.Mutex
+	h := newHarness(t, st, func(c *Config) {
+		c.ScheduleRun = func(schedule, outcome string) { mu.Lock(); runs = append(runs, schedule+":"+outcome); mu.Unlock() }
+	})
 	a, b := storetest.Owner("a"), storetest.Owner("b/..")
 	fill(t, st, a, 3)
 	fill(t, st, b, 3)
@@ -451,7 +550,6 @@ schedules:
   - name: nightly
     cron: "0 3 * * *"
     owners: [%q, %q]
-    key_ref: main
     bucket: local
     prefix: nightly/
     keep: 2
@@ -464,54 +562,72 @@ schedules:
 		t.Fatal(err)
 	}
 	s := policy.Schedules[0]
+	// Planted by hand in b's prefix, named as a backup would be, with a
+	// sidecar: the oldest by name.
+	planted := ownerDir(s.Prefix, b) + "00000000000000000000000000000000" + ArchiveSuffix
+	for _, k := range []string{planted, planted + SidecarSuffix} {
+		if err := h.bucket.WriteAll(t.Context(), k, []byte("planted"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	base := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	var kept [][]string
 	for day := range 3 {
 		ids := sc.Fire(t.Context(), s, base.Add(time.Duration(day)*24*time.Hour))
 		if len(ids) != 2 {
 			t.Fatalf("firing %d started %d jobs, want 2", day, len(ids))
 		}
+		var objects []string
 		for _, id := range ids {
-			if j := waitDone(t, h.m, id); j.State != store.JobSucceeded || j.Principal != "schedule:nightly" {
+			j := waitDone(t, h.m, id)
+			if j.State != store.JobSucceeded || j.Principal != "schedule:nightly" {
 				t.Fatalf("scheduled job: %s by %s: %s", j.State, j.Principal, j.ErrorMessage)
 			}
+			objects = append(objects, "/"+objectOf(t, j).GetKey())
 		}
+		kept = append(kept, objects)
 	}
+	var want []string
+	for _, k := range append(kept[1], kept[2]...) {
+		want = append(want, k, k+SidecarSuffix)
+	}
+	want = append(want, "/"+planted, "/"+planted+SidecarSuffix)
+	sort.Strings(want)
 	// Retention runs after each job; the last one's may still be going.
-	deadline := time.Now().Add(10 * time.Second)
 	var got []string
-	for time.Now().Before(deadline) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		got = files(t, h.dir)
-		if len(got) == 8 {
+		sort.Strings(got)
+		if fmt.Sprint(got) == fmt.Sprint(want) {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	sort.Strings(got)
-	var want []string
-	for _, owner := range []string{a, b} {
-		for _, day := range []int{1, 2} {
-			k := "/" + s.ObjectKey(owner, base.Add(time.Duration(day)*24*time.Hour))
-			want = append(want, k, k+SidecarSuffix)
-		}
-	}
-	sort.Strings(want)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after three firings with keep 2:\n got %v\nwant %v", got, want)
 	}
-	if strings.Contains(s.ObjectKey(b, base), "/../") {
-		t.Errorf("owner %q escaped its folder: %s", b, s.ObjectKey(b, base))
+	for _, owner := range []string{a, b} {
+		if l, _ := st.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 10}); len(l) != 2 {
+			t.Errorf("owner %s has %d catalog rows, want 2", owner, len(l))
+		}
+	}
+	if strings.Contains(ownerDir(s.Prefix, b), "/../") {
+		t.Errorf("owner %q escaped its folder: %s", b, ownerDir(s.Prefix, b))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) != 6 || runs[0] != "nightly:started" {
+		t.Errorf("schedule runs recorded: %v", runs)
 	}
 }
 
 func TestParseSchedulesRefuses(t *testing.T) {
-	good := "name: n\n    cron: '@daily'\n    owners: [alice]\n    key_ref: main\n    bucket: local\n    keep: 1"
+	good := "name: n\n    cron: '@daily'\n    owners: [alice]\n    bucket: local\n    keep: 1"
 	cases := map[string]string{
 		"unknown field": good + "\n    color: red",
 		"bad cron":      strings.Replace(good, "'@daily'", "'61 * * * *'", 1),
 		"no owners":     strings.Replace(good, "[alice]", "[]", 1),
 		"bad owner":     strings.Replace(good, "[alice]", "['a b']", 1),
 		"keep zero":     strings.Replace(good, "keep: 1", "keep: 0", 1),
-		"bad key":       strings.Replace(good, "key_ref: main", "key_ref: ../x", 1),
 		"prefix":        good + "\n    prefix: nightly",
 		"name":          strings.Replace(good, "name: n", "name: 'a/b'", 1),
 	}
@@ -522,52 +638,6 @@ func TestParseSchedulesRefuses(t *testing.T) {
 	}
 	if _, err := ParseSchedules([]byte("schedules:\n  - " + good + "\n")); err != nil {
 		t.Errorf("good policy refused: %v", err)
-	}
-}
-
-func TestKeyRing(t *testing.T) {
-	ctx := t.Context()
-	dir := t.TempDir()
-	write := func(name string, b []byte) {
-		if err := os.WriteFile(filepath.Join(dir, name+KeyFileSuffix), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("hex", []byte(hex.EncodeToString(testKey)+"\n"))
-	write("short", []byte("abc"))
-	plain, err := OpenKeyRing(ctx, dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k, err := plain.Key(ctx, "hex"); err != nil || !bytes.Equal(k, testKey) {
-		t.Errorf("hex key: %x, %v", k, err)
-	}
-	if _, err := plain.Key(ctx, "short"); err == nil || strings.Contains(err.Error(), "abc") {
-		t.Errorf("short key: %v (must fail without quoting it)", err)
-	}
-	if _, err := plain.Key(ctx, "missing"); !errors.Is(err, ErrUnknownKey) {
-		t.Errorf("missing key: %v", err)
-	}
-	wrapped, err := WrapKey(ctx, keeperURL, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Contains(wrapped, testKey) {
-		t.Fatal("the wrapped key holds the key")
-	}
-	write("wrapped", wrapped)
-	ring, err := OpenKeyRing(ctx, dir, keeperURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k, err := ring.Key(ctx, "wrapped"); err != nil || !bytes.Equal(k, testKey) {
-		t.Errorf("wrapped key: %v", err)
-	}
-	if _, err := ring.Key(ctx, "hex"); err == nil {
-		t.Error("a ring with a keeper took a key that is not wrapped")
-	}
-	if _, err := OpenKeyRing(ctx, dir, "base64key://not-base64!"); err == nil || strings.Contains(err.Error(), "not-base64") {
-		t.Errorf("bad keeper URL: %v (must fail without quoting it)", err)
 	}
 }
 
@@ -605,33 +675,44 @@ func TestShutdownFailsRunningJobs(t *testing.T) {
 	}
 }
 
-// TestMaxRunning: past MaxRunning a start is refused at once and stores
-// nothing.
-func TestMaxRunning(t *testing.T) {
+// TestMaxRunningQueues: past MaxRunning a job waits as a queued
+// operation and starts when a slot frees; past the owner's queue bound a
+// start is ErrQueueFull and stores nothing.
+func TestMaxRunningQueues(t *testing.T) {
 	st := newGated(storetest.SQLite(t))
-	h := newHarness(t, st)
-	h.m.cfg.MaxRunning = 1
+	h := newHarness(t, st, func(c *Config) { c.MaxRunning, c.MaxQueuedPerOwner = 1, 1 })
 	a, b := storetest.Owner("a"), storetest.Owner("b")
 	fill(t, st.Store, a, 2)
 	fill(t, st.Store, b, 2)
-	if _, err := h.m.StartExport(t.Context(), "tester", exportReq(a, "a.xmtpbak")); err != nil {
+	if _, err := h.m.StartExport(t.Context(), "tester", exportReq(a, "")); err != nil {
 		t.Fatal(err)
 	}
 	<-st.reached
-	if _, err := h.m.StartExport(t.Context(), "tester", exportReq(b, "b.xmtpbak")); !errors.Is(err, ErrTooManyJobs) {
-		t.Errorf("a second job past MaxRunning 1: %v", err)
+	queued, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: b, Backup: catalogJunk(t, h, b, []byte("x")).ID})
+	if err != nil {
+		t.Fatalf("a job past MaxRunning 1: %v, want queued", err)
 	}
-	if jobs, _ := st.ListJobs(t.Context(), store.JobQuery{Limit: 10}); len(jobs) != 1 {
-		t.Errorf("%d jobs stored, want 1", len(jobs))
+	if md, _ := Metadata(queued); md.GetPhase() != cb.JobPhase_JOB_PHASE_QUEUED {
+		t.Errorf("phase %v, want QUEUED", md.GetPhase())
+	}
+	if _, err := h.m.StartExport(t.Context(), "tester", exportReq(b, "")); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("past the owner's queue of 1: %v, want ErrQueueFull", err)
+	}
+	if jobs, _ := st.ListJobs(t.Context(), store.JobQuery{Limit: 10}); len(jobs) != 2 {
+		t.Errorf("%d jobs stored, want 2", len(jobs))
 	}
 	close(st.gate)
+	if j := waitDone(t, h.m, queued.ID); j.State != store.JobFailed || j.ErrorCode != int32(codes.InvalidArgument) {
+		t.Errorf("the queued import ended %s %d %q, want it run (and fail on its junk)", j.State, j.ErrorCode, j.ErrorMessage)
+	}
 }
 
 // TestExportNeverReplaces: an object created at the destination while an
 // export runs wins; the export fails ALREADY_EXISTS and writes no sidecar.
 func TestExportNeverReplaces(t *testing.T) {
-	st, h, _, j := startGated(t, 5, "race.xmtpbak")
-	if err := h.bucket.WriteAll(t.Context(), "race.xmtpbak", []byte("theirs"), nil); err != nil {
+	st, h, owner, j := startGated(t, 5, "race")
+	race := objectOf(t, j).GetKey()
+	if err := h.bucket.WriteAll(t.Context(), race, []byte("theirs"), nil); err != nil {
 		t.Fatal(err)
 	}
 	close(st.gate)
@@ -639,10 +720,13 @@ func TestExportNeverReplaces(t *testing.T) {
 	if j.State != store.JobFailed || j.ErrorCode != int32(codes.AlreadyExists) {
 		t.Errorf("export that lost the race: %s, code %d: %s", j.State, j.ErrorCode, j.ErrorMessage)
 	}
-	if got, _ := os.ReadFile(filepath.Join(h.dir, "race.xmtpbak")); string(got) != "theirs" {
+	if got, _ := os.ReadFile(filepath.Join(h.dir, race)); string(got) != "theirs" {
 		t.Errorf("the other object was replaced: %q", got)
 	}
 	if names := files(t, h.dir); len(names) != 1 {
 		t.Errorf("files: %v", names)
+	}
+	if l, _ := st.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 10}); len(l) != 0 {
+		t.Errorf("a failed export left %d catalog rows", len(l))
 	}
 }

@@ -3,8 +3,15 @@
 // BackupService, polled through google.longrunning.Operations, and
 // scheduled by a cron policy.
 //
-// A job's life: Start checks the request, opens its key and bucket, stores
-// the job running with a lease and runs it in a goroutine. While it runs,
+// Backups belong to their owner: an export's object goes where the server
+// decides (under the owner's own prefix), sealed with a fresh data key that
+// the catalog keeps wrapped by the key-encryption key, and the catalog row
+// is what every later request names. An import reads a catalog backup of
+// an owner the caller holds, never a key in a bucket.
+//
+// A job's life: Start checks the request, opens its key and bucket, takes
+// or queues for a slot (slots.go: fair across owners), stores the job
+// running with a lease and runs it in a goroutine. While it runs,
 // its progress is written back and its lease renewed every second; that
 // write also reads whether a cancel was asked (possibly on another
 // replica). A job ends exactly once (the store's FinishJob refuses a
@@ -27,9 +34,12 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"gocloud.dev/blob"
@@ -42,6 +52,7 @@ import (
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
+	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -52,18 +63,24 @@ var (
 	ErrInvalid = errors.New("invalid job request")
 	// ErrObjectExists: an export would replace an object.
 	ErrObjectExists = errors.New("the object exists; exports never replace an object")
-	// ErrObjectMissing: an import's source object does not exist.
-	ErrObjectMissing = errors.New("no such object")
-	// ErrTooManyJobs: the server runs as many jobs as it may.
-	ErrTooManyJobs = errors.New("the server is running as many jobs as it may; retry later")
+	// ErrBackupNotFound: the owner has no such backup. Another owner's
+	// backup reads the same, so the error tells nothing of what the
+	// caller may not see.
+	ErrBackupNotFound = errors.New("no such backup")
+	// ErrBackupNotComplete: the backup's export has not finished.
+	ErrBackupNotComplete = errors.New("the backup is still being written")
+	// ErrBackupDamaged: the backup's object or key no longer matches its
+	// catalog row; no retry helps.
+	ErrBackupDamaged = errors.New("the backup's object or key does not match the catalog")
 	// ErrShuttingDown: the server is stopping and starts no job.
 	ErrShuttingDown = errors.New("the server is shutting down")
 )
 
 // Config is what the manager runs jobs with.
 type Config struct {
-	Store   store.Store
-	Keys    *KeyRing
+	Store store.Store
+	// KEK wraps each backup's data key.
+	KEK     *keyring.KEK
 	Buckets *Buckets
 	Pool    *budget.Pool
 	// ExportReservation is what one export holds (the ArchiveService's
@@ -73,8 +90,13 @@ type Config struct {
 	// per job from Pool.
 	Import            backup.ImportOptions
 	ReaderReservation int64
-	// MaxRunning bounds the jobs this server runs at once (default 4).
-	MaxRunning int
+	// MaxRunning bounds the jobs this server runs at once (default 4);
+	// MaxRunningPerOwner those of one owner (default half of it, at least
+	// 1); MaxQueuedPerOwner how many of one owner's jobs may wait for a
+	// slot (default 8), past which a start is ErrQueueFull.
+	MaxRunning, MaxRunningPerOwner, MaxQueuedPerOwner int
+	// KeepFinished is how long an ended job stays listed (default 7 days).
+	KeepFinished time.Duration
 	// Lease is how long a job stays running without its server renewing
 	// it (default 30 s); Renew is how often it is renewed and progress
 	// written (default 1 s), which is also how soon a cancel asked on
@@ -84,6 +106,9 @@ type Config struct {
 	// Ended, when set, is told of every job this server ran to its end:
 	// kind, state, archive bytes moved and how long it ran (metrics).
 	Ended func(kind, state string, bytes uint64, took time.Duration)
+	// ScheduleRun, when set, is told how each owner's run of each
+	// schedule tick went: "started", "queued" or "skipped".
+	ScheduleRun func(schedule, outcome string)
 }
 
 // blobBufferSize is the blob writer's buffer: an S3 multipart part (at
@@ -96,8 +121,9 @@ type Manager struct {
 	ctx     context.Context
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
+	slots   *slots
 	mu      sync.Mutex
-	running map[string]*run
+	running map[string]*run // started here and not ended: queued or running
 	closed  bool
 }
 
@@ -105,6 +131,15 @@ type Manager struct {
 func New(cfg Config) *Manager {
 	if cfg.MaxRunning <= 0 {
 		cfg.MaxRunning = 4
+	}
+	if cfg.MaxRunningPerOwner <= 0 {
+		cfg.MaxRunningPerOwner = max(cfg.MaxRunning/2, 1)
+	}
+	if cfg.MaxQueuedPerOwner <= 0 {
+		cfg.MaxQueuedPerOwner = 8
+	}
+	if cfg.KeepFinished <= 0 {
+		cfg.KeepFinished = 7 * 24 * time.Hour
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = 30 * time.Second
@@ -116,25 +151,30 @@ func New(cfg Config) *Manager {
 		cfg.Log = zap.NewNop()
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Manager{cfg: cfg, ctx: ctx, stop: stop, running: map[string]*run{}}
+	return &Manager{cfg: cfg, ctx: ctx, stop: stop, running: map[string]*run{},
+		slots: newSlots(cfg.MaxRunning, cfg.MaxRunningPerOwner, cfg.MaxQueuedPerOwner)}
 }
 
-// Running is how many jobs this server runs now.
+// Running is how many jobs this server runs now, not counting the queued.
 func (m *Manager) Running() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.running)
+	return len(m.running) - m.slots.queued()
 }
+
+// Queued is how many jobs wait for a slot.
+func (m *Manager) Queued() int { return m.slots.queued() }
 
 // Buckets are the buckets jobs may use.
 func (m *Manager) Buckets() *Buckets { return m.cfg.Buckets }
 
 // msgServerStopped ends a job whose server stopped without ending it.
-const msgServerStopped = "the server running this job stopped before it finished; nothing was committed; start the job again"
+const msgServerStopped = "the server running this job stopped before it finished; an export commits nothing, an import keeps what it applied (imports are additive); start the job again"
 
 // Run fails, every lease period, the running jobs whose server stopped,
-// until ctx is done: once at start, so a restarted server clears its own
-// dead jobs as soon as their leases end.
+// and deletes the jobs that ended more than KeepFinished ago, until ctx
+// is done: once at start, so a restarted server clears its own dead jobs
+// as soon as their leases end.
 func (m *Manager) Run(ctx context.Context) {
 	tick := time.NewTicker(max(m.cfg.Lease/3, 100*time.Millisecond))
 	defer tick.Stop()
@@ -145,6 +185,11 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 		for _, id := range ids {
 			m.cfg.Log.Warn("job failed: its server stopped", zap.String("job", id))
+		}
+		if n, err := m.cfg.Store.DeleteFinishedJobs(ctx, time.Now().Add(-m.cfg.KeepFinished), 1000); err != nil && ctx.Err() == nil {
+			m.cfg.Log.Warn("delete finished jobs", zap.Error(err))
+		} else if n > 0 {
+			m.cfg.Log.Info("finished jobs deleted", zap.Int("count", n), zap.Duration("older_than", m.cfg.KeepFinished))
 		}
 		select {
 		case <-ctx.Done():
@@ -175,13 +220,24 @@ func (m *Manager) Close(ctx context.Context) {
 }
 
 var (
-	errShutdown  = errors.New("the server shut down before the job finished; nothing was committed; start it again")
+	errShutdown  = errors.New("the server shut down before the job finished")
 	errCancelled = errors.New("cancelled")
 	errLost      = errors.New("the job was ended elsewhere (its lease ran out)")
 )
 
+// ended says what a job that stopped part-way leaves behind: an export
+// commits nothing; an import keeps what it applied, which is safe to
+// apply again (ARCH import is additive and idempotent).
+func ended(kind, what string) string {
+	if kind == store.JobImport {
+		return what + "; the records applied so far stay, and starting the import again completes it"
+	}
+	return what + "; nothing was committed"
+}
+
 // run is one job this server is running.
 type run struct {
+	ticket  *ticket
 	job     store.Job
 	meta    *cb.JobMetadata
 	cancel  context.CancelCauseFunc
@@ -211,98 +267,230 @@ func NewID(now time.Time) string {
 
 func invalid(err error) error { return fmt.Errorf("%w: %w", ErrInvalid, err) }
 
-func checkLocation(field string, loc *cb.ObjectLocation) error {
-	if loc == nil {
-		return invalid(fmt.Errorf("%s: name a bucket and key", field))
+// backupID matches a catalog id: NewID's form.
+var backupID = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// CheckBackupID checks the form of a backup id a caller names.
+func CheckBackupID(id string) error {
+	if !backupID.MatchString(id) {
+		return fmt.Errorf("backup %.40q: a backup id is 32 lowercase hex digits", id)
 	}
-	if loc.GetBucket() == "" {
-		return invalid(fmt.Errorf("%s.bucket: empty", field))
+	return nil
+}
+
+// maxLabel bounds a backup's label.
+const maxLabel = 128
+
+func checkLabel(label string) error {
+	if len(label) > maxLabel || !utf8.ValidString(label) {
+		return fmt.Errorf("label: %d bytes; at most %d bytes of UTF-8", len(label), maxLabel)
 	}
-	if err := CheckObjectKey(loc.GetKey()); err != nil {
-		return invalid(fmt.Errorf("%s.%w", field, err))
+	for _, r := range label {
+		if unicode.IsControl(r) {
+			return errors.New("label: control characters are not allowed")
+		}
 	}
 	return nil
 }
 
 // prepared is what Start opened for a job before storing it.
 type prepared struct {
-	key       []byte
-	bucket    *blob.Bucket
-	total     uint64
-	succeeded func(context.Context)
+	key    []byte
+	bucket *blob.Bucket
+	backup store.Backup
+	total  uint64
+	// schedule, when set, prunes its backups of the owner once the export
+	// has ended well.
+	schedule *Schedule
+	// sourceOwner is an import's backup owner.
+	sourceOwner string
 }
 
-func (m *Manager) prepare(ctx context.Context, owner, keyRef string, loc *cb.ObjectLocation, field string) (prepared, error) {
-	if err := records.CheckOwner(owner); err != nil {
-		return prepared{}, invalid(err)
+// openBucket opens a configured bucket; an unknown name is invalid, and
+// the error does not list the configured ones.
+func (m *Manager) openBucket(ctx context.Context, name string) (*blob.Bucket, error) {
+	bucket, err := m.cfg.Buckets.Open(ctx, name)
+	if errors.Is(err, ErrUnknownBucket) {
+		return nil, invalid(fmt.Errorf("bucket %.64q: %w", name, ErrUnknownBucket))
 	}
-	if err := CheckKeyRef(keyRef); err != nil {
-		return prepared{}, invalid(err)
-	}
-	if err := checkLocation(field, loc); err != nil {
-		return prepared{}, err
-	}
-	key, err := m.cfg.Keys.Key(ctx, keyRef)
-	if err != nil {
-		if errors.Is(err, ErrUnknownKey) {
-			return prepared{}, invalid(err)
-		}
-		return prepared{}, err
-	}
-	bucket, err := m.cfg.Buckets.Open(ctx, loc.GetBucket())
-	if err != nil {
-		if errors.Is(err, ErrUnknownBucket) {
-			return prepared{}, invalid(fmt.Errorf("%s.bucket: %w", field, err))
-		}
-		return prepared{}, err
-	}
-	return prepared{key: key, bucket: bucket}, nil
+	return bucket, err
 }
 
-// StartExport starts an export job for principal.
+// StartExport starts an export job for principal: a new backup of the
+// owner in the bucket it names, at a key the server chooses.
 func (m *Manager) StartExport(ctx context.Context, principal string, req *cb.StartExportRequest) (store.Job, error) {
 	return m.startExport(ctx, principal, req, nil)
 }
 
-// startExport is StartExport running succeeded, when set, in the job's
-// goroutine once the job has ended well (a schedule's retention).
-func (m *Manager) startExport(ctx context.Context, principal string, req *cb.StartExportRequest, succeeded func(context.Context)) (store.Job, error) {
-	p, err := m.prepare(ctx, req.GetOwner(), req.GetKeyRef(), req.GetDestination(), "destination")
-	if err != nil {
-		return store.Job{}, err
+func (m *Manager) startExport(ctx context.Context, principal string, req *cb.StartExportRequest, sched *Schedule) (store.Job, error) {
+	owner := req.GetOwner()
+	if err := records.CheckOwner(owner); err != nil {
+		return store.Job{}, invalid(err)
+	}
+	if req.GetKeyRef() != "" {
+		return store.Job{}, invalid(errors.New("key_ref: no longer accepted; each backup is sealed with its own data key, which GetBackupKey returns"))
+	}
+	if req.GetDestination() != nil {
+		return store.Job{}, invalid(errors.New("destination: no longer accepted; the server chooses where a backup is stored: name a bucket (and a label) instead"))
+	}
+	if err := checkLabel(req.GetLabel()); err != nil {
+		return store.Job{}, invalid(err)
 	}
 	if _, err := backup.Resolve(req.GetOptions()); err != nil {
 		return store.Job{}, invalid(err)
 	}
-	dest := req.GetDestination()
-	for _, k := range []string{dest.GetKey(), dest.GetKey() + SidecarSuffix} {
-		exists, err := p.bucket.Exists(ctx, k)
-		if err != nil {
-			return store.Job{}, fmt.Errorf("destination: %w", err)
-		}
-		if exists {
-			return store.Job{}, fmt.Errorf("destination %s/%.64s: %w", dest.GetBucket(), k, ErrObjectExists)
-		}
+	bucketName := req.GetBucket()
+	if bucketName == "" {
+		bucketName = m.cfg.Buckets.Default()
 	}
-	p.succeeded = succeeded
-	return m.start(ctx, store.JobExport, principal, req, p)
-}
-
-// StartImport starts an import job for principal.
-func (m *Manager) StartImport(ctx context.Context, principal string, req *cb.StartImportRequest) (store.Job, error) {
-	p, err := m.prepare(ctx, req.GetOwner(), req.GetKeyRef(), req.GetSource(), "source")
+	bucket, err := m.openBucket(ctx, bucketName)
 	if err != nil {
 		return store.Job{}, err
 	}
-	attrs, err := p.bucket.Attributes(ctx, req.GetSource().GetKey())
+	key, wrapped, err := m.cfg.KEK.NewDataKey(ctx)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("data key: %w", err)
+	}
+	options, err := proto.Marshal(req.GetOptions())
+	if err != nil {
+		return store.Job{}, fmt.Errorf("encode options: %w", err)
+	}
+	now := time.Now()
+	id := NewID(now)
+	prefix, schedule := "", ""
+	if sched != nil {
+		prefix, schedule = sched.Prefix, sched.Name
+	}
+	b := store.Backup{Owner: owner, ID: id, State: store.BackupWriting, Label: req.GetLabel(),
+		Bucket: bucketName, ObjectKey: ownerDir(prefix, owner) + id + ArchiveSuffix,
+		Schedule: schedule, Principal: principal, Options: options, WrappedKey: wrapped, Created: now}
+	return m.start(ctx, store.JobExport, principal, req, prepared{key: key, bucket: bucket, backup: b, schedule: sched})
+}
+
+// StartImport starts an import job for principal: a complete backup of
+// req.source_owner (or of req.owner) read into req.owner. The edge has
+// checked that the principal may read the one and write the other.
+func (m *Manager) StartImport(ctx context.Context, principal string, req *cb.StartImportRequest) (store.Job, error) {
+	if err := records.CheckOwner(req.GetOwner()); err != nil {
+		return store.Job{}, invalid(err)
+	}
+	if req.GetKeyRef() != "" {
+		return store.Job{}, invalid(errors.New("key_ref: no longer accepted; a backup's key comes from the catalog"))
+	}
+	if req.GetSource() != nil {
+		return store.Job{}, invalid(errors.New("source: no longer accepted; name a backup by its catalog id"))
+	}
+	source := req.GetSourceOwner()
+	if source == "" {
+		source = req.GetOwner()
+	}
+	if err := records.CheckOwner(source); err != nil {
+		return store.Job{}, invalid(fmt.Errorf("source_owner: %w", err))
+	}
+	b, key, err := m.openBackup(ctx, source, req.GetBackup())
+	if err != nil {
+		return store.Job{}, err
+	}
+	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("backup %s: %w", b.ID, err)
+	}
+	attrs, err := bucket.Attributes(ctx, b.ObjectKey)
 	if gcerrors.Code(err) == gcerrors.NotFound {
-		return store.Job{}, fmt.Errorf("source %s/%.64s: %w", req.GetSource().GetBucket(), req.GetSource().GetKey(), ErrObjectMissing)
+		return store.Job{}, fmt.Errorf("backup %s: its object is gone: %w", b.ID, ErrBackupDamaged)
 	}
 	if err != nil {
-		return store.Job{}, fmt.Errorf("source: %w", err)
+		return store.Job{}, fmt.Errorf("backup %s: %w", b.ID, err)
 	}
-	p.total = uint64(max(attrs.Size, 0))
-	return m.start(ctx, store.JobImport, principal, req, p)
+	if uint64(max(attrs.Size, 0)) != b.Summary.Length {
+		return store.Job{}, fmt.Errorf("backup %s: the object is %d bytes, the catalog says %d: %w", b.ID, attrs.Size, b.Summary.Length, ErrBackupDamaged)
+	}
+	return m.start(ctx, store.JobImport, principal, req, prepared{key: key, bucket: bucket, backup: b, total: b.Summary.Length, sourceOwner: source})
+}
+
+// openBackup reads a complete backup of owner and unwraps its key.
+func (m *Manager) openBackup(ctx context.Context, owner, id string) (store.Backup, []byte, error) {
+	b, err := m.Backup(ctx, owner, id)
+	if err != nil {
+		return store.Backup{}, nil, err
+	}
+	if b.State != store.BackupComplete {
+		return store.Backup{}, nil, fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
+	}
+	key, err := m.cfg.KEK.Unwrap(ctx, b.WrappedKey)
+	if errors.Is(err, keyring.ErrUnwrap) || errors.Is(err, keyring.ErrNoKEK) {
+		m.cfg.Log.Error("backup key does not open", zap.String("owner", owner), zap.String("backup", b.ID), zap.Error(err))
+		return store.Backup{}, nil, fmt.Errorf("backup %s: its data key does not open under this server's key-encryption key: %w", b.ID, ErrBackupDamaged)
+	}
+	if err != nil {
+		return store.Backup{}, nil, err
+	}
+	return b, key, nil
+}
+
+// Backup returns one of owner's backups. An id of the wrong form is
+// ErrInvalid; a missing backup, and so another owner's, ErrBackupNotFound.
+func (m *Manager) Backup(ctx context.Context, owner, id string) (store.Backup, error) {
+	if err := CheckBackupID(id); err != nil {
+		return store.Backup{}, invalid(err)
+	}
+	b, err := m.cfg.Store.GetBackup(ctx, owner, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Backup{}, fmt.Errorf("backup %s: %w", id, ErrBackupNotFound)
+	}
+	return b, err
+}
+
+// ListBackups returns a page of owner's backups, newest first.
+func (m *Manager) ListBackups(ctx context.Context, owner, before string, limit int) ([]store.Backup, error) {
+	return m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Before: before, Limit: limit})
+}
+
+// BackupKey returns a complete backup's archive key, and logs the
+// handing out as an audit event.
+func (m *Manager) BackupKey(ctx context.Context, principal, owner, id string) ([]byte, error) {
+	b, key, err := m.openBackup(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	m.cfg.Log.Info("audit: backup key handed out", zap.String("audit", "backup.key"),
+		zap.String("principal", principal), zap.String("owner", owner), zap.String("backup", b.ID))
+	return key, nil
+}
+
+// DeleteBackup deletes a complete backup: its sidecar, its object, then
+// its catalog row, so a failure part-way leaves a row that a retry
+// finishes. A backup still being written is ErrBackupNotComplete.
+func (m *Manager) DeleteBackup(ctx context.Context, principal, owner, id string) error {
+	b, err := m.Backup(ctx, owner, id)
+	if err != nil {
+		return err
+	}
+	if b.State != store.BackupComplete {
+		return fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
+	}
+	if err := m.deleteBackup(ctx, b); err != nil {
+		return err
+	}
+	m.cfg.Log.Info("audit: backup deleted", zap.String("audit", "backup.delete"),
+		zap.String("principal", principal), zap.String("owner", owner), zap.String("backup", b.ID))
+	return nil
+}
+
+func (m *Manager) deleteBackup(ctx context.Context, b store.Backup) error {
+	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
+	if err != nil {
+		return fmt.Errorf("backup %s: %w", b.ID, err)
+	}
+	for _, k := range []string{b.ObjectKey + SidecarSuffix, b.ObjectKey} {
+		if err := bucket.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return fmt.Errorf("backup %s: delete object: %w", b.ID, err)
+		}
+	}
+	if err := m.cfg.Store.DeleteBackup(ctx, b.Owner, b.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return nil
 }
 
 type startRequest interface {
@@ -316,37 +504,64 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req startRe
 		m.mu.Unlock()
 		return store.Job{}, ErrShuttingDown
 	}
-	if len(m.running) >= m.cfg.MaxRunning {
-		m.mu.Unlock()
-		return store.Job{}, fmt.Errorf("%d jobs: %w", m.cfg.MaxRunning, ErrTooManyJobs)
+	m.mu.Unlock()
+	// Held from here: a slot or a place in the owner's queue, given back
+	// if the job is not stored.
+	tk, err := m.slots.take(req.GetOwner())
+	if err != nil {
+		return store.Job{}, err
 	}
-	// Held from here: a place among the running, given back if the job is
-	// not stored.
 	now := time.Now()
 	id := NewID(now)
-	r := &run{}
+	r := &run{ticket: tk}
+	m.mu.Lock()
 	m.running[id] = r
 	m.mu.Unlock()
+	abandon := func() {
+		m.forget(id)
+		m.giveBack(tk)
+	}
 
 	spec, err := proto.Marshal(req)
 	if err != nil {
-		m.forget(id)
+		abandon()
 		return store.Job{}, fmt.Errorf("encode job: %w", err)
 	}
-	md := &cb.JobMetadata{Owner: req.GetOwner(), Principal: principal, Phase: cb.JobPhase_JOB_PHASE_STARTING, BytesTotal: p.total}
-	switch r := req.(type) {
-	case *cb.StartExportRequest:
-		md.Kind, md.Object = cb.JobKind_JOB_KIND_EXPORT, r.GetDestination()
-	case *cb.StartImportRequest:
-		md.Kind, md.Object = cb.JobKind_JOB_KIND_IMPORT, r.GetSource()
+	phase := cb.JobPhase_JOB_PHASE_QUEUED
+	if granted(tk) {
+		phase = cb.JobPhase_JOB_PHASE_STARTING
+	}
+	md := &cb.JobMetadata{Owner: req.GetOwner(), Principal: principal, Phase: phase, BytesTotal: p.total, Backup: p.backup.ID,
+		Object: &cb.ObjectLocation{Bucket: p.backup.Bucket, Key: p.backup.ObjectKey}}
+	switch kind {
+	case store.JobExport:
+		md.Kind = cb.JobKind_JOB_KIND_EXPORT
+		p.backup.JobID = id
+	case store.JobImport:
+		md.Kind = cb.JobKind_JOB_KIND_IMPORT
+		if p.sourceOwner != req.GetOwner() {
+			md.SourceOwner = p.sourceOwner
+		}
 	}
 	r.meta = md
 	r.phase.Store(int32(md.Phase))
 	job := store.Job{ID: id, Kind: kind, Owner: req.GetOwner(), Principal: principal, State: store.JobRunning,
 		Spec: spec, Progress: r.progress(), LeaseUntil: now.Add(m.cfg.Lease), Created: now, Updated: now}
 	if err := m.cfg.Store.CreateJob(ctx, job); err != nil {
-		m.forget(id)
+		abandon()
 		return store.Job{}, err
+	}
+	if kind == store.JobExport {
+		if err := m.cfg.Store.CreateBackup(ctx, p.backup); err != nil {
+			m.endUnstarted(job, err)
+			abandon()
+			return store.Job{}, err
+		}
+	}
+	if kind == store.JobImport && p.sourceOwner != req.GetOwner() {
+		m.cfg.Log.Info("audit: backup restored into another owner", zap.String("audit", "backup.migrate"),
+			zap.String("principal", principal), zap.String("source_owner", p.sourceOwner),
+			zap.String("owner", req.GetOwner()), zap.String("backup", p.backup.ID), zap.String("job", id))
 	}
 	r.job = job
 	runCtx, cancel := context.WithCancelCause(m.ctx)
@@ -354,6 +569,26 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req startRe
 	m.wg.Add(1)
 	go m.execute(runCtx, r, req, p)
 	return job, nil
+}
+
+// endUnstarted fails a stored job that never ran.
+func (m *Manager) endUnstarted(j store.Job, cause error) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), 10*time.Second)
+	defer cancel()
+	m.cfg.Log.Warn("job not started", zap.String("job", j.ID), zap.Error(cause))
+	_ = m.cfg.Store.FinishJob(fctx, j.ID, store.JobEnd{State: store.JobFailed, At: time.Now(),
+		ErrorCode: int32(codes.Unavailable), ErrorMessage: "the job could not be recorded; start it again"})
+}
+
+// giveBack returns a ticket's slot, or its place in the queue.
+func (m *Manager) giveBack(t *ticket) {
+	if granted(t) {
+		m.slots.release(t)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = m.slots.wait(ctx, t)
 }
 
 func (m *Manager) forget(id string) {
@@ -377,23 +612,30 @@ func (m *Manager) Cancel(ctx context.Context, id string) (store.Job, error) {
 	return j, nil
 }
 
-// execute runs one job to its end and records the end.
+// execute waits for r's slot, runs the job to its end and records the
+// end.
 func (m *Manager) execute(ctx context.Context, r *run, req proto.Message, p prepared) {
 	defer m.wg.Done()
 	defer m.forget(r.job.ID)
+	defer m.giveBack(r.ticket)
 	defer r.cancel(nil)
 	log := m.cfg.Log.With(zap.String("job", r.job.ID), zap.String("kind", r.job.Kind), zap.String("principal", r.job.Principal))
-	log.Info("job started")
 	renewDone := make(chan struct{})
+	// Renewed while queued too: the lease says the job is alive, and a
+	// cancel reaches a queued job as it does a running one.
 	go m.renew(ctx, r, renewDone)
 
 	var result proto.Message
-	var err error
-	switch req := req.(type) {
-	case *cb.StartExportRequest:
-		result, err = m.export(ctx, r, req, p)
-	case *cb.StartImportRequest:
-		result, err = m.importArchive(ctx, r, req, p)
+	err := m.slots.wait(ctx, r.ticket)
+	if err == nil {
+		log.Info("job started")
+		r.phase.Store(int32(cb.JobPhase_JOB_PHASE_STARTING))
+		switch req := req.(type) {
+		case *cb.StartExportRequest:
+			result, err = m.export(ctx, r, req, p)
+		case *cb.StartImportRequest:
+			result, err = m.importArchive(ctx, r, req, p)
+		}
 	}
 	r.cancel(nil)
 	<-renewDone
@@ -407,7 +649,7 @@ func (m *Manager) execute(ctx context.Context, r *run, req proto.Message, p prep
 	}
 	if err != nil {
 		end.State, end.Result = store.JobFailed, nil
-		end.ErrorCode, end.ErrorMessage = m.describe(ctx, err, log)
+		end.ErrorCode, end.ErrorMessage = m.describe(ctx, r.job.Kind, err, log)
 		if end.ErrorCode == int32(codes.Canceled) {
 			end.State = store.JobCancelled
 		}
@@ -423,6 +665,13 @@ func (m *Manager) execute(ctx context.Context, r *run, req proto.Message, p prep
 	// The end is written even when the server is shutting down.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	if r.job.Kind == store.JobExport && err != nil {
+		// A backup whose export failed is no backup: its object was
+		// aborted or deleted, and its row goes too.
+		if derr := m.cfg.Store.DeleteBackup(fctx, p.backup.Owner, p.backup.ID); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+			log.Warn("failed backup's catalog row not deleted", zap.String("backup", p.backup.ID), zap.Error(derr))
+		}
+	}
 	if ferr := m.cfg.Store.FinishJob(fctx, r.job.ID, end); ferr != nil {
 		log.Warn("job end not recorded", zap.Error(ferr))
 		return
@@ -431,24 +680,29 @@ func (m *Manager) execute(ctx context.Context, r *run, req proto.Message, p prep
 		m.cfg.Ended(r.job.Kind, end.State, r.bytes.Load(), end.At.Sub(r.job.Created))
 	}
 	log.Info("job ended", zap.String("state", end.State), zap.String("error", end.ErrorMessage), zap.Uint64("bytes", r.bytes.Load()))
-	if end.State == store.JobSucceeded && p.succeeded != nil {
+	if end.State == store.JobSucceeded && p.schedule != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		p.succeeded(sctx)
+		if err := m.Prune(sctx, p.schedule, p.backup.Owner); err != nil {
+			log.Warn("retention", zap.String("schedule", p.schedule.Name), zap.String("owner", p.backup.Owner), zap.Error(err))
+		}
 	}
 }
 
 // describe turns a job's error into the code and message its operation
-// shows: the cause of a cancellation, or the error's kind. Unforeseen
-// errors show a generic message (the server log has the cause), as RPCs do.
-func (m *Manager) describe(ctx context.Context, err error, log *zap.Logger) (int32, string) {
+// shows: the cause of a cancellation, or the error's kind. Permanent
+// failures (a damaged backup, a bad archive, a budget) say so; transient
+// ones (store or storage unavailable) say to start again. Unforeseen
+// errors show a generic message (the server log has the cause), as RPCs
+// do.
+func (m *Manager) describe(ctx context.Context, kind string, err error, log *zap.Logger) (int32, string) {
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errCancelled):
-		return int32(codes.Canceled), "cancelled; nothing was committed"
+		return int32(codes.Canceled), ended(kind, "cancelled")
 	case errors.Is(cause, errShutdown):
-		return int32(codes.Unavailable), errShutdown.Error()
+		return int32(codes.Unavailable), ended(kind, errShutdown.Error())
 	case errors.Is(cause, errLost):
-		return int32(codes.Aborted), errLost.Error()
+		return int32(codes.Aborted), ended(kind, errLost.Error())
 	}
 	var (
 		ue *backup.UnexportableError
@@ -457,23 +711,26 @@ func (m *Manager) describe(ctx context.Context, err error, log *zap.Logger) (int
 	switch {
 	case errors.Is(err, ErrObjectExists):
 		return int32(codes.AlreadyExists), clip(err.Error())
+	case errors.Is(err, ErrBackupDamaged), errors.Is(err, keyring.ErrUnwrap), errors.Is(err, keyring.ErrNoKEK):
+		log.Error("job failed: backup damaged", zap.Error(err))
+		return int32(codes.FailedPrecondition), ended(kind, "the backup's object or key does not match the catalog; it cannot be read")
 	case errors.As(err, &be):
-		return int32(codes.ResourceExhausted), clip(err.Error())
+		return int32(codes.ResourceExhausted), ended(kind, clip(err.Error()))
 	case errors.As(err, &ue), errors.Is(err, backup.ErrMissingGroup):
-		return int32(codes.FailedPrecondition), clip(err.Error())
+		return int32(codes.FailedPrecondition), ended(kind, clip(err.Error()))
 	case isArchiveProblem(err):
 		// The archive's own fault, named by record: safe to show, as
 		// ArchiveService.Import shows it.
-		return int32(codes.InvalidArgument), clip(err.Error())
+		return int32(codes.InvalidArgument), ended(kind, clip(err.Error()))
 	case store.Unavailable(err):
 		log.Warn("job failed: store unavailable", zap.Error(err))
-		return int32(codes.Unavailable), "the store is unavailable; start the job again"
+		return int32(codes.Unavailable), ended(kind, "the store is unavailable")
 	case gcerrors.Code(err) != gcerrors.Unknown && gcerrors.Code(err) != gcerrors.OK:
 		log.Warn("job failed: storage", zap.Error(err))
-		return int32(codes.Unavailable), "object storage refused or failed: " + gcerrors.Code(err).String()
+		return int32(codes.Unavailable), ended(kind, "object storage refused or failed: "+gcerrors.Code(err).String())
 	}
 	log.Error("job failed", zap.Error(err))
-	return int32(codes.Internal), "internal error"
+	return int32(codes.Internal), ended(kind, "internal error")
 }
 
 func isArchiveProblem(err error) bool {
@@ -481,11 +738,17 @@ func isArchiveProblem(err error) bool {
 	return ok
 }
 
+// clip bounds a message at 512 bytes, cut on a character boundary.
 func clip(s string) string {
-	if len(s) > 512 {
-		return s[:512] + "..."
+	const n = 512
+	if len(s) <= n {
+		return s
 	}
-	return s
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "..."
 }
 
 // renew writes r's progress and extends its lease every Renew until ctx
@@ -538,7 +801,7 @@ func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest
 	if err := reserve.Charge(m.cfg.ExportReservation + blobBufferSize); err != nil {
 		return nil, err
 	}
-	dest := req.GetDestination()
+	dest := &cb.ObjectLocation{Bucket: p.backup.Bucket, Key: p.backup.ObjectKey}
 	// Cancelling wctx aborts the write: nothing is committed under the key
 	// unless Close succeeds after every byte.
 	wctx, abort := context.WithCancel(ctx)
@@ -574,9 +837,15 @@ func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest
 	}
 	summary := &cb.ExportSummary{Groups: counts.Groups, Messages: counts.Messages, ConsentRecords: counts.Consent,
 		ArchiveBytes: r.bytes.Load(), Sha256: out.hash.Sum(nil), ExportedAtNs: exportedAt}
-	result := &cb.ExportJobResult{Summary: summary, Archive: dest,
+	result := &cb.ExportJobResult{Summary: summary, Archive: dest, Backup: p.backup.ID,
 		Sidecar: &cb.ObjectLocation{Bucket: dest.GetBucket(), Key: dest.GetKey() + SidecarSuffix}}
-	if err := m.commit(ctx, p.bucket, result); err != nil {
+	err = m.commit(ctx, p.bucket, result)
+	if err == nil {
+		err = m.cfg.Store.CompleteBackup(ctx, p.backup.Owner, p.backup.ID, store.BackupSummary{
+			Groups: counts.Groups, Messages: counts.Messages, Consent: counts.Consent,
+			Length: summary.ArchiveBytes, SHA256: summary.Sha256, ExportedAtNs: exportedAt, At: time.Now()})
+	}
+	if err != nil {
 		// Whatever was committed goes: an export that did not end well
 		// leaves no object.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -636,7 +905,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func (m *Manager) importArchive(ctx context.Context, r *run, req *cb.StartImportRequest, p prepared) (proto.Message, error) {
-	obj, err := p.bucket.NewReader(ctx, req.GetSource().GetKey(), nil)
+	obj, err := p.bucket.NewReader(ctx, p.backup.ObjectKey, nil)
 	if err != nil {
 		return nil, fmt.Errorf("open object: %w", err)
 	}

@@ -8,14 +8,12 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
 	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
-	"gocloud.dev/blob"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/records"
@@ -23,19 +21,23 @@ import (
 )
 
 // Schedule exports listed owners to a bucket on a cron schedule, keeping
-// the newest Keep archives of each owner.
+// the newest Keep of each owner's backups it wrote (read from the catalog,
+// never from a listing of names).
 type Schedule struct {
 	Name string `yaml:"name"`
 	// Cron is a standard five-field expression ("0 3 * * *") or a
 	// descriptor (@daily, @every 6h), in UTC.
 	Cron   string   `yaml:"cron"`
 	Owners []string `yaml:"owners"`
-	KeyRef string   `yaml:"key_ref"`
-	Bucket string   `yaml:"bucket"`
-	// Prefix starts every object key: <prefix><owner>/<time>.xmtpbak.
+	// KeyRef is no longer used: each backup has its own data key. A
+	// policy that still sets it loads, with a warning.
+	KeyRef string `yaml:"key_ref"`
+	Bucket string `yaml:"bucket"`
+	// Prefix starts every object key: <prefix><owner>/<backup id>.xmtpbak.
 	Prefix string `yaml:"prefix"`
-	// Keep is how many complete archives of each owner stay; older ones
-	// (and their sidecars) are deleted after each successful export.
+	// Keep is how many complete backups of each owner this schedule
+	// wrote stay; older ones (objects, sidecars and catalog rows) are
+	// deleted after each successful export.
 	Keep int `yaml:"keep"`
 
 	spec cron.Schedule
@@ -90,9 +92,6 @@ func ParseSchedules(b []byte) (*SchedulePolicy, error) {
 				return nil, fmt.Errorf("%s.owners[%d]: %w", at, j, err)
 			}
 		}
-		if err := CheckKeyRef(s.KeyRef); err != nil {
-			return nil, fmt.Errorf("%s: %w", at, err)
-		}
 		if s.Bucket == "" {
 			return nil, fmt.Errorf("%s.bucket: empty", at)
 		}
@@ -132,19 +131,20 @@ type Scheduler struct {
 	log    *zap.Logger
 }
 
-// NewScheduler checks that every schedule's key and bucket exist and
-// returns a scheduler for them; Start starts it.
+// NewScheduler checks that every schedule's bucket exists and returns a
+// scheduler for them; Start starts it.
 func NewScheduler(ctx context.Context, m *Manager, p *SchedulePolicy) (*Scheduler, error) {
+	sc := &Scheduler{m: m, policy: p, log: m.cfg.Log.Named("schedule")}
 	for _, s := range p.Schedules {
-		if _, err := m.cfg.Keys.Key(ctx, s.KeyRef); err != nil {
-			return nil, fmt.Errorf("schedule %s: %w", s.Name, err)
-		}
 		if _, err := m.cfg.Buckets.Open(ctx, s.Bucket); err != nil {
 			return nil, fmt.Errorf("schedule %s: %w", s.Name, err)
 		}
+		if s.KeyRef != "" {
+			sc.log.Warn("key_ref is ignored: each backup is sealed with its own data key (GetBackupKey returns it)", zap.String("schedule", s.Name))
+		}
 	}
 	c := cron.New(cron.WithLocation(time.UTC))
-	sc := &Scheduler{m: m, policy: p, cron: c, log: m.cfg.Log.Named("schedule")}
+	sc.cron = c
 	for _, s := range p.Schedules {
 		c.Schedule(s.spec, cron.FuncJob(func() { sc.Fire(m.ctx, s, time.Now()) }))
 	}
@@ -157,21 +157,19 @@ func (sc *Scheduler) Start() { sc.cron.Start() }
 // Stop stops firing; jobs already started run on.
 func (sc *Scheduler) Stop() { <-sc.cron.Stop().Done() }
 
-// Fire starts one export job per owner of s and, as each succeeds, prunes
-// that owner's archives to s.Keep (in the job's own goroutine, so a
-// shutdown waits for it). An owner whose export is already
-// running (here or on another replica) is skipped until the next firing.
+// Fire starts one export job per owner of s; each that succeeds prunes
+// that owner's backups of s to s.Keep (in the job's own goroutine, so a
+// shutdown waits for it). A job that finds no free slot waits in its
+// owner's queue; an owner whose export is already running (here or on
+// another replica), or whose queue is full, is skipped until the next
+// firing, and counted so (ScheduleRun).
 func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []string {
 	var ids []string
 	for _, owner := range s.Owners {
-		req := &cb.StartExportRequest{Owner: owner, KeyRef: s.KeyRef,
-			Destination: &cb.ObjectLocation{Bucket: s.Bucket, Key: s.ObjectKey(owner, at)}}
-		j, err := sc.m.startExport(ctx, "schedule:"+s.Name, req, func(ctx context.Context) {
-			if err := sc.Prune(ctx, s, owner); err != nil {
-				sc.log.Warn("retention", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
-			}
-		})
+		req := &cb.StartExportRequest{Owner: owner, Bucket: s.Bucket, Label: s.Name + " " + at.UTC().Format(time.RFC3339)}
+		j, err := sc.m.startExport(ctx, "schedule:"+s.Name, req, s)
 		if err != nil {
+			sc.m.scheduleRun(s.Name, "skipped")
 			level := sc.log.Warn
 			if errors.Is(err, store.ErrJobConflict) {
 				level = sc.log.Info
@@ -179,48 +177,46 @@ func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []stri
 			level("scheduled export not started", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
 			continue
 		}
+		outcome := "started"
+		if md, err := Metadata(j); err == nil && md.GetPhase() == cb.JobPhase_JOB_PHASE_QUEUED {
+			outcome = "queued"
+		}
+		sc.m.scheduleRun(s.Name, outcome)
 		ids = append(ids, j.ID)
 	}
 	return ids
 }
 
-// Prune deletes the owner's oldest complete archives under s past s.Keep,
-// with their sidecars. An archive without its sidecar is not counted and
-// not deleted: it is not known to be complete, and may be an export still
-// committing.
-func (sc *Scheduler) Prune(ctx context.Context, s *Schedule, owner string) error {
-	bucket, err := sc.m.cfg.Buckets.Open(ctx, s.Bucket)
-	if err != nil {
-		return err
+func (m *Manager) scheduleRun(schedule, outcome string) {
+	if m.cfg.ScheduleRun != nil {
+		m.cfg.ScheduleRun(schedule, outcome)
 	}
-	keys := map[string]bool{}
-	it := bucket.List(&blob.ListOptions{Prefix: ownerDir(s.Prefix, owner)})
+}
+
+// Prune deletes the owner's oldest complete backups that s wrote, past
+// s.Keep, as the catalog lists them: an object in the prefix that the
+// catalog does not hold (another writer's, or one left by hand) is never
+// counted nor deleted.
+func (m *Manager) Prune(ctx context.Context, s *Schedule, owner string) error {
+	var complete []store.Backup
+	before := ""
 	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
+		page, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: s.Name, State: store.BackupComplete, Before: before, Limit: 500})
+		if err != nil {
+			return fmt.Errorf("list backups: %w", err)
+		}
+		complete = append(complete, page...)
+		if len(page) < 500 {
 			break
 		}
-		if err != nil {
-			return fmt.Errorf("list archives: %w", err)
-		}
-		keys[obj.Key] = true
+		before = page[len(page)-1].ID
 	}
-	var complete []string
-	for k := range keys {
-		if strings.HasSuffix(k, ArchiveSuffix) && keys[k+SidecarSuffix] {
-			complete = append(complete, k)
+	// Newest first: everything past the first Keep goes.
+	for _, b := range complete[min(s.Keep, len(complete)):] {
+		if err := m.deleteBackup(ctx, b); err != nil {
+			return err
 		}
-	}
-	sort.Strings(complete) // the time in the name sorts oldest first
-	for _, k := range complete[:max(len(complete)-s.Keep, 0)] {
-		// The sidecar first: an archive without one no longer counts.
-		if err := bucket.Delete(ctx, k+SidecarSuffix); err != nil {
-			return fmt.Errorf("delete sidecar: %w", err)
-		}
-		if err := bucket.Delete(ctx, k); err != nil {
-			return fmt.Errorf("delete archive: %w", err)
-		}
-		sc.log.Info("archive deleted by retention", zap.String("schedule", s.Name), zap.String("key", k))
+		m.cfg.Log.Info("backup deleted by retention", zap.String("schedule", s.Name), zap.String("owner", owner), zap.String("backup", b.ID), zap.String("key", b.ObjectKey))
 	}
 	return nil
 }

@@ -65,6 +65,16 @@ func (s *slots) grant(t *ticket) {
 	close(t.granted)
 }
 
+// granted reports whether t holds a slot.
+func granted(t *ticket) bool {
+	select {
+	case <-t.granted:
+		return true
+	default:
+		return false
+	}
+}
+
 // wait blocks until t is granted or ctx ends; a ticket withdrawn by ctx
 // gives its place up.
 func (s *slots) wait(ctx context.Context, t *ticket) error {

@@ -6,15 +6,6 @@ import (
 	"testing"
 )
 
-func granted(t *ticket) bool {
-	select {
-	case <-t.granted:
-		return true
-	default:
-		return false
-	}
-}
-
 // One owner's flood holds at most its share; another owner's job takes
 // a free slot at once, and freed slots go to the owners in turn.
 func TestSlotsAreFairAcrossOwners(t *testing.T) {

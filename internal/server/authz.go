@@ -53,6 +53,12 @@ var methodScopes = map[string][]auth.Scope{
 
 	cb.BackupService_StartExport_FullMethodName: {auth.ScopeArchiveExport},
 	cb.BackupService_StartImport_FullMethodName: {auth.ScopeArchiveImport},
+	// A backup's key opens the owner's whole archive: the export side's.
+	cb.BackupService_GetBackupKey_FullMethodName: {auth.ScopeArchiveExport},
+	cb.BackupService_DeleteBackup_FullMethodName: {auth.ScopeArchiveExport},
+	// The catalog is read by either side of a transfer.
+	cb.BackupService_ListBackups_FullMethodName: {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
+	cb.BackupService_GetBackup_FullMethodName:   {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
 	// Operations name no owner: either archive scope lets a principal in,
 	// and each operation is then shown only to a principal holding its
 	// kind's scope for its owner (OperationsService).
@@ -209,6 +215,18 @@ func checkActors(p *auth.Principal, owner string, msg any) error {
 	case *cb.DeleteMessageRequest:
 		if !p.MayActAs(owner, r.GetActorInboxId()) {
 			return errors.New("actor_inbox_id: principal " + p.Name + " may delete only as the owner" + grant)
+		}
+	case *cb.StartImportRequest:
+		// The backup read is the source owner's: the principal must hold
+		// it as well, and restoring it into another owner is a
+		// migration, which needs its own scope.
+		if src := r.GetSourceOwner(); src != "" && src != owner {
+			if !p.Owners.Contains(src) {
+				return errors.New("source_owner: principal " + p.Name + " may not act for this owner")
+			}
+			if !p.Has(auth.ScopeArchiveMigrate) {
+				return errors.New("source_owner: restoring one owner's backup into another needs the scope " + string(auth.ScopeArchiveMigrate))
+			}
 		}
 	}
 	return nil

@@ -10,11 +10,15 @@ import (
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	dsb "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
@@ -22,7 +26,8 @@ import (
 // and answers with their operations.
 type BackupService struct {
 	cb.UnimplementedBackupServiceServer
-	jobs *jobs.Manager
+	jobs   *jobs.Manager
+	tokens *pageTokens
 }
 
 func principalName(ctx context.Context) string {
@@ -32,16 +37,25 @@ func principalName(ctx context.Context) string {
 	return ""
 }
 
+// msgBackupNotFound answers for a backup the caller cannot see, whether
+// it is missing or another owner's: one code and one message, naming
+// only the id the caller sent.
+const msgBackupNotFound = "backup %.40s: not found"
+
 // jobStatus maps the jobs layer's errors to the status the caller gets.
-func jobStatus(err error) error {
+func jobStatus(err error, backupID string) error {
 	switch {
 	case errors.Is(err, jobs.ErrInvalid):
 		return status.Error(codes.InvalidArgument, clip(strings.TrimPrefix(err.Error(), jobs.ErrInvalid.Error()+": ")))
+	case errors.Is(err, jobs.ErrBackupNotFound):
+		return status.Errorf(codes.NotFound, msgBackupNotFound, backupID)
 	case errors.Is(err, jobs.ErrObjectExists), errors.Is(err, store.ErrJobConflict):
 		return status.Error(codes.AlreadyExists, clip(err.Error()))
-	case errors.Is(err, jobs.ErrObjectMissing):
-		return status.Error(codes.NotFound, clip(err.Error()))
-	case errors.Is(err, jobs.ErrTooManyJobs):
+	case errors.Is(err, jobs.ErrBackupNotComplete):
+		return status.Error(codes.FailedPrecondition, clip(err.Error()))
+	case errors.Is(err, jobs.ErrBackupDamaged):
+		return hide(codes.FailedPrecondition, "backup "+backupID+": its object or key no longer matches the catalog; it cannot be read", err)
+	case errors.Is(err, jobs.ErrQueueFull):
 		return status.Error(codes.ResourceExhausted, clip(err.Error()))
 	case errors.Is(err, jobs.ErrShuttingDown):
 		return status.Error(codes.Unavailable, clip(err.Error()))
@@ -52,7 +66,7 @@ func jobStatus(err error) error {
 func (s *BackupService) StartExport(ctx context.Context, req *cb.StartExportRequest) (*longrunningpb.Operation, error) {
 	j, err := s.jobs.StartExport(ctx, principalName(ctx), req)
 	if err != nil {
-		return nil, jobStatus(err)
+		return nil, jobStatus(err, "")
 	}
 	return operationOf(j)
 }
@@ -60,9 +74,86 @@ func (s *BackupService) StartExport(ctx context.Context, req *cb.StartExportRequ
 func (s *BackupService) StartImport(ctx context.Context, req *cb.StartImportRequest) (*longrunningpb.Operation, error) {
 	j, err := s.jobs.StartImport(ctx, principalName(ctx), req)
 	if err != nil {
-		return nil, jobStatus(err)
+		return nil, jobStatus(err, req.GetBackup())
 	}
 	return operationOf(j)
+}
+
+func (s *BackupService) ListBackups(ctx context.Context, req *cb.ListBackupsRequest) (*cb.ListBackupsResponse, error) {
+	if err := records.CheckOwner(req.GetOwner()); err != nil {
+		return nil, statusOf(err)
+	}
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	before := ""
+	if req.GetPageToken() != "" {
+		cursor, err := s.tokens.open(tokenBackups, ownerBinding(req.GetOwner()), req.GetPageToken())
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		before = string(cursor)
+	}
+	page, err := s.jobs.ListBackups(ctx, req.GetOwner(), before, size)
+	if err != nil {
+		return nil, jobStatus(err, "")
+	}
+	resp := &cb.ListBackupsResponse{Backups: make([]*cb.Backup, 0, len(page))}
+	for _, b := range page {
+		resp.Backups = append(resp.Backups, backupOf(b))
+	}
+	if len(page) == size {
+		resp.NextPageToken = s.tokens.issue(tokenBackups, ownerBinding(req.GetOwner()), []byte(page[len(page)-1].ID))
+	}
+	return resp, nil
+}
+
+func (s *BackupService) GetBackup(ctx context.Context, req *cb.GetBackupRequest) (*cb.Backup, error) {
+	b, err := s.jobs.Backup(ctx, req.GetOwner(), req.GetBackup())
+	if err != nil {
+		return nil, jobStatus(err, req.GetBackup())
+	}
+	return backupOf(b), nil
+}
+
+func (s *BackupService) DeleteBackup(ctx context.Context, req *cb.DeleteBackupRequest) (*emptypb.Empty, error) {
+	if err := s.jobs.DeleteBackup(ctx, principalName(ctx), req.GetOwner(), req.GetBackup()); err != nil {
+		return nil, jobStatus(err, req.GetBackup())
+	}
+	return &emptypb.Empty{}, nil
+}
+
+func (s *BackupService) GetBackupKey(ctx context.Context, req *cb.GetBackupKeyRequest) (*cb.GetBackupKeyResponse, error) {
+	key, err := s.jobs.BackupKey(ctx, principalName(ctx), req.GetOwner(), req.GetBackup())
+	if err != nil {
+		return nil, jobStatus(err, req.GetBackup())
+	}
+	return &cb.GetBackupKeyResponse{Key: key}, nil
+}
+
+var backupStates = map[string]cb.BackupState{
+	store.BackupWriting: cb.BackupState_BACKUP_STATE_WRITING, store.BackupComplete: cb.BackupState_BACKUP_STATE_COMPLETE,
+}
+
+// backupOf is a catalog row as the API shows it: never its wrapped key.
+func backupOf(b store.Backup) *cb.Backup {
+	out := &cb.Backup{Id: b.ID, Owner: b.Owner, State: backupStates[b.State], Label: b.Label,
+		Object: &cb.ObjectLocation{Bucket: b.Bucket, Key: b.ObjectKey}, Principal: b.Principal, Schedule: b.Schedule,
+		CreateTime: timestamppb.New(b.Created)}
+	if b.JobID != "" {
+		out.Operation = jobs.OperationName(b.JobID)
+	}
+	opts := &dsb.ArchiveOptions{}
+	if proto.Unmarshal(b.Options, opts) == nil && len(b.Options) > 0 {
+		out.Options = opts
+	}
+	if b.State == store.BackupComplete {
+		out.Summary = &cb.ExportSummary{Groups: b.Summary.Groups, Messages: b.Summary.Messages, ConsentRecords: b.Summary.Consent,
+			ArchiveBytes: b.Summary.Length, Sha256: b.Summary.SHA256, ExportedAtNs: b.Summary.ExportedAtNs}
+		out.CompleteTime = timestamppb.New(b.Completed)
+	}
+	return out
 }
 
 func operationOf(j store.Job) (*longrunningpb.Operation, error) {
@@ -86,6 +177,7 @@ type OperationsService struct {
 
 const (
 	tokenOperations byte = 'o'
+	tokenBackups    byte = 'b'
 	// maxWait bounds one WaitOperation; a client waits longer by calling
 	// again.
 	maxWait = 5 * time.Minute

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -21,6 +20,7 @@ import (
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
@@ -28,26 +28,36 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// testJobs is a jobs configuration over temporary directories: the key
-// "main" (archiveKey) and the file bucket "local"; dir is the bucket's.
+// testJobs is a jobs configuration over temporary directories: a local
+// key-encryption key and the file bucket "local"; dir is the bucket's.
 func testJobs(t testing.TB) (cfg *JobsConfig, dir string) {
 	t.Helper()
-	keys := t.TempDir()
-	if err := os.WriteFile(filepath.Join(keys, "main.key"), []byte(hex.EncodeToString(archiveKey)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ring, err := jobs.OpenKeyRing(t.Context(), keys, "")
+	kek, err := keyring.Open(t.Context(), "", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { kek.Close() })
 	dir = t.TempDir()
 	buckets := jobs.NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
 	t.Cleanup(func() { buckets.Close() })
-	return &JobsConfig{Keys: ring, Buckets: buckets, Lease: 2 * time.Second, Renew: 100 * time.Millisecond}, dir
+	return &JobsConfig{KEK: kek, Buckets: buckets, Lease: 2 * time.Second, Renew: 100 * time.Millisecond}, dir
 }
 
-func exportJob(owner, key string) *cb.StartExportRequest {
-	return &cb.StartExportRequest{Owner: owner, KeyRef: "main", Destination: &cb.ObjectLocation{Bucket: "local", Key: key}}
+func exportJob(owner, label string) *cb.StartExportRequest {
+	return &cb.StartExportRequest{Owner: owner, Label: label}
+}
+
+// exportResult is a done export operation's result.
+func exportResult(t *testing.T, op *longrunningpb.Operation) *cb.ExportJobResult {
+	t.Helper()
+	if op.GetError() != nil {
+		t.Fatalf("export job failed: %v", op.GetError())
+	}
+	result := &cb.ExportJobResult{}
+	if err := op.GetResponse().UnmarshalTo(result); err != nil {
+		t.Fatal(err)
+	}
+	return result
 }
 
 func waitOp(t *testing.T, conn *grpc.ClientConn, name string) *longrunningpb.Operation {
@@ -94,7 +104,7 @@ func TestBackupJobsOverTCP(t *testing.T) {
 		ops := p.as(t, opsToken)
 		populate(t, cb.NewConversationServiceClient(ops), "alice")
 		alice := p.as(t, aliceToken)
-		op, err := cb.NewBackupServiceClient(alice).StartExport(t.Context(), exportJob("alice", "alice/1.xmtpbak"))
+		op, err := cb.NewBackupServiceClient(alice).StartExport(t.Context(), exportJob("alice", "alice/1"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,18 +112,15 @@ func TestBackupJobsOverTCP(t *testing.T) {
 		if err := op.GetMetadata().UnmarshalTo(md); err != nil || md.GetOwner() != "alice" || md.GetPrincipal() != "alice" || md.GetKind() != cb.JobKind_JOB_KIND_EXPORT {
 			t.Fatalf("started operation metadata: %v, %v", md, err)
 		}
-		done := waitOp(t, alice, op.GetName())
-		if done.GetError() != nil {
-			t.Fatalf("export job failed: %v", done.GetError())
-		}
-		result := &cb.ExportJobResult{}
-		if err := done.GetResponse().UnmarshalTo(result); err != nil {
-			t.Fatal(err)
-		}
+		result := exportResult(t, waitOp(t, alice, op.GetName()))
 		if result.GetSummary().GetMessages() == 0 || len(result.GetSummary().GetSha256()) != 32 {
 			t.Errorf("summary: %v", result.GetSummary())
 		}
-		for _, k := range []string{"alice/1.xmtpbak", "alice/1.xmtpbak" + jobs.SidecarSuffix} {
+		key := result.GetArchive().GetKey()
+		if !strings.HasPrefix(key, "alice/") || !strings.Contains(key, result.GetBackup()) {
+			t.Errorf("object key %q is not under alice's prefix, named by the backup %s", key, result.GetBackup())
+		}
+		for _, k := range []string{key, key + jobs.SidecarSuffix} {
 			if _, err := os.Stat(filepath.Join(p.jobsDir, k)); err != nil {
 				t.Errorf("object %s: %v", k, err)
 			}
@@ -122,18 +129,19 @@ func TestBackupJobsOverTCP(t *testing.T) {
 		if err != nil || !got.GetDone() {
 			t.Fatalf("GetOperation: %v, %v", got, err)
 		}
-		// Exporting over it again is refused; the object stays.
-		_, err = cb.NewBackupServiceClient(alice).StartExport(t.Context(), exportJob("alice", "alice/1.xmtpbak"))
-		wantStatus(t, "export over an existing object", err, codes.AlreadyExists)
+		b, err := cb.NewBackupServiceClient(alice).GetBackup(t.Context(), &cb.GetBackupRequest{Owner: "alice", Backup: result.GetBackup()})
+		if err != nil || b.GetState() != cb.BackupState_BACKUP_STATE_COMPLETE || b.GetLabel() != "alice/1" ||
+			!proto.Equal(b.GetSummary(), result.GetSummary()) || b.GetOperation() != op.GetName() {
+			t.Fatalf("GetBackup = %v, %v", b, err)
+		}
 		_, err = longrunningpb.NewOperationsClient(alice).CancelOperation(t.Context(), &longrunningpb.CancelOperationRequest{Name: op.GetName()})
 		wantStatus(t, "cancel of a finished job", err, codes.FailedPrecondition)
 
-		in, err := cb.NewBackupServiceClient(ops).StartImport(t.Context(), &cb.StartImportRequest{Owner: "carol", KeyRef: "main",
-			Source: &cb.ObjectLocation{Bucket: "local", Key: "alice/1.xmtpbak"}})
+		in, err := cb.NewBackupServiceClient(ops).StartImport(t.Context(), &cb.StartImportRequest{Owner: "carol", SourceOwner: "alice", Backup: result.GetBackup()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		done = waitOp(t, ops, in.GetName())
+		done := waitOp(t, ops, in.GetName())
 		ir := &cb.ImportJobResult{}
 		if done.GetError() != nil || done.GetResponse().UnmarshalTo(ir) != nil {
 			t.Fatalf("import job: %v", done.GetError())
@@ -209,13 +217,13 @@ func TestBackupJobBadRequests(t *testing.T) {
 	backupc := cb.NewBackupServiceClient(alice)
 	ctx := context.Background()
 	for name, req := range map[string]*cb.StartExportRequest{
-		"no key_ref":        {Owner: "alice", Destination: &cb.ObjectLocation{Bucket: "local", Key: "k"}},
-		"unknown key":       {Owner: "alice", KeyRef: "other", Destination: &cb.ObjectLocation{Bucket: "local", Key: "k"}},
-		"unknown bucket":    {Owner: "alice", KeyRef: "main", Destination: &cb.ObjectLocation{Bucket: "s3", Key: "k"}},
-		"escaping key":      {Owner: "alice", KeyRef: "main", Destination: &cb.ObjectLocation{Bucket: "local", Key: "../../etc/x"}},
-		"no destination":    {Owner: "alice", KeyRef: "main"},
-		"long key":          {Owner: "alice", KeyRef: "main", Destination: &cb.ObjectLocation{Bucket: "local", Key: strings.Repeat("k", 5000)}},
-		"bad window option": {Owner: "alice", KeyRef: "main", Destination: &cb.ObjectLocation{Bucket: "local", Key: "k"}, Options: &ds.ArchiveOptions{StartNs: proto.Int64(10), EndNs: proto.Int64(5)}},
+		"a key_ref":         {Owner: "alice", KeyRef: "main"},
+		"a destination":     {Owner: "alice", Destination: &cb.ObjectLocation{Bucket: "local", Key: "k"}},
+		"escaping key":      {Owner: "alice", Destination: &cb.ObjectLocation{Bucket: "local", Key: "../../etc/x"}},
+		"unknown bucket":    {Owner: "alice", Bucket: "s3"},
+		"long bucket":       {Owner: "alice", Bucket: strings.Repeat("k", 5000)},
+		"long label":        {Owner: "alice", Label: strings.Repeat("k", 5000)},
+		"bad window option": {Owner: "alice", Options: &ds.ArchiveOptions{StartNs: proto.Int64(10), EndNs: proto.Int64(5)}},
 	} {
 		_, err := backupc.StartExport(ctx, req)
 		wantStatus(t, name, err, codes.InvalidArgument)
@@ -298,41 +306,48 @@ func (s heldSnapshot) EachMessage(ctx context.Context, q store.MessageQuery, fn 
 }
 
 // TestBackupJobsPastMaxRunning: with as many jobs running as the server
-// may run, a start over TCP is RESOURCE_EXHAUSTED at once, stores no job
-// and costs the server no job's memory reservation.
+// may run, a start over TCP waits as a queued operation and runs when a
+// slot frees; past the owner's queue bound it is RESOURCE_EXHAUSTED at
+// once, stores no job and costs the server no job's memory reservation.
 func TestBackupJobsPastMaxRunning(t *testing.T) {
 	held := &heldStore{Store: storetest.SQLite(t), reached: make(chan struct{}), release: make(chan struct{})}
-	jobsCfg, bucketDir := testJobs(t)
-	jobsCfg.MaxRunning = 1
-	if err := os.WriteFile(filepath.Join(bucketDir, "some.xmtpbak"), []byte("an object"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	jobsCfg, _ := testJobs(t)
+	jobsCfg.MaxRunning, jobsCfg.MaxQueuedPerOwner = 1, 1
 	addr := serveTCP(t, Config{Store: held, Jobs: jobsCfg}, nil)
 	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
 	populate(t, cb.NewConversationServiceClient(conn), "alice")
 	populate(t, cb.NewConversationServiceClient(conn), "bob")
-	first, err := cb.NewBackupServiceClient(conn).StartExport(t.Context(), exportJob("alice", "a.xmtpbak"))
+	first, err := cb.NewBackupServiceClient(conn).StartExport(t.Context(), exportJob("alice", "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-held.reached
+	queued, err := cb.NewBackupServiceClient(conn).StartExport(t.Context(), exportJob("bob", "b"))
+	if err != nil {
+		t.Fatalf("an export past max-jobs: %v, want it queued", err)
+	}
+	md := &cb.JobMetadata{}
+	if err := queued.GetMetadata().UnmarshalTo(md); err != nil || md.GetPhase() != cb.JobPhase_JOB_PHASE_QUEUED || queued.GetDone() {
+		t.Errorf("queued operation: %v, %v", md, err)
+	}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	_, err = cb.NewBackupServiceClient(conn).StartExport(t.Context(), exportJob("bob", "b.xmtpbak"))
-	wantStatus(t, "an export past max-jobs", err, codes.ResourceExhausted)
-	_, err = cb.NewBackupServiceClient(conn).StartImport(t.Context(), &cb.StartImportRequest{Owner: "bob", KeyRef: "main",
-		Source: &cb.ObjectLocation{Bucket: "local", Key: "some.xmtpbak"}})
-	wantStatus(t, "an import past max-jobs", err, codes.ResourceExhausted)
+	_, err = cb.NewBackupServiceClient(conn).StartImport(t.Context(), &cb.StartImportRequest{Owner: "bob", Backup: strings.Repeat("0", 32)})
+	wantStatus(t, "an import of an unknown backup", err, codes.NotFound)
+	_, err = cb.NewBackupServiceClient(conn).StartExport(t.Context(), exportJob("bob", "b2"))
+	wantStatus(t, "an export past bob's queue", err, codes.ResourceExhausted)
 	runtime.ReadMemStats(&after)
 	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 4<<20 {
 		t.Errorf("refused starts grew the heap by %d bytes", grew)
 	}
-	if names := listNames(t, conn, ""); len(names) != 1 || names[0] != first.GetName() {
+	if names := listNames(t, conn, ""); len(names) != 2 {
 		t.Errorf("operations after refused starts: %v", names)
 	}
 	close(held.release)
-	if done := waitOp(t, conn, first.GetName()); done.GetError() != nil {
-		t.Errorf("the running job: %v", done.GetError())
+	for _, op := range []*longrunningpb.Operation{first, queued} {
+		if done := waitOp(t, conn, op.GetName()); done.GetError() != nil {
+			t.Errorf("job %s: %v", op.GetName(), done.GetError())
+		}
 	}
 }

@@ -21,6 +21,7 @@ type domainMetrics struct {
 	decodes         *prometheus.CounterVec
 	jobs            *prometheus.HistogramVec
 	jobBytes        *prometheus.CounterVec
+	scheduleRuns    *prometheus.CounterVec
 }
 
 func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
@@ -55,7 +56,11 @@ func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
 		Name: "contentbackup_jobs_archive_bytes_total",
 		Help: "Archive bytes backup jobs wrote (export) or read (import).",
 	}, []string{"kind"})
-	reg.MustRegister(m.archiveBytes, m.archiveRecords, m.archiveDuration, m.decodes, m.jobs, m.jobBytes)
+	m.scheduleRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "contentbackup_schedule_runs_total",
+		Help: "Scheduled exports by schedule and outcome: started, queued (waited for a slot: late) or skipped (the owner's export still running, or its queue full).",
+	}, []string{"schedule", "outcome"})
+	reg.MustRegister(m.archiveBytes, m.archiveRecords, m.archiveDuration, m.decodes, m.jobs, m.jobBytes, m.scheduleRuns)
 	return m
 }
 
@@ -72,6 +77,15 @@ func (m *domainMetrics) archive(direction string, bytes uint64, groups, messages
 		outcome = "error"
 	}
 	m.archiveDuration.WithLabelValues(direction, outcome).Observe(took.Seconds())
+}
+
+// scheduleRun counts one owner's run of a schedule tick by outcome:
+// started, queued (late: it waits for a slot) or skipped.
+func (m *domainMetrics) scheduleRun(schedule, outcome string) {
+	if m == nil {
+		return
+	}
+	m.scheduleRuns.WithLabelValues(schedule, outcome).Inc()
 }
 
 // jobEnded records a job this server ran to its end.

@@ -442,13 +442,27 @@ func ownerCalls(t *testing.T) map[string]ownerCall {
 			return err
 		},
 		cb.BackupService_StartExport_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
-			_, err := cb.NewBackupServiceClient(c).StartExport(ctx, &cb.StartExportRequest{Owner: o, KeyRef: "main",
-				Destination: &cb.ObjectLocation{Bucket: "local", Key: "cross/" + jobs.NewID(time.Now())}})
+			_, err := cb.NewBackupServiceClient(c).StartExport(ctx, &cb.StartExportRequest{Owner: o, Label: "cross"})
 			return err
 		},
 		cb.BackupService_StartImport_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
-			_, err := cb.NewBackupServiceClient(c).StartImport(ctx, &cb.StartImportRequest{Owner: o, KeyRef: "main",
-				Source: &cb.ObjectLocation{Bucket: "local", Key: "none"}})
+			_, err := cb.NewBackupServiceClient(c).StartImport(ctx, &cb.StartImportRequest{Owner: o, Backup: jobs.NewID(time.Now())})
+			return err
+		},
+		cb.BackupService_ListBackups_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).ListBackups(ctx, &cb.ListBackupsRequest{Owner: o})
+			return err
+		},
+		cb.BackupService_GetBackup_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).GetBackup(ctx, &cb.GetBackupRequest{Owner: o, Backup: jobs.NewID(time.Now())})
+			return err
+		},
+		cb.BackupService_DeleteBackup_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).DeleteBackup(ctx, &cb.DeleteBackupRequest{Owner: o, Backup: jobs.NewID(time.Now())})
+			return err
+		},
+		cb.BackupService_GetBackupKey_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).GetBackupKey(ctx, &cb.GetBackupKeyRequest{Owner: o, Backup: jobs.NewID(time.Now())})
 			return err
 		},
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
@@ -89,10 +90,15 @@ type Config struct {
 
 // JobsConfig is where jobs find keys and buckets, and how many run.
 type JobsConfig struct {
-	Keys    *jobs.KeyRing
+	// KEK wraps each backup's data key.
+	KEK     *keyring.KEK
 	Buckets *jobs.Buckets
-	// MaxRunning bounds the jobs running at once on this server (default 4).
-	MaxRunning int
+	// MaxRunning bounds the jobs running at once on this server (default
+	// 4), MaxRunningPerOwner those of one owner (default half), and
+	// MaxQueuedPerOwner the jobs of one owner waiting for a slot (8).
+	MaxRunning, MaxRunningPerOwner, MaxQueuedPerOwner int
+	// KeepFinished is how long ended jobs stay listed (default 7 days).
+	KeepFinished time.Duration
 	// Lease and Renew: see jobs.Config (defaults 30 s and 1 s).
 	Lease, Renew time.Duration
 }
@@ -213,22 +219,27 @@ func New(cfg Config, log *zap.Logger) *Server {
 		cb.RegisterArchiveServiceServer(g, arch)
 		if cfg.Jobs != nil {
 			jm = jobs.New(jobs.Config{
-				Store: cfg.Store, Keys: cfg.Jobs.Keys, Buckets: cfg.Jobs.Buckets, Pool: pool,
+				Store: cfg.Store, KEK: cfg.Jobs.KEK, Buckets: cfg.Jobs.Buckets, Pool: pool,
 				ExportReservation: arch.exportReservation(),
 				Import: backup.ImportOptions{
 					Limits: limits.Records, Reader: arch.readerOptions(nil), ReadAheadBytes: limits.ImportReadAheadBytes,
 				},
 				ReaderReservation: archive.ReaderMemory(arch.readerOptions(nil)) + 4<<20,
-				MaxRunning:        cfg.Jobs.MaxRunning, Lease: cfg.Jobs.Lease, Renew: cfg.Jobs.Renew,
-				Log: log.Named("jobs"), Ended: dm.jobEnded,
+				MaxRunning:        cfg.Jobs.MaxRunning, MaxRunningPerOwner: cfg.Jobs.MaxRunningPerOwner, MaxQueuedPerOwner: cfg.Jobs.MaxQueuedPerOwner,
+				KeepFinished: cfg.Jobs.KeepFinished, Lease: cfg.Jobs.Lease, Renew: cfg.Jobs.Renew,
+				Log: log.Named("jobs"), Ended: dm.jobEnded, ScheduleRun: dm.scheduleRun,
 			})
 			if cfg.Metrics != nil {
 				cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 					Name: "contentbackup_jobs_running",
 					Help: "Backup jobs this server is running.",
 				}, func() float64 { return float64(jm.Running()) }))
+				cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+					Name: "contentbackup_jobs_queued",
+					Help: "Backup jobs waiting on this server for a slot.",
+				}, func() float64 { return float64(jm.Queued()) }))
 			}
-			cb.RegisterBackupServiceServer(g, &BackupService{jobs: jm})
+			cb.RegisterBackupServiceServer(g, &BackupService{jobs: jm, tokens: newPageTokens(cfg.PageTokenKey)})
 			longrunningpb.RegisterOperationsServer(g, &OperationsService{jobs: jm, store: cfg.Store, tokens: newPageTokens(cfg.PageTokenKey)})
 		}
 	}
