@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/buildinfo"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/keyring"
@@ -34,9 +35,10 @@ import (
 )
 
 type cli struct {
-	Serve   serveCmd         `cmd:"" default:"withargs" help:"Serve gRPC (the default command)."`
-	Migrate migrateCmd       `cmd:"" help:"Apply pending schema migrations to the store and exit."`
-	Version kong.VersionFlag `help:"Print the version and exit."`
+	CheckPolicy string           `name:"check-policy" type:"existingfile" help:"Check a policy file as a reload would (before SIGHUP), print its disabled principals, and exit: 0 when it would load."`
+	Serve       serveCmd         `cmd:"" default:"withargs" help:"Serve gRPC (the default command)."`
+	Migrate     migrateCmd       `cmd:"" help:"Apply pending schema migrations to the store and exit."`
+	Version     kong.VersionFlag `help:"Print the version and exit."`
 }
 
 // storeFlags choose the store: Postgres when a database URL is set, the
@@ -189,6 +191,15 @@ func main() {
 		kong.Description("The contentbackup gRPC service: XMTP content encode/decode and conversation backups."),
 		kong.Vars{"version": version()},
 	)
+	if c.CheckPolicy != "" {
+		disabled, err := auth.CheckPolicyFile(c.CheckPolicy)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "server: policy refused:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("policy %s: ok; disabled principals (no credential): %d %v\n", c.CheckPolicy, len(disabled), disabled)
+		return
+	}
 	if err := kctx.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "server:", err)
 		os.Exit(1)
@@ -289,11 +300,12 @@ func (c *serveCmd) Run() error {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		registerStoreMetrics(reg, st)
+		registerPolicyMetrics(reg, perimeter.policy)
 		cfg.Metrics = reg
 	}
 	srv := server.New(cfg, log)
 	if reg != nil {
-		stopMetrics, err := serveMetrics(c.MetricsListen, reg, srv, c.PProf, log)
+		stopMetrics, err := serveMetrics(c.MetricsListen, reg, srv, perimeter.policy, c.PProf, log)
 		if err != nil {
 			return err
 		}
@@ -338,15 +350,43 @@ func openStore(ctx context.Context, f storeFlags, migrate bool, log *zap.Logger,
 	return s, nil
 }
 
+// registerPolicyMetrics exports the policy file's loads, so a refused
+// reload (a revocation that did not take effect) alerts rather than only
+// logs.
+func registerPolicyMetrics(reg prometheus.Registerer, policy *auth.PolicySource) {
+	if policy == nil {
+		return
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "contentbackup_auth_policy_loaded_timestamp_seconds",
+			Help: "When the auth policy in force was loaded (unix seconds).",
+		}, func() float64 { return float64(policy.Status().LoadedAt.UnixNano()) / 1e9 }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "contentbackup_auth_policy_reload_failures_total",
+			Help: "Auth policy reloads refused (the file did not parse or validate; the previous policy stayed in force).",
+		}, func() float64 { return float64(policy.Status().Failures) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "contentbackup_auth_policy_stale",
+			Help: "1 when the latest reload of the auth policy file was refused, so the file on disk is not in force.",
+		}, func() float64 {
+			if policy.Status().Failing != "" {
+				return 1
+			}
+			return 0
+		}),
+	)
+}
+
 // serveMetrics serves /metrics, and the probes /livez and /readyz, on addr
 // until the returned stop is called. The probes are plain HTTP because
 // Kubernetes' gRPC probes cannot speak TLS.
-func serveMetrics(addr string, reg *prometheus.Registry, srv *server.Server, profiles bool, log *zap.Logger) (stop func(), err error) {
+func serveMetrics(addr string, reg *prometheus.Registry, srv *server.Server, policy *auth.PolicySource, profiles bool, log *zap.Logger) (stop func(), err error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
-	hs := &http.Server{Handler: metricsMux(reg, srv, profiles), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: metricsMux(reg, srv, policy, profiles), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server", zap.Error(err))
@@ -362,7 +402,7 @@ func serveMetrics(addr string, reg *prometheus.Registry, srv *server.Server, pro
 
 // metricsMux routes the metrics address: /metrics, the probes and, with
 // profiles, Go's profiles.
-func metricsMux(reg *prometheus.Registry, srv *server.Server, profiles bool) *http.ServeMux {
+func metricsMux(reg *prometheus.Registry, srv *server.Server, policy *auth.PolicySource, profiles bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	// Liveness says only that the process answers: a database outage must
@@ -374,6 +414,14 @@ func metricsMux(reg *prometheus.Registry, srv *server.Server, profiles bool) *ht
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
+		// Still ready (the policy in force works), but say that the file
+		// on disk is not what is in force.
+		if policy != nil {
+			if st := policy.Status(); st.Failing != "" {
+				fmt.Fprintf(w, "auth policy: the latest reload was refused (%d refused since start); the policy loaded at %s stays in force: %s\n",
+					st.Failures, st.LoadedAt.UTC().Format(time.RFC3339), st.Failing)
+			}
+		}
 	})
 	if profiles {
 		// On this mux only, and only when asked: the profiles name code

@@ -25,6 +25,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
+	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
 	"github.com/prometheus/client_golang/prometheus"
@@ -423,7 +424,7 @@ func TestComposeSetup(t *testing.T) {
 func TestProfilesOnlyWhenAsked(t *testing.T) {
 	for _, profiles := range []bool{false, true} {
 		rec := httptest.NewRecorder()
-		metricsMux(prometheus.NewRegistry(), nil, profiles).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/", nil))
+		metricsMux(prometheus.NewRegistry(), nil, nil, profiles).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/", nil))
 		want := http.StatusNotFound
 		if profiles {
 			want = http.StatusOK
@@ -431,5 +432,24 @@ func TestProfilesOnlyWhenAsked(t *testing.T) {
 		if rec.Code != want {
 			t.Errorf("--pprof=%v: /debug/pprof/ answered %d, want %d", profiles, rec.Code, want)
 		}
+	}
+}
+
+// TestCheckPolicy: server --check-policy validates a file as a reload
+// would and exits, naming the principals no credential proves (revoked).
+func TestCheckPolicy(t *testing.T) {
+	bin := buildServer(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(good, []byte("principals:\n  - {name: ops, tokens_sha256: ["+auth.TokenDigest("t-0123456789")+"], scopes: [admin], owners: [\"*\"]}\n  - {name: alice, tokens_sha256: [], scopes: [content], owners: [alice]}\n"), 0o600)
+	os.WriteFile(bad, []byte("principals:\n  - {name: x, tokens_sha256: [], scopes: [root], owners: [x]}\n"), 0o600)
+	out, err := exec.Command(bin, "--check-policy", good).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ok") || !strings.Contains(string(out), "[alice]") {
+		t.Errorf("--check-policy of a good file: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "--check-policy", bad).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "unknown scope") {
+		t.Errorf("--check-policy of a bad file: %v\n%s", err, out)
 	}
 }

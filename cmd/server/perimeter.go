@@ -24,7 +24,9 @@ const devTokenFile = "dev-token"
 
 // perimeter is what stands between the network and the services.
 type perimeter struct {
-	auth         *auth.Authenticator
+	auth *auth.Authenticator
+	// policy is the policy file's source, when one is configured.
+	policy       *auth.PolicySource
 	creds        credentials.TransportCredentials
 	pageTokenKey []byte
 	stops        []func()
@@ -71,6 +73,7 @@ func (c *serveCmd) perimeter(ctx context.Context, log *zap.Logger) (*perimeter, 
 		if policy, err = auth.LoadPolicy(c.AuthPolicy, log); err != nil {
 			return nil, err
 		}
+		p.policy = policy
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		reload := make(chan struct{}, 1)

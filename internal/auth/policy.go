@@ -53,7 +53,13 @@ type PolicyPrincipal struct {
 type Policy struct {
 	tokens []tokenEntry
 	certs  map[string]*Principal
+	// disabled names the principals no credential proves.
+	disabled []string
 }
+
+// Disabled names the principals the policy lists with no credential: no
+// call is ever theirs.
+func (p *Policy) Disabled() []string { return p.disabled }
 
 type tokenEntry struct {
 	digest    [sha256.Size]byte
@@ -84,7 +90,10 @@ func ParsePolicy(data []byte) (*Policy, error) {
 		}
 		names[fp.Name] = true
 		if len(fp.TokensSHA256) == 0 && len(fp.Certificates) == 0 {
-			return nil, fmt.Errorf("%s (%s): no tokens_sha256 or certificates prove it", at, fp.Name)
+			// Revocation: a principal whose last credential was removed
+			// stays valid and is proven by nothing, so the reload that
+			// removes it takes effect rather than being refused.
+			p.disabled = append(p.disabled, fp.Name)
 		}
 		var scopes []Scope
 		for _, s := range fp.Scopes {
@@ -187,6 +196,46 @@ type PolicySource struct {
 	current atomic.Pointer[Policy]
 	digest  atomic.Value // [32]byte of the file last loaded
 	log     *zap.Logger
+
+	loadedAt atomic.Int64  // unix ns of the last load that took effect
+	failures atomic.Uint64 // reloads refused since start
+	failing  atomic.Value  // string: why the latest reload was refused; "" once one succeeds
+}
+
+// PolicyStatus says whether the file on disk is the policy in force.
+type PolicyStatus struct {
+	// LoadedAt is when the policy in force was loaded.
+	LoadedAt time.Time
+	// Failures counts the reloads refused since the server started.
+	Failures uint64
+	// Failing, when not empty, is why the latest reload was refused: the
+	// file on disk is not in force, and the older policy still is.
+	Failing string
+}
+
+// Status reports the policy's loads.
+func (s *PolicySource) Status() PolicyStatus {
+	st := PolicyStatus{Failures: s.failures.Load()}
+	if ns := s.loadedAt.Load(); ns != 0 {
+		st.LoadedAt = time.Unix(0, ns)
+	}
+	st.Failing, _ = s.failing.Load().(string)
+	return st
+}
+
+// CheckPolicyFile parses the policy file at path as a reload would, for
+// an operator to run before SIGHUP; it returns the policy's disabled
+// principals.
+func CheckPolicyFile(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: read %s: %w", path, err)
+	}
+	p, err := ParsePolicy(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p.Disabled(), nil
 }
 
 // LoadPolicy reads the policy file at path.
@@ -214,6 +263,17 @@ func (s *PolicySource) Reload() (changed bool, err error) {
 	if s.path == "" {
 		return false, nil
 	}
+	changed, err = s.reload()
+	if err != nil {
+		s.failures.Add(1)
+		s.failing.Store(err.Error())
+		return false, err
+	}
+	s.failing.Store("")
+	return changed, nil
+}
+
+func (s *PolicySource) reload() (bool, error) {
 	data, err := os.ReadFile(s.path)
 	if err != nil {
 		return false, fmt.Errorf("policy: read %s: %w", s.path, err)
@@ -228,6 +288,10 @@ func (s *PolicySource) Reload() (changed bool, err error) {
 	}
 	s.current.Store(p)
 	s.digest.Store(sum)
+	s.loadedAt.Store(time.Now().UnixNano())
+	for _, name := range p.Disabled() {
+		s.log.Info("policy principal disabled: no credential proves it", zap.String("principal", name))
+	}
 	return true, nil
 }
 

@@ -25,7 +25,6 @@ func TestParsePolicyRefusesMistakes(t *testing.T) {
 		"star with others":   {"principals:\n  - name: a\n    tokens_sha256: [" + digestA + "]\n    scopes: [content]\n    owners: ['*', o]\n", `"*" stands alone`},
 		"short digest":       {"principals:\n  - name: a\n    tokens_sha256: [abcd]\n    scopes: [content]\n    owners: [o]\n", "not 64 hex digits"},
 		"plain token":        {"principals:\n  - name: a\n    tokens_sha256: [my-secret-token]\n    scopes: [content]\n    owners: [o]\n", "not 64 hex digits"},
-		"no credential":      {"principals:\n  - name: a\n    scopes: [content]\n    owners: [o]\n", "no tokens_sha256 or certificates"},
 		"no name":            {"principals:\n  - tokens_sha256: [" + digestA + "]\n    scopes: [content]\n    owners: [o]\n", "name is required"},
 		"duplicate name":     {"principals:\n  - {name: a, tokens_sha256: [" + digestA + "], scopes: [content], owners: [o]}\n  - {name: a, certificates: [CN=x], scopes: [content], owners: [o]}\n", "used twice"},
 		"duplicate digest":   {"principals:\n  - {name: a, tokens_sha256: [" + digestA + "], scopes: [content], owners: [o]}\n  - {name: b, tokens_sha256: [" + digestA + "], scopes: [content], owners: [o]}\n", "also listed for a"},

@@ -366,6 +366,56 @@ func TestPerimeterPolicyReloadRevokes(t *testing.T) {
 	})
 }
 
+// TestPerimeterRevokeLastCredential: removing a principal's only token
+// digest (its entry kept, with no credential) is a policy that loads: the
+// token is UNAUTHENTICATED at once, and the policy's status says so. A
+// reload that is refused is visible in the status, not only in a log.
+func TestPerimeterRevokeLastCredential(t *testing.T) {
+	p := startPerimeter(t, storetest.SQLite(t), false, nil)
+	ctx := t.Context()
+	alice := cb.NewConversationServiceClient(p.as(t, aliceToken))
+	put(t, alice, "alice", storetest.FullGroup("g1"))
+	revoked := strings.Replace(perimeterPolicy(true), "tokens_sha256: ["+auth.TokenDigest(aliceToken)+"]", "tokens_sha256: []", 1)
+	if revoked == perimeterPolicy(true) {
+		t.Fatal("the policy has no alice digest to remove")
+	}
+	if disabled, err := auth.CheckPolicyFile(writeTemp(t, revoked)); err != nil || len(disabled) != 1 || disabled[0] != "alice" {
+		t.Fatalf("CheckPolicyFile of the revoking policy: %v, %v; want alice disabled", disabled, err)
+	}
+	if err := os.WriteFile(p.policyFile, []byte(revoked), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := p.policy.Reload(); err != nil || !changed {
+		t.Fatalf("reload of a policy revoking alice's last digest: %v %v", changed, err)
+	}
+	_, err := alice.GetGroup(ctx, &cb.GetGroupRequest{Owner: "alice", GroupId: []byte("g1")})
+	wantStatus(t, "GetGroup with alice's revoked token", err, codes.Unauthenticated)
+	if st := p.policy.Status(); st.Failing != "" || st.Failures != 0 || st.LoadedAt.IsZero() {
+		t.Errorf("status after a good reload: %+v", st)
+	}
+	if err := os.WriteFile(p.policyFile, []byte("principals: [{name: x, scopes: [root]}]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.policy.Reload(); err == nil {
+		t.Fatal("a policy with an unknown scope loaded")
+	}
+	if st := p.policy.Status(); st.Failures != 1 || !strings.Contains(st.Failing, "unknown scope") {
+		t.Errorf("status after a refused reload: %+v; want it failing, counted", st)
+	}
+	if _, err := auth.CheckPolicyFile(p.policyFile); err == nil {
+		t.Error("CheckPolicyFile passed a policy with an unknown scope")
+	}
+}
+
+func writeTemp(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // ownerCall is one RPC that names an owner, called for owner.
 type ownerCall func(ctx context.Context, conn *grpc.ClientConn, owner string) error
 
