@@ -1,0 +1,115 @@
+package server
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/jobs"
+)
+
+// TestBackupsBelongToTheirOwner is the attack of the owner-bound catalog
+// issue over TCP, on both engines: bob, holding both archive scopes for
+// his own owner only, cannot import, read, fetch the key of, delete or
+// list alice's backup by any name, and cannot tell it from a backup that
+// does not exist; restoring it into another owner takes archive.migrate.
+func TestBackupsBelongToTheirOwner(t *testing.T) {
+	forEachPerimeter(t, func(t *testing.T, p *perimeter) {
+		ctx := t.Context()
+		populate(t, cb.NewConversationServiceClient(p.as(t, opsToken)), "alice")
+		alice := cb.NewBackupServiceClient(p.as(t, aliceToken))
+		op, err := alice.StartExport(ctx, exportJob("alice", "mine"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		result := exportResult(t, waitOp(t, p.as(t, aliceToken), op.GetName()))
+		id, unknown := result.GetBackup(), jobs.NewID(time.Now())
+		bobConn := p.as(t, p.idp.valid(t, "bob", "archive.export archive.import conversations.read"))
+		bob := cb.NewBackupServiceClient(bobConn)
+
+		// Under bob's own owner: alice's id and an unknown id are one
+		// NOT_FOUND, the same message but for the id sent.
+		calls := map[string]func(owner, id string) error{
+			"StartImport": func(o, id string) error {
+				_, err := bob.StartImport(ctx, &cb.StartImportRequest{Owner: o, Backup: id})
+				return err
+			},
+			"GetBackup": func(o, id string) error {
+				_, err := bob.GetBackup(ctx, &cb.GetBackupRequest{Owner: o, Backup: id})
+				return err
+			},
+			"GetBackupKey": func(o, id string) error {
+				_, err := bob.GetBackupKey(ctx, &cb.GetBackupKeyRequest{Owner: o, Backup: id})
+				return err
+			},
+			"DeleteBackup": func(o, id string) error {
+				_, err := bob.DeleteBackup(ctx, &cb.DeleteBackupRequest{Owner: o, Backup: id})
+				return err
+			},
+		}
+		same := func(a, b error, aID, bID string) bool {
+			return status.Code(a) == status.Code(b) &&
+				strings.ReplaceAll(status.Convert(a).Message(), aID, "ID") == strings.ReplaceAll(status.Convert(b).Message(), bID, "ID")
+		}
+		for name, call := range calls {
+			theirs, none := call("bob", id), call("bob", unknown)
+			if status.Code(theirs) != codes.NotFound || !same(theirs, none, id, unknown) {
+				t.Errorf("%s of alice's backup under bob: %v; of an unknown one: %v; want one NOT_FOUND", name, theirs, none)
+			}
+			// Naming alice: refused at the door, whatever the id.
+			theirs, none = call("alice", id), call("alice", unknown)
+			if status.Code(theirs) != codes.PermissionDenied || !same(theirs, none, id, unknown) {
+				t.Errorf("%s naming alice: %v; with an unknown id: %v; want one PERMISSION_DENIED", name, theirs, none)
+			}
+			// Path forms of the id are malformed, never a lookup.
+			for _, bad := range []string{"../" + id, "alice/" + id, strings.ToUpper(id), "%2e%2e%2f" + id} {
+				if err := call("bob", bad); status.Code(err) != codes.InvalidArgument {
+					t.Errorf("%s of %q: %v, want INVALID_ARGUMENT", name, bad, err)
+				}
+			}
+		}
+		_, err = bob.StartImport(ctx, &cb.StartImportRequest{Owner: "bob", SourceOwner: "alice", Backup: id})
+		wantStatus(t, "bob naming alice as the source", err, codes.PermissionDenied)
+		_, err = bob.StartImport(ctx, &cb.StartImportRequest{Owner: "bob", Source: result.GetArchive()})
+		wantStatus(t, "bob naming alice's object", err, codes.InvalidArgument)
+		_, err = bob.StartImport(ctx, &cb.StartImportRequest{Owner: "bob", KeyRef: "main", Backup: unknown})
+		wantStatus(t, "bob naming a key ref", err, codes.InvalidArgument)
+		if l, err := bob.ListBackups(ctx, &cb.ListBackupsRequest{Owner: "bob"}); err != nil || len(l.GetBackups()) != 0 {
+			t.Errorf("bob lists %v, %v", l.GetBackups(), err)
+		}
+		if g, err := cb.NewConversationServiceClient(bobConn).ListGroups(ctx, &cb.ListGroupsRequest{Owner: "bob"}); err != nil || len(g.GetGroups()) != 0 {
+			t.Errorf("bob's store after the attack: %v, %v", g.GetGroups(), err)
+		}
+
+		// A principal holding both owners still needs archive.migrate to
+		// restore one into the other; the operator (admin) may.
+		both := cb.NewBackupServiceClient(p.as(t, p.idp.valid(t, "alice", "archive.import")))
+		_, err = both.StartImport(ctx, &cb.StartImportRequest{Owner: "alice", SourceOwner: "carol", Backup: id})
+		wantStatus(t, "a principal without carol naming her", err, codes.PermissionDenied)
+		ops := p.as(t, opsToken)
+		mig, err := cb.NewBackupServiceClient(ops).StartImport(ctx, &cb.StartImportRequest{Owner: "carol", SourceOwner: "alice", Backup: id})
+		if err != nil {
+			t.Fatalf("operator migration: %v", err)
+		}
+		if done := waitOp(t, ops, mig.GetName()); done.GetError() != nil {
+			t.Fatalf("migration job: %v", done.GetError())
+		}
+
+		// alice sees, keys and deletes her own; then it is gone for her too.
+		if l, err := alice.ListBackups(ctx, &cb.ListBackupsRequest{Owner: "alice"}); err != nil || len(l.GetBackups()) != 1 || l.GetBackups()[0].GetId() != id {
+			t.Errorf("alice lists %v, %v", l.GetBackups(), err)
+		}
+		if k, err := alice.GetBackupKey(ctx, &cb.GetBackupKeyRequest{Owner: "alice", Backup: id}); err != nil || len(k.GetKey()) != 32 {
+			t.Errorf("alice's key: %v", err)
+		}
+		if _, err := alice.DeleteBackup(ctx, &cb.DeleteBackupRequest{Owner: "alice", Backup: id}); err != nil {
+			t.Fatalf("alice deletes her backup: %v", err)
+		}
+		_, err = alice.GetBackup(ctx, &cb.GetBackupRequest{Owner: "alice", Backup: id})
+		wantStatus(t, "GetBackup after delete", err, codes.NotFound)
+	})
+}
