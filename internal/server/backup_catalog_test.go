@@ -1,15 +1,23 @@
 package server
 
 import (
+	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
 // TestBackupsBelongToTheirOwner is the attack of the owner-bound catalog
@@ -112,4 +120,82 @@ func TestBackupsBelongToTheirOwner(t *testing.T) {
 		_, err = alice.GetBackup(ctx, &cb.GetBackupRequest{Owner: "alice", Backup: id})
 		wantStatus(t, "GetBackup after delete", err, codes.NotFound)
 	})
+}
+
+// importHeld holds every import's group merge for one owner while hold
+// is set, until release is closed: an owner's slow imports.
+type importHeld struct {
+	store.Store
+	owner   string
+	hold    atomic.Bool
+	reached chan struct{}
+	once    sync.Once
+	release chan struct{}
+}
+
+func (h *importHeld) MergeGroups(ctx context.Context, owner string, groups []*gb.GroupSave) ([]store.Outcome, error) {
+	if owner == h.owner && h.hold.Load() {
+		h.once.Do(func() { close(h.reached) })
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return h.Store.MergeGroups(ctx, owner, groups)
+}
+
+// TestBackupJobsFairAcrossOwners: alice floods the server with slow
+// imports; she runs her share, the rest of hers wait queued, and bob's
+// export takes a free slot at once and finishes while hers are held.
+func TestBackupJobsFairAcrossOwners(t *testing.T) {
+	held := &importHeld{Store: storetest.SQLite(t), owner: "alice", reached: make(chan struct{}), release: make(chan struct{})}
+	jobsCfg, _ := testJobs(t)
+	jobsCfg.MaxRunning, jobsCfg.MaxRunningPerOwner, jobsCfg.MaxQueuedPerOwner = 2, 1, 4
+	addr := serveTCP(t, Config{Store: held, Jobs: jobsCfg}, nil)
+	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
+	populate(t, cb.NewConversationServiceClient(conn), "alice")
+	populate(t, cb.NewConversationServiceClient(conn), "bob")
+	backups := cb.NewBackupServiceClient(conn)
+	op, err := backups.StartExport(t.Context(), exportJob("alice", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := exportResult(t, waitOp(t, conn, op.GetName())).GetBackup()
+
+	held.hold.Store(true)
+	var flood []*longrunningpb.Operation
+	for range 5 {
+		op, err := backups.StartImport(t.Context(), &cb.StartImportRequest{Owner: "alice", Backup: id})
+		if status.Code(err) == codes.ResourceExhausted {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood = append(flood, op)
+	}
+	if len(flood) != 5 {
+		// 1 running and 4 queued fill alice's share and queue exactly.
+		t.Fatalf("alice started %d imports, want 5 (1 running, 4 queued)", len(flood))
+	}
+	if _, err := backups.StartImport(t.Context(), &cb.StartImportRequest{Owner: "alice", Backup: id}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("alice's sixth import: %v, want RESOURCE_EXHAUSTED past her queue", err)
+	}
+	<-held.reached
+	bob, err := backups.StartExport(t.Context(), exportJob("bob", ""))
+	if err != nil {
+		t.Fatalf("bob's export while alice floods: %v", err)
+	}
+	md := &cb.JobMetadata{}
+	if err := bob.GetMetadata().UnmarshalTo(md); err != nil || md.GetPhase() == cb.JobPhase_JOB_PHASE_QUEUED {
+		t.Errorf("bob's export was queued behind alice: %v %v", md, err)
+	}
+	exportResult(t, waitOp(t, conn, bob.GetName()))
+	close(held.release)
+	for _, op := range flood {
+		if done := waitOp(t, conn, op.GetName()); done.GetError() != nil {
+			t.Errorf("alice's import %s: %v", op.GetName(), done.GetError())
+		}
+	}
 }
