@@ -705,10 +705,14 @@ func (m *Manager) describe(ctx context.Context, kind string, err error, log *zap
 		return int32(codes.Aborted), ended(kind, errLost.Error())
 	}
 	var (
-		ue *backup.UnexportableError
-		be *budget.ExceededError
+		ue   *backup.UnexportableError
+		be   *budget.ExceededError
+		full *store.FullError
 	)
 	switch {
+	case errors.As(err, &full):
+		log.Error("job failed: store out of space", zap.Error(err))
+		return int32(codes.ResourceExhausted), ended(kind, "the store ("+full.Engine+") is out of space")
 	case errors.Is(err, ErrObjectExists):
 		return int32(codes.AlreadyExists), clip(err.Error())
 	case errors.Is(err, ErrBackupDamaged), errors.Is(err, keyring.ErrUnwrap), errors.Is(err, keyring.ErrNoKEK):

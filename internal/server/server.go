@@ -287,6 +287,11 @@ func (s *Server) watchStore(ctx context.Context) {
 	for {
 		pingCtx, cancel := context.WithTimeout(ctx, s.storeInterval/2)
 		err := s.store.Ping(pingCtx)
+		if err == nil {
+			// Answering reads is not enough: a full disk or a read-only
+			// standby refuses every write the services would make.
+			err = s.store.ProbeWrite(pingCtx)
+		}
 		cancel()
 		select {
 		case <-ctx.Done():
@@ -297,7 +302,7 @@ func (s *Server) watchStore(ctx context.Context) {
 		}
 		switch {
 		case err != nil && up:
-			s.log.Error("store unreachable; health reports NOT_SERVING until it answers", zap.Error(err))
+			s.log.Error("store unreachable or refusing writes; health reports NOT_SERVING until a write succeeds", zap.Error(err))
 		case err == nil && !up:
 			s.log.Info("store answers again; health reports SERVING")
 		}

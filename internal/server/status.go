@@ -87,10 +87,15 @@ func statusOf(err error) error {
 		return err // already a status (from the client's own stream)
 	}
 	var (
-		fe *records.FieldError
-		be *budget.ExceededError
+		fe   *records.FieldError
+		be   *budget.ExceededError
+		full *store.FullError
 	)
 	switch {
+	case errors.As(err, &full):
+		// The write rolled back whole; say which store, not its driver's
+		// words.
+		return hide(codes.ResourceExhausted, "the store ("+full.Engine+") is out of space: writes are refused until space is freed; nothing of this call was written", err)
 	case errors.As(err, &fe):
 		st := status.New(codes.InvalidArgument, clip(err.Error()))
 		if d, derr := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"crypto/rand"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
@@ -337,4 +339,40 @@ func (s SQLStore) Snapshot(ctx context.Context, owner string, fn func(Snapshot) 
 			},
 		})
 	})
+}
+
+// probePad is what a probe writes while the store is out of space:
+// incompressible, and as large as a full AppendMessages batch of ordinary
+// messages, so a store with only crumbs of room left stays not ready
+// rather than flapping between a small probe that fits and the next
+// batch that does not.
+const probePad = 1 << 20
+
+// Probe is ProbeWrite for an engine whose writes space watches. In the
+// normal state it upserts the one row of store_probe: the cheapest write
+// that proves the store takes writes (a read-only standby does not).
+// After a write was refused for space, it inserts a padded row and
+// deletes it in one transaction, and clears space's state only when that
+// succeeds.
+func (s SQLStore) Probe(ctx context.Context, space *SpaceWatch) error {
+	if !space.Full() {
+		if _, err := s.exec(ctx, s.d.bind(`INSERT INTO store_probe (id, at_ns, pad) VALUES (1, ?, ?) ON CONFLICT (id) DO UPDATE SET at_ns = excluded.at_ns`), time.Now().UnixNano(), []byte{}); err != nil {
+			return fmt.Errorf("%s: probe write: %w", s.d.Name, err)
+		}
+		return nil
+	}
+	pad := make([]byte, probePad)
+	_, _ = rand.Read(pad)
+	err := s.db.Write(ctx, func(tx Conn) error {
+		if _, err := tx.Exec(ctx, s.d.bind(`INSERT INTO store_probe (id, at_ns, pad) VALUES (2, ?, ?)`), time.Now().UnixNano(), pad); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.d.bind(`DELETE FROM store_probe WHERE id = 2`))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s: probe write (out of space): %w", s.d.Name, err)
+	}
+	space.full.Store(false)
+	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"google.golang.org/protobuf/proto"
@@ -49,6 +50,74 @@ var (
 	// the same call may succeed later.
 	ErrUnavailable = errors.New("the store is unavailable")
 )
+
+// FullError: the engine ran out of space (disk full, or SQLite's page
+// limit). The write was refused whole: its transaction rolled back, so
+// nothing of it was stored. Writes succeed again once space is freed.
+type FullError struct {
+	// Engine names the store: "sqlite" or "postgres".
+	Engine string
+	Err    error
+}
+
+func (e *FullError) Error() string {
+	return e.Engine + ": the store is out of space; writes are refused until space is freed: " + e.Err.Error()
+}
+
+func (e *FullError) Unwrap() error { return e.Err }
+
+// SpaceWatch remembers that an engine ran out of space, from the first
+// write refused for it until a probe write that needs new room succeeds,
+// so health can report the store not ready in between. An engine holds
+// one and passes every write's error through Note.
+type SpaceWatch struct {
+	engine string
+	full   atomic.Bool
+}
+
+// NewSpaceWatch watches engine's writes.
+func NewSpaceWatch(engine string) *SpaceWatch { return &SpaceWatch{engine: engine} }
+
+// Note returns err, as a *FullError when it says the engine ran out of
+// space, and remembers that it did.
+func (w *SpaceWatch) Note(err error) error {
+	err = OutOfSpace(w.engine, err)
+	var fe *FullError
+	if errors.As(err, &fe) {
+		w.full.Store(true)
+	}
+	return err
+}
+
+// Full reports whether a write was refused for space since the last
+// probe that succeeded.
+func (w *SpaceWatch) Full() bool { return w.full.Load() }
+
+// OutOfSpace wraps err as a FullError of engine when it says the engine
+// ran out of space, and returns it unchanged otherwise: SQLite's
+// SQLITE_FULL (13), Postgres' disk_full (53100), or ENOSPC from the OS.
+func OutOfSpace(engine string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var fe *FullError
+	if errors.As(err, &fe) {
+		return err
+	}
+	full := errors.Is(err, syscall.ENOSPC)
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) && coded.Code()&0xff == 13 {
+		full = true
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) && pg.SQLState() == "53100" {
+		full = true
+	}
+	if !full {
+		return err
+	}
+	return &FullError{Engine: engine, Err: err}
+}
 
 // Unavailable reports whether err says the database could not be reached
 // (refused or reset connections, a server shutting down, a connection
@@ -102,6 +171,12 @@ type Store interface {
 	Snapshot(ctx context.Context, owner string, fn func(Snapshot) error) error
 	// Ping checks that the database answers, for health.
 	Ping(ctx context.Context) error
+	// ProbeWrite writes a row of the store's own (store_probe), for
+	// health: a store that answers reads but refuses writes (out of
+	// space, a read-only standby) is not ready. After a write was refused
+	// for space it succeeds only once a write needing new room does; a
+	// *FullError says why it failed.
+	ProbeWrite(ctx context.Context) error
 	// Close releases the engine's connections.
 	Close() error
 }

@@ -312,15 +312,11 @@ type StartExportRequest struct {
 	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
 	// Refused since v0.3.0: each backup is sealed with its own data key
 	// (GetBackupKey hands it out).
-	//
-	// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 	KeyRef string `protobuf:"bytes,2,opt,name=key_ref,json=keyRef,proto3" json:"key_ref,omitempty"`
 	// As ExportRequest.options: absent exports everything.
 	Options *device_sync.ArchiveOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
 	// Refused since v0.3.0: the server chooses the object's key; name the
 	// bucket in bucket.
-	//
-	// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 	Destination *ObjectLocation `protobuf:"bytes,4,opt,name=destination,proto3" json:"destination,omitempty"`
 	// One of the server's configured buckets (--job-bucket); empty: the
 	// first configured.
@@ -369,7 +365,6 @@ func (x *StartExportRequest) GetOwner() string {
 	return ""
 }
 
-// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 func (x *StartExportRequest) GetKeyRef() string {
 	if x != nil {
 		return x.KeyRef
@@ -384,7 +379,6 @@ func (x *StartExportRequest) GetOptions() *device_sync.ArchiveOptions {
 	return nil
 }
 
-// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 func (x *StartExportRequest) GetDestination() *ObjectLocation {
 	if x != nil {
 		return x.Destination
@@ -412,12 +406,8 @@ type StartImportRequest struct {
 	// The owner whose store receives the records.
 	Owner string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
 	// Refused since v0.3.0: a backup's key comes from the catalog.
-	//
-	// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 	KeyRef string `protobuf:"bytes,2,opt,name=key_ref,json=keyRef,proto3" json:"key_ref,omitempty"`
 	// Refused since v0.3.0: name a backup by its catalog id.
-	//
-	// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 	Source *ObjectLocation `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
 	// The backup's catalog id.
 	Backup string `protobuf:"bytes,4,opt,name=backup,proto3" json:"backup,omitempty"`
@@ -466,7 +456,6 @@ func (x *StartImportRequest) GetOwner() string {
 	return ""
 }
 
-// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 func (x *StartImportRequest) GetKeyRef() string {
 	if x != nil {
 		return x.KeyRef
@@ -474,7 +463,6 @@ func (x *StartImportRequest) GetKeyRef() string {
 	return ""
 }
 
-// Deprecated: Marked as deprecated in contentbackup/v1/backup_service.proto.
 func (x *StartImportRequest) GetSource() *ObjectLocation {
 	if x != nil {
 		return x.Source
@@ -1246,18 +1234,18 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"%contentbackup/v1/backup_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/archive_service.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%xmtp/device_sync/backup_element.proto\":\n" +
 	"\x0eObjectLocation\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xf9\x01\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xf1\x01\n" +
 	"\x12StartExportRequest\x12\x14\n" +
-	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1b\n" +
-	"\akey_ref\x18\x02 \x01(\tB\x02\x18\x01R\x06keyRef\x12:\n" +
-	"\aoptions\x18\x03 \x01(\v2 .xmtp.device_sync.ArchiveOptionsR\aoptions\x12F\n" +
-	"\vdestination\x18\x04 \x01(\v2 .contentbackup.v1.ObjectLocationB\x02\x18\x01R\vdestination\x12\x16\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
+	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x12:\n" +
+	"\aoptions\x18\x03 \x01(\v2 .xmtp.device_sync.ArchiveOptionsR\aoptions\x12B\n" +
+	"\vdestination\x18\x04 \x01(\v2 .contentbackup.v1.ObjectLocationR\vdestination\x12\x16\n" +
 	"\x06bucket\x18\x05 \x01(\tR\x06bucket\x12\x14\n" +
-	"\x05label\x18\x06 \x01(\tR\x05label\"\xc0\x01\n" +
+	"\x05label\x18\x06 \x01(\tR\x05label\"\xb8\x01\n" +
 	"\x12StartImportRequest\x12\x14\n" +
-	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1b\n" +
-	"\akey_ref\x18\x02 \x01(\tB\x02\x18\x01R\x06keyRef\x12<\n" +
-	"\x06source\x18\x03 \x01(\v2 .contentbackup.v1.ObjectLocationB\x02\x18\x01R\x06source\x12\x16\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
+	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x128\n" +
+	"\x06source\x18\x03 \x01(\v2 .contentbackup.v1.ObjectLocationR\x06source\x12\x16\n" +
 	"\x06backup\x18\x04 \x01(\tR\x06backup\x12!\n" +
 	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\"\x80\x04\n" +
 	"\x06Backup\x12\x0e\n" +

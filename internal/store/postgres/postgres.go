@@ -34,7 +34,8 @@ import (
 // Store is the Postgres engine.
 type Store struct {
 	store.SQLStore
-	pool *pgxpool.Pool
+	pool  *pgxpool.Pool
+	space *store.SpaceWatch
 }
 
 var _ store.Store = (*Store)(nil)
@@ -70,7 +71,8 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	s := &Store{SQLStore: store.NewSQLStore(db{pool}, dialect), pool: pool}
+	space := store.NewSpaceWatch("postgres")
+	s := &Store{SQLStore: store.NewSQLStore(db{pool, space}, dialect), pool: pool, space: space}
 	if err := s.prepare(ctx, opts); err != nil {
 		pool.Close()
 		return nil, err
@@ -108,6 +110,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// ProbeWrite writes store_probe for health (store.Store).
+func (s *Store) ProbeWrite(ctx context.Context) error { return s.Probe(ctx, s.space) }
+
 // Close closes the pool.
 func (s *Store) Close() error {
 	s.pool.Close()
@@ -117,17 +122,17 @@ func (s *Store) Close() error {
 // inTx runs fn in a read-write transaction, committing when it returns nil.
 // fn's error comes back as it is: it is either the store's own (not found,
 // a rule of the caller's) or already says what failed.
-func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+func inTx(ctx context.Context, pool *pgxpool.Pool, space *store.SpaceWatch, fn func(pgx.Tx) error) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("postgres: begin: %w", err)
+		return space.Note(fmt.Errorf("postgres: begin: %w", err))
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
+		return space.Note(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("postgres: commit: %w", err)
+		return space.Note(fmt.Errorf("postgres: commit: %w", err))
 	}
 	return nil
 }
@@ -144,12 +149,15 @@ var dialect = store.Dialect{
 }
 
 // db hands the shared SQL the pool and its transactions.
-type db struct{ pool *pgxpool.Pool }
+type db struct {
+	pool  *pgxpool.Pool
+	space *store.SpaceWatch
+}
 
 func (d db) Read() store.Conn { return conn{d.pool} }
 
 func (d db) Write(ctx context.Context, fn func(store.Conn) error) error {
-	return inTx(ctx, d.pool, func(tx pgx.Tx) error { return fn(conn{tx}) })
+	return inTx(ctx, d.pool, d.space, func(tx pgx.Tx) error { return fn(conn{tx}) })
 }
 
 func (d db) ReadSnapshot(ctx context.Context, fn func(store.Conn) error) error {
@@ -228,7 +236,7 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 	}
 	store.Derive(msgs)
 	var out []store.Outcome
-	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.pool, s.space, func(tx pgx.Tx) error {
 		if err := checkGroups(ctx, tx, owner, msgs, opts); err != nil {
 			return err
 		}
@@ -411,7 +419,7 @@ func checkGroups(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupM
 
 func (s *Store) MergeConsent(ctx context.Context, owner string, records []*cs.ConsentSave) ([]store.Outcome, error) {
 	out := make([]store.Outcome, len(records))
-	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.pool, s.space, func(tx pgx.Tx) error {
 		for i, r := range records {
 			// One statement decides and writes: xmax = 0 tells an insert
 			// from an update, and no row back means the stored record won.

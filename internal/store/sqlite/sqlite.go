@@ -37,6 +37,7 @@ type Store struct {
 	write *sql.DB
 	read  *sql.DB
 	path  string
+	space *store.SpaceWatch
 }
 
 var _ store.Store = (*Store)(nil)
@@ -46,6 +47,10 @@ type Options struct {
 	// Migrate applies pending migrations at open; without it a database
 	// whose schema is behind fails to open.
 	Migrate bool
+	// MaxPages, when set, caps the database file at that many pages
+	// (PRAGMA max_page_count) on the writer: past it writes fail
+	// SQLITE_FULL, as on a full disk. Tests use it to fill the store.
+	MaxPages int
 }
 
 // Open opens (creating when missing) the database in dir.
@@ -60,17 +65,26 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	write.SetMaxOpenConns(1)
+
 	read, err := sql.Open("sqlite", "file:"+path+"?"+pragmas+"&_pragma=query_only(1)")
 	if err != nil {
 		write.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	read.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
-	s := &Store{write: write, read: read, path: path}
+	s := &Store{write: write, read: read, path: path, space: store.NewSpaceWatch("sqlite")}
 	s.SQLStore = store.NewSQLStore(db{s}, dialect)
 	if err := s.prepare(ctx, opts); err != nil {
 		s.Close()
 		return nil, err
+	}
+	if opts.MaxPages > 0 {
+		// After the migrations, which need the room the cap refuses. The
+		// pragma holds for the writer's one connection, which is kept.
+		if err := s.SetMaxPages(ctx, opts.MaxPages); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -103,6 +117,19 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// ProbeWrite writes store_probe for health (store.Store).
+func (s *Store) ProbeWrite(ctx context.Context) error { return s.Probe(ctx, s.space) }
+
+// SetMaxPages caps the database file at n pages (PRAGMA max_page_count)
+// on the writer, as Options.MaxPages does at open: a way for tests, or an
+// operator's drill, to stand in for a full disk and then free it.
+func (s *Store) SetMaxPages(ctx context.Context, n int) error {
+	if _, err := s.write.ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", n)); err != nil {
+		return fmt.Errorf("sqlite: max_page_count: %w", err)
+	}
+	return nil
+}
+
 // Close closes both pools.
 func (s *Store) Close() error {
 	return errors.Join(s.read.Close(), s.write.Close())
@@ -116,10 +143,10 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
-		return err
+		return s.space.Note(err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: commit: %w", err)
+		return s.space.Note(fmt.Errorf("sqlite: commit: %w", err))
 	}
 	return nil
 }

@@ -57,6 +57,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ListJobsPages", testListJobs},
 		{"DeleteFinishedJobs", testDeleteFinishedJobs},
 		{"BackupCatalogIsOwnerBound", testBackupCatalog},
+		{"ProbeWrite", testProbeWrite},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
