@@ -196,4 +196,3 @@ func countMessages(t *testing.T, c cb.ConversationServiceClient, owner, group st
 		}
 	}
 }
-

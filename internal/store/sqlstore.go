@@ -1,8 +1,8 @@
 package store
 
 import (
-	"crypto/rand"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
