@@ -436,6 +436,18 @@ schedules:
 		t.Fatal(err)
 	}
 	dir := filepath.Join(dataDir, "backups", "often", "alice")
+	// Planted in alice's prefix by someone else, named and paired as a
+	// backup would be, and oldest by name: retention reads the catalog, so
+	// it survives and is never listed.
+	planted := filepath.Join(dir, "00000000000000000000000000000000"+jobs.ArchiveSuffix)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{planted, planted + jobs.SidecarSuffix} {
+		if err := os.WriteFile(p, []byte("planted"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var archives []string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		ops, err := longrunningpb.NewOperationsClient(conn).ListOperations(t.Context(), &longrunningpb.ListOperationsRequest{Filter: `done = true`})
@@ -443,12 +455,36 @@ schedules:
 			t.Fatal(err)
 		}
 		archives, _ = filepath.Glob(filepath.Join(dir, "*"+jobs.ArchiveSuffix))
-		if len(ops.GetOperations()) >= 4 && len(archives) == 2 {
+		if len(ops.GetOperations()) >= 4 && len(archives) == 3 {
 			break
 		}
 	}
-	if len(archives) != 2 {
-		t.Fatalf("after several firings, %d archives in %s, want keep=2:\n%s", len(archives), dir, srv.logs())
+	if len(archives) != 3 {
+		t.Fatalf("after several firings, %d archives in %s, want keep=2 and the planted one:\n%s", len(archives), dir, srv.logs())
+	}
+	if _, err := os.Stat(planted); err != nil {
+		t.Errorf("retention deleted an object the catalog does not hold: %v", err)
+	}
+	// A tick's backup is complete a moment before its retention runs:
+	// the catalog holds keep=2 between those moments.
+	complete := 0
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && complete != 2; time.Sleep(20 * time.Millisecond) {
+		list, err := cb.NewBackupServiceClient(conn).ListBackups(t.Context(), &cb.ListBackupsRequest{Owner: "alice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		complete = 0
+		for _, b := range list.GetBackups() {
+			if strings.Contains(b.GetObject().GetKey(), "00000000000000000000000000000000") {
+				t.Fatalf("the planted object is listed as a backup: %v", b)
+			}
+			if b.GetState() == cb.BackupState_BACKUP_STATE_COMPLETE {
+				complete++
+			}
+		}
+	}
+	if complete != 2 {
+		t.Errorf("%d complete backups listed, want keep=2", complete)
 	}
 	for _, a := range archives {
 		if _, err := os.Stat(a + jobs.SidecarSuffix); err != nil {

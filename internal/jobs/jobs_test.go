@@ -730,3 +730,81 @@ func TestExportNeverReplaces(t *testing.T) {
 		t.Errorf("a failed export left %d catalog rows", len(l))
 	}
 }
+
+// TestFinishedJobsExpire: the manager's reaper deletes jobs that ended
+// more than KeepFinished ago, and leaves newer and running ones.
+func TestFinishedJobsExpire(t *testing.T) {
+	st := storetest.SQLite(t)
+	h := newHarness(t, st, func(c *Config) { c.KeepFinished = time.Hour })
+	now := time.Now()
+	for i, ended := range []time.Duration{-2 * time.Hour, -time.Minute} {
+		j := store.Job{ID: NewID(now.Add(time.Duration(i))), Kind: store.JobImport, Owner: "o", Principal: "p", State: store.JobRunning,
+			Spec: []byte{}, Progress: []byte{}, LeaseUntil: now.Add(time.Hour), Created: now, Updated: now}
+		if err := st.CreateJob(t.Context(), j); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.FinishJob(t.Context(), j.ID, store.JobEnd{State: store.JobSucceeded, At: now.Add(ended)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go h.m.Run(ctx)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		jobs, err := st.ListJobs(t.Context(), store.JobQuery{Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(jobs) == 1 && jobs[0].Done.After(now.Add(-time.Hour)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs left: %d; want only the one that ended a minute ago", len(jobs))
+		}
+	}
+}
+
+// TestScheduleRunsWhileAnotherOwnerFloods: alice's export holds her share
+// of the slots and her imports wait queued; the schedule's tick for bob
+// starts at once (counted "started", never skipped) and completes.
+func TestScheduleRunsWhileAnotherOwnerFloods(t *testing.T) {
+	var runs []string
+	var mu sync.Mutex
+	st, h, alice, _ := startGated(t, 5, "held", func(c *Config) {
+		c.MaxRunning, c.MaxRunningPerOwner, c.MaxQueuedPerOwner = 2, 1, 3
+		c.ScheduleRun = func(s, outcome string) { mu.Lock(); runs = append(runs, outcome); mu.Unlock() }
+	})
+	defer close(st.gate)
+	junk := catalogJunk(t, h, alice, []byte("x"))
+	for range 3 {
+		if _, err := h.m.StartImport(t.Context(), "alice", &cb.StartImportRequest{Owner: alice, Backup: junk.ID}); err != nil {
+			t.Fatalf("alice's queued import: %v", err)
+		}
+	}
+	if _, err := h.m.StartImport(t.Context(), "alice", &cb.StartImportRequest{Owner: alice, Backup: junk.ID}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("alice past her queue: %v", err)
+	}
+	bob := storetest.Owner("bob")
+	fill(t, st.Store, bob, 0)
+	policy, err := ParseSchedules([]byte(fmt.Sprintf("schedules:\n  - {name: bob, cron: '@daily', owners: [%q], bucket: local, keep: 3}\n", bob)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := NewScheduler(t.Context(), h.m, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// bob has no messages: his export does not wait at alice's gate.
+	ids := sc.Fire(t.Context(), policy.Schedules[0], time.Now())
+	if len(ids) != 1 {
+		t.Fatalf("bob's tick started %d jobs", len(ids))
+	}
+	if j := waitDone(t, h.m, ids[0]); j.State != store.JobSucceeded {
+		t.Fatalf("bob's scheduled export: %s %s", j.State, j.ErrorMessage)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(runs) != "[started]" {
+		t.Errorf("schedule runs %v, want [started]", runs)
+	}
+}
