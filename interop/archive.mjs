@@ -115,7 +115,8 @@ async function importArchive(input) {
   const messages = [];
   for (const item of client.conversations().list({})) {
     const conv = item.conversation ?? item;
-    conversations.push({ id: conv.id(), membershipState: conv.membershipState(), name: safe(() => conv.groupName()) });
+    conversations.push({ id: conv.id(), membershipState: conv.membershipState(), name: safe(() => conv.groupName()),
+      disappearing: safe(() => { const d = conv.messageDisappearingSettings(); return d ? { fromNs: String(d.fromNs), inNs: String(d.inNs) } : null; }) });
     for (const m of await conv.findMessages({})) {
       messages.push({ id: m.id, convoId: m.convoId, kind: m.kind, sentAtNs: m.sentAtNs, envelope: envelopeOut(m.content) });
     }
@@ -128,7 +129,7 @@ async function importArchive(input) {
   for (const c of input.consent || []) {
     consent.push({ ...c, state: await client.getConsentState(c.entityType, c.entity) });
   }
-  return { metadata, conversations, messages, consent };
+  return { metadata, inboxId: client.inboxId, conversations, messages, consent };
 }
 
 function safe(f) { try { return f(); } catch { return undefined; } }

@@ -55,7 +55,16 @@ func id32(name string) []byte { s := sha256.Sum256([]byte(name)); return s[:] }
 
 func inboxID(name string) string { return hex.EncodeToString(id32("inbox " + name)) }
 
+// refDisappearing is a conversation's disappearing setting in the
+// reference, as decimal strings.
+type refDisappearing struct {
+	FromNs string `json:"fromNs"`
+	InNs   string `json:"inNs"`
+}
+
 type refArchiveView struct {
+	// InboxID is the importing client's inbox id.
+	InboxID  string `json:"inboxId"`
 	Metadata struct {
 		BackupVersion int     `json:"backupVersion"`
 		Elements      []int   `json:"elements"`
@@ -64,8 +73,9 @@ type refArchiveView struct {
 		EndNs         *string `json:"endNs"`
 	} `json:"metadata"`
 	Conversations []struct {
-		ID              string `json:"id"`
-		MembershipState int    `json:"membershipState"`
+		ID              string           `json:"id"`
+		MembershipState int              `json:"membershipState"`
+		Disappearing    *refDisappearing `json:"disappearing"`
 	} `json:"conversations"`
 	Messages []struct {
 		ID          string      `json:"id"`

@@ -125,6 +125,51 @@ func CheckArchivedGroup(g *gb.GroupSave) error {
 	return checkGroupFields(g)
 }
 
+// The reference's import (libxmtp 1.11, @xmtp/wasm-bindings 1.11.0) is
+// the rule for what a group may be here, since an export must restore
+// there; interop/refrules_test.go holds each rule against it.
+const (
+	// minDMIDBytes: the reference slices a DM id at bytes 3 and 67 (after
+	// "dm:", the importing inbox's 64-character id) and, when that half is
+	// its own id, from byte 68; a shorter id, or one with a character
+	// across those bytes, panics the importing process. A 67-byte id
+	// panics only where bytes 3-67 are the importer's id, which the server
+	// cannot know, so 68 bytes is the shortest id taken here.
+	minDMIDBytes = 68
+)
+
+// checkReferenceRules applies what the reference's import refuses or
+// crashes on, so that no record stored here makes an export unrestorable.
+func checkReferenceRules(g *gb.GroupSave) error {
+	if g.GetConversationType() == gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM {
+		if g.DmId == nil {
+			return fieldErr("dm_id", "required for a DM (the reference client refuses a DM without one on import)")
+		}
+		if err := checkDMID(g.GetDmId()); err != nil {
+			return err
+		}
+	}
+	if (g.MessageDisappearFromNs == nil) != (g.MessageDisappearInNs == nil) {
+		return fieldErr("message_disappear_in_ns", "message_disappear_from_ns and message_disappear_in_ns are set together or not at all (the reference client drops a lone one, losing the setting)")
+	}
+	return nil
+}
+
+// checkDMID checks a DM id against the byte offsets the reference slices
+// it at: "dm:<inbox>:<inbox>" as the reference writes it, or any id at
+// least 68 bytes long with a character boundary at bytes 3, 67 and 68.
+func checkDMID(id string) error {
+	if len(id) < minDMIDBytes {
+		return fieldErr("dm_id", "%d bytes; a DM id is at least %d (\"dm:\" and two inbox ids, as the reference client writes it, which panics importing a shorter one)", len(id), minDMIDBytes)
+	}
+	for _, at := range [...]int{3, 67, 68} {
+		if at < len(id) && !utf8.RuneStart(id[at]) {
+			return fieldErr("dm_id", "a character crosses byte %d, where the reference client slices a DM id (it panics importing it)", at)
+		}
+	}
+	return nil
+}
+
 func checkGroupFields(g *gb.GroupSave) error {
 	texts := map[string]string{
 		"added_by_inbox_id":         g.GetAddedByInboxId(),
@@ -160,7 +205,10 @@ func checkGroupFields(g *gb.GroupSave) error {
 	if err := checkEnum("membership_state", g.GetMembershipState(), false); err != nil {
 		return err
 	}
-	return checkEnum("conversation_type", g.GetConversationType(), true)
+	if err := checkEnum("conversation_type", g.GetConversationType(), true); err != nil {
+		return err
+	}
+	return checkReferenceRules(g)
 }
 
 // CheckMessage checks a message a caller appends or an archive carries.
@@ -213,6 +261,10 @@ func CheckConsent(c *cs.ConsentSave) error {
 	}
 	if err := checkEnum("state", c.GetState(), true); err != nil {
 		return err
+	}
+	//lint:ignore SA1019 the deprecated value is named to refuse it, as the reference's import does
+	if c.GetEntityType() == cs.ConsentTypeSave_CONSENT_TYPE_SAVE_ADDRESS {
+		return fieldErr("entity_type", "ADDRESS is refused by the reference client's import (the field is deprecated there), which stops the whole import: record consent by INBOX_ID")
 	}
 	switch e := c.GetEntity(); {
 	case e == "":

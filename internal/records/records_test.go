@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
@@ -147,7 +148,8 @@ func TestCheckRecordsNameTheField(t *testing.T) {
 	// An archived group keeps an unspecified or Restored membership state
 	// as it is (the reference accepts both); an unspecified conversation
 	// type the reference refuses, and so do we.
-	archived := &gb.GroupSave{Id: []byte("g"), MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED, ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM}
+	archived := &gb.GroupSave{Id: []byte("g"), MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED, ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM,
+		DmId: proto.String("dm:" + strings.Repeat("a", 64) + ":" + strings.Repeat("b", 64))}
 	if err := CheckArchivedGroup(archived); err != nil {
 		t.Errorf("archived group: %v", err)
 	}
@@ -166,5 +168,52 @@ func TestCheckRecordsNameTheField(t *testing.T) {
 	}
 	if err := CheckOwner("0123abcd-inbox"); err != nil {
 		t.Errorf("valid owner: %v", err)
+	}
+}
+
+// TestReferenceImportRules: the shapes the reference client's import
+// refuses or panics on are refused by the one check both the write path
+// and import use, naming the field (interop/refrules_test.go holds each
+// against the reference itself).
+func TestReferenceImportRules(t *testing.T) {
+	a64, b64 := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	dm := func(id *string) *gb.GroupSave {
+		return &gb.GroupSave{Id: []byte("0123456789abcdef"), MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED,
+			ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM, DmId: id}
+	}
+	for name, c := range map[string]struct {
+		g     *gb.GroupSave
+		field string
+	}{
+		"no dm_id":       {dm(nil), "dm_id"},
+		"empty":          {dm(proto.String("")), "dm_id"},
+		"67 bytes":       {dm(proto.String("dm:" + a64)), "dm_id"},
+		"across byte 3":  {dm(proto.String("dm\u00e9" + a64 + ":" + b64)), "dm_id"},
+		"across byte 67": {dm(proto.String("dm:" + a64[:63] + "\u00e9:" + b64)), "dm_id"},
+		"across byte 68": {dm(proto.String("dm:" + a64 + "\u00e9" + b64)), "dm_id"},
+		"68 bytes":       {dm(proto.String("dm:" + a64 + ":")), ""},
+		"canonical":      {dm(proto.String("dm:" + a64 + ":" + b64)), ""},
+		"lone from":      {&gb.GroupSave{Id: []byte("g"), ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP, MessageDisappearFromNs: proto.Int64(1)}, "message_disappear"},
+		"lone in":        {&gb.GroupSave{Id: []byte("g"), ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP, MessageDisappearInNs: proto.Int64(1)}, "message_disappear"},
+		"pair":           {&gb.GroupSave{Id: []byte("g"), ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP, MessageDisappearFromNs: proto.Int64(1), MessageDisappearInNs: proto.Int64(2)}, ""},
+		"group no dm_id": {&gb.GroupSave{Id: []byte("g"), ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP}, ""},
+	} {
+		err := CheckArchivedGroup(c.g)
+		if c.field == "" {
+			if err != nil {
+				t.Errorf("%s: %v, want accepted", name, err)
+			}
+			continue
+		}
+		var fe *FieldError
+		if !errors.As(err, &fe) || !strings.HasPrefix(fe.Field, c.field) {
+			t.Errorf("%s: %v, want a FieldError on %s", name, err, c.field)
+		}
+	}
+	//lint:ignore SA1019 the deprecated value is the shape under test
+	address := &cs.ConsentSave{EntityType: cs.ConsentTypeSave_CONSENT_TYPE_SAVE_ADDRESS, State: cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED, Entity: "0x1"}
+	var fe *FieldError
+	if err := CheckConsent(address); !errors.As(err, &fe) || fe.Field != "entity_type" {
+		t.Errorf("consent of type ADDRESS: %v, want refused on entity_type", err)
 	}
 }

@@ -27,6 +27,10 @@ func ptr[T any](v T) *T { return &v }
 
 // FullGroup is a group with every GroupSave field set to a value other
 // than its default.
+// DMID is a DM id in the form the reference client writes and parses:
+// "dm:" and two 64-character inbox ids.
+var DMID = "dm:" + strings.Repeat("a", 64) + ":" + strings.Repeat("b", 64)
+
 func FullGroup(id string) *gb.GroupSave {
 	return &gb.GroupSave{
 		Id:                       []byte(id),
@@ -37,7 +41,7 @@ func FullGroup(id string) *gb.GroupSave {
 		WelcomeId:                ptr(int64(42)),
 		RotatedAtNs:              1_700_000_000_000_000_003,
 		ConversationType:         gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP,
-		DmId:                     ptr("dm:alice:bob"),
+		DmId:                     ptr(DMID),
 		LastMessageNs:            ptr(int64(1_700_000_000_000_000_004)),
 		MessageDisappearFromNs:   ptr(int64(1_700_000_000_000_000_005)),
 		MessageDisappearInNs:     ptr(int64(86_400_000_000_000)),
