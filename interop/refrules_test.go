@@ -136,6 +136,11 @@ func TestReferenceRules_ImportDecides(t *testing.T) {
 	pair := proto.Clone(lone).(*gb.GroupSave)
 	pair.Id = id32("paired disappearing")[:16]
 	pair.MessageDisappearInNs = proto.Int64(86_400_000_000_000)
+	groupOfID := func(n int) *gb.GroupSave {
+		g := proto.Clone(sentinelGroup).(*gb.GroupSave)
+		g.Id = bytes.Repeat([]byte{byte(n)}, n)
+		return g
+	}
 	consent := func(typ cs.ConsentTypeSave, entity string) *cs.ConsentSave {
 		return &cs.ConsentSave{EntityType: typ, State: cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED, Entity: entity, ConsentedAtNs: 1}
 	}
@@ -155,6 +160,12 @@ func TestReferenceRules_ImportDecides(t *testing.T) {
 		{name: "finding 1: a character across byte 3 (panics)", group: dmWithID("dm\u00e9" + a64 + ":" + b64), field: "dm_id"},
 		{name: "finding 1: a character across byte 67 (panics)", group: dmWithID("dm:" + a64[:63] + "\u00e9:" + b64), field: "dm_id"},
 		{name: "finding 2: a DM without dm_id (refused)", group: noDMID, field: "dm_id"},
+		{name: "finding 3: a 1-byte group id (refused)", group: groupOfID(1), field: "id"},
+		{name: "finding 3: a 15-byte group id (refused)", group: groupOfID(15), field: "id"},
+		{name: "finding 3: a 17-byte group id (refused)", group: groupOfID(17), field: "id"},
+		{name: "finding 3: a 32-byte group id (refused)", group: groupOfID(32), field: "id"},
+		{name: "finding 3: a 256-byte group id (refused)", group: groupOfID(256), field: "id"},
+		{name: "inside: a 16-byte group id", group: groupOfID(16)},
 		//lint:ignore SA1019 the deprecated value is the shape under test
 		{name: "finding 4: consent of type ADDRESS (refused)", consent: consent(cs.ConsentTypeSave_CONSENT_TYPE_SAVE_ADDRESS, "0x0000000000000000000000000000000000000001"), field: "entity_type"},
 		{name: "inside: the reference's own DM id form", group: dmWithID("dm:" + a64 + ":" + b64)},

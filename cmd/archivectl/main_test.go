@@ -190,7 +190,7 @@ func TestArchivectlRewrapLegacy(t *testing.T) {
 	var buf bytes.Buffer
 	w, _ := archive.NewWriter(&buf, oldKey, archive.WriterOptions{LegacyNonce: true})
 	els := []*ds.BackupElement{{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{ExportedAtNs: 5}}}}
-	for _, m := range storetest.Messages("m", []byte("g"), 10, 1) {
+	for _, m := range storetest.Messages("m", storetest.GroupID("g"), 10, 1) {
 		els = append(els, &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: m}})
 	}
 	for _, el := range els {

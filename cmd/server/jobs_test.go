@@ -394,7 +394,7 @@ func TestJobsAgainstS3(t *testing.T) {
 func messagesOf(t *testing.T, conn *grpc.ClientConn, owner string) string {
 	t.Helper()
 	var b strings.Builder
-	req := &cb.ListMessagesRequest{Owner: owner, GroupId: []byte("big"), PageSize: 100}
+	req := &cb.ListMessagesRequest{Owner: owner, GroupId: storetest.GroupID("big"), PageSize: 100}
 	for {
 		resp, err := cb.NewConversationServiceClient(conn).ListMessages(context.Background(), req)
 		if err != nil {

@@ -114,7 +114,7 @@ func TestBinary(t *testing.T) {
 	// The default store is the embedded one: ConversationService works
 	// with nothing configured.
 	conv := cb.NewConversationServiceClient(conn)
-	group := &gb.GroupSave{Id: []byte("g"), MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED, ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM,
+	group := &gb.GroupSave{Id: storetest.GroupID("g"), MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED, ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM,
 		DmId: &storetest.DMID}
 	if _, err := conv.PutGroup(ctx, &cb.PutGroupRequest{Owner: "o", Group: group}); err != nil {
 		t.Fatalf("PutGroup on the embedded store: %v", err)

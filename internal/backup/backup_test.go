@@ -44,7 +44,7 @@ func diff(t *testing.T, what string, got, want any) {
 }
 
 func envelope(t *testing.T, authority, typ string, major uint32) []byte {
-	b, err := proto.Marshal(&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: authority, TypeId: typ, VersionMajor: major}, Content: []byte("x")})
+	b, err := proto.Marshal(&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: authority, TypeId: typ, VersionMajor: major}, Content: storetest.GroupID("x")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func fill(t *testing.T, s store.Store, owner string) fixture {
 	if _, err := s.AppendMessages(ctx, owner, []*mb.GroupMessageSave{msg("m-sync", sync, 1, text), msg("m-oneshot", oneshot, 1, text)}, store.AppendOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AppendMessages(ctx, owner, []*mb.GroupMessageSave{msg("m-restored", &gb.GroupSave{Id: []byte("g-restored")}, 1, text)}, store.AppendOptions{AllowRestored: true}); err != nil {
+	if _, err := s.AppendMessages(ctx, owner, []*mb.GroupMessageSave{msg("m-restored", &gb.GroupSave{Id: storetest.GroupID("g-restored")}, 1, text)}, store.AppendOptions{AllowRestored: true}); err != nil {
 		t.Fatal(err)
 	}
 	// Messages an import brought into a live group: one of known expiry
@@ -351,7 +351,7 @@ func TestImportIntoEmptyOwner_ARCH013_ARCH016_ARCH020(t *testing.T) {
 		if counts.Groups != 0 || counts.Messages != 0 || counts.Consent != 2 {
 			t.Errorf("export of restored history: %+v", counts)
 		}
-		if _, _, err := s.ActivateGroup(t.Context(), b, []byte("g-group")); err != nil {
+		if _, _, err := s.ActivateGroup(t.Context(), b, storetest.GroupID("g-group")); err != nil {
 			t.Fatal(err)
 		}
 		if _, counts = export(t, s, b, nil); counts.Groups != 1 || counts.Messages != 7 { // g-group's seven eligible messages
@@ -437,7 +437,7 @@ func groupEl(id string) *ds.BackupElement {
 	return &ds.BackupElement{Element: &ds.BackupElement_Group{Group: storetest.MinimalGroup(id)}}
 }
 func msgEl(id, group string) *ds.BackupElement {
-	return &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: storetest.Message(id, []byte(group), 1)}}
+	return &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: storetest.Message(id, storetest.GroupID(group), 1)}}
 }
 
 func TestImportFailureKeepsEarlierRecords_ARCH021(t *testing.T) {
@@ -463,7 +463,7 @@ func TestImportFailureKeepsEarlierRecords_ARCH021(t *testing.T) {
 		if want := int(re.Record) - 2; len(msgs) != want {
 			t.Errorf("failed at record %d with %d messages applied; want %d", re.Record, len(msgs), want)
 		}
-		if _, err := s.GetGroup(t.Context(), owner, []byte("g2")); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.GetGroup(t.Context(), owner, storetest.GroupID("g2")); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("a group after the failing record was applied: %v", err)
 		}
 
@@ -629,7 +629,7 @@ func TestExportWriteFailureStopsTheReader(t *testing.T) {
 		if _, err := s.PutGroup(t.Context(), owner, storetest.MinimalGroup("g")); err != nil {
 			t.Fatal(err)
 		}
-		msgs := storetest.Messages("m", []byte("g"), 5000, 0)
+		msgs := storetest.Messages("m", storetest.GroupID("g"), 5000, 0)
 		for _, m := range msgs {
 			m.DecryptedMessageBytes = bytes.Repeat([]byte{1}, 1024)
 		}
@@ -652,7 +652,7 @@ func TestExportWriteFailureStopsTheReader(t *testing.T) {
 		if n := runtime.NumGoroutine(); n > before {
 			t.Errorf("%d goroutines after the failed export, %d before", n, before)
 		}
-		if _, err := s.AppendMessages(t.Context(), owner, storetest.Messages("after", []byte("g"), 1, 0), store.AppendOptions{}); err != nil {
+		if _, err := s.AppendMessages(t.Context(), owner, storetest.Messages("after", storetest.GroupID("g"), 1, 0), store.AppendOptions{}); err != nil {
 			t.Errorf("a write after the failed export: %v", err)
 		}
 	})

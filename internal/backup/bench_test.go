@@ -71,7 +71,7 @@ func benchOwner(b *testing.B, s store.Store, n int, body []byte) string {
 		b.Fatal(err)
 	}
 	for i := 0; i < n; i += 10_000 {
-		msgs := storetest.Messages(fmt.Sprintf("b%d", i), []byte("g"), 10_000, int64(i))
+		msgs := storetest.Messages(fmt.Sprintf("b%d", i), storetest.GroupID("g"), 10_000, int64(i))
 		for _, m := range msgs {
 			m.DecryptedMessageBytes = body
 		}
@@ -120,7 +120,7 @@ func BenchmarkImportCopyFrom(b *testing.B) {
 		if _, err := s.PutGroup(b.Context(), owner, storetest.MinimalGroup("g")); err != nil {
 			b.Fatal(err)
 		}
-		msgs := storetest.Messages("c", []byte("g"), n, 0)
+		msgs := storetest.Messages("c", storetest.GroupID("g"), n, 0)
 		rows := make([][]any, len(msgs))
 		for j, m := range msgs {
 			m.DecryptedMessageBytes = body

@@ -83,7 +83,7 @@ func fill(t *testing.T, st store.Store, owner string, messages int) {
 		if _, err := st.PutGroup(ctx, owner, storetest.FullGroup(id)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.AppendMessages(ctx, owner, storetest.Messages(id+"-m", []byte(id), messages, 1000), store.AppendOptions{}); err != nil {
+		if _, err := st.AppendMessages(ctx, owner, storetest.Messages(id+"-m", storetest.GroupID(id), messages, 1000), store.AppendOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -688,7 +688,7 @@ func TestMaxRunningQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-st.reached
-	queued, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: b, Backup: catalogJunk(t, h, b, []byte("x")).ID})
+	queued, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: b, Backup: catalogJunk(t, h, b, storetest.GroupID("x")).ID})
 	if err != nil {
 		t.Fatalf("a job past MaxRunning 1: %v, want queued", err)
 	}
@@ -775,7 +775,7 @@ func TestScheduleRunsWhileAnotherOwnerFloods(t *testing.T) {
 		c.ScheduleRun = func(s, outcome string) { mu.Lock(); runs = append(runs, outcome); mu.Unlock() }
 	})
 	defer close(st.gate)
-	junk := catalogJunk(t, h, alice, []byte("x"))
+	junk := catalogJunk(t, h, alice, storetest.GroupID("x"))
 	for range 3 {
 		if _, err := h.m.StartImport(t.Context(), "alice", &cb.StartImportRequest{Owner: alice, Backup: junk.ID}); err != nil {
 			t.Fatalf("alice's queued import: %v", err)

@@ -129,6 +129,10 @@ func CheckArchivedGroup(g *gb.GroupSave) error {
 // the rule for what a group may be here, since an export must restore
 // there; interop/refrules_test.go holds each rule against it.
 const (
+	// groupIDBytes: the reference converts a group id to a 16-byte array
+	// and refuses any other length ("could not convert slice to array"),
+	// stopping its whole import there.
+	groupIDBytes = 16
 	// minDMIDBytes: the reference slices a DM id at bytes 3 and 67 (after
 	// "dm:", the importing inbox's 64-character id) and, when that half is
 	// its own id, from byte 68; a shorter id, or one with a character
@@ -141,6 +145,9 @@ const (
 // checkReferenceRules applies what the reference's import refuses or
 // crashes on, so that no record stored here makes an export unrestorable.
 func checkReferenceRules(g *gb.GroupSave) error {
+	if len(g.GetId()) != groupIDBytes {
+		return fieldErr("id", "%d bytes; a group id is %d bytes (the reference client refuses any other length on import)", len(g.GetId()), groupIDBytes)
+	}
 	if g.GetConversationType() == gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM {
 		if g.DmId == nil {
 			return fieldErr("dm_id", "required for a DM (the reference client refuses a DM without one on import)")

@@ -124,12 +124,14 @@ func TestPROC037_CheckDeletionAuthority(t *testing.T) {
 }
 
 func TestCheckRecordsNameTheField(t *testing.T) {
-	g := &gb.GroupSave{Id: []byte("g"), MembershipState: 1, ConversationType: 1}
+	g := &gb.GroupSave{Id: []byte("0123456789abcdef"), MembershipState: 1, ConversationType: 1}
 	if err := CheckGroup(g); err != nil {
 		t.Fatalf("valid group: %v", err)
 	}
 	for want, mutate := range map[string]func(*gb.GroupSave){
 		"group.id: required":                              func(g *gb.GroupSave) { g.Id = nil },
+		"group.id: 15 bytes; a group id is 16":            func(g *gb.GroupSave) { g.Id = g.Id[:15] },
+		"group.id: 17 bytes; a group id is 16":            func(g *gb.GroupSave) { g.Id = append(g.Id, 'x') },
 		"group.membership_state: 7 is not":                func(g *gb.GroupSave) { g.MembershipState = 7 },
 		"group.conversation_type: required":               func(g *gb.GroupSave) { g.ConversationType = 0 },
 		"group.dm_id: contains a NUL":                     func(g *gb.GroupSave) { g.DmId = proto.String("a\x00") },
@@ -148,7 +150,7 @@ func TestCheckRecordsNameTheField(t *testing.T) {
 	// An archived group keeps an unspecified or Restored membership state
 	// as it is (the reference accepts both); an unspecified conversation
 	// type the reference refuses, and so do we.
-	archived := &gb.GroupSave{Id: []byte("g"), MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED, ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM,
+	archived := &gb.GroupSave{Id: []byte("0123456789abcdef"), MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED, ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM,
 		DmId: proto.String("dm:" + strings.Repeat("a", 64) + ":" + strings.Repeat("b", 64))}
 	if err := CheckArchivedGroup(archived); err != nil {
 		t.Errorf("archived group: %v", err)
@@ -193,10 +195,10 @@ func TestReferenceImportRules(t *testing.T) {
 		"across byte 68": {dm(proto.String("dm:" + a64 + "\u00e9" + b64)), "dm_id"},
 		"68 bytes":       {dm(proto.String("dm:" + a64 + ":")), ""},
 		"canonical":      {dm(proto.String("dm:" + a64 + ":" + b64)), ""},
-		"lone from":      {&gb.GroupSave{Id: []byte("g"), ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP, MessageDisappearFromNs: proto.Int64(1)}, "message_disappear"},
-		"lone in":        {&gb.GroupSave{Id: []byte("g"), ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP, MessageDisappearInNs: proto.Int64(1)}, "message_disappear"},
-		"pair":           {&gb.GroupSave{Id: []byte("g"), ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP, MessageDisappearFromNs: proto.Int64(1), MessageDisappearInNs: proto.Int64(2)}, ""},
-		"group no dm_id": {&gb.GroupSave{Id: []byte("g"), ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP}, ""},
+		"lone from":      {&gb.GroupSave{Id: []byte("0123456789abcdef"), ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP, MessageDisappearFromNs: proto.Int64(1)}, "message_disappear"},
+		"lone in":        {&gb.GroupSave{Id: []byte("0123456789abcdef"), ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP, MessageDisappearInNs: proto.Int64(1)}, "message_disappear"},
+		"pair":           {&gb.GroupSave{Id: []byte("0123456789abcdef"), ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP, MessageDisappearFromNs: proto.Int64(1), MessageDisappearInNs: proto.Int64(2)}, ""},
+		"group no dm_id": {&gb.GroupSave{Id: []byte("0123456789abcdef"), ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP}, ""},
 	} {
 		err := CheckArchivedGroup(c.g)
 		if c.field == "" {

@@ -189,16 +189,16 @@ func TestE2EArchiveExportImport(t *testing.T) {
 
 		// ARCH-015/-026: B's restored groups refuse appends and stay out of
 		// B's export until activated.
-		_, err = c.conv.AppendMessages(t.Context(), &cb.AppendMessagesRequest{Owner: b, Messages: []*mb.GroupMessageSave{storetest.Message("new", []byte("group-1"), 9)}})
+		_, err = c.conv.AppendMessages(t.Context(), &cb.AppendMessagesRequest{Owner: b, Messages: []*mb.GroupMessageSave{storetest.Message("new", storetest.GroupID("group-1"), 9)}})
 		wantCode(t, err, codes.FailedPrecondition, "inactive")
 		_, sum := exportArchive(t, c.arch, b, nil)
 		if sum.GetGroups() != 0 || sum.GetMessages() != 0 {
 			t.Errorf("restored groups exported: %v", sum)
 		}
-		if _, err := c.conv.ActivateGroup(t.Context(), &cb.ActivateGroupRequest{Owner: b, GroupId: []byte("group-1")}); err != nil {
+		if _, err := c.conv.ActivateGroup(t.Context(), &cb.ActivateGroupRequest{Owner: b, GroupId: storetest.GroupID("group-1")}); err != nil {
 			t.Fatal(err)
 		}
-		appendMsgs(t, c.conv, b, storetest.Message("new", []byte("group-1"), 9))
+		appendMsgs(t, c.conv, b, storetest.Message("new", storetest.GroupID("group-1"), 9))
 		if _, sum = exportArchive(t, c.arch, b, nil); sum.GetGroups() != 1 || sum.GetMessages() != 4 {
 			t.Errorf("after activation: %v", sum)
 		}
@@ -231,7 +231,7 @@ func TestE2EArchiveReadMetadataAndFailedImportRetry_ARCH011_ARCH021(t *testing.T
 		a, b := storetest.Owner("a"), storetest.Owner("b")
 		put(t, c.conv, a, storetest.MinimalGroup("g"))
 		for i := range 3 {
-			msgs := storetest.Messages(fmt.Sprintf("b%d", i), []byte("g"), 1000, int64(i*1000))
+			msgs := storetest.Messages(fmt.Sprintf("b%d", i), storetest.GroupID("g"), 1000, int64(i*1000))
 			appendMsgs(t, c.conv, a, msgs...)
 		}
 		data, _ := exportArchive(t, c.arch, a, nil)

@@ -103,7 +103,7 @@ func BenchmarkAppendMessages(b *testing.B) {
 		}
 		batches := make([][]*mb.GroupMessageSave, b.N)
 		for i := range batches {
-			batches[i] = benchMessages(i, []byte("g"), content)
+			batches[i] = benchMessages(i, storetest.GroupID("g"), content)
 		}
 		b.ResetTimer()
 		for i := range b.N {
@@ -124,7 +124,7 @@ func benchGroup(b *testing.B, c cb.ConversationServiceClient, content []byte) st
 	if _, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner, Group: storetest.MinimalGroup("g")}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := c.AppendMessages(ctx, &cb.AppendMessagesRequest{Owner: owner, Messages: benchMessages(0, []byte("g"), content)}); err != nil {
+	if _, err := c.AppendMessages(ctx, &cb.AppendMessagesRequest{Owner: owner, Messages: benchMessages(0, storetest.GroupID("g"), content)}); err != nil {
 		b.Fatal(err)
 	}
 	return owner
@@ -139,7 +139,7 @@ func BenchmarkListMessages(b *testing.B) {
 		b.ResetTimer()
 		for range b.N {
 			n := 0
-			req := &cb.ListMessagesRequest{Owner: owner, GroupId: []byte("g"), PageSize: 1000}
+			req := &cb.ListMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g"), PageSize: 1000}
 			for {
 				resp, err := c.ListMessages(ctx, req)
 				if err != nil {
@@ -174,7 +174,7 @@ func BenchmarkStreamMessages(b *testing.B) {
 			owner, ctx := benchGroup(b, c, content), context.Background()
 			b.ResetTimer()
 			for range b.N {
-				stream, err := c.StreamMessages(ctx, &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g")})
+				stream, err := c.StreamMessages(ctx, &cb.StreamMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g")})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -212,7 +212,7 @@ func BenchmarkStreamMessages(b *testing.B) {
 func BenchmarkClientDecodePage(b *testing.B) {
 	c := directClient{NewConversationService(storetest.SQLite(b), codec.NewRegistry(), ConversationOptions{})}
 	owner := benchGroup(b, c, text200Envelope(b))
-	page, err := c.ListMessages(context.Background(), &cb.ListMessagesRequest{Owner: owner, GroupId: []byte("g"), PageSize: 1000})
+	page, err := c.ListMessages(context.Background(), &cb.ListMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g"), PageSize: 1000})
 	if err != nil || len(page.GetMessages()) != 1000 {
 		b.Fatalf("page of %d: %v", len(page.GetMessages()), err)
 	}
@@ -252,7 +252,7 @@ func BenchmarkPostgresCopyFrom(b *testing.B) {
 	content := text200Envelope(b)
 	rows := make([][][]any, b.N)
 	for i := range rows {
-		for _, m := range benchMessages(i, []byte("g"), content) {
+		for _, m := range benchMessages(i, storetest.GroupID("g"), content) {
 			rows[i] = append(rows[i], append([]any{owner}, store.MessageArgs(m)...))
 		}
 	}
@@ -270,7 +270,7 @@ func BenchmarkPostgresCopyFrom(b *testing.B) {
 // same order, out by COPY TO STDOUT (binary), read and discarded.
 func BenchmarkPostgresCopyTo(b *testing.B) {
 	s, owner := postgresForBench(b)
-	if _, err := s.AppendMessages(context.Background(), owner, benchMessages(0, []byte("g"), text200Envelope(b)), store.AppendOptions{}); err != nil {
+	if _, err := s.AppendMessages(context.Background(), owner, benchMessages(0, storetest.GroupID("g"), text200Envelope(b)), store.AppendOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	conn, err := s.Pool().Acquire(context.Background())

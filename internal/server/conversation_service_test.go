@@ -124,7 +124,7 @@ func TestE2EConversationGroups(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, g := range resp.GetGroups() {
-				ids = append(ids, string(g.GetId()))
+				ids = append(ids, strings.TrimRight(string(g.GetId()), "_"))
 			}
 			if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
 				break
@@ -205,7 +205,7 @@ func TestE2EConversationBulkAppend100k(t *testing.T) {
 		put(t, c, owner, storetest.MinimalGroup("g"))
 		const total, batch = 100_000, 10_000
 		for i := 0; i < total; i += batch {
-			msgs := storetest.Messages(fmt.Sprintf("b%02d", i/batch), []byte("g"), batch, int64(i))
+			msgs := storetest.Messages(fmt.Sprintf("b%02d", i/batch), storetest.GroupID("g"), batch, int64(i))
 			for _, m := range msgs {
 				m.DecryptedMessageBytes = textEnvelope(t, string(m.Id))
 			}
@@ -213,7 +213,7 @@ func TestE2EConversationBulkAppend100k(t *testing.T) {
 				t.Fatalf("batch %d: %d inserted", i/batch, resp.GetInserted())
 			}
 		}
-		stored := listAll(t, c, owner, []byte("g"))
+		stored := listAll(t, c, owner, storetest.GroupID("g"))
 		if len(stored) != total {
 			t.Fatalf("listed %d of %d", len(stored), total)
 		}
@@ -336,14 +336,14 @@ func TestE2EConversationDelete_CTYPE018_EveryCatalogueRow(t *testing.T) {
 		}
 		var targets []target
 		for _, e := range codec.Entries() {
-			targets = append(targets, target{deletionTarget(t, e.Type.String(), g.Id, e.Type.Proto(), []byte("x")), e.Deletable})
+			targets = append(targets, target{deletionTarget(t, e.Type.String(), g.Id, e.Type.Proto(), storetest.GroupID("x")), e.Deletable})
 			// A later minor version matches the same row (CTYPE-001).
 			later := e.Type
 			later.Minor = 5
-			targets = append(targets, target{deletionTarget(t, later.String(), g.Id, later.Proto(), []byte("x")), e.Deletable})
+			targets = append(targets, target{deletionTarget(t, later.String(), g.Id, later.Proto(), storetest.GroupID("x")), e.Deletable})
 		}
 		text := codec.TypeText.Proto()
-		membership := deletionTarget(t, "text-as-membership-change", g.Id, text, []byte("x"))
+		membership := deletionTarget(t, "text-as-membership-change", g.Id, text, storetest.GroupID("x"))
 		membership.Kind = mb.GroupMessageKindSave_GROUP_MESSAGE_KIND_SAVE_MEMBERSHIP_CHANGE
 		targets = append(targets,
 			target{deletionTarget(t, "legacy-reaction-1.0", g.Id, codec.TypeLegacyReaction.Proto(), []byte("{}")), false},
@@ -406,7 +406,7 @@ func TestE2EConversationDelete_PROC037_SenderOrSuperAdmin(t *testing.T) {
 		}
 		// The target must be in the group named.
 		put(t, c, owner, storetest.MinimalGroup("other"))
-		wantCode(t, del([]byte("other"), "m3", "alice"), codes.NotFound, "message 6d33")
+		wantCode(t, del(storetest.GroupID("other"), "m3", "alice"), codes.NotFound, "message 6d33")
 		ids := func() (out []string) {
 			for _, m := range listAll(t, c, owner, g.Id) {
 				out = append(out, string(m.GetMessage().GetId()))
@@ -437,7 +437,7 @@ func TestE2EConversationOwnerIsolation(t *testing.T) {
 		a, b, nobody := storetest.Owner("a"), storetest.Owner("b"), storetest.Owner("nobody")
 		g := storetest.FullGroup("secret-group")
 		put(t, c, a, g)
-		msg := deletionTarget(t, "secret-message", g.Id, codec.TypeText.Proto(), []byte("x"))
+		msg := deletionTarget(t, "secret-message", g.Id, codec.TypeText.Proto(), storetest.GroupID("x"))
 		msg.SenderInboxId = b // even as the message's sender, B acts only on B's store
 		appendMsgs(t, c, a, msg)
 		if _, err := c.SetConsent(t.Context(), &cb.SetConsentRequest{Owner: a, Records: []*cs.ConsentSave{storetest.Consent("x", cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED, 1)}}); err != nil {
@@ -467,7 +467,7 @@ func TestE2EConversationOwnerIsolation(t *testing.T) {
 				return err
 			},
 			"ActivateGroup": func(o string) error {
-				_, err := c.ActivateGroup(t.Context(), &cb.ActivateGroupRequest{Owner: o, GroupId: []byte("restored")})
+				_, err := c.ActivateGroup(t.Context(), &cb.ActivateGroupRequest{Owner: o, GroupId: storetest.GroupID("restored")})
 				return err
 			},
 		}
@@ -494,7 +494,7 @@ func TestE2EConversationOwnerIsolation(t *testing.T) {
 		if n := len(listAll(t, c, a, g.Id)); n != 1 {
 			t.Errorf("A has %d messages; want 1", n)
 		}
-		r, _ := c.GetGroup(t.Context(), &cb.GetGroupRequest{Owner: a, GroupId: []byte("restored")})
+		r, _ := c.GetGroup(t.Context(), &cb.GetGroupRequest{Owner: a, GroupId: storetest.GroupID("restored")})
 		if r.GetGroup().GetMembershipState() != gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED {
 			t.Errorf("A's restored group is %v", r.GetGroup().GetMembershipState())
 		}
@@ -686,7 +686,7 @@ func TestE2EConversationListPageBudget(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, c cb.ConversationServiceClient, _ store.Store) {
 		owner := storetest.Owner("budget")
 		putPageBytesGroup(t, c, owner)
-		req := &cb.ListMessagesRequest{Owner: owner, GroupId: []byte("g")}
+		req := &cb.ListMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g")}
 		var pages []int
 		total := 0
 		for {
@@ -716,7 +716,7 @@ func putLargeMessages(t *testing.T, c cb.ConversationServiceClient, owner string
 	t.Helper()
 	put(t, c, owner, storetest.MinimalGroup("g"))
 	for i := range batches {
-		msgs := storetest.Messages(fmt.Sprintf("p%02d", i), []byte("g"), perBatch, int64(i*10))
+		msgs := storetest.Messages(fmt.Sprintf("p%02d", i), storetest.GroupID("g"), perBatch, int64(i*10))
 		for _, m := range msgs {
 			m.DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, size)
 		}
@@ -731,7 +731,7 @@ func putLargeMessages(t *testing.T, c cb.ConversationServiceClient, owner string
 func putPageBytesGroup(t *testing.T, c cb.ConversationServiceClient, owner string) {
 	t.Helper()
 	putLargeMessages(t, c, owner, 3, 4, 700<<10)
-	huge := storetest.Message("zz-huge", []byte("g"), 1000)
+	huge := storetest.Message("zz-huge", storetest.GroupID("g"), 1000)
 	huge.DecryptedMessageBytes = bytes.Repeat([]byte{9}, 5<<20)
 	appendMsgs(t, c, owner, huge)
 }
@@ -748,7 +748,7 @@ func TestListMessagesReaderEnds(t *testing.T) {
 	// Not envelopes: each comes back twice (stored, and as Undecoded's
 	// bytes), so decoding ends a page at half the content the reader reads
 	// for it, with the reader batches ahead and blocked.
-	msgs := storetest.Messages("m", []byte("g"), 1000, 1)
+	msgs := storetest.Messages("m", storetest.GroupID("g"), 1000, 1)
 	for _, m := range msgs {
 		m.DecryptedMessageBytes = bytes.Repeat([]byte{1}, 100)
 	}
@@ -759,7 +759,7 @@ func TestListMessagesReaderEnds(t *testing.T) {
 	limits.ListPageBytes = 40 << 10 // a few messages a page
 	svc := NewConversationService(s, codec.NewRegistry(), ConversationOptions{Limits: limits, Pool: budget.NewPool(1 << 30)})
 	before := runtime.NumGoroutine()
-	req := &cb.ListMessagesRequest{Owner: owner, GroupId: []byte("g"), PageSize: 1000}
+	req := &cb.ListMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g"), PageSize: 1000}
 	listed := 0
 	for {
 		resp, err := svc.ListMessages(ctx, req)
@@ -777,7 +777,7 @@ func TestListMessagesReaderEnds(t *testing.T) {
 	// A budget too small for even the first message: refused, and the
 	// reader ends too.
 	tiny := NewConversationService(s, codec.NewRegistry(), ConversationOptions{Limits: limits, Pool: budget.NewPool(64)})
-	if _, err := tiny.ListMessages(ctx, &cb.ListMessagesRequest{Owner: owner, GroupId: []byte("g")}); status.Code(err) != codes.ResourceExhausted {
+	if _, err := tiny.ListMessages(ctx, &cb.ListMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g")}); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("under a 64-byte budget: %v", err)
 	}
 	if n := goroutinesBackTo(before); n > before {

@@ -326,7 +326,7 @@ func TestPerimeterJWT(t *testing.T) {
 		if after := snapshotOf(t, p, "bob"); after != before {
 			t.Errorf("refused JWT calls changed bob's data")
 		}
-		if _, err := ops.GetGroup(ctx, &cb.GetGroupRequest{Owner: "alice", GroupId: []byte("ga")}); err != nil {
+		if _, err := ops.GetGroup(ctx, &cb.GetGroupRequest{Owner: "alice", GroupId: storetest.GroupID("ga")}); err != nil {
 			t.Errorf("the valid JWT's write is not there: %v", err)
 		}
 	})
@@ -347,10 +347,10 @@ func TestPerimeterPolicyReloadRevokes(t *testing.T) {
 		}
 		_, err := alice.PutGroup(ctx, &cb.PutGroupRequest{Owner: "alice", Group: storetest.FullGroup("g2")})
 		wantStatus(t, "PutGroup with a revoked token", err, codes.Unauthenticated)
-		_, err = alice.GetGroup(ctx, &cb.GetGroupRequest{Owner: "alice", GroupId: []byte("g1")})
+		_, err = alice.GetGroup(ctx, &cb.GetGroupRequest{Owner: "alice", GroupId: storetest.GroupID("g1")})
 		wantStatus(t, "GetGroup with a revoked token", err, codes.Unauthenticated)
 		ops := cb.NewConversationServiceClient(p.as(t, opsToken))
-		_, err = ops.GetGroup(ctx, &cb.GetGroupRequest{Owner: "alice", GroupId: []byte("g2")})
+		_, err = ops.GetGroup(ctx, &cb.GetGroupRequest{Owner: "alice", GroupId: storetest.GroupID("g2")})
 		wantStatus(t, "the revoked token's write", err, codes.NotFound)
 
 		// A policy that does not parse leaves the one in force.
@@ -360,7 +360,7 @@ func TestPerimeterPolicyReloadRevokes(t *testing.T) {
 		if _, err := p.policy.Reload(); err == nil {
 			t.Error("a policy with an unknown scope loaded")
 		}
-		if _, err := ops.GetGroup(ctx, &cb.GetGroupRequest{Owner: "alice", GroupId: []byte("g1")}); err != nil {
+		if _, err := ops.GetGroup(ctx, &cb.GetGroupRequest{Owner: "alice", GroupId: storetest.GroupID("g1")}); err != nil {
 			t.Errorf("ops after a failed reload: %v", err)
 		}
 	})
@@ -388,7 +388,7 @@ func TestPerimeterRevokeLastCredential(t *testing.T) {
 	if changed, err := p.policy.Reload(); err != nil || !changed {
 		t.Fatalf("reload of a policy revoking alice's last digest: %v %v", changed, err)
 	}
-	_, err := alice.GetGroup(ctx, &cb.GetGroupRequest{Owner: "alice", GroupId: []byte("g1")})
+	_, err := alice.GetGroup(ctx, &cb.GetGroupRequest{Owner: "alice", GroupId: storetest.GroupID("g1")})
 	wantStatus(t, "GetGroup with alice's revoked token", err, codes.Unauthenticated)
 	if st := p.policy.Status(); st.Failing != "" || st.Failures != 0 || st.LoadedAt.IsZero() {
 		t.Errorf("status after a good reload: %+v", st)
@@ -422,7 +422,7 @@ type ownerCall func(ctx context.Context, conn *grpc.ClientConn, owner string) er
 // ownerCalls has a row for every RPC whose request names an owner;
 // TestPerimeterEveryOwnerRPCHasARow fails when an RPC is added without one.
 func ownerCalls(t *testing.T) map[string]ownerCall {
-	group := []byte("group-1")
+	group := storetest.GroupID("group-1")
 	return map[string]ownerCall{
 		cb.ConversationService_PutGroup_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
 			_, err := cb.NewConversationServiceClient(c).PutGroup(ctx, &cb.PutGroupRequest{Owner: o, Group: storetest.FullGroup("group-1")})
@@ -525,7 +525,7 @@ func forgedArchive(t *testing.T) []byte {
 	conn := startTCP(t, Config{Store: storetest.SQLite(t)})
 	conv := cb.NewConversationServiceClient(conn)
 	put(t, conv, "mallory", storetest.FullGroup("group-1"))
-	m := storetest.Message("forged-import", []byte("group-1"), 7)
+	m := storetest.Message("forged-import", storetest.GroupID("group-1"), 7)
 	m.SenderInboxId = "bob"
 	appendMsgs(t, conv, "mallory", m)
 	data, _ := exportArchive(t, cb.NewArchiveServiceClient(conn), "mallory", nil)
@@ -745,23 +745,23 @@ func TestPerimeterPageTokens(t *testing.T) {
 		appendMsgs(t, ops, owner, storetest.Messages(owner, g.Id, 5, 1)...)
 		put(t, ops, owner, storetest.FullGroup("h"))
 	}
-	page, err := ops.ListMessages(ctx, &cb.ListMessagesRequest{Owner: "alice", GroupId: []byte("g"), PageSize: 2})
+	page, err := ops.ListMessages(ctx, &cb.ListMessagesRequest{Owner: "alice", GroupId: storetest.GroupID("g"), PageSize: 2})
 	if err != nil || page.GetNextPageToken() == "" {
 		t.Fatalf("first page: %v %v", page, err)
 	}
 	token := page.GetNextPageToken()
-	if _, err := ops.ListMessages(ctx, &cb.ListMessagesRequest{Owner: "alice", GroupId: []byte("g"), PageSize: 2, PageToken: token}); err != nil {
+	if _, err := ops.ListMessages(ctx, &cb.ListMessagesRequest{Owner: "alice", GroupId: storetest.GroupID("g"), PageSize: 2, PageToken: token}); err != nil {
 		t.Errorf("the token on its own request: %v", err)
 	}
 	tampered := []byte(token)
 	tampered[3] ^= 1
 	start := int64(2)
 	for name, req := range map[string]*cb.ListMessagesRequest{
-		"another owner":   {Owner: "bob", GroupId: []byte("g"), PageToken: token},
-		"another group":   {Owner: "alice", GroupId: []byte("h"), PageToken: token},
-		"another window":  {Owner: "alice", GroupId: []byte("g"), StartNs: &start, PageToken: token},
-		"an altered byte": {Owner: "alice", GroupId: []byte("g"), PageToken: string(tampered)},
-		"8 MiB":           {Owner: "alice", GroupId: []byte("g"), PageToken: strings.Repeat("A", 8<<20)},
+		"another owner":   {Owner: "bob", GroupId: storetest.GroupID("g"), PageToken: token},
+		"another group":   {Owner: "alice", GroupId: storetest.GroupID("h"), PageToken: token},
+		"another window":  {Owner: "alice", GroupId: storetest.GroupID("g"), StartNs: &start, PageToken: token},
+		"an altered byte": {Owner: "alice", GroupId: storetest.GroupID("g"), PageToken: string(tampered)},
+		"8 MiB":           {Owner: "alice", GroupId: storetest.GroupID("g"), PageToken: strings.Repeat("A", 8<<20)},
 	} {
 		_, err := ops.ListMessages(ctx, req)
 		wantStatus(t, name, err, codes.InvalidArgument)
@@ -790,7 +790,7 @@ func TestPerimeterLogsHoldNoSecrets(t *testing.T) {
 	conv := cb.NewConversationServiceClient(conn)
 	put(t, conv, "alice", storetest.FullGroup("g"))
 	secretText := "secret-content-7f3a9c"
-	m := storetest.Message("m", []byte("g"), 1)
+	m := storetest.Message("m", storetest.GroupID("g"), 1)
 	m.SenderInboxId = "alice"
 	m.DecryptedMessageBytes = textEnvelope(t, secretText)
 	appendMsgs(t, conv, "alice", m)
@@ -893,7 +893,7 @@ func TestOwnerOfMatchesDescriptors(t *testing.T) {
 	}{
 		{&cb.ListGroupsRequest{Owner: "a"}, "a", true},
 		{&cb.ImportRequest{Payload: &cb.ImportRequest_Start{Start: &cb.ImportStart{Owner: "b"}}}, "b", true},
-		{&cb.ImportRequest{Payload: &cb.ImportRequest_Chunk{Chunk: []byte("x")}}, "", false},
+		{&cb.ImportRequest{Payload: &cb.ImportRequest_Chunk{Chunk: storetest.GroupID("x")}}, "", false},
 		{&cb.DecodeRequest{}, "", false},
 		{&cb.VerifyRequest{}, "", false},
 	} {

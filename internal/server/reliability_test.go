@@ -593,7 +593,7 @@ func TestReliability7_DatabaseOutage(t *testing.T) {
 	waitHealth(cb.ConversationService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	waitHealth(cb.ContentService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err = c.GetGroup(callCtx, &cb.GetGroupRequest{Owner: "o", GroupId: []byte("g")})
+	_, err = c.GetGroup(callCtx, &cb.GetGroupRequest{Owner: "o", GroupId: storetest.GroupID("g")})
 	cancel()
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("GetGroup during the outage: %v; want UNAVAILABLE", err)
@@ -607,7 +607,7 @@ func TestReliability7_DatabaseOutage(t *testing.T) {
 
 	proxy.Restore(t)
 	waitHealth("", healthpb.HealthCheckResponse_SERVING)
-	if _, err := c.GetGroup(ctx, &cb.GetGroupRequest{Owner: "o", GroupId: []byte("g")}); err != nil {
+	if _, err := c.GetGroup(ctx, &cb.GetGroupRequest{Owner: "o", GroupId: storetest.GroupID("g")}); err != nil {
 		t.Errorf("GetGroup after recovery: %v", err)
 	}
 }
@@ -657,12 +657,12 @@ func TestReliability8_BadInputIsInvalidArgument(t *testing.T) {
 		wantCode(t, err, codes.InvalidArgument, "not a valid protobuf message")
 
 		put(t, c, "owner", storetest.FullGroup("g"))
-		_, err = c.DeleteMessage(ctx, &cb.DeleteMessageRequest{Owner: "owner", GroupId: []byte("g"), MessageId: []byte("m"), ActorInboxId: strings.Repeat("A", mib)})
+		_, err = c.DeleteMessage(ctx, &cb.DeleteMessageRequest{Owner: "owner", GroupId: storetest.GroupID("g"), MessageId: []byte("m"), ActorInboxId: strings.Repeat("A", mib)})
 		wantCode(t, err, codes.InvalidArgument, "actor_inbox_id")
 		if n := len(status.Convert(err).Message()); n > 256 {
 			t.Errorf("a 1 MiB actor came back in a %d-byte error", n)
 		}
-		_, err = c.ListMessages(ctx, &cb.ListMessagesRequest{Owner: "owner", GroupId: []byte("g"), PageToken: strings.Repeat("A", 8*mib)})
+		_, err = c.ListMessages(ctx, &cb.ListMessagesRequest{Owner: "owner", GroupId: storetest.GroupID("g"), PageToken: strings.Repeat("A", 8*mib)})
 		wantCode(t, err, codes.InvalidArgument, "page_token")
 		if n := len(status.Convert(err).Message()); n > 256 {
 			t.Errorf("an 8 MiB page token came back in a %d-byte error", n)
@@ -762,7 +762,7 @@ func TestReliability8_ErrorsDoNotEchoLargeInput(t *testing.T) {
 	g.MutableMetadata.Attributes = map[string]string{long: "\x00"}
 	for name, call := range map[string]func() error{
 		"remote attachment URL": func() error {
-			_, err := content.EncryptAttachment(ctx, &cb.EncryptAttachmentRequest{Attachment: &cb.Attachment{Data: []byte("x")}, Url: "ftp://" + long})
+			_, err := content.EncryptAttachment(ctx, &cb.EncryptAttachmentRequest{Attachment: &cb.Attachment{Data: storetest.GroupID("x")}, Url: "ftp://" + long})
 			return err
 		},
 		"delete message id": func() error {

@@ -144,7 +144,7 @@ func TestReliability10_StoreFull(t *testing.T) {
 				}
 			}
 			batch := func(n int) []*mb.GroupMessageSave {
-				msgs := storetest.Messages(fmt.Sprintf("m%d-", n), []byte("g"), 25, int64(n)*100)
+				msgs := storetest.Messages(fmt.Sprintf("m%d-", n), storetest.GroupID("g"), 25, int64(n)*100)
 				for _, m := range msgs {
 					m.SenderInboxId = "o"
 					m.DecryptedMessageBytes = make([]byte, 32<<10)
@@ -184,7 +184,7 @@ func TestReliability10_StoreFull(t *testing.T) {
 func countMessages(t *testing.T, c cb.ConversationServiceClient, owner, group string) int {
 	t.Helper()
 	n := 0
-	req := &cb.ListMessagesRequest{Owner: owner, GroupId: []byte(group), PageSize: 200}
+	req := &cb.ListMessagesRequest{Owner: owner, GroupId: storetest.GroupID(group), PageSize: 200}
 	for {
 		resp, err := c.ListMessages(t.Context(), req)
 		if err != nil {

@@ -140,7 +140,7 @@ func TestE2EStreamMessages_ARCH009_CTYPE008(t *testing.T) {
 
 		// An empty group: one empty response. A missing one: NOT_FOUND.
 		put(t, c, owner, storetest.MinimalGroup("empty"))
-		empty, err := streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("empty")})
+		empty, err := streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: storetest.GroupID("empty")})
 		if err != nil || len(empty) != 1 || len(empty[0].GetMessages()) != 0 || empty[0].GetResumeToken() != "" {
 			t.Errorf("empty group: %v, %v", empty, err)
 		}
@@ -159,12 +159,12 @@ func TestE2EStreamMessagesBadInput(t *testing.T) {
 			req      *cb.StreamMessagesRequest
 			mentions string
 		}{
-			{&cb.StreamMessagesRequest{GroupId: []byte("g")}, "owner"},
+			{&cb.StreamMessagesRequest{GroupId: storetest.GroupID("g")}, "owner"},
 			{&cb.StreamMessagesRequest{Owner: owner}, "group_id"},
-			{&cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g"), PageSize: -1}, "page_size"},
-			{&cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g"), PageSize: 1001}, "page_size"},
-			{&cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g"), StartNs: proto.Int64(5), EndNs: proto.Int64(4)}, "start_ns"},
-			{&cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g"), PageToken: "forged"}, "page_token"},
+			{&cb.StreamMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g"), PageSize: -1}, "page_size"},
+			{&cb.StreamMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g"), PageSize: 1001}, "page_size"},
+			{&cb.StreamMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g"), StartNs: proto.Int64(5), EndNs: proto.Int64(4)}, "start_ns"},
+			{&cb.StreamMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g"), PageToken: "forged"}, "page_token"},
 		} {
 			_, err := streamAll(t, c, tc.req)
 			wantCode(t, err, codes.InvalidArgument, tc.mentions)
@@ -178,7 +178,7 @@ func TestE2EStreamMessagesPageBytes(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, c cb.ConversationServiceClient, _ store.Store) {
 		owner := storetest.Owner("bytes")
 		putPageBytesGroup(t, c, owner)
-		resps, err := streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g")}, grpc.MaxCallRecvMsgSize(64<<20))
+		resps, err := streamAll(t, c, &cb.StreamMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g")}, grpc.MaxCallRecvMsgSize(64<<20))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +213,7 @@ func TestE2EStreamMessagesStalledClient(t *testing.T) {
 			var before, during runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
-			stream, err := c.StreamMessages(t.Context(), &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g")}, grpc.MaxCallRecvMsgSize(64<<20))
+			stream, err := c.StreamMessages(t.Context(), &cb.StreamMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g")}, grpc.MaxCallRecvMsgSize(64<<20))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -276,7 +276,7 @@ func TestReliabilityHeldMessageStreams(t *testing.T) {
 				putLargeMessages(t, setup, owner, 3, 4, 1<<20)
 			}
 			req := func(owner string) *cb.StreamMessagesRequest {
-				return &cb.StreamMessagesRequest{Owner: owner, GroupId: []byte("g"), PageSize: 1}
+				return &cb.StreamMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g"), PageSize: 1}
 			}
 			// hold opens a stream and reads its first response only.
 			hold := func(owner string) (grpc.ServerStreamingClient[cb.StreamMessagesResponse], error) {

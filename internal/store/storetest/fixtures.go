@@ -9,6 +9,7 @@ package storetest
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"fmt"
 	"strings"
 
@@ -25,13 +26,39 @@ func Owner(label string) string {
 
 func ptr[T any](v T) *T { return &v }
 
-// FullGroup is a group with every GroupSave field set to a value other
-// than its default.
 // DMID is a DM id in the form the reference client writes and parses:
 // "dm:" and two 64-character inbox ids.
 var DMID = "dm:" + strings.Repeat("a", 64) + ":" + strings.Repeat("b", 64)
 
-func FullGroup(id string) *gb.GroupSave {
+// GroupID is a 16-byte group id named name, as the reference client's
+// import (and so the service) requires: name padded with '_', or a digest
+// of a longer name.
+func GroupID(name string) []byte {
+	if len(name) > 16 {
+		sum := sha256.Sum256([]byte(name))
+		return sum[:16]
+	}
+	return []byte(name + strings.Repeat("_", 16-len(name)))
+}
+
+// FullGroup is fullGroup with the 16-byte id GroupID(name): a group the
+// service accepts.
+func FullGroup(name string) *gb.GroupSave {
+	g := fullGroup(name)
+	g.Id = GroupID(name)
+	return g
+}
+
+// MinimalGroup is minimalGroup with the 16-byte id GroupID(name).
+func MinimalGroup(name string) *gb.GroupSave {
+	g := minimalGroup(name)
+	g.Id = GroupID(name)
+	return g
+}
+
+// fullGroup is a group with every GroupSave field set to a value other
+// than its default, with id as it is: the store keeps any id.
+func fullGroup(id string) *gb.GroupSave {
 	return &gb.GroupSave{
 		Id:                       []byte(id),
 		CreatedAtNs:              1_700_000_000_000_000_001,
@@ -55,8 +82,9 @@ func FullGroup(id string) *gb.GroupSave {
 	}
 }
 
-// MinimalGroup is a group with only what a group needs: id, state and type.
-func MinimalGroup(id string) *gb.GroupSave {
+// minimalGroup is a group with only what a group needs: id, state and
+// type.
+func minimalGroup(id string) *gb.GroupSave {
 	return &gb.GroupSave{
 		Id:               []byte(id),
 		MembershipState:  gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED,

@@ -14,7 +14,7 @@ import (
 // and comes back as it is.
 func testStreamMessages(t *testing.T, s store.Store) {
 	owner := Owner("stream")
-	mustPut(t, s, owner, MinimalGroup("g"))
+	mustPut(t, s, owner, minimalGroup("g"))
 	msgs := Messages("m", []byte("g"), 50, 1)
 	for i, m := range msgs {
 		m.DecryptedMessageBytes = make([]byte, 100+i)

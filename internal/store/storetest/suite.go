@@ -104,29 +104,29 @@ func allMessages(t *testing.T, s store.Store, owner string, group []byte) []*mb.
 func testGroupRoundTrip(t *testing.T, s store.Store) {
 	owner := Owner("rt")
 	variants := []*gb.GroupSave{
-		FullGroup("full"),
-		MinimalGroup("minimal"),
+		fullGroup("full"),
+		minimalGroup("minimal"),
 		// Present but empty metadata messages stay present (ARCH-024
 		// tells an absent creator from an empty one only through them).
 		func() *gb.GroupSave {
-			g := MinimalGroup("empty-metadata")
+			g := minimalGroup("empty-metadata")
 			g.Metadata, g.MutableMetadata = &gb.ImmutableMetadataSave{}, &gb.MutableMetadataSave{}
 			return g
 		}(),
 		func() *gb.GroupSave {
-			g := FullGroup("dm")
+			g := fullGroup("dm")
 			g.ConversationType = gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM
 			g.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_PENDING_REMOVE
 			g.WelcomeId, g.LastMessageNs = ptr(int64(0)), ptr(int64(-1))
 			return g
 		}(),
 		func() *gb.GroupSave {
-			g := MinimalGroup("sync")
+			g := minimalGroup("sync")
 			g.ConversationType = gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_SYNC
 			return g
 		}(),
 		func() *gb.GroupSave {
-			g := MinimalGroup("oneshot")
+			g := minimalGroup("oneshot")
 			g.ConversationType = gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_ONESHOT
 			g.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_REJECTED
 			return g
@@ -150,8 +150,8 @@ func testGroupRoundTrip(t *testing.T, s store.Store) {
 
 func testPutGroupReplaces(t *testing.T, s store.Store) {
 	owner := Owner("put")
-	mustPut(t, s, owner, FullGroup("g"))
-	next := MinimalGroup("g")
+	mustPut(t, s, owner, fullGroup("g"))
+	next := minimalGroup("g")
 	next.MembershipState = pending
 	created, err := s.PutGroup(ctx(t), owner, next)
 	if err != nil || created {
@@ -166,11 +166,11 @@ func testPutGroupReplaces(t *testing.T, s store.Store) {
 
 func testPutGroupOverRestored(t *testing.T, s store.Store) {
 	owner := Owner("restored")
-	archived := FullGroup("g")
+	archived := fullGroup("g")
 	if _, err := s.MergeGroups(ctx(t), owner, []*gb.GroupSave{archived}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.PutGroup(ctx(t), owner, MinimalGroup("g"))
+	_, err := s.PutGroup(ctx(t), owner, minimalGroup("g"))
 	if !errors.Is(err, store.ErrGroupInactive) {
 		t.Fatalf("PutGroup over a Restored group: %v; want ErrGroupInactive", err)
 	}
@@ -183,7 +183,7 @@ func testListGroupsPages(t *testing.T, s store.Store) {
 	var want [][]byte
 	for i := range 25 {
 		id := []byte{byte(25 - i), 0xff, byte(i)}
-		mustPut(t, s, owner, MinimalGroup(string(id)))
+		mustPut(t, s, owner, minimalGroup(string(id)))
 		want = append(want, id)
 	}
 	slices.SortFunc(want, func(a, b []byte) int { return slices.Compare(a, b) })
@@ -210,7 +210,7 @@ func testListGroupsPages(t *testing.T, s store.Store) {
 
 func testMessageRoundTrip(t *testing.T, s store.Store) {
 	owner := Owner("msg")
-	g := FullGroup("g")
+	g := fullGroup("g")
 	mustPut(t, s, owner, g)
 	full := FullMessage("full", g.Id, 10)
 	minimal := &mb.GroupMessageSave{Id: []byte("minimal"), GroupId: g.Id}
@@ -238,7 +238,7 @@ func testMessageRoundTrip(t *testing.T, s store.Store) {
 
 func testAppendMissingGroup(t *testing.T, s store.Store) {
 	owner := Owner("missing")
-	mustPut(t, s, owner, MinimalGroup("g"))
+	mustPut(t, s, owner, minimalGroup("g"))
 	_, err := s.AppendMessages(ctx(t), owner, []*mb.GroupMessageSave{
 		Message("ok", []byte("g"), 1),
 		Message("orphan", []byte("nope"), 2),
@@ -253,10 +253,10 @@ func testAppendMissingGroup(t *testing.T, s store.Store) {
 
 func testAppendRestored(t *testing.T, s store.Store) {
 	owner := Owner("restored")
-	if _, err := s.MergeGroups(ctx(t), owner, []*gb.GroupSave{FullGroup("r")}); err != nil {
+	if _, err := s.MergeGroups(ctx(t), owner, []*gb.GroupSave{fullGroup("r")}); err != nil {
 		t.Fatal(err)
 	}
-	mustPut(t, s, owner, MinimalGroup("live"))
+	mustPut(t, s, owner, minimalGroup("live"))
 	_, err := s.AppendMessages(ctx(t), owner, []*mb.GroupMessageSave{
 		Message("live-1", []byte("live"), 1),
 		Message("r-1", []byte("r"), 1),
@@ -276,7 +276,7 @@ func testAppendRestored(t *testing.T, s store.Store) {
 
 func testKnownMessageUnchanged(t *testing.T, s store.Store) {
 	owner := Owner("known")
-	mustPut(t, s, owner, MinimalGroup("g"))
+	mustPut(t, s, owner, minimalGroup("g"))
 	first := FullMessage("m", []byte("g"), 5)
 	if out := mustAppend(t, s, owner, first); out[0] != store.Inserted {
 		t.Fatalf("first append: %v", out)
@@ -294,7 +294,7 @@ func testKnownMessageUnchanged(t *testing.T, s store.Store) {
 // a batch holding a stored id and a repeat comes out exactly as without.
 func testKnownMessageUnchangedMostlyNew(t *testing.T, s store.Store) {
 	owner := Owner("known-mostly-new")
-	mustPut(t, s, owner, MinimalGroup("g"))
+	mustPut(t, s, owner, minimalGroup("g"))
 	first := FullMessage("m", []byte("g"), 5)
 	opts := store.AppendOptions{MostlyNew: true}
 	if out, err := s.AppendMessages(ctx(t), owner, []*mb.GroupMessageSave{first}, opts); err != nil || out[0] != store.Inserted {
@@ -320,8 +320,8 @@ func testKnownMessageUnchangedMostlyNew(t *testing.T, s store.Store) {
 
 func testListMessages(t *testing.T, s store.Store) {
 	owner := Owner("window")
-	mustPut(t, s, owner, MinimalGroup("g"))
-	mustPut(t, s, owner, MinimalGroup("other"))
+	mustPut(t, s, owner, minimalGroup("g"))
+	mustPut(t, s, owner, minimalGroup("other"))
 	// Out of order, with ties on sent_at_ns broken by id.
 	msgs := []*mb.GroupMessageSave{
 		Message("c", []byte("g"), 30), Message("a", []byte("g"), 10), Message("b2", []byte("g"), 20),
@@ -378,9 +378,9 @@ func testListMessages(t *testing.T, s store.Store) {
 
 func testDeleteMessage(t *testing.T, s store.Store) {
 	owner := Owner("delete")
-	g := FullGroup("g")
+	g := fullGroup("g")
 	mustPut(t, s, owner, g)
-	mustPut(t, s, owner, MinimalGroup("other"))
+	mustPut(t, s, owner, minimalGroup("other"))
 	keep, target := Message("keep", g.Id, 1), FullMessage("target", g.Id, 2)
 	mustAppend(t, s, owner, keep, target)
 
@@ -472,7 +472,7 @@ func testListConsentPages(t *testing.T, s store.Store) {
 
 func testActivateGroup(t *testing.T, s store.Store) {
 	owner := Owner("activate")
-	archived := FullGroup("r")
+	archived := fullGroup("r")
 	if _, err := s.MergeGroups(ctx(t), owner, []*gb.GroupSave{archived}); err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +488,7 @@ func testActivateGroup(t *testing.T, s store.Store) {
 	}
 	mustAppend(t, s, owner, Message("after", archived.Id, 1))
 
-	p := MinimalGroup("p")
+	p := minimalGroup("p")
 	p.MembershipState = pending
 	mustPut(t, s, owner, p)
 	if _, _, err := s.ActivateGroup(ctx(t), owner, p.Id); !errors.Is(err, store.ErrFailedPrecondition) {
@@ -501,16 +501,16 @@ func testActivateGroup(t *testing.T, s store.Store) {
 
 func testMergeGroups(t *testing.T, s store.Store) {
 	owner := Owner("merge")
-	live := FullGroup("live")
+	live := fullGroup("live")
 	mustPut(t, s, owner, live)
 
-	archivedLive := MinimalGroup("live")
+	archivedLive := minimalGroup("live")
 	archivedLive.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_REJECTED
 	archivedLive.LastMessageNs = ptr(live.GetLastMessageNs() + 1000)
 	archivedLive.MutableMetadata = &gb.MutableMetadataSave{Attributes: map[string]string{"group_name": "old name"}}
-	fresh := FullGroup("fresh")
+	fresh := fullGroup("fresh")
 	// ARCH-024: unknown creator (no metadata) and unknown adder stay so.
-	anonymous := MinimalGroup("anonymous")
+	anonymous := minimalGroup("anonymous")
 	anonymous.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_UNSPECIFIED
 
 	out, err := s.MergeGroups(ctx(t), owner, []*gb.GroupSave{archivedLive, fresh, anonymous})
@@ -533,7 +533,7 @@ func testMergeGroups(t *testing.T, s store.Store) {
 	}
 
 	// An older last_message_ns leaves the stored one.
-	older := MinimalGroup("live")
+	older := minimalGroup("live")
 	older.LastMessageNs = ptr(int64(1))
 	out, err = s.MergeGroups(ctx(t), owner, []*gb.GroupSave{older, fresh, anonymous})
 	if err != nil {
@@ -546,7 +546,7 @@ func testMergeGroups(t *testing.T, s store.Store) {
 
 func testOwnerIsolation(t *testing.T, s store.Store) {
 	a, b := Owner("a"), Owner("b")
-	g := FullGroup("shared-id")
+	g := fullGroup("shared-id")
 	mustPut(t, s, a, g)
 	msg := FullMessage("m", g.Id, 1)
 	mustAppend(t, s, a, msg)
@@ -554,7 +554,7 @@ func testOwnerIsolation(t *testing.T, s store.Store) {
 	if _, err := s.MergeConsent(ctx(t), a, []*cs.ConsentSave{consent}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.MergeGroups(ctx(t), a, []*gb.GroupSave{FullGroup("restored")}); err != nil {
+	if _, err := s.MergeGroups(ctx(t), a, []*gb.GroupSave{fullGroup("restored")}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -581,7 +581,7 @@ func testOwnerIsolation(t *testing.T, s store.Store) {
 		t.Errorf("B activates A's group: %v", err)
 	}
 	// B's own records under the same ids are B's alone.
-	other := MinimalGroup("shared-id")
+	other := minimalGroup("shared-id")
 	if created, err := s.PutGroup(ctx(t), b, other); err != nil || !created {
 		t.Errorf("B puts its own group of the same id: %v, %v", created, err)
 	}
@@ -589,7 +589,7 @@ func testOwnerIsolation(t *testing.T, s store.Store) {
 	if _, err := s.MergeConsent(ctx(t), b, []*cs.ConsentSave{Consent("x", cs.ConsentStateSave_CONSENT_STATE_SAVE_DENIED, 500)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.MergeGroups(ctx(t), b, []*gb.GroupSave{MinimalGroup("shared-id")}); err != nil {
+	if _, err := s.MergeGroups(ctx(t), b, []*gb.GroupSave{minimalGroup("shared-id")}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -605,7 +605,7 @@ func testOwnerIsolation(t *testing.T, s store.Store) {
 
 func testSnapshotConsistent(t *testing.T, s store.Store) {
 	owner := Owner("snap")
-	mustPut(t, s, owner, MinimalGroup("g"))
+	mustPut(t, s, owner, minimalGroup("g"))
 	mustAppend(t, s, owner, Message("before", []byte("g"), 1))
 	if _, err := s.MergeConsent(ctx(t), owner, []*cs.ConsentSave{Consent("c", cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED, 1)}); err != nil {
 		t.Fatal(err)
@@ -616,7 +616,7 @@ func testSnapshotConsistent(t *testing.T, s store.Store) {
 			return err
 		}
 		// Writes committed after the snapshot began stay out of it.
-		mustPut(t, s, owner, MinimalGroup("g2"))
+		mustPut(t, s, owner, minimalGroup("g2"))
 		mustAppend(t, s, owner, Message("after", []byte("g"), 2))
 		if _, err := s.MergeConsent(ctx(t), owner, []*cs.ConsentSave{Consent("c", cs.ConsentStateSave_CONSENT_STATE_SAVE_DENIED, 2)}); err != nil {
 			return err
@@ -647,7 +647,7 @@ func testSnapshotPages(t *testing.T, s store.Store) {
 	owner := Owner("pages")
 	n := 2*store.SnapshotPageSize + 17
 	for i := range 3 {
-		mustPut(t, s, owner, MinimalGroup(fmt.Sprintf("g%d", i)))
+		mustPut(t, s, owner, minimalGroup(fmt.Sprintf("g%d", i)))
 	}
 	// Equal send times across a page boundary: the cursor breaks ties by id.
 	msgs := Messages("m", []byte("g1"), n, 0)
@@ -712,7 +712,7 @@ func testSnapshotPages(t *testing.T, s store.Store) {
 func testBulkAppend(t *testing.T, s store.Store) {
 	owner := Owner("bulk")
 	const total, batch = 100_000, 10_000
-	mustPut(t, s, owner, MinimalGroup("g"))
+	mustPut(t, s, owner, minimalGroup("g"))
 	for i := 0; i < total; i += batch {
 		msgs := Messages(fmt.Sprintf("b%03d", i/batch), []byte("g"), batch, int64(i))
 		out := mustAppend(t, s, owner, msgs...)
@@ -747,7 +747,7 @@ func testBulkAppend(t *testing.T, s store.Store) {
 // insert and falls back; SQLite takes one writer at a time).
 func testConcurrentAppends(t *testing.T, s store.Store) {
 	owner := Owner("concurrent")
-	mustPut(t, s, owner, MinimalGroup("g"))
+	mustPut(t, s, owner, minimalGroup("g"))
 	const n = 2000
 	results := make(chan []store.Outcome, 4)
 	errs := make(chan error, 4)
