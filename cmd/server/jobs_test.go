@@ -382,6 +382,26 @@ func TestJobsAgainstS3(t *testing.T) {
 		}
 		noFile(t, gw.object(key))
 		noFile(t, gw.object(key+jobs.SidecarSuffix))
+		// The killed export's catalog row goes with it: no backup is left
+		// WRITING forever.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			list, err := cb.NewBackupServiceClient(conn).ListBackups(t.Context(), &cb.ListBackupsRequest{Owner: "alice"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			writing := 0
+			for _, b := range list.GetBackups() {
+				if b.GetState() == cb.BackupState_BACKUP_STATE_WRITING {
+					writing++
+				}
+			}
+			if writing == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d backups left WRITING after the kill", writing)
+			}
+		}
 		// Its owner may export again at once.
 		if again := waitJob(t, conn, startExport(t, conn, "alice", "s3", "after-kill").GetName()); again.GetError() != nil {
 			t.Fatalf("export after the kill: %v", again.GetError())

@@ -516,9 +516,17 @@ func TestDeadServersJobsFail(t *testing.T) {
 	st := storetest.SQLite(t)
 	h := newHarness(t, st)
 	now := time.Now()
+	// The export's backup row, WRITING when its server died.
+	b := store.Backup{Owner: "o", ID: NewID(now), State: store.BackupWriting, Bucket: "local", ObjectKey: "o/x" + ArchiveSuffix,
+		Options: []byte{}, WrappedKey: []byte{1}, Created: now}
+	progress, _ := proto.Marshal(&cb.JobMetadata{Kind: cb.JobKind_JOB_KIND_EXPORT, Owner: "o", Backup: b.ID})
 	dead := store.Job{ID: NewID(now), Kind: store.JobExport, Owner: "o", Principal: "p", State: store.JobRunning,
-		Spec: []byte{}, Progress: []byte{}, LeaseUntil: now.Add(-time.Second), Created: now, Updated: now}
+		Spec: []byte{}, Progress: progress, LeaseUntil: now.Add(-time.Second), Created: now, Updated: now}
+	b.JobID = dead.ID
 	if err := st.CreateJob(t.Context(), dead); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateBackup(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -528,6 +536,36 @@ func TestDeadServersJobsFail(t *testing.T) {
 	op, _ := Operation(j)
 	if j.State != store.JobFailed || op.GetError().GetCode() != int32(codes.Unavailable) || !strings.Contains(op.GetError().GetMessage(), "stopped") {
 		t.Errorf("dead job: %s, %v", j.State, op.GetError())
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := st.GetBackup(t.Context(), "o", b.ID); errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dead export's WRITING catalog row stayed")
+		}
+	}
+}
+
+// TestDeleteBackupWhileWriting: a backup whose export runs cannot be
+// deleted; a WRITING row whose job has ended can.
+func TestDeleteBackupWhileWriting(t *testing.T) {
+	st, h, owner, j := startGated(t, 5, "held")
+	id := objectOf(t, j).GetKey()
+	md, _ := Metadata(j)
+	if err := h.m.DeleteBackup(t.Context(), "tester", owner, md.GetBackup()); !errors.Is(err, ErrBackupNotComplete) {
+		t.Errorf("delete of a backup being written: %v, want ErrBackupNotComplete (%s)", err, id)
+	}
+	close(st.gate)
+	waitDone(t, h.m, j.ID)
+	now := time.Now()
+	left := store.Backup{Owner: owner, ID: NewID(now), State: store.BackupWriting, Bucket: "local", ObjectKey: ownerDir("", owner) + "left" + ArchiveSuffix,
+		JobID: j.ID, Options: []byte{}, WrappedKey: []byte{1}, Created: now}
+	if err := st.CreateBackup(t.Context(), left); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.DeleteBackup(t.Context(), "tester", owner, left.ID); err != nil {
+		t.Errorf("delete of a WRITING row whose job ended: %v", err)
 	}
 }
 

@@ -185,6 +185,7 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 		for _, id := range ids {
 			m.cfg.Log.Warn("job failed: its server stopped", zap.String("job", id))
+			m.forgetDeadBackup(ctx, id)
 		}
 		if n, err := m.cfg.Store.DeleteFinishedJobs(ctx, time.Now().Add(-m.cfg.KeepFinished), 1000); err != nil && ctx.Err() == nil {
 			m.cfg.Log.Warn("delete finished jobs", zap.Error(err))
@@ -198,6 +199,27 @@ func (m *Manager) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// forgetDeadBackup deletes the catalog row of an export whose server
+// died: the row was WRITING and its object was never committed (an
+// aborted upload is no object), so it is no backup.
+func (m *Manager) forgetDeadBackup(ctx context.Context, jobID string) {
+	j, err := m.cfg.Store.GetJob(ctx, jobID)
+	if err != nil || j.Kind != store.JobExport {
+		return
+	}
+	md, err := Metadata(j)
+	if err != nil || md.GetBackup() == "" {
+		return
+	}
+	b, err := m.cfg.Store.GetBackup(ctx, j.Owner, md.GetBackup())
+	if err != nil || b.State != store.BackupWriting {
+		return
+	}
+	if err := m.deleteBackup(ctx, b); err != nil {
+		m.cfg.Log.Warn("dead export's catalog row not deleted", zap.String("job", jobID), zap.String("backup", b.ID), zap.Error(err))
 	}
 }
 
@@ -458,16 +480,20 @@ func (m *Manager) BackupKey(ctx context.Context, principal, owner, id string) ([
 	return key, nil
 }
 
-// DeleteBackup deletes a complete backup: its sidecar, its object, then
-// its catalog row, so a failure part-way leaves a row that a retry
-// finishes. A backup still being written is ErrBackupNotComplete.
+// DeleteBackup deletes a backup: its sidecar, its object, then its
+// catalog row, so a failure part-way leaves a row that a retry finishes.
+// A backup whose export still runs is ErrBackupNotComplete.
 func (m *Manager) DeleteBackup(ctx context.Context, principal, owner, id string) error {
 	b, err := m.Backup(ctx, owner, id)
 	if err != nil {
 		return err
 	}
 	if b.State != store.BackupComplete {
-		return fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
+		// A WRITING row is refused while its export runs; once its job
+		// has ended (a row a crash left behind), it is deleted like any.
+		if j, err := m.cfg.Store.GetJob(ctx, b.JobID); err == nil && j.State == store.JobRunning {
+			return fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
+		}
 	}
 	if err := m.deleteBackup(ctx, b); err != nil {
 		return err
