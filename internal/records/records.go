@@ -23,9 +23,12 @@ import (
 // Limits on the parts of a record the store keys or indexes by. Content
 // and metadata are bounded by the request size instead.
 const (
-	MaxOwnerBytes  = 256
-	MaxIDBytes     = 256
-	MaxEntityBytes = 1024
+	MaxOwnerBytes = 256
+	MaxIDBytes    = 256
+	// MaxEntityBytes bounds a consent entity, a key of the consent table:
+	// Postgres refuses a b-tree index row past about 2.7 KB, so the
+	// reference's unbounded entity stops here (the one exception).
+	MaxEntityBytes = 2048
 )
 
 // FieldError is a request field that is wrong, named by its path in the
@@ -106,7 +109,9 @@ func checkLiveGroup(g *gb.GroupSave) error {
 	if err := CheckArchivedGroup(g); err != nil {
 		return err
 	}
-	if err := checkEnum("membership_state", g.GetMembershipState(), true); err != nil {
+	// An unspecified state is taken, as the reference's import takes it
+	// (interop/refrules_test.go): a device's store may hold one.
+	if err := checkEnum("membership_state", g.GetMembershipState(), false); err != nil {
 		return err
 	}
 	if g.GetMembershipState() == gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED {
@@ -247,10 +252,8 @@ func CheckMessage(m *mb.GroupMessageSave) error {
 	if err := checkEnum("delivery_status", m.GetDeliveryStatus(), true); err != nil {
 		return err
 	}
-	//lint:ignore SA1019 the retired field is still checked and stored as given (ARCH-004)
-	if err := checkEnum("content_type_save", m.GetContentTypeSave(), false); err != nil {
-		return err
-	}
+	// content_type_save, retired, is stored as given whatever its value,
+	// as the reference's import takes it (ARCH-004).
 	// ARCH-019: a deadline is only known information.
 	if m.ExpiresAtNs != nil && !m.GetExpiryKnown() {
 		return fieldErr("expires_at_ns", "set while expiry_known is not true; a known deadline needs expiry_known true (ARCH-019)")
@@ -273,14 +276,12 @@ func CheckConsent(c *cs.ConsentSave) error {
 	if c.GetEntityType() == cs.ConsentTypeSave_CONSENT_TYPE_SAVE_ADDRESS {
 		return fieldErr("entity_type", "ADDRESS is refused by the reference client's import (the field is deprecated there), which stops the whole import: record consent by INBOX_ID")
 	}
-	switch e := c.GetEntity(); {
-	case e == "":
-		return fieldErr("entity", "required")
-	case len(e) > MaxEntityBytes:
-		return fieldErr("entity", "%d bytes exceed the limit of %d", len(e), MaxEntityBytes)
-	default:
-		return checkText("entity", e)
+	// Any entity the reference's import takes is taken, empty included,
+	// up to the store's index bound.
+	if e := c.GetEntity(); len(e) > MaxEntityBytes {
+		return fieldErr("entity", "%d bytes exceed the limit of %d (the store indexes it)", len(e), MaxEntityBytes)
 	}
+	return checkText("entity", c.GetEntity())
 }
 
 // DeriveIdentifiers sets the four identifier fields of m from the type of

@@ -546,10 +546,6 @@ func TestE2EConversationBadInput(t *testing.T) {
 				_, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner, Group: withGroup(func(x *gb.GroupSave) { x.MembershipState = 99 })})
 				return err
 			}, codes.InvalidArgument, "group.membership_state: 99 is not a GroupMembershipStateSave value"},
-			{"membership state unspecified", func() error {
-				_, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner, Group: withGroup(func(x *gb.GroupSave) { x.MembershipState = 0 })})
-				return err
-			}, codes.InvalidArgument, "group.membership_state: required"},
 			{"put restored", func() error {
 				_, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner, Group: withGroup(func(x *gb.GroupSave) {
 					x.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED
@@ -636,10 +632,10 @@ func TestE2EConversationBadInput(t *testing.T) {
 				_, err := c.SetConsent(ctx, &cb.SetConsentRequest{Owner: owner, Records: []*cs.ConsentSave{consent, {EntityType: 1, State: 9, Entity: "y"}}})
 				return err
 			}, codes.InvalidArgument, "records[1].state: 9 is not a ConsentStateSave value"},
-			{"consent without entity", func() error {
-				_, err := c.SetConsent(ctx, &cb.SetConsentRequest{Owner: owner, Records: []*cs.ConsentSave{{EntityType: 1, State: 2}}})
+			{"consent entity past the index bound", func() error {
+				_, err := c.SetConsent(ctx, &cb.SetConsentRequest{Owner: owner, Records: []*cs.ConsentSave{{EntityType: 1, State: 2, Entity: strings.Repeat("e", 2049)}}})
 				return err
-			}, codes.InvalidArgument, "records[0].entity: required"},
+			}, codes.InvalidArgument, "records[0].entity: 2049 bytes exceed the limit of 2048"},
 			{"consent type unspecified", func() error {
 				_, err := c.SetConsent(ctx, &cb.SetConsentRequest{Owner: owner, Records: []*cs.ConsentSave{{State: 2, Entity: "y", ConsentedAtNs: 99}}})
 				return err

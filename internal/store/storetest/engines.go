@@ -77,7 +77,7 @@ func NewPostgresDatabase(t testing.TB) string {
 		t.Fatalf("create database: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, admin)
 		if err != nil {
@@ -85,9 +85,16 @@ func NewPostgresDatabase(t testing.TB) string {
 			return
 		}
 		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
+		// DROP DATABASE asks for a checkpoint, which fails while another
+		// test holds a tablespace full on purpose
+		// (TestReliability10_StoreFull): retry for as long as that lasts.
+		for range 30 {
+			if _, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err == nil {
+				return
+			}
+			time.Sleep(time.Second)
 		}
+		t.Errorf("drop database %s: %v", name, err)
 	})
 	u, err := url.Parse(admin)
 	if err != nil {
