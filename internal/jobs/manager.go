@@ -545,7 +545,7 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req startRe
 	m.mu.Unlock()
 	abandon := func() {
 		m.forget(id)
-		m.giveBack(tk)
+		m.slots.giveUp(tk)
 	}
 
 	spec, err := proto.Marshal(req)
@@ -606,17 +606,6 @@ func (m *Manager) endUnstarted(j store.Job, cause error) {
 		ErrorCode: int32(codes.Unavailable), ErrorMessage: "the job could not be recorded; start it again"})
 }
 
-// giveBack returns a ticket's slot, or its place in the queue.
-func (m *Manager) giveBack(t *ticket) {
-	if granted(t) {
-		m.slots.release(t)
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_ = m.slots.wait(ctx, t)
-}
-
 func (m *Manager) forget(id string) {
 	m.mu.Lock()
 	delete(m.running, id)
@@ -643,7 +632,7 @@ func (m *Manager) Cancel(ctx context.Context, id string) (store.Job, error) {
 func (m *Manager) execute(ctx context.Context, r *run, req proto.Message, p prepared) {
 	defer m.wg.Done()
 	defer m.forget(r.job.ID)
-	defer m.giveBack(r.ticket)
+	defer m.slots.giveUp(r.ticket)
 	defer r.cancel(nil)
 	log := m.cfg.Log.With(zap.String("job", r.job.ID), zap.String("kind", r.job.Kind), zap.String("principal", r.job.Principal))
 	renewDone := make(chan struct{})

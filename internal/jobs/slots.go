@@ -30,6 +30,7 @@ type ticket struct {
 	owner   string
 	granted chan struct{}
 	done    bool // granted, or withdrawn
+	over    bool // its slot given back, or its place withdrawn
 }
 
 func newSlots(total, perOwner, queuePerOwner int) *slots {
@@ -75,8 +76,8 @@ func granted(t *ticket) bool {
 	}
 }
 
-// wait blocks until t is granted or ctx ends; a ticket withdrawn by ctx
-// gives its place up.
+// wait blocks until t is granted or ctx ends. A ticket granted as ctx
+// ends counts as granted: its holder gives it back with giveUp.
 func (s *slots) wait(ctx context.Context, t *ticket) error {
 	select {
 	case <-t.granted:
@@ -85,15 +86,31 @@ func (s *slots) wait(ctx context.Context, t *ticket) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t.done { // granted as ctx ended: give the slot back
-		select {
-		case <-t.granted:
-			s.releaseLocked(t.owner)
-		default:
-		}
-		return context.Cause(ctx)
+	if granted(t) {
+		return nil
 	}
-	t.done = true
+	s.withdrawLocked(t)
+	return context.Cause(ctx)
+}
+
+// giveUp ends t: its slot goes back when it was granted, its place in
+// the queue when not. A second call does nothing.
+func (s *slots) giveUp(t *ticket) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case t.over:
+	case granted(t):
+		t.over = true
+		s.releaseLocked(t.owner)
+	default:
+		s.withdrawLocked(t)
+	}
+}
+
+// withdrawLocked takes a queued t out of its owner's queue.
+func (s *slots) withdrawLocked(t *ticket) {
+	t.done, t.over = true, true
 	q := s.queues[t.owner]
 	for i, w := range q {
 		if w == t {
@@ -104,14 +121,6 @@ func (s *slots) wait(ctx context.Context, t *ticket) error {
 	if len(s.queues[t.owner]) == 0 {
 		s.dropFromRing(t.owner)
 	}
-	return context.Cause(ctx)
-}
-
-// release gives back the slot t was granted.
-func (s *slots) release(t *ticket) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.releaseLocked(t.owner)
 }
 
 func (s *slots) releaseLocked(owner string) {

@@ -32,11 +32,11 @@ func TestSlotsAreFairAcrossOwners(t *testing.T) {
 		t.Fatal("carol should have the last free slot, then wait")
 	}
 	// alice ends a job: her queue and carol's take turns.
-	s.release(alice[0])
+	s.giveUp(alice[0])
 	if !granted(alice[2]) {
 		t.Fatal("alice's freed slot should go to her queue, under her share")
 	}
-	s.release(bob)
+	s.giveUp(bob)
 	if !granted(carol2) || granted(alice[3]) {
 		t.Fatal("bob's slot should go to carol (her turn), not alice (at her share)")
 	}
@@ -62,8 +62,33 @@ func TestSlotsQueueBoundAndWithdraw(t *testing.T) {
 	if _, err := s.take("alice"); err != nil {
 		t.Fatalf("a withdrawn ticket kept its place: %v", err)
 	}
-	s.release(first)
+	s.giveUp(first)
 	if s.queued() != 1 {
 		t.Fatalf("queued = %d, want 1 after a grant", s.queued())
+	}
+}
+
+// A ticket given up twice, or granted as its wait was cancelled, gives
+// its slot back once: the slots never outnumber the server's.
+func TestSlotsGiveUpOnce(t *testing.T) {
+	s := newSlots(1, 1, 2)
+	first, _ := s.take("alice")
+	second, _ := s.take("alice")
+	s.giveUp(first) // grants second
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := s.wait(ctx, second); err != nil {
+		t.Fatalf("wait of a ticket granted as it was cancelled: %v, want it held", err)
+	}
+	s.giveUp(second)
+	s.giveUp(second)
+	s.giveUp(first)
+	if s.free != 1 {
+		t.Fatalf("free slots = %d, want 1", s.free)
+	}
+	a, _ := s.take("bob")
+	b, _ := s.take("carol")
+	if !granted(a) || granted(b) {
+		t.Fatal("one slot must grant exactly one ticket")
 	}
 }
