@@ -28,7 +28,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps bench bench-store bench-container bench-archive load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps interop-soak bench bench-store bench-container bench-archive load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -101,6 +101,17 @@ reliability:
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
 	TEST_DATABASE_URL="$$url" go test -count=1 -v -run 'Reliability' ./internal/server
+
+# interop-soak runs the differential generator against the reference
+# client for SOAK_SEEDS seeds of SOAK_SHAPES shapes each (make test runs
+# one seed of 300); each seed's verdicts land in interop/soak-<seed>.json.
+SOAK_SEEDS ?= 1 2 3 4 5 6 7 8 9 10
+SOAK_SHAPES ?= 2000
+interop-soak: interop-deps
+	cd interop && for seed in $(SOAK_SEEDS); do \
+		go test -count=1 -timeout 60m -run '^TestReferenceRules_DifferentialGenerator$$' . -v \
+			-gen.seed=$$seed -gen.shapes=$(SOAK_SHAPES) -gen.report=$$PWD/soak-$$seed.json | grep -E 'seed [0-9]+:|imported|FAIL|ok' || exit 1; \
+	done
 
 # check is the fast path: vet, staticcheck and every test once, without the
 # race detector or fuzzing; under 2 minutes once the build cache is warm.

@@ -10,6 +10,9 @@
 //   node archive.mjs import   stdin {key, archive, consent: [{entityType, entity}]};
 //                             prints the reference's reading of the archive:
 //                             {metadata, conversations, messages, consent}
+//   node archive.mjs import-each  stdin {key, archives: [{archive, consent}]};
+//                             imports each into a fresh client, one line each:
+//                             the view as above, or {error}
 //
 // Bytes travel as lowercase hex; envelopes as {type, parameters, fallback,
 // compression, content (hex)}.
@@ -105,7 +108,27 @@ async function create(input) {
 }
 
 async function importArchive(input) {
-  const client = await offlineClient(9);
+  return importInto(await offlineClient(9), input);
+}
+
+// importEach imports input.archives in turn, each into a fresh client,
+// writing one line per archive as it finishes: its view, or {error}. A
+// panic in the wasm module ends the process; the caller knows which
+// archive did it from the lines written before.
+async function importEach(input) {
+  for (const a of input.archives) {
+    let line;
+    try {
+      line = await importInto(await offlineClient(9), { key: input.key, ...a });
+    } catch (e) {
+      line = { error: String(e?.message ?? e) };
+    }
+    await new Promise((resolve) => process.stdout.write(json(line) + '\n', resolve));
+  }
+  return null;
+}
+
+async function importInto(client, input) {
   const sync = client.device_sync();
   const data = unhex(input.archive);
   const key = unhex(input.key);
@@ -135,11 +158,12 @@ async function importArchive(input) {
 function safe(f) { try { return f(); } catch { return undefined; } }
 
 const input = JSON.parse(fs.readFileSync(0, 'utf8') || '{}');
-const commands = { create, import: importArchive };
+const commands = { create, import: importArchive, 'import-each': importEach };
 const cmd = commands[process.argv[2]];
 if (!cmd) {
   console.error('usage: node archive.mjs create|import < input.json');
   process.exit(2);
 }
 // The client's background tasks would keep Node alive: exit once written.
-process.stdout.write(json(await cmd(input)) + '\n', () => process.exit(0));
+const result = await cmd(input);
+process.stdout.write(result === null ? '' : json(result) + '\n', () => process.exit(0));

@@ -242,12 +242,13 @@ func messageOf(name string, mutate func(*mb.GroupMessageSave)) *mb.GroupMessageS
 	return m
 }
 
-// TestReferenceRules_WeTakeWhatTheReferenceTakes: shapes we used to
-// refuse that the reference's import takes (a device may hold them) are
-// taken here too; the shapes we still refuse though the reference takes
-// them are the allow-list below, each with the reason storing it here
-// would be unsafe or is not yet decided. A shape on the list that the
-// reference stops taking, or that we start taking, fails the test.
+// TestReferenceRules_WeTakeWhatTheReferenceTakes: the over-refusals the
+// issue found, each against the reference. The shapes we used to refuse
+// that the reference's import takes (a device may hold them) are taken
+// here too; the ones we still refuse must each match an entry of
+// overRefusals, the one allow-list with its reasons (generator_test.go).
+// A shape that the reference stops taking, or that we start taking,
+// fails the test.
 func TestReferenceRules_WeTakeWhatTheReferenceTakes(t *testing.T) {
 	svc := startServices(t)
 	owner := inboxID("takes owner")
@@ -260,6 +261,13 @@ func TestReferenceRules_WeTakeWhatTheReferenceTakes(t *testing.T) {
 	nulAttr := proto.Clone(sentinelGroup).(*gb.GroupSave)
 	nulAttr.Id = id32("nul attribute")[:16]
 	nulAttr.MutableMetadata = &gb.MutableMetadataSave{Attributes: map[string]string{"group_name": "a\x00b"}}
+	state42 := proto.Clone(sentinelGroup).(*gb.GroupSave)
+	state42.Id = id32("membership 42")[:16]
+	state42.MembershipState = 42
+	big := proto.Clone(sentinelGroup).(*gb.GroupSave)
+	big.Id = id32("big group")[:16]
+	big.MutableMetadata = &gb.MutableMetadataSave{Attributes: map[string]string{"description": strings.Repeat("d", 300<<10)}}
+	dm67 := dmWithID("dm:" + strings.Repeat("c", 64))
 	consent := func(entity string, at int64) *cs.ConsentSave {
 		return &cs.ConsentSave{EntityType: cs.ConsentTypeSave_CONSENT_TYPE_SAVE_INBOX_ID, State: cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED, Entity: entity, ConsentedAtNs: at}
 	}
@@ -268,9 +276,10 @@ func TestReferenceRules_WeTakeWhatTheReferenceTakes(t *testing.T) {
 		group   *gb.GroupSave
 		message *mb.GroupMessageSave
 		consent *cs.ConsentSave
-		// why: empty for a shape both take; else why we still refuse it,
-		// and field, the field our refusal names.
-		why, field string
+		// field: the field our refusal names, for a shape we still refuse
+		// though the reference takes it (one of overRefusals); "" for a
+		// shape both take.
+		field string
 	}{
 		{name: "a group of unspecified membership state", group: unspecified},
 		//lint:ignore SA1019 the retired field's unknown value is the shape under test
@@ -278,20 +287,16 @@ func TestReferenceRules_WeTakeWhatTheReferenceTakes(t *testing.T) {
 		{name: "an empty consent entity", consent: consent("", 1)},
 		{name: "a 1,500-byte consent entity", consent: consent(strings.Repeat("e", 1500), 1)},
 
-		{name: "a NUL in a group attribute", group: nulAttr, field: "mutable_metadata.attributes",
-			why: "Postgres text holds no NUL, and both engines must keep the same records"},
-		{name: "an empty message id", message: messageOf("no id", func(m *mb.GroupMessageSave) { m.Id = nil }), field: "id",
-			why: "the store's message key is NOT NULL and the drivers write a missing id as NULL"},
-		{name: "a 257-byte message id", message: messageOf("long id", func(m *mb.GroupMessageSave) { m.Id = bytes.Repeat([]byte{7}, 257) }), field: "id",
-			why: "ids are keys of the store's indexes; 256 bytes bounds them"},
-		{name: "a NUL in sender_inbox_id", message: messageOf("nul sender", func(m *mb.GroupMessageSave) { m.SenderInboxId = "a\x00b" }), field: "sender_inbox_id",
-			why: "Postgres text holds no NUL"},
-		{name: "expires_at_ns without expiry_known", message: messageOf("deadline", func(m *mb.GroupMessageSave) { m.ExpiryKnown = nil; m.ExpiresAtNs = proto.Int64(1) }), field: "expires_at_ns",
-			why: "not yet decided: export's expiry rules (ARCH-009, ARCH-019) read a deadline only when expiry_known is true"},
-		{name: "a 2,049-byte consent entity", consent: consent(strings.Repeat("e", 2049), 1), field: "entity",
-			why: "the entity is a key of the consent table; Postgres refuses a b-tree row past about 2.7 KB"},
-		{name: "consent dated a day ahead", consent: consent("future", time.Now().Add(24*time.Hour).UnixNano()), field: "consented_at_ns",
-			why: "a date ahead of the server's clock would win every consent merge until then; device clocks are not trusted"},
+		{name: "a group of membership state 42", group: state42},
+		{name: "a NUL in a group attribute", group: nulAttr, field: "mutable_metadata.attributes"},
+		{name: "a group over 256 KiB", group: big, field: "group"},
+		{name: "a 67-byte DM id", group: dm67, field: "dm_id"},
+		{name: "an empty message id", message: messageOf("no id", func(m *mb.GroupMessageSave) { m.Id = nil }), field: "id"},
+		{name: "a 257-byte message id", message: messageOf("long id", func(m *mb.GroupMessageSave) { m.Id = bytes.Repeat([]byte{7}, 257) }), field: "id"},
+		{name: "a NUL in sender_inbox_id", message: messageOf("nul sender", func(m *mb.GroupMessageSave) { m.SenderInboxId = "a\x00b" }), field: "sender_inbox_id"},
+		{name: "expires_at_ns without expiry_known", message: messageOf("deadline", func(m *mb.GroupMessageSave) { m.ExpiryKnown = nil; m.ExpiresAtNs = proto.Int64(1) }), field: "expires_at_ns"},
+		{name: "a 2,049-byte consent entity", consent: consent(strings.Repeat("e", 2049), 1), field: "entity"},
+		{name: "consent dated a day ahead", consent: consent("future", time.Now().Add(24*time.Hour).UnixNano()), field: "consented_at_ns"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -317,14 +322,19 @@ func TestReferenceRules_WeTakeWhatTheReferenceTakes(t *testing.T) {
 			if ref.failed || !ref.kept() {
 				t.Fatalf("the reference no longer takes this shape (failed=%v): it leaves the list\n%s", ref.failed, tail(ref.stderr))
 			}
-			if c.why == "" {
+			if c.field == "" {
 				if err != nil {
 					t.Errorf("we refuse a shape the reference takes: %v", err)
 				}
 				return
 			}
-			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), c.field) {
-				t.Errorf("allow-listed (%s), but our write path gave %v; want INVALID_ARGUMENT naming %s", c.why, err, c.field)
+			msg := status.Convert(err).Message()
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(msg, c.field) {
+				t.Errorf("our write path gave %v; want INVALID_ARGUMENT naming %s", err, c.field)
+			}
+			kind := map[bool]string{true: "group"}[c.group != nil] + map[bool]string{true: "message"}[c.message != nil] + map[bool]string{true: "consent"}[c.consent != nil]
+			if _, ok := overRefusal(kind, msg); !ok {
+				t.Errorf("we refuse a shape the reference takes (%s) and no entry of overRefusals names it", msg)
 			}
 		})
 	}

@@ -109,11 +109,6 @@ func checkLiveGroup(g *gb.GroupSave) error {
 	if err := CheckArchivedGroup(g); err != nil {
 		return err
 	}
-	// An unspecified state is taken, as the reference's import takes it
-	// (interop/refrules_test.go): a device's store may hold one.
-	if err := checkEnum("membership_state", g.GetMembershipState(), false); err != nil {
-		return err
-	}
 	if g.GetMembershipState() == gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED {
 		return fieldErr("membership_state", "RESTORED is set only by archive import")
 	}
@@ -210,13 +205,12 @@ func checkGroupFields(g *gb.GroupSave) error {
 			return err
 		}
 	}
-	// The reference's importer (libxmtp 1.11) accepts an unspecified
-	// membership state, which import replaces with Restored, and refuses an
-	// unspecified conversation type: ours does the same, so every group we
-	// store can be exported to it (interop/TestReferenceAcceptsEveryShape).
-	if err := checkEnum("membership_state", g.GetMembershipState(), false); err != nil {
-		return err
-	}
+	// The reference's import (libxmtp 1.11) takes any membership state,
+	// unspecified and values it does not define included (import makes a
+	// new group Restored whatever it says), and refuses an unspecified or
+	// undefined conversation type: ours does the same, so that a device's
+	// archive loses nothing here and every group we store exports to it
+	// (interop: TestReferenceRules_DifferentialGenerator).
 	if err := checkEnum("conversation_type", g.GetConversationType(), true); err != nil {
 		return err
 	}

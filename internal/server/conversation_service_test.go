@@ -542,10 +542,6 @@ func TestE2EConversationBadInput(t *testing.T) {
 				return err
 			}, codes.InvalidArgument, "group.id: 257 bytes exceed"},
 			{"no group", func() error { _, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner}); return err }, codes.InvalidArgument, "group: required"},
-			{"membership state out of range", func() error {
-				_, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner, Group: withGroup(func(x *gb.GroupSave) { x.MembershipState = 99 })})
-				return err
-			}, codes.InvalidArgument, "group.membership_state: 99 is not a GroupMembershipStateSave value"},
 			{"put restored", func() error {
 				_, err := c.PutGroup(ctx, &cb.PutGroupRequest{Owner: owner, Group: withGroup(func(x *gb.GroupSave) {
 					x.MembershipState = gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED
