@@ -39,6 +39,7 @@ type startExportJobCmd struct {
 	StartNs             *int64   `name:"start-ns" help:"Export messages sent after this time (ns, exclusive)."`
 	EndNs               *int64   `name:"end-ns" help:"Export messages sent up to this time (ns, inclusive)."`
 	ExcludeDisappearing bool     `help:"Leave out messages with an expiry, or whose expiry is unknown."`
+	Nonconforming       string   `enum:"fail,exclude,repair" default:"fail" help:"As for export: fail, exclude or repair a stored record the reference would refuse."`
 }
 
 func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
@@ -50,6 +51,7 @@ func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
 	sel := exportCmd{Elements: s.Elements, StartNs: s.StartNs, EndNs: s.EndNs, ExcludeDisappearing: s.ExcludeDisappearing}
 	op, err := cb.NewBackupServiceClient(conn).StartExport(ctx, &cb.StartExportRequest{
 		Owner: s.Owner, Options: sel.options(), Bucket: s.Bucket, Label: s.Label,
+		Nonconforming: nonconformingModes[s.Nonconforming],
 	})
 	if err != nil {
 		return fmt.Errorf("start export: %w", err)

@@ -47,6 +47,7 @@ type cli struct {
 	Rewrap  rewrapCmd        `cmd:"" help:"Rewrite an archive, legacy nonce form included, in the counter form under a new key (no server)."`
 	Jobs    jobsCmd          `cmd:"" help:"Start, follow and cancel server-side export and import jobs (object storage)."`
 	Backups backupsCmd       `cmd:"" help:"List, show, delete and fetch the key of an owner's backups in the server's catalog."`
+	Lint    lintCmd          `cmd:"" help:"List an owner's stored records that the reference client's import would refuse, with the repair an export would make."`
 	Version kong.VersionFlag `help:"Print the version and exit."`
 }
 
@@ -215,6 +216,14 @@ type exportCmd struct {
 	StartNs             *int64   `name:"start-ns" help:"Export messages sent after this time (ns, exclusive)."`
 	EndNs               *int64   `name:"end-ns" help:"Export messages sent up to this time (ns, inclusive)."`
 	ExcludeDisappearing bool     `help:"Leave out messages with an expiry, or whose expiry is unknown."`
+	Nonconforming       string   `enum:"fail,exclude,repair" default:"fail" help:"A stored record the reference client's import would refuse ('lint' lists them): fail the export, exclude it (counted), or repair it where the repair is lossless and exclude it otherwise."`
+}
+
+// nonconformingModes are the --nonconforming values.
+var nonconformingModes = map[string]cb.NonconformingRecords{
+	"fail":    cb.NonconformingRecords_NONCONFORMING_RECORDS_FAIL,
+	"exclude": cb.NonconformingRecords_NONCONFORMING_RECORDS_EXCLUDE,
+	"repair":  cb.NonconformingRecords_NONCONFORMING_RECORDS_REPAIR,
 }
 
 func (e *exportCmd) options() *ds.ArchiveOptions {
@@ -247,7 +256,8 @@ func (e *exportCmd) Run(ctx context.Context, c *cli) error {
 		return err
 	}
 	defer conn.Close()
-	stream, err := cb.NewArchiveServiceClient(conn).Export(ctx, &cb.ExportRequest{Owner: e.Owner, Key: key, Options: e.options()})
+	stream, err := cb.NewArchiveServiceClient(conn).Export(ctx, &cb.ExportRequest{Owner: e.Owner, Key: key, Options: e.options(),
+		Nonconforming: nonconformingModes[e.Nonconforming]})
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
@@ -285,8 +295,18 @@ func (e *exportCmd) Run(ctx context.Context, c *cli) error {
 	return c.output(map[string]any{
 		"file": e.Output, "groups": summary.GetGroups(), "messages": summary.GetMessages(), "consent_records": summary.GetConsentRecords(),
 		"archive_bytes": summary.GetArchiveBytes(), "sha256": hex.EncodeToString(summary.GetSha256()), "exported_at_ns": summary.GetExportedAtNs(),
-	}, fmt.Sprintf("wrote %s: %d groups, %d messages, %d consent records, %d bytes, sha256 %x\n",
-		e.Output, summary.GetGroups(), summary.GetMessages(), summary.GetConsentRecords(), summary.GetArchiveBytes(), summary.GetSha256()))
+		"excluded_records": summary.GetExcludedRecords(), "repaired_records": summary.GetRepairedRecords(),
+	}, fmt.Sprintf("wrote %s: %d groups, %d messages, %d consent records, %d bytes, sha256 %x%s\n",
+		e.Output, summary.GetGroups(), summary.GetMessages(), summary.GetConsentRecords(), summary.GetArchiveBytes(), summary.GetSha256(),
+		nonconformingNote(summary)))
+}
+
+// nonconformingNote says what an export left out or repaired.
+func nonconformingNote(s *cb.ExportSummary) string {
+	if s.GetExcludedRecords() == 0 && s.GetRepairedRecords() == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d nonconforming records excluded, %d repaired ('archivectl lint' lists them)", s.GetExcludedRecords(), s.GetRepairedRecords())
 }
 
 // checkSummary: without the summary, or with one that does not describe

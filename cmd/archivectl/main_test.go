@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/auth"
@@ -388,3 +389,61 @@ func TestArchivectlJobs(t *testing.T) {
 		t.Errorf("the deleted backup's object is still there: %v", err)
 	}
 }
+
+// TestArchivectlLint: lint lists an owner's stored records the reference
+// would refuse, as a table and as JSON; export fails on them by default
+// and, with --nonconforming=repair, writes an archive and says what it
+// left out and repaired.
+func TestArchivectlLint(t *testing.T) {
+	bin := build(t)
+	addr, s := serve(t, nil)
+	dir := t.TempDir()
+	keyHex := filepath.Join(dir, "key.hex")
+	os.WriteFile(keyHex, []byte(strings.Repeat("ab", 32)), 0o600)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+
+	owner := storetest.Owner("lint")
+	good := storetest.MinimalGroup("good")
+	bad := storetest.MinimalGroup("bad")
+	bad.Id = bad.Id[:15] // stored by an older server, as the store takes it
+	lone := storetest.MinimalGroup("lone")
+	lone.MessageDisappearFromNs = ptrTo(int64(5))
+	for _, g := range []*gb.GroupSave{good, bad, lone} {
+		if _, err := s.PutGroup(t.Context(), owner, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.AppendMessages(t.Context(), owner, storetest.Messages("in bad", bad.Id, 3, 1), store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	out, stderr, err := ctl.run("lint", "--owner", owner)
+	if err != nil {
+		t.Fatalf("lint: %v\n%s", err, stderr)
+	}
+	for _, want := range []string{"KIND", hex.EncodeToString(bad.Id), "a group id is 16 bytes", "with its 3 messages",
+		hex.EncodeToString(lone.Id), "dropped the lone message_disappear_from_ns", "2 nonconforming, 1 repairable"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lint output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = ctl.run("--json", "lint", "--owner", owner)
+	var js struct {
+		Findings []lintRow `json:"findings"`
+		N        int       `json:"nonconforming"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &js) != nil || js.N != 2 || len(js.Findings) != 2 {
+		t.Errorf("lint --json: %v\n%s", err, out)
+	}
+
+	file := filepath.Join(dir, "x.xmtp")
+	if _, stderr, err := ctl.run("export", "--owner", owner, "--key-file", keyHex, "-o", file); err == nil || !strings.Contains(stderr, "FailedPrecondition") {
+		t.Errorf("default export of nonconforming records: %v %s", err, stderr)
+	}
+	out, stderr, err = ctl.run("export", "--owner", owner, "--key-file", keyHex, "-o", file, "--nonconforming", "repair")
+	if err != nil || !strings.Contains(out, "2 groups") || !strings.Contains(out, "4 nonconforming records excluded, 1 repaired") {
+		t.Errorf("export --nonconforming=repair: %v\n%s%s", err, out, stderr)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -134,7 +134,7 @@ func fill(t *testing.T, s store.Store, owner string) fixture {
 func export(t *testing.T, s store.Store, owner string, opts *ds.ArchiveOptions) ([]byte, Counts) {
 	t.Helper()
 	var buf bytes.Buffer
-	counts, err := Export(t.Context(), s, owner, key, opts, exportAt, &buf)
+	counts, err := Export(t.Context(), s, owner, key, opts, exportAt, &buf, ExportConfig{})
 	if err != nil {
 		t.Fatalf("Export: %v", err)
 	}
@@ -270,10 +270,10 @@ func TestExportWindowAndOptions_ARCH009_ARCH017_ARCH019(t *testing.T) {
 			t.Errorf("consent only: %v", els)
 		}
 		var buf bytes.Buffer
-		if _, err := Export(t.Context(), s, owner, key, &ds.ArchiveOptions{StartNs: ptr(int64(5)), EndNs: ptr(int64(4))}, exportAt, &buf); !IsOptionsError(err) || buf.Len() != 0 {
+		if _, err := Export(t.Context(), s, owner, key, &ds.ArchiveOptions{StartNs: ptr(int64(5)), EndNs: ptr(int64(4))}, exportAt, &buf, ExportConfig{}); !IsOptionsError(err) || buf.Len() != 0 {
 			t.Errorf("backwards window: %v, %d bytes written", err, buf.Len())
 		}
-		if _, err := Export(t.Context(), s, owner, key[:31], nil, exportAt, &buf); !errors.Is(err, archive.ErrKeySize) || buf.Len() != 0 {
+		if _, err := Export(t.Context(), s, owner, key[:31], nil, exportAt, &buf, ExportConfig{}); !errors.Is(err, archive.ErrKeySize) || buf.Len() != 0 {
 			t.Errorf("ARCH-012 short key: %v, %d bytes written", err, buf.Len())
 		}
 	})
@@ -637,7 +637,7 @@ func TestExportWriteFailureStopsTheReader(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := runtime.NumGoroutine()
-		_, err := Export(t.Context(), s, owner, key, nil, exportAt, &failingWriter{limit: 200 << 10})
+		_, err := Export(t.Context(), s, owner, key, nil, exportAt, &failingWriter{limit: 200 << 10}, ExportConfig{})
 		if !errors.Is(err, errWriterBroken) {
 			t.Fatalf("export: %v; want the writer's error", err)
 		}
@@ -666,7 +666,7 @@ func TestProgressCounts(t *testing.T) {
 		fill(t, s, owner)
 		var buf bytes.Buffer
 		var written atomic.Uint64
-		counts, err := ExportWith(t.Context(), s, owner, key, nil, exportAt, &buf, &written)
+		counts, err := Export(t.Context(), s, owner, key, nil, exportAt, &buf, ExportConfig{Written: &written})
 		if err != nil {
 			t.Fatal(err)
 		}

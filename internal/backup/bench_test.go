@@ -26,7 +26,7 @@ func BenchmarkExport(b *testing.B) {
 			owner := benchOwner(b, s, n, body)
 			b.SetBytes(int64(n * (len(body) + 64)))
 			for b.Loop() {
-				counts, err := Export(b.Context(), s, owner, key, nil, exportAt, io.Discard)
+				counts, err := Export(b.Context(), s, owner, key, nil, exportAt, io.Discard, ExportConfig{})
 				if err != nil || counts.Messages != n {
 					b.Fatal(counts, err)
 				}
@@ -46,7 +46,7 @@ func BenchmarkImport(b *testing.B) {
 			s := e.Open(b)
 			owner := benchOwner(b, s, n, body)
 			var archiveBytes bytes.Buffer
-			if _, err := Export(b.Context(), s, owner, key, nil, exportAt, &archiveBytes); err != nil {
+			if _, err := Export(b.Context(), s, owner, key, nil, exportAt, &archiveBytes, ExportConfig{}); err != nil {
 				b.Fatal(err)
 			}
 			b.SetBytes(int64(archiveBytes.Len()))

@@ -21,6 +21,7 @@ import (
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -62,9 +63,36 @@ func Resolve(opts *ds.ArchiveOptions) (*ds.ArchiveOptions, error) {
 	return &ds.ArchiveOptions{Elements: sel, StartNs: opts.StartNs, EndNs: opts.EndNs, ExcludeDisappearingMessages: opts.GetExcludeDisappearingMessages()}, nil
 }
 
-// Counts is what an export wrote, per element kind.
+// Counts is what an export wrote, per element kind, and the stored
+// records it left out or repaired as nonconforming.
 type Counts struct {
 	Groups, Messages, Consent uint64
+	Excluded, Repaired        uint64
+}
+
+// Nonconforming is what an export does with a stored record the
+// reference's import would refuse or crash on: one the write path now
+// refuses but that was stored before it did.
+type Nonconforming int
+
+const (
+	// FailNonconforming fails the export with an UnexportableError.
+	FailNonconforming Nonconforming = iota
+	// ExcludeNonconforming leaves the record out (a group with its
+	// messages: the reference refuses a message of a group it lacks).
+	ExcludeNonconforming
+	// RepairNonconforming writes the record repaired where the repair is
+	// lossless (records.RepairGroup), and leaves it out otherwise.
+	RepairNonconforming
+)
+
+// ExportConfig is what changes an export beside its owner, key and
+// options.
+type ExportConfig struct {
+	Nonconforming Nonconforming
+	// Written, when set, counts the records written so far (the metadata
+	// included), for a caller that reports progress while the export runs.
+	Written *atomic.Uint64
 }
 
 // Export writes the owner's archive to w under key: the metadata element,
@@ -78,14 +106,8 @@ type Counts struct {
 // the rules, handing elements on in batches, while the caller's goroutine
 // seals and compresses them into w. What waits between the two is bounded
 // by bytes (ExportMemory).
-func Export(ctx context.Context, st store.Store, owner string, key []byte, opts *ds.ArchiveOptions, exportedAtNs int64, w io.Writer) (Counts, error) {
-	return ExportWith(ctx, st, owner, key, opts, exportedAtNs, w, nil)
-}
-
-// ExportWith is Export counting, in written when it is set, the records
-// written so far (the metadata included), for a caller that reports
-// progress while the export runs.
-func ExportWith(ctx context.Context, st store.Store, owner string, key []byte, opts *ds.ArchiveOptions, exportedAtNs int64, w io.Writer, written *atomic.Uint64) (Counts, error) {
+func Export(ctx context.Context, st store.Store, owner string, key []byte, opts *ds.ArchiveOptions, exportedAtNs int64, w io.Writer, cfg ExportConfig) (Counts, error) {
+	written := cfg.Written
 	opts, err := Resolve(opts)
 	if err != nil {
 		return Counts{}, err
@@ -103,7 +125,7 @@ func ExportWith(ctx context.Context, st store.Store, owner string, key []byte, o
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rd := &exportReader{opts: opts, exportedAtNs: exportedAtNs, out: make(chan exportBatch, exportBatchesAhead),
+	rd := &exportReader{opts: opts, exportedAtNs: exportedAtNs, nonconforming: cfg.Nonconforming, out: make(chan exportBatch, exportBatchesAhead),
 		ahead: semaphore.NewWeighted(ExportReadAhead)}
 	read := make(chan error, 1)
 	go func() {
@@ -161,12 +183,13 @@ func ExportMemory(maxRecord int64) int64 {
 // exportReader reads the snapshot, applies the export rules and hands the
 // elements to write on in batches.
 type exportReader struct {
-	opts         *ds.ArchiveOptions
-	exportedAtNs int64
-	out          chan exportBatch
-	ahead        *semaphore.Weighted // bytes handed on and not yet written
-	batch        exportBatch
-	counts       Counts // read by Export after the reader ends
+	opts          *ds.ArchiveOptions
+	exportedAtNs  int64
+	nonconforming Nonconforming
+	out           chan exportBatch
+	ahead         *semaphore.Weighted // bytes handed on and not yet written
+	batch         exportBatch
+	counts        Counts // read by Export after the reader ends
 }
 
 type exportBatch struct {
@@ -183,6 +206,13 @@ func (rd *exportReader) run(ctx context.Context, snap store.Snapshot) error {
 	}
 	if slices.Contains(rd.opts.Elements, selConsent) {
 		err := snap.EachConsent(ctx, func(c *cs.ConsentSave) error {
+			if err := records.CheckConsent(c); err != nil {
+				if rd.nonconforming == FailNonconforming {
+					return &UnexportableError{Kind: "consent", ID: []byte(c.GetEntity()), Err: err}
+				}
+				rd.counts.Excluded++
+				return nil
+			}
 			rd.counts.Consent++
 			return rd.emit(ctx, &ds.BackupElement{Element: &ds.BackupElement_Consent{Consent: c}}, int64(len(c.GetEntity()))+32)
 		})
@@ -228,12 +258,15 @@ func (rd *exportReader) flush(ctx context.Context) error {
 // fails rather than omit it (ARCH-017) or write what the reference's
 // importer stops at.
 type UnexportableError struct {
-	Kind string // "group" or "message"
-	ID   []byte
+	Kind string // "group", "message" or "consent"
+	ID   []byte // a consent record's entity
 	Err  error
 }
 
 func (e *UnexportableError) Error() string {
+	if e.Kind == "consent" {
+		return fmt.Sprintf("consent record for %q cannot be exported: %v", codec.Abbrev(string(e.ID)), e.Err)
+	}
 	return fmt.Sprintf("%s %x cannot be exported: %v", e.Kind, e.ID, e.Err)
 }
 func (e *UnexportableError) Unwrap() error { return e.Err }
@@ -244,25 +277,44 @@ func (rd *exportReader) conversations(ctx context.Context, snap store.Snapshot) 
 		if !GroupEligible(g) {
 			return nil
 		}
-		if err := records.CheckArchivedGroup(g); err != nil {
-			return &UnexportableError{Kind: "group", ID: g.GetId(), Err: err}
-		}
-		if err := rd.emit(ctx, &ds.BackupElement{Element: &ds.BackupElement_Group{Group: g}}, int64(proto.Size(g))); err != nil {
-			return err
-		}
-		rd.counts.Groups++
 		// The window bounds messages only, never groups (ARCH-009): a group
 		// with no message in it still carries its history.
 		// With exclude_disappearing_messages the store leaves out restored
 		// messages of unknown expiry; MessageEligible, those with one.
 		q := store.MessageQuery{GroupID: g.GetId(), StartNs: opts.StartNs, EndNs: opts.EndNs,
 			ExcludeRestoredUnknownExpiry: opts.GetExcludeDisappearingMessages()}
+		if err := records.CheckArchivedGroup(g); err != nil {
+			repaired, _, ok := records.RepairGroup(g)
+			switch {
+			case rd.nonconforming == FailNonconforming:
+				return &UnexportableError{Kind: "group", ID: g.GetId(), Err: err}
+			case rd.nonconforming == RepairNonconforming && ok:
+				g = repaired
+				rd.counts.Repaired++
+			default:
+				rd.counts.Excluded++
+				return snap.EachMessage(ctx, q, func(m *mb.GroupMessageSave) error {
+					if MessageEligible(m, rd.exportedAtNs, opts.GetExcludeDisappearingMessages()) {
+						rd.counts.Excluded++
+					}
+					return nil
+				})
+			}
+		}
+		if err := rd.emit(ctx, &ds.BackupElement{Element: &ds.BackupElement_Group{Group: g}}, int64(proto.Size(g))); err != nil {
+			return err
+		}
+		rd.counts.Groups++
 		return snap.EachMessage(ctx, q, func(m *mb.GroupMessageSave) error {
 			if !MessageEligible(m, rd.exportedAtNs, opts.GetExcludeDisappearingMessages()) {
 				return nil
 			}
 			if err := records.CheckMessage(m); err != nil {
-				return &UnexportableError{Kind: "message", ID: m.GetId(), Err: err}
+				if rd.nonconforming == FailNonconforming {
+					return &UnexportableError{Kind: "message", ID: m.GetId(), Err: err}
+				}
+				rd.counts.Excluded++
+				return nil
 			}
 			rd.counts.Messages++
 			el := &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: m}}

@@ -838,7 +838,8 @@ func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest
 	r.phase.Store(int32(cb.JobPhase_JOB_PHASE_TRANSFERRING))
 	out := &countingWriter{w: w, hash: sha256.New(), n: &r.bytes}
 	exportedAt := time.Now().UnixNano()
-	counts, err := backup.ExportWith(ctx, m.cfg.Store, req.GetOwner(), p.key, req.GetOptions(), exportedAt, out, &r.records)
+	counts, err := backup.Export(ctx, m.cfg.Store, req.GetOwner(), p.key, req.GetOptions(), exportedAt, out,
+		backup.ExportConfig{Nonconforming: NonconformingOf(req.GetNonconforming()), Written: &r.records})
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -855,7 +856,8 @@ func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest
 		return nil, fmt.Errorf("commit object: %w", err)
 	}
 	summary := &cb.ExportSummary{Groups: counts.Groups, Messages: counts.Messages, ConsentRecords: counts.Consent,
-		ArchiveBytes: r.bytes.Load(), Sha256: out.hash.Sum(nil), ExportedAtNs: exportedAt}
+		ArchiveBytes: r.bytes.Load(), Sha256: out.hash.Sum(nil), ExportedAtNs: exportedAt,
+		ExcludedRecords: counts.Excluded, RepairedRecords: counts.Repaired}
 	result := &cb.ExportJobResult{Summary: summary, Archive: dest, Backup: p.backup.ID,
 		Sidecar: &cb.ObjectLocation{Bucket: dest.GetBucket(), Key: dest.GetKey() + SidecarSuffix}}
 	err = m.commit(ctx, p.bucket, result)
@@ -874,6 +876,18 @@ func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest
 		return nil, err
 	}
 	return result, nil
+}
+
+// NonconformingOf is the export rule an API value names (an undefined
+// value is refused at the door).
+func NonconformingOf(n cb.NonconformingRecords) backup.Nonconforming {
+	switch n {
+	case cb.NonconformingRecords_NONCONFORMING_RECORDS_EXCLUDE:
+		return backup.ExcludeNonconforming
+	case cb.NonconformingRecords_NONCONFORMING_RECORDS_REPAIR:
+		return backup.RepairNonconforming
+	}
+	return backup.FailNonconforming
 }
 
 // errSizeMismatch: the committed object is not what was written.

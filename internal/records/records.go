@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
@@ -160,6 +161,31 @@ func checkReferenceRules(g *gb.GroupSave) error {
 		return fieldErr("message_disappear_in_ns", "message_disappear_from_ns and message_disappear_in_ns are set together or not at all (the reference client drops a lone one, losing the setting)")
 	}
 	return nil
+}
+
+// RepairGroup returns a copy of g, a group the reference's import would
+// refuse or lose part of, that the reference restores exactly as it would
+// have restored g, and says what it changed; ok is false when no repair
+// is lossless in that sense. The one such repair: a lone half of the
+// disappearing pair is dropped, as the reference's import drops it (the
+// restored conversation has no setting either way; finding 5 of the
+// "restores in the reference" issue). A wrong id, a missing or malformed
+// DM id cannot be repaired without inventing what the record never held.
+func RepairGroup(g *gb.GroupSave) (repaired *gb.GroupSave, what string, ok bool) {
+	lone := (g.MessageDisappearFromNs == nil) != (g.MessageDisappearInNs == nil)
+	if !lone {
+		return nil, "", false
+	}
+	r := proto.CloneOf(g)
+	what = "dropped the lone message_disappear_from_ns, which the reference's import drops"
+	if r.MessageDisappearInNs != nil {
+		what = "dropped the lone message_disappear_in_ns, which the reference's import drops"
+	}
+	r.MessageDisappearFromNs, r.MessageDisappearInNs = nil, nil
+	if CheckArchivedGroup(r) != nil {
+		return nil, "", false
+	}
+	return r, what, true
 }
 
 // checkDMID checks a DM id against the byte offsets the reference slices

@@ -18,6 +18,8 @@ import (
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
+	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -95,6 +97,9 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	if err := checkKey("key", req.GetKey()); err != nil {
 		return err
 	}
+	if err := checkNonconforming(req.GetNonconforming()); err != nil {
+		return err
+	}
 	leave, err := s.streams.enterFor("owner:"+req.GetOwner(), "owner")
 	if err != nil {
 		return err
@@ -145,7 +150,8 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	}}
 	exportedAt := s.now().UnixNano()
 	started := time.Now()
-	counts, err := backup.Export(ctx, s.store, req.GetOwner(), req.GetKey(), req.GetOptions(), exportedAt, out)
+	counts, err := backup.Export(ctx, s.store, req.GetOwner(), req.GetKey(), req.GetOptions(), exportedAt, out,
+		backup.ExportConfig{Nonconforming: jobs.NonconformingOf(req.GetNonconforming())})
 	defer func() {
 		s.metrics.archive("export", out.n, counts.Groups, counts.Messages, counts.Consent, time.Since(started), err)
 	}()
@@ -183,7 +189,65 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	return stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Summary{Summary: &cb.ExportSummary{
 		Groups: counts.Groups, Messages: counts.Messages, ConsentRecords: counts.Consent,
 		ArchiveBytes: out.n, Sha256: digest.Sum(nil), ExportedAtNs: exportedAt,
+		ExcludedRecords: counts.Excluded, RepairedRecords: counts.Repaired,
 	}}})
+}
+
+// checkNonconforming refuses a value the enum does not define.
+func checkNonconforming(n cb.NonconformingRecords) error {
+	if _, ok := cb.NonconformingRecords_name[int32(n)]; !ok {
+		return status.Errorf(codes.InvalidArgument, "nonconforming: %d is not a NonconformingRecords value", n)
+	}
+	return nil
+}
+
+// lintBatch is how many findings go in one Lint message.
+const lintBatch = 100
+
+// Lint streams the owner's nonconforming records in batches, then the
+// summary.
+func (s *ArchiveService) Lint(req *cb.LintRequest, stream grpc.ServerStreamingServer[cb.LintResponse]) error {
+	if err := records.CheckOwner(req.GetOwner()); err != nil {
+		return statusOf(err)
+	}
+	leave, err := s.streams.enterFor("owner:"+req.GetOwner(), "owner")
+	if err != nil {
+		return err
+	}
+	defer leave()
+	ctx := stream.Context()
+	var batch []*cb.LintFinding
+	send := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := stream.Send(&cb.LintResponse{Findings: batch})
+		batch = nil
+		return err
+	}
+	counts, err := backup.Lint(ctx, s.store, req.GetOwner(), func(f backup.Finding) error {
+		batch = append(batch, &cb.LintFinding{Kind: recordKinds[f.Kind], Id: f.ID, ConsentType: f.ConsentType,
+			ConsentEntity: codec.Abbrev(f.Entity), Field: f.Field, Problem: f.Problem, Repair: f.Repair, Messages: f.Messages})
+		if len(batch) == lintBatch {
+			return send()
+		}
+		return nil
+	})
+	if err == nil {
+		err = send()
+	}
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return status.FromContextError(ctxErr).Err()
+		}
+		return statusOf(err)
+	}
+	return stream.Send(&cb.LintResponse{Summary: &cb.LintSummary{Groups: counts.Groups, Messages: counts.Messages,
+		ConsentRecords: counts.Consent, Findings: counts.Findings, Repairable: counts.Repairable}})
+}
+
+var recordKinds = map[string]cb.RecordKind{
+	"group": cb.RecordKind_RECORD_KIND_GROUP, "message": cb.RecordKind_RECORD_KIND_MESSAGE, "consent": cb.RecordKind_RECORD_KIND_CONSENT,
 }
 
 // chunkWriter turns the archive's writes into stream messages of

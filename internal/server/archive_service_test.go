@@ -336,6 +336,9 @@ func TestE2EArchiveVerifyAndBadInput(t *testing.T) {
 		stream, _ = c.arch.Export(t.Context(), &cb.ExportRequest{Key: archiveKey})
 		_, err = stream.Recv()
 		wantCode(t, err, codes.InvalidArgument, "owner: required")
+		stream, _ = c.arch.Export(t.Context(), &cb.ExportRequest{Owner: a, Key: archiveKey, Nonconforming: 9})
+		_, err = stream.Recv()
+		wantCode(t, err, codes.InvalidArgument, "nonconforming: 9 is not")
 
 		_, err = importArchive(t, c.arch, a, archiveKey[:16], data, 1024)
 		wantCode(t, err, codes.InvalidArgument, "start.key: 16 bytes")

@@ -64,6 +64,9 @@ func jobStatus(err error, backupID string) error {
 }
 
 func (s *BackupService) StartExport(ctx context.Context, req *cb.StartExportRequest) (*longrunningpb.Operation, error) {
+	if err := checkNonconforming(req.GetNonconforming()); err != nil {
+		return nil, err
+	}
 	j, err := s.jobs.StartExport(ctx, principalName(ctx), req)
 	if err != nil {
 		return nil, jobStatus(err, "")

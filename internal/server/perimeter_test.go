@@ -487,6 +487,21 @@ func ownerCalls(t *testing.T) map[string]ownerCall {
 				}
 			}
 		},
+		cb.ArchiveService_Lint_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			stream, err := cb.NewArchiveServiceClient(c).Lint(ctx, &cb.LintRequest{Owner: o})
+			if err != nil {
+				return err
+			}
+			for {
+				m, err := stream.Recv()
+				if err != nil {
+					return err
+				}
+				if m.GetSummary() != nil {
+					return nil
+				}
+			}
+		},
 		cb.ArchiveService_Import_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
 			_, err := importArchive(t, cb.NewArchiveServiceClient(c), o, archiveKey, forgedArchive(t), 4096)
 			return err

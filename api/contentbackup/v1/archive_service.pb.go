@@ -8,6 +8,7 @@ package contentbackupv1
 
 import (
 	device_sync "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	consent_backup "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -21,6 +22,124 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// NonconformingRecords is what an export does with a stored record that
+// the reference client's import would refuse or crash on, and that the
+// server now refuses at the door but held from before (Lint lists them).
+type NonconformingRecords int32
+
+const (
+	// As FAIL.
+	NonconformingRecords_NONCONFORMING_RECORDS_UNSPECIFIED NonconformingRecords = 0
+	// The export fails with FAILED_PRECONDITION naming the first such
+	// record: an archive that would stop the reference's import is never
+	// written.
+	NonconformingRecords_NONCONFORMING_RECORDS_FAIL NonconformingRecords = 1
+	// Each is left out and counted in the summary; a group's messages go
+	// with it, since the reference refuses a message whose group it does not
+	// have.
+	NonconformingRecords_NONCONFORMING_RECORDS_EXCLUDE NonconformingRecords = 2
+	// Each is repaired where the repair is lossless (the reference restores
+	// the repaired record exactly as it would have restored the original),
+	// and otherwise left out as with EXCLUDE; both are counted.
+	NonconformingRecords_NONCONFORMING_RECORDS_REPAIR NonconformingRecords = 3
+)
+
+// Enum value maps for NonconformingRecords.
+var (
+	NonconformingRecords_name = map[int32]string{
+		0: "NONCONFORMING_RECORDS_UNSPECIFIED",
+		1: "NONCONFORMING_RECORDS_FAIL",
+		2: "NONCONFORMING_RECORDS_EXCLUDE",
+		3: "NONCONFORMING_RECORDS_REPAIR",
+	}
+	NonconformingRecords_value = map[string]int32{
+		"NONCONFORMING_RECORDS_UNSPECIFIED": 0,
+		"NONCONFORMING_RECORDS_FAIL":        1,
+		"NONCONFORMING_RECORDS_EXCLUDE":     2,
+		"NONCONFORMING_RECORDS_REPAIR":      3,
+	}
+)
+
+func (x NonconformingRecords) Enum() *NonconformingRecords {
+	p := new(NonconformingRecords)
+	*p = x
+	return p
+}
+
+func (x NonconformingRecords) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NonconformingRecords) Descriptor() protoreflect.EnumDescriptor {
+	return file_contentbackup_v1_archive_service_proto_enumTypes[0].Descriptor()
+}
+
+func (NonconformingRecords) Type() protoreflect.EnumType {
+	return &file_contentbackup_v1_archive_service_proto_enumTypes[0]
+}
+
+func (x NonconformingRecords) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NonconformingRecords.Descriptor instead.
+func (NonconformingRecords) EnumDescriptor() ([]byte, []int) {
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{0}
+}
+
+// RecordKind names the kind of a stored record.
+type RecordKind int32
+
+const (
+	RecordKind_RECORD_KIND_UNSPECIFIED RecordKind = 0
+	RecordKind_RECORD_KIND_GROUP       RecordKind = 1
+	RecordKind_RECORD_KIND_MESSAGE     RecordKind = 2
+	RecordKind_RECORD_KIND_CONSENT     RecordKind = 3
+)
+
+// Enum value maps for RecordKind.
+var (
+	RecordKind_name = map[int32]string{
+		0: "RECORD_KIND_UNSPECIFIED",
+		1: "RECORD_KIND_GROUP",
+		2: "RECORD_KIND_MESSAGE",
+		3: "RECORD_KIND_CONSENT",
+	}
+	RecordKind_value = map[string]int32{
+		"RECORD_KIND_UNSPECIFIED": 0,
+		"RECORD_KIND_GROUP":       1,
+		"RECORD_KIND_MESSAGE":     2,
+		"RECORD_KIND_CONSENT":     3,
+	}
+)
+
+func (x RecordKind) Enum() *RecordKind {
+	p := new(RecordKind)
+	*p = x
+	return p
+}
+
+func (x RecordKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RecordKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_contentbackup_v1_archive_service_proto_enumTypes[1].Descriptor()
+}
+
+func (RecordKind) Type() protoreflect.EnumType {
+	return &file_contentbackup_v1_archive_service_proto_enumTypes[1]
+}
+
+func (x RecordKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RecordKind.Descriptor instead.
+func (RecordKind) EnumDescriptor() ([]byte, []int) {
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{1}
+}
 
 // NonceForm is how record 0 was sealed.
 type NonceForm int32
@@ -58,11 +177,11 @@ func (x NonceForm) String() string {
 }
 
 func (NonceForm) Descriptor() protoreflect.EnumDescriptor {
-	return file_contentbackup_v1_archive_service_proto_enumTypes[0].Descriptor()
+	return file_contentbackup_v1_archive_service_proto_enumTypes[2].Descriptor()
 }
 
 func (NonceForm) Type() protoreflect.EnumType {
-	return &file_contentbackup_v1_archive_service_proto_enumTypes[0]
+	return &file_contentbackup_v1_archive_service_proto_enumTypes[2]
 }
 
 func (x NonceForm) Number() protoreflect.EnumNumber {
@@ -71,7 +190,7 @@ func (x NonceForm) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NonceForm.Descriptor instead.
 func (NonceForm) EnumDescriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{0}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{2}
 }
 
 // ExportRequest names the owner, the key and what to export.
@@ -84,7 +203,10 @@ type ExportRequest struct {
 	// categories, no window, disappearing messages kept (ARCH-017). Present:
 	// taken as given, so an empty elements list exports nothing but the
 	// metadata.
-	Options       *device_sync.ArchiveOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
+	Options *device_sync.ArchiveOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
+	// What to do with a stored record the reference would refuse; absent:
+	// fail.
+	Nonconforming NonconformingRecords `protobuf:"varint,4,opt,name=nonconforming,proto3,enum=contentbackup.v1.NonconformingRecords" json:"nonconforming,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -138,6 +260,13 @@ func (x *ExportRequest) GetOptions() *device_sync.ArchiveOptions {
 		return x.Options
 	}
 	return nil
+}
+
+func (x *ExportRequest) GetNonconforming() NonconformingRecords {
+	if x != nil {
+		return x.Nonconforming
+	}
+	return NonconformingRecords_NONCONFORMING_RECORDS_UNSPECIFIED
 }
 
 // ExportResponse is a chunk of the archive or, last, the summary.
@@ -233,9 +362,14 @@ type ExportSummary struct {
 	ArchiveBytes uint64 `protobuf:"varint,4,opt,name=archive_bytes,json=archiveBytes,proto3" json:"archive_bytes,omitempty"`
 	Sha256       []byte `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	// The export time every eligibility rule was measured at.
-	ExportedAtNs  int64 `protobuf:"varint,6,opt,name=exported_at_ns,json=exportedAtNs,proto3" json:"exported_at_ns,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ExportedAtNs int64 `protobuf:"varint,6,opt,name=exported_at_ns,json=exportedAtNs,proto3" json:"exported_at_ns,omitempty"`
+	// Records left out because the reference would refuse them
+	// (NONCONFORMING_RECORDS_EXCLUDE or _REPAIR), messages of a left-out
+	// group included; and records written repaired (_REPAIR).
+	ExcludedRecords uint64 `protobuf:"varint,7,opt,name=excluded_records,json=excludedRecords,proto3" json:"excluded_records,omitempty"`
+	RepairedRecords uint64 `protobuf:"varint,8,opt,name=repaired_records,json=repairedRecords,proto3" json:"repaired_records,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ExportSummary) Reset() {
@@ -310,6 +444,304 @@ func (x *ExportSummary) GetExportedAtNs() int64 {
 	return 0
 }
 
+func (x *ExportSummary) GetExcludedRecords() uint64 {
+	if x != nil {
+		return x.ExcludedRecords
+	}
+	return 0
+}
+
+func (x *ExportSummary) GetRepairedRecords() uint64 {
+	if x != nil {
+		return x.RepairedRecords
+	}
+	return 0
+}
+
+// LintRequest names the owner whose records are checked.
+type LintRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LintRequest) Reset() {
+	*x = LintRequest{}
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LintRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LintRequest) ProtoMessage() {}
+
+func (x *LintRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LintRequest.ProtoReflect.Descriptor instead.
+func (*LintRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LintRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+// LintResponse is a batch of findings or, last, the summary.
+type LintResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Findings      []*LintFinding         `protobuf:"bytes,1,rep,name=findings,proto3" json:"findings,omitempty"`
+	Summary       *LintSummary           `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LintResponse) Reset() {
+	*x = LintResponse{}
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LintResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LintResponse) ProtoMessage() {}
+
+func (x *LintResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LintResponse.ProtoReflect.Descriptor instead.
+func (*LintResponse) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LintResponse) GetFindings() []*LintFinding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+func (x *LintResponse) GetSummary() *LintSummary {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+// LintFinding is one stored record the reference's import would refuse or
+// crash on.
+type LintFinding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  RecordKind             `protobuf:"varint,1,opt,name=kind,proto3,enum=contentbackup.v1.RecordKind" json:"kind,omitempty"`
+	// The group's or message's id; for consent, empty.
+	Id []byte `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// For consent, its entity type and entity.
+	ConsentType   consent_backup.ConsentTypeSave `protobuf:"varint,3,opt,name=consent_type,json=consentType,proto3,enum=xmtp.device_sync.consent_backup.ConsentTypeSave" json:"consent_type,omitempty"`
+	ConsentEntity string                         `protobuf:"bytes,4,opt,name=consent_entity,json=consentEntity,proto3" json:"consent_entity,omitempty"`
+	// The field at fault and the rule, as the write path would refuse it.
+	Field   string `protobuf:"bytes,5,opt,name=field,proto3" json:"field,omitempty"`
+	Problem string `protobuf:"bytes,6,opt,name=problem,proto3" json:"problem,omitempty"`
+	// The repair NONCONFORMING_RECORDS_REPAIR makes; empty: none is
+	// lossless, and the record is left out.
+	Repair string `protobuf:"bytes,7,opt,name=repair,proto3" json:"repair,omitempty"`
+	// For a group, its messages that an export leaves out with it.
+	Messages      uint64 `protobuf:"varint,8,opt,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LintFinding) Reset() {
+	*x = LintFinding{}
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LintFinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LintFinding) ProtoMessage() {}
+
+func (x *LintFinding) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LintFinding.ProtoReflect.Descriptor instead.
+func (*LintFinding) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *LintFinding) GetKind() RecordKind {
+	if x != nil {
+		return x.Kind
+	}
+	return RecordKind_RECORD_KIND_UNSPECIFIED
+}
+
+func (x *LintFinding) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *LintFinding) GetConsentType() consent_backup.ConsentTypeSave {
+	if x != nil {
+		return x.ConsentType
+	}
+	return consent_backup.ConsentTypeSave(0)
+}
+
+func (x *LintFinding) GetConsentEntity() string {
+	if x != nil {
+		return x.ConsentEntity
+	}
+	return ""
+}
+
+func (x *LintFinding) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *LintFinding) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
+func (x *LintFinding) GetRepair() string {
+	if x != nil {
+		return x.Repair
+	}
+	return ""
+}
+
+func (x *LintFinding) GetMessages() uint64 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+// LintSummary closes a lint.
+type LintSummary struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Groups         uint64                 `protobuf:"varint,1,opt,name=groups,proto3" json:"groups,omitempty"`
+	Messages       uint64                 `protobuf:"varint,2,opt,name=messages,proto3" json:"messages,omitempty"`
+	ConsentRecords uint64                 `protobuf:"varint,3,opt,name=consent_records,json=consentRecords,proto3" json:"consent_records,omitempty"`
+	// Records found nonconforming, and of those the repairable.
+	Findings      uint64 `protobuf:"varint,4,opt,name=findings,proto3" json:"findings,omitempty"`
+	Repairable    uint64 `protobuf:"varint,5,opt,name=repairable,proto3" json:"repairable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LintSummary) Reset() {
+	*x = LintSummary{}
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LintSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LintSummary) ProtoMessage() {}
+
+func (x *LintSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LintSummary.ProtoReflect.Descriptor instead.
+func (*LintSummary) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *LintSummary) GetGroups() uint64 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *LintSummary) GetMessages() uint64 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+func (x *LintSummary) GetConsentRecords() uint64 {
+	if x != nil {
+		return x.ConsentRecords
+	}
+	return 0
+}
+
+func (x *LintSummary) GetFindings() uint64 {
+	if x != nil {
+		return x.Findings
+	}
+	return 0
+}
+
+func (x *LintSummary) GetRepairable() uint64 {
+	if x != nil {
+		return x.Repairable
+	}
+	return 0
+}
+
 // ImportRequest is the start (first message only), then chunks.
 type ImportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -324,7 +756,7 @@ type ImportRequest struct {
 
 func (x *ImportRequest) Reset() {
 	*x = ImportRequest{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +768,7 @@ func (x *ImportRequest) String() string {
 func (*ImportRequest) ProtoMessage() {}
 
 func (x *ImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +781,7 @@ func (x *ImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRequest.ProtoReflect.Descriptor instead.
 func (*ImportRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{3}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ImportRequest) GetPayload() isImportRequest_Payload {
@@ -404,7 +836,7 @@ type ImportStart struct {
 
 func (x *ImportStart) Reset() {
 	*x = ImportStart{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +848,7 @@ func (x *ImportStart) String() string {
 func (*ImportStart) ProtoMessage() {}
 
 func (x *ImportStart) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +861,7 @@ func (x *ImportStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportStart.ProtoReflect.Descriptor instead.
 func (*ImportStart) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{4}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ImportStart) GetOwner() string {
@@ -462,7 +894,7 @@ type ElementCounts struct {
 
 func (x *ElementCounts) Reset() {
 	*x = ElementCounts{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +906,7 @@ func (x *ElementCounts) String() string {
 func (*ElementCounts) ProtoMessage() {}
 
 func (x *ElementCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +919,7 @@ func (x *ElementCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElementCounts.ProtoReflect.Descriptor instead.
 func (*ElementCounts) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{5}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ElementCounts) GetInserted() uint64 {
@@ -529,7 +961,7 @@ type ImportResponse struct {
 
 func (x *ImportResponse) Reset() {
 	*x = ImportResponse{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[6]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +973,7 @@ func (x *ImportResponse) String() string {
 func (*ImportResponse) ProtoMessage() {}
 
 func (x *ImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[6]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +986,7 @@ func (x *ImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportResponse.ProtoReflect.Descriptor instead.
 func (*ImportResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{6}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ImportResponse) GetMetadata() *device_sync.BackupMetadataSave {
@@ -620,7 +1052,7 @@ type ReadMetadataRequest struct {
 
 func (x *ReadMetadataRequest) Reset() {
 	*x = ReadMetadataRequest{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +1064,7 @@ func (x *ReadMetadataRequest) String() string {
 func (*ReadMetadataRequest) ProtoMessage() {}
 
 func (x *ReadMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +1077,7 @@ func (x *ReadMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMetadataRequest.ProtoReflect.Descriptor instead.
 func (*ReadMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{7}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReadMetadataRequest) GetPayload() isReadMetadataRequest_Payload {
@@ -701,7 +1133,7 @@ type ReadMetadataResponse struct {
 
 func (x *ReadMetadataResponse) Reset() {
 	*x = ReadMetadataResponse{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +1145,7 @@ func (x *ReadMetadataResponse) String() string {
 func (*ReadMetadataResponse) ProtoMessage() {}
 
 func (x *ReadMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +1158,7 @@ func (x *ReadMetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMetadataResponse.ProtoReflect.Descriptor instead.
 func (*ReadMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{8}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReadMetadataResponse) GetVersion() uint32 {
@@ -764,7 +1196,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +1208,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +1221,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{9}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *VerifyRequest) GetPayload() isVerifyRequest_Payload {
@@ -845,7 +1277,7 @@ type VerifyProblem struct {
 
 func (x *VerifyProblem) Reset() {
 	*x = VerifyProblem{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +1289,7 @@ func (x *VerifyProblem) String() string {
 func (*VerifyProblem) ProtoMessage() {}
 
 func (x *VerifyProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1302,7 @@ func (x *VerifyProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyProblem.ProtoReflect.Descriptor instead.
 func (*VerifyProblem) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{10}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *VerifyProblem) GetRecord() uint64 {
@@ -906,7 +1338,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1350,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1363,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{11}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *VerifyResponse) GetVersion() uint32 {
@@ -1001,22 +1433,47 @@ var File_contentbackup_v1_archive_service_proto protoreflect.FileDescriptor
 
 const file_contentbackup_v1_archive_service_proto_rawDesc = "" +
 	"\n" +
-	"&contentbackup/v1/archive_service.proto\x12\x10contentbackup.v1\x1a%xmtp/device_sync/backup_element.proto\"s\n" +
+	"&contentbackup/v1/archive_service.proto\x12\x10contentbackup.v1\x1a%xmtp/device_sync/backup_element.proto\x1a4xmtp/device_sync/consent_backup/consent_backup.proto\"\xc1\x01\n" +
 	"\rExportRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12:\n" +
-	"\aoptions\x18\x03 \x01(\v2 .xmtp.device_sync.ArchiveOptionsR\aoptions\"p\n" +
+	"\aoptions\x18\x03 \x01(\v2 .xmtp.device_sync.ArchiveOptionsR\aoptions\x12L\n" +
+	"\rnonconforming\x18\x04 \x01(\x0e2&.contentbackup.v1.NonconformingRecordsR\rnonconforming\"p\n" +
 	"\x0eExportResponse\x12\x16\n" +
 	"\x05chunk\x18\x01 \x01(\fH\x00R\x05chunk\x12;\n" +
 	"\asummary\x18\x02 \x01(\v2\x1f.contentbackup.v1.ExportSummaryH\x00R\asummaryB\t\n" +
-	"\apayload\"\xcf\x01\n" +
+	"\apayload\"\xa5\x02\n" +
 	"\rExportSummary\x12\x16\n" +
 	"\x06groups\x18\x01 \x01(\x04R\x06groups\x12\x1a\n" +
 	"\bmessages\x18\x02 \x01(\x04R\bmessages\x12'\n" +
 	"\x0fconsent_records\x18\x03 \x01(\x04R\x0econsentRecords\x12#\n" +
 	"\rarchive_bytes\x18\x04 \x01(\x04R\farchiveBytes\x12\x16\n" +
 	"\x06sha256\x18\x05 \x01(\fR\x06sha256\x12$\n" +
-	"\x0eexported_at_ns\x18\x06 \x01(\x03R\fexportedAtNs\"i\n" +
+	"\x0eexported_at_ns\x18\x06 \x01(\x03R\fexportedAtNs\x12)\n" +
+	"\x10excluded_records\x18\a \x01(\x04R\x0fexcludedRecords\x12)\n" +
+	"\x10repaired_records\x18\b \x01(\x04R\x0frepairedRecords\"#\n" +
+	"\vLintRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\"\x82\x01\n" +
+	"\fLintResponse\x129\n" +
+	"\bfindings\x18\x01 \x03(\v2\x1d.contentbackup.v1.LintFindingR\bfindings\x127\n" +
+	"\asummary\x18\x02 \x01(\v2\x1d.contentbackup.v1.LintSummaryR\asummary\"\xaf\x02\n" +
+	"\vLintFinding\x120\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1c.contentbackup.v1.RecordKindR\x04kind\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\fR\x02id\x12S\n" +
+	"\fconsent_type\x18\x03 \x01(\x0e20.xmtp.device_sync.consent_backup.ConsentTypeSaveR\vconsentType\x12%\n" +
+	"\x0econsent_entity\x18\x04 \x01(\tR\rconsentEntity\x12\x14\n" +
+	"\x05field\x18\x05 \x01(\tR\x05field\x12\x18\n" +
+	"\aproblem\x18\x06 \x01(\tR\aproblem\x12\x16\n" +
+	"\x06repair\x18\a \x01(\tR\x06repair\x12\x1a\n" +
+	"\bmessages\x18\b \x01(\x04R\bmessages\"\xa6\x01\n" +
+	"\vLintSummary\x12\x16\n" +
+	"\x06groups\x18\x01 \x01(\x04R\x06groups\x12\x1a\n" +
+	"\bmessages\x18\x02 \x01(\x04R\bmessages\x12'\n" +
+	"\x0fconsent_records\x18\x03 \x01(\x04R\x0econsentRecords\x12\x1a\n" +
+	"\bfindings\x18\x04 \x01(\x04R\bfindings\x12\x1e\n" +
+	"\n" +
+	"repairable\x18\x05 \x01(\x04R\n" +
+	"repairable\"i\n" +
 	"\rImportRequest\x125\n" +
 	"\x05start\x18\x01 \x01(\v2\x1d.contentbackup.v1.ImportStartH\x00R\x05start\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\t\n" +
@@ -1061,16 +1518,28 @@ const file_contentbackup_v1_archive_service_proto_rawDesc = "" +
 	"\x0fconsent_records\x18\x06 \x01(\x04R\x0econsentRecords\x12\x18\n" +
 	"\askipped\x18\a \x01(\x04R\askipped\x12%\n" +
 	"\x0elegacy_records\x18\b \x01(\x04R\rlegacyRecords\x129\n" +
-	"\aproblem\x18\t \x01(\v2\x1f.contentbackup.v1.VerifyProblemR\aproblem*V\n" +
+	"\aproblem\x18\t \x01(\v2\x1f.contentbackup.v1.VerifyProblemR\aproblem*\xa2\x01\n" +
+	"\x14NonconformingRecords\x12%\n" +
+	"!NONCONFORMING_RECORDS_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aNONCONFORMING_RECORDS_FAIL\x10\x01\x12!\n" +
+	"\x1dNONCONFORMING_RECORDS_EXCLUDE\x10\x02\x12 \n" +
+	"\x1cNONCONFORMING_RECORDS_REPAIR\x10\x03*r\n" +
+	"\n" +
+	"RecordKind\x12\x1b\n" +
+	"\x17RECORD_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11RECORD_KIND_GROUP\x10\x01\x12\x17\n" +
+	"\x13RECORD_KIND_MESSAGE\x10\x02\x12\x17\n" +
+	"\x13RECORD_KIND_CONSENT\x10\x03*V\n" +
 	"\tNonceForm\x12\x1a\n" +
 	"\x16NONCE_FORM_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12NONCE_FORM_COUNTER\x10\x01\x12\x15\n" +
-	"\x11NONCE_FORM_LEGACY\x10\x022\xde\x02\n" +
+	"\x11NONCE_FORM_LEGACY\x10\x022\xa7\x03\n" +
 	"\x0eArchiveService\x12M\n" +
 	"\x06Export\x12\x1f.contentbackup.v1.ExportRequest\x1a .contentbackup.v1.ExportResponse0\x01\x12M\n" +
 	"\x06Import\x12\x1f.contentbackup.v1.ImportRequest\x1a .contentbackup.v1.ImportResponse(\x01\x12_\n" +
 	"\fReadMetadata\x12%.contentbackup.v1.ReadMetadataRequest\x1a&.contentbackup.v1.ReadMetadataResponse(\x01\x12M\n" +
-	"\x06Verify\x12\x1f.contentbackup.v1.VerifyRequest\x1a .contentbackup.v1.VerifyResponse(\x01BMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
+	"\x06Verify\x12\x1f.contentbackup.v1.VerifyRequest\x1a .contentbackup.v1.VerifyResponse(\x01\x12G\n" +
+	"\x04Lint\x12\x1d.contentbackup.v1.LintRequest\x1a\x1e.contentbackup.v1.LintResponse0\x01BMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
 
 var (
 	file_contentbackup_v1_archive_service_proto_rawDescOnce sync.Once
@@ -1084,50 +1553,64 @@ func file_contentbackup_v1_archive_service_proto_rawDescGZIP() []byte {
 	return file_contentbackup_v1_archive_service_proto_rawDescData
 }
 
-var file_contentbackup_v1_archive_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_contentbackup_v1_archive_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_contentbackup_v1_archive_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_contentbackup_v1_archive_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_contentbackup_v1_archive_service_proto_goTypes = []any{
-	(NonceForm)(0),                         // 0: contentbackup.v1.NonceForm
-	(*ExportRequest)(nil),                  // 1: contentbackup.v1.ExportRequest
-	(*ExportResponse)(nil),                 // 2: contentbackup.v1.ExportResponse
-	(*ExportSummary)(nil),                  // 3: contentbackup.v1.ExportSummary
-	(*ImportRequest)(nil),                  // 4: contentbackup.v1.ImportRequest
-	(*ImportStart)(nil),                    // 5: contentbackup.v1.ImportStart
-	(*ElementCounts)(nil),                  // 6: contentbackup.v1.ElementCounts
-	(*ImportResponse)(nil),                 // 7: contentbackup.v1.ImportResponse
-	(*ReadMetadataRequest)(nil),            // 8: contentbackup.v1.ReadMetadataRequest
-	(*ReadMetadataResponse)(nil),           // 9: contentbackup.v1.ReadMetadataResponse
-	(*VerifyRequest)(nil),                  // 10: contentbackup.v1.VerifyRequest
-	(*VerifyProblem)(nil),                  // 11: contentbackup.v1.VerifyProblem
-	(*VerifyResponse)(nil),                 // 12: contentbackup.v1.VerifyResponse
-	(*device_sync.ArchiveOptions)(nil),     // 13: xmtp.device_sync.ArchiveOptions
-	(*device_sync.BackupMetadataSave)(nil), // 14: xmtp.device_sync.BackupMetadataSave
+	(NonconformingRecords)(0),              // 0: contentbackup.v1.NonconformingRecords
+	(RecordKind)(0),                        // 1: contentbackup.v1.RecordKind
+	(NonceForm)(0),                         // 2: contentbackup.v1.NonceForm
+	(*ExportRequest)(nil),                  // 3: contentbackup.v1.ExportRequest
+	(*ExportResponse)(nil),                 // 4: contentbackup.v1.ExportResponse
+	(*ExportSummary)(nil),                  // 5: contentbackup.v1.ExportSummary
+	(*LintRequest)(nil),                    // 6: contentbackup.v1.LintRequest
+	(*LintResponse)(nil),                   // 7: contentbackup.v1.LintResponse
+	(*LintFinding)(nil),                    // 8: contentbackup.v1.LintFinding
+	(*LintSummary)(nil),                    // 9: contentbackup.v1.LintSummary
+	(*ImportRequest)(nil),                  // 10: contentbackup.v1.ImportRequest
+	(*ImportStart)(nil),                    // 11: contentbackup.v1.ImportStart
+	(*ElementCounts)(nil),                  // 12: contentbackup.v1.ElementCounts
+	(*ImportResponse)(nil),                 // 13: contentbackup.v1.ImportResponse
+	(*ReadMetadataRequest)(nil),            // 14: contentbackup.v1.ReadMetadataRequest
+	(*ReadMetadataResponse)(nil),           // 15: contentbackup.v1.ReadMetadataResponse
+	(*VerifyRequest)(nil),                  // 16: contentbackup.v1.VerifyRequest
+	(*VerifyProblem)(nil),                  // 17: contentbackup.v1.VerifyProblem
+	(*VerifyResponse)(nil),                 // 18: contentbackup.v1.VerifyResponse
+	(*device_sync.ArchiveOptions)(nil),     // 19: xmtp.device_sync.ArchiveOptions
+	(consent_backup.ConsentTypeSave)(0),    // 20: xmtp.device_sync.consent_backup.ConsentTypeSave
+	(*device_sync.BackupMetadataSave)(nil), // 21: xmtp.device_sync.BackupMetadataSave
 }
 var file_contentbackup_v1_archive_service_proto_depIdxs = []int32{
-	13, // 0: contentbackup.v1.ExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
-	3,  // 1: contentbackup.v1.ExportResponse.summary:type_name -> contentbackup.v1.ExportSummary
-	5,  // 2: contentbackup.v1.ImportRequest.start:type_name -> contentbackup.v1.ImportStart
-	14, // 3: contentbackup.v1.ImportResponse.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
-	6,  // 4: contentbackup.v1.ImportResponse.groups:type_name -> contentbackup.v1.ElementCounts
-	6,  // 5: contentbackup.v1.ImportResponse.messages:type_name -> contentbackup.v1.ElementCounts
-	6,  // 6: contentbackup.v1.ImportResponse.consent:type_name -> contentbackup.v1.ElementCounts
-	14, // 7: contentbackup.v1.ReadMetadataResponse.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
-	0,  // 8: contentbackup.v1.ReadMetadataResponse.record0_nonce:type_name -> contentbackup.v1.NonceForm
-	14, // 9: contentbackup.v1.VerifyResponse.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
-	11, // 10: contentbackup.v1.VerifyResponse.problem:type_name -> contentbackup.v1.VerifyProblem
-	1,  // 11: contentbackup.v1.ArchiveService.Export:input_type -> contentbackup.v1.ExportRequest
-	4,  // 12: contentbackup.v1.ArchiveService.Import:input_type -> contentbackup.v1.ImportRequest
-	8,  // 13: contentbackup.v1.ArchiveService.ReadMetadata:input_type -> contentbackup.v1.ReadMetadataRequest
-	10, // 14: contentbackup.v1.ArchiveService.Verify:input_type -> contentbackup.v1.VerifyRequest
-	2,  // 15: contentbackup.v1.ArchiveService.Export:output_type -> contentbackup.v1.ExportResponse
-	7,  // 16: contentbackup.v1.ArchiveService.Import:output_type -> contentbackup.v1.ImportResponse
-	9,  // 17: contentbackup.v1.ArchiveService.ReadMetadata:output_type -> contentbackup.v1.ReadMetadataResponse
-	12, // 18: contentbackup.v1.ArchiveService.Verify:output_type -> contentbackup.v1.VerifyResponse
-	15, // [15:19] is the sub-list for method output_type
-	11, // [11:15] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	19, // 0: contentbackup.v1.ExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
+	0,  // 1: contentbackup.v1.ExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
+	5,  // 2: contentbackup.v1.ExportResponse.summary:type_name -> contentbackup.v1.ExportSummary
+	8,  // 3: contentbackup.v1.LintResponse.findings:type_name -> contentbackup.v1.LintFinding
+	9,  // 4: contentbackup.v1.LintResponse.summary:type_name -> contentbackup.v1.LintSummary
+	1,  // 5: contentbackup.v1.LintFinding.kind:type_name -> contentbackup.v1.RecordKind
+	20, // 6: contentbackup.v1.LintFinding.consent_type:type_name -> xmtp.device_sync.consent_backup.ConsentTypeSave
+	11, // 7: contentbackup.v1.ImportRequest.start:type_name -> contentbackup.v1.ImportStart
+	21, // 8: contentbackup.v1.ImportResponse.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
+	12, // 9: contentbackup.v1.ImportResponse.groups:type_name -> contentbackup.v1.ElementCounts
+	12, // 10: contentbackup.v1.ImportResponse.messages:type_name -> contentbackup.v1.ElementCounts
+	12, // 11: contentbackup.v1.ImportResponse.consent:type_name -> contentbackup.v1.ElementCounts
+	21, // 12: contentbackup.v1.ReadMetadataResponse.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
+	2,  // 13: contentbackup.v1.ReadMetadataResponse.record0_nonce:type_name -> contentbackup.v1.NonceForm
+	21, // 14: contentbackup.v1.VerifyResponse.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
+	17, // 15: contentbackup.v1.VerifyResponse.problem:type_name -> contentbackup.v1.VerifyProblem
+	3,  // 16: contentbackup.v1.ArchiveService.Export:input_type -> contentbackup.v1.ExportRequest
+	10, // 17: contentbackup.v1.ArchiveService.Import:input_type -> contentbackup.v1.ImportRequest
+	14, // 18: contentbackup.v1.ArchiveService.ReadMetadata:input_type -> contentbackup.v1.ReadMetadataRequest
+	16, // 19: contentbackup.v1.ArchiveService.Verify:input_type -> contentbackup.v1.VerifyRequest
+	6,  // 20: contentbackup.v1.ArchiveService.Lint:input_type -> contentbackup.v1.LintRequest
+	4,  // 21: contentbackup.v1.ArchiveService.Export:output_type -> contentbackup.v1.ExportResponse
+	13, // 22: contentbackup.v1.ArchiveService.Import:output_type -> contentbackup.v1.ImportResponse
+	15, // 23: contentbackup.v1.ArchiveService.ReadMetadata:output_type -> contentbackup.v1.ReadMetadataResponse
+	18, // 24: contentbackup.v1.ArchiveService.Verify:output_type -> contentbackup.v1.VerifyResponse
+	7,  // 25: contentbackup.v1.ArchiveService.Lint:output_type -> contentbackup.v1.LintResponse
+	21, // [21:26] is the sub-list for method output_type
+	16, // [16:21] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_v1_archive_service_proto_init() }
@@ -1139,26 +1622,26 @@ func file_contentbackup_v1_archive_service_proto_init() {
 		(*ExportResponse_Chunk)(nil),
 		(*ExportResponse_Summary)(nil),
 	}
-	file_contentbackup_v1_archive_service_proto_msgTypes[3].OneofWrappers = []any{
+	file_contentbackup_v1_archive_service_proto_msgTypes[7].OneofWrappers = []any{
 		(*ImportRequest_Start)(nil),
 		(*ImportRequest_Chunk)(nil),
 	}
-	file_contentbackup_v1_archive_service_proto_msgTypes[7].OneofWrappers = []any{
+	file_contentbackup_v1_archive_service_proto_msgTypes[11].OneofWrappers = []any{
 		(*ReadMetadataRequest_Key)(nil),
 		(*ReadMetadataRequest_Chunk)(nil),
 	}
-	file_contentbackup_v1_archive_service_proto_msgTypes[9].OneofWrappers = []any{
+	file_contentbackup_v1_archive_service_proto_msgTypes[13].OneofWrappers = []any{
 		(*VerifyRequest_Key)(nil),
 		(*VerifyRequest_Chunk)(nil),
 	}
-	file_contentbackup_v1_archive_service_proto_msgTypes[10].OneofWrappers = []any{}
+	file_contentbackup_v1_archive_service_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_v1_archive_service_proto_rawDesc), len(file_contentbackup_v1_archive_service_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   12,
+			NumEnums:      3,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	ArchiveService_Import_FullMethodName       = "/contentbackup.v1.ArchiveService/Import"
 	ArchiveService_ReadMetadata_FullMethodName = "/contentbackup.v1.ArchiveService/ReadMetadata"
 	ArchiveService_Verify_FullMethodName       = "/contentbackup.v1.ArchiveService/Verify"
+	ArchiveService_Lint_FullMethodName         = "/contentbackup.v1.ArchiveService/Lint"
 )
 
 // ArchiveServiceClient is the client API for ArchiveService service.
@@ -57,6 +58,13 @@ type ArchiveServiceClient interface {
 	// Verify reads a whole archive without importing anything and reports
 	// what it holds and the first problem, if any.
 	Verify(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[VerifyRequest, VerifyResponse], error)
+	// Lint lists the owner's stored records that the reference client's
+	// import would refuse or crash on (stored before this server refused
+	// them at the door), each with its field, the rule and the repair an
+	// export with NONCONFORMING_RECORDS_REPAIR would make, if any: batches
+	// of findings, then one summary. It reads as an export does and needs
+	// archive.export for the owner.
+	Lint(ctx context.Context, in *LintRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LintResponse], error)
 }
 
 type archiveServiceClient struct {
@@ -125,6 +133,25 @@ func (c *archiveServiceClient) Verify(ctx context.Context, opts ...grpc.CallOpti
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ArchiveService_VerifyClient = grpc.ClientStreamingClient[VerifyRequest, VerifyResponse]
 
+func (c *archiveServiceClient) Lint(ctx context.Context, in *LintRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LintResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ArchiveService_ServiceDesc.Streams[4], ArchiveService_Lint_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LintRequest, LintResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ArchiveService_LintClient = grpc.ServerStreamingClient[LintResponse]
+
 // ArchiveServiceServer is the server API for ArchiveService service.
 // All implementations must embed UnimplementedArchiveServiceServer
 // for forward compatibility.
@@ -157,6 +184,13 @@ type ArchiveServiceServer interface {
 	// Verify reads a whole archive without importing anything and reports
 	// what it holds and the first problem, if any.
 	Verify(grpc.ClientStreamingServer[VerifyRequest, VerifyResponse]) error
+	// Lint lists the owner's stored records that the reference client's
+	// import would refuse or crash on (stored before this server refused
+	// them at the door), each with its field, the rule and the repair an
+	// export with NONCONFORMING_RECORDS_REPAIR would make, if any: batches
+	// of findings, then one summary. It reads as an export does and needs
+	// archive.export for the owner.
+	Lint(*LintRequest, grpc.ServerStreamingServer[LintResponse]) error
 	mustEmbedUnimplementedArchiveServiceServer()
 }
 
@@ -178,6 +212,9 @@ func (UnimplementedArchiveServiceServer) ReadMetadata(grpc.ClientStreamingServer
 }
 func (UnimplementedArchiveServiceServer) Verify(grpc.ClientStreamingServer[VerifyRequest, VerifyResponse]) error {
 	return status.Error(codes.Unimplemented, "method Verify not implemented")
+}
+func (UnimplementedArchiveServiceServer) Lint(*LintRequest, grpc.ServerStreamingServer[LintResponse]) error {
+	return status.Error(codes.Unimplemented, "method Lint not implemented")
 }
 func (UnimplementedArchiveServiceServer) mustEmbedUnimplementedArchiveServiceServer() {}
 func (UnimplementedArchiveServiceServer) testEmbeddedByValue()                        {}
@@ -232,6 +269,17 @@ func _ArchiveService_Verify_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ArchiveService_VerifyServer = grpc.ClientStreamingServer[VerifyRequest, VerifyResponse]
 
+func _ArchiveService_Lint_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(LintRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ArchiveServiceServer).Lint(m, &grpc.GenericServerStream[LintRequest, LintResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ArchiveService_LintServer = grpc.ServerStreamingServer[LintResponse]
+
 // ArchiveService_ServiceDesc is the grpc.ServiceDesc for ArchiveService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -259,6 +307,11 @@ var ArchiveService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Verify",
 			Handler:       _ArchiveService_Verify_Handler,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Lint",
+			Handler:       _ArchiveService_Lint_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "contentbackup/v1/archive_service.proto",

@@ -47,6 +47,11 @@ func (m *ExportRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Nonconforming != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Nonconforming))
+		i--
+		dAtA[i] = 0x20
+	}
 	if m.Options != nil {
 		if vtmsg, ok := interface{}(m.Options).(interface {
 			MarshalToSizedBufferVT([]byte) (int, error)
@@ -191,6 +196,16 @@ func (m *ExportSummary) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.RepairedRecords != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.RepairedRecords))
+		i--
+		dAtA[i] = 0x40
+	}
+	if m.ExcludedRecords != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ExcludedRecords))
+		i--
+		dAtA[i] = 0x38
+	}
 	if m.ExportedAtNs != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ExportedAtNs))
 		i--
@@ -205,6 +220,242 @@ func (m *ExportSummary) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	}
 	if m.ArchiveBytes != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ArchiveBytes))
+		i--
+		dAtA[i] = 0x20
+	}
+	if m.ConsentRecords != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ConsentRecords))
+		i--
+		dAtA[i] = 0x18
+	}
+	if m.Messages != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Messages))
+		i--
+		dAtA[i] = 0x10
+	}
+	if m.Groups != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Groups))
+		i--
+		dAtA[i] = 0x8
+	}
+	return len(dAtA) - i, nil
+}
+
+func (m *LintRequest) MarshalVT() (dAtA []byte, err error) {
+	if m == nil {
+		return nil, nil
+	}
+	size := m.SizeVT()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBufferVT(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *LintRequest) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *LintRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	if m == nil {
+		return 0, nil
+	}
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if m.unknownFields != nil {
+		i -= len(m.unknownFields)
+		copy(dAtA[i:], m.unknownFields)
+	}
+	if len(m.Owner) > 0 {
+		i -= len(m.Owner)
+		copy(dAtA[i:], m.Owner)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Owner)))
+		i--
+		dAtA[i] = 0xa
+	}
+	return len(dAtA) - i, nil
+}
+
+func (m *LintResponse) MarshalVT() (dAtA []byte, err error) {
+	if m == nil {
+		return nil, nil
+	}
+	size := m.SizeVT()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBufferVT(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *LintResponse) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *LintResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	if m == nil {
+		return 0, nil
+	}
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if m.unknownFields != nil {
+		i -= len(m.unknownFields)
+		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Summary != nil {
+		size, err := m.Summary.MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x12
+	}
+	if len(m.Findings) > 0 {
+		for iNdEx := len(m.Findings) - 1; iNdEx >= 0; iNdEx-- {
+			size, err := m.Findings[iNdEx].MarshalToSizedBufferVT(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+			i--
+			dAtA[i] = 0xa
+		}
+	}
+	return len(dAtA) - i, nil
+}
+
+func (m *LintFinding) MarshalVT() (dAtA []byte, err error) {
+	if m == nil {
+		return nil, nil
+	}
+	size := m.SizeVT()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBufferVT(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *LintFinding) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *LintFinding) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	if m == nil {
+		return 0, nil
+	}
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if m.unknownFields != nil {
+		i -= len(m.unknownFields)
+		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Messages != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Messages))
+		i--
+		dAtA[i] = 0x40
+	}
+	if len(m.Repair) > 0 {
+		i -= len(m.Repair)
+		copy(dAtA[i:], m.Repair)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Repair)))
+		i--
+		dAtA[i] = 0x3a
+	}
+	if len(m.Problem) > 0 {
+		i -= len(m.Problem)
+		copy(dAtA[i:], m.Problem)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Problem)))
+		i--
+		dAtA[i] = 0x32
+	}
+	if len(m.Field) > 0 {
+		i -= len(m.Field)
+		copy(dAtA[i:], m.Field)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Field)))
+		i--
+		dAtA[i] = 0x2a
+	}
+	if len(m.ConsentEntity) > 0 {
+		i -= len(m.ConsentEntity)
+		copy(dAtA[i:], m.ConsentEntity)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.ConsentEntity)))
+		i--
+		dAtA[i] = 0x22
+	}
+	if m.ConsentType != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ConsentType))
+		i--
+		dAtA[i] = 0x18
+	}
+	if len(m.Id) > 0 {
+		i -= len(m.Id)
+		copy(dAtA[i:], m.Id)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Id)))
+		i--
+		dAtA[i] = 0x12
+	}
+	if m.Kind != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Kind))
+		i--
+		dAtA[i] = 0x8
+	}
+	return len(dAtA) - i, nil
+}
+
+func (m *LintSummary) MarshalVT() (dAtA []byte, err error) {
+	if m == nil {
+		return nil, nil
+	}
+	size := m.SizeVT()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBufferVT(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *LintSummary) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *LintSummary) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	if m == nil {
+		return 0, nil
+	}
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if m.unknownFields != nil {
+		i -= len(m.unknownFields)
+		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Repairable != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Repairable))
+		i--
+		dAtA[i] = 0x28
+	}
+	if m.Findings != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Findings))
 		i--
 		dAtA[i] = 0x20
 	}
@@ -870,6 +1121,9 @@ func (m *ExportRequest) SizeVT() (n int) {
 		}
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.Nonconforming != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Nonconforming))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -933,6 +1187,110 @@ func (m *ExportSummary) SizeVT() (n int) {
 	}
 	if m.ExportedAtNs != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.ExportedAtNs))
+	}
+	if m.ExcludedRecords != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.ExcludedRecords))
+	}
+	if m.RepairedRecords != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.RepairedRecords))
+	}
+	n += len(m.unknownFields)
+	return n
+}
+
+func (m *LintRequest) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	l = len(m.Owner)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	n += len(m.unknownFields)
+	return n
+}
+
+func (m *LintResponse) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if len(m.Findings) > 0 {
+		for _, e := range m.Findings {
+			l = e.SizeVT()
+			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
+	}
+	if m.Summary != nil {
+		l = m.Summary.SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	n += len(m.unknownFields)
+	return n
+}
+
+func (m *LintFinding) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if m.Kind != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Kind))
+	}
+	l = len(m.Id)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.ConsentType != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.ConsentType))
+	}
+	l = len(m.ConsentEntity)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	l = len(m.Field)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	l = len(m.Problem)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	l = len(m.Repair)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.Messages != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Messages))
+	}
+	n += len(m.unknownFields)
+	return n
+}
+
+func (m *LintSummary) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if m.Groups != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Groups))
+	}
+	if m.Messages != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Messages))
+	}
+	if m.ConsentRecords != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.ConsentRecords))
+	}
+	if m.Findings != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Findings))
+	}
+	if m.Repairable != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Repairable))
 	}
 	n += len(m.unknownFields)
 	return n

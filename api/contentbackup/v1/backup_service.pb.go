@@ -323,7 +323,10 @@ type StartExportRequest struct {
 	Bucket string `protobuf:"bytes,5,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	// A note of the caller's, kept in the catalog (at most 128 bytes of
 	// UTF-8, no control characters).
-	Label         string `protobuf:"bytes,6,opt,name=label,proto3" json:"label,omitempty"`
+	Label string `protobuf:"bytes,6,opt,name=label,proto3" json:"label,omitempty"`
+	// As ExportRequest.nonconforming: absent, the job fails on a stored
+	// record the reference would refuse.
+	Nonconforming NonconformingRecords `protobuf:"varint,7,opt,name=nonconforming,proto3,enum=contentbackup.v1.NonconformingRecords" json:"nonconforming,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -398,6 +401,13 @@ func (x *StartExportRequest) GetLabel() string {
 		return x.Label
 	}
 	return ""
+}
+
+func (x *StartExportRequest) GetNonconforming() NonconformingRecords {
+	if x != nil {
+		return x.Nonconforming
+	}
+	return NonconformingRecords_NONCONFORMING_RECORDS_UNSPECIFIED
 }
 
 // StartImportRequest names the destination owner and the backup to read.
@@ -1234,14 +1244,15 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"%contentbackup/v1/backup_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/archive_service.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%xmtp/device_sync/backup_element.proto\":\n" +
 	"\x0eObjectLocation\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xf1\x01\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xbf\x02\n" +
 	"\x12StartExportRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x12:\n" +
 	"\aoptions\x18\x03 \x01(\v2 .xmtp.device_sync.ArchiveOptionsR\aoptions\x12B\n" +
 	"\vdestination\x18\x04 \x01(\v2 .contentbackup.v1.ObjectLocationR\vdestination\x12\x16\n" +
 	"\x06bucket\x18\x05 \x01(\tR\x06bucket\x12\x14\n" +
-	"\x05label\x18\x06 \x01(\tR\x05label\"\xb8\x01\n" +
+	"\x05label\x18\x06 \x01(\tR\x05label\x12L\n" +
+	"\rnonconforming\x18\a \x01(\x0e2&.contentbackup.v1.NonconformingRecordsR\rnonconforming\"\xb8\x01\n" +
 	"\x12StartImportRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x128\n" +
@@ -1374,51 +1385,53 @@ var file_contentbackup_v1_backup_service_proto_goTypes = []any{
 	(*ExportJobResult)(nil),            // 15: contentbackup.v1.ExportJobResult
 	(*ImportJobResult)(nil),            // 16: contentbackup.v1.ImportJobResult
 	(*device_sync.ArchiveOptions)(nil), // 17: xmtp.device_sync.ArchiveOptions
-	(*ExportSummary)(nil),              // 18: contentbackup.v1.ExportSummary
-	(*timestamppb.Timestamp)(nil),      // 19: google.protobuf.Timestamp
-	(*ImportResponse)(nil),             // 20: contentbackup.v1.ImportResponse
-	(*longrunningpb.Operation)(nil),    // 21: google.longrunning.Operation
-	(*emptypb.Empty)(nil),              // 22: google.protobuf.Empty
+	(NonconformingRecords)(0),          // 18: contentbackup.v1.NonconformingRecords
+	(*ExportSummary)(nil),              // 19: contentbackup.v1.ExportSummary
+	(*timestamppb.Timestamp)(nil),      // 20: google.protobuf.Timestamp
+	(*ImportResponse)(nil),             // 21: contentbackup.v1.ImportResponse
+	(*longrunningpb.Operation)(nil),    // 22: google.longrunning.Operation
+	(*emptypb.Empty)(nil),              // 23: google.protobuf.Empty
 }
 var file_contentbackup_v1_backup_service_proto_depIdxs = []int32{
 	17, // 0: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
 	4,  // 1: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
-	4,  // 2: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
-	0,  // 3: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
-	4,  // 4: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
-	17, // 5: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
-	18, // 6: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
-	19, // 7: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
-	19, // 8: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
-	7,  // 9: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
-	1,  // 10: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
-	2,  // 11: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
-	3,  // 12: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
-	4,  // 13: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
-	19, // 14: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
-	19, // 15: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
-	19, // 16: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
-	18, // 17: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
-	4,  // 18: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
-	4,  // 19: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
-	20, // 20: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
-	5,  // 21: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
-	6,  // 22: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
-	8,  // 23: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
-	10, // 24: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
-	11, // 25: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
-	12, // 26: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
-	21, // 27: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
-	21, // 28: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
-	9,  // 29: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
-	7,  // 30: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
-	22, // 31: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
-	13, // 32: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
-	27, // [27:33] is the sub-list for method output_type
-	21, // [21:27] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	18, // 2: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
+	4,  // 3: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
+	0,  // 4: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
+	4,  // 5: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
+	17, // 6: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
+	19, // 7: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
+	20, // 8: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
+	20, // 9: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
+	7,  // 10: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
+	1,  // 11: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
+	2,  // 12: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
+	3,  // 13: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
+	4,  // 14: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
+	20, // 15: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
+	20, // 16: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
+	20, // 17: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
+	19, // 18: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
+	4,  // 19: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
+	4,  // 20: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
+	21, // 21: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
+	5,  // 22: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
+	6,  // 23: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
+	8,  // 24: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
+	10, // 25: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
+	11, // 26: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
+	12, // 27: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
+	22, // 28: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
+	22, // 29: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
+	9,  // 30: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
+	7,  // 31: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
+	23, // 32: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
+	13, // 33: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
+	28, // [28:34] is the sub-list for method output_type
+	22, // [22:28] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_v1_backup_service_proto_init() }

@@ -95,6 +95,11 @@ func (m *StartExportRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Nonconforming != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Nonconforming))
+		i--
+		dAtA[i] = 0x38
+	}
 	if len(m.Label) > 0 {
 		i -= len(m.Label)
 		copy(dAtA[i:], m.Label)
@@ -963,6 +968,9 @@ func (m *StartExportRequest) SizeVT() (n int) {
 	l = len(m.Label)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.Nonconforming != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Nonconforming))
 	}
 	n += len(m.unknownFields)
 	return n
