@@ -28,7 +28,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps interop-soak bench bench-store bench-container bench-archive load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps interop-soak interop-large bench bench-store bench-container bench-archive load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -112,6 +112,11 @@ interop-soak: interop-deps
 		go test -count=1 -timeout 60m -run '^TestReferenceRules_DifferentialGenerator$$' . -v \
 			-gen.seed=$$seed -gen.shapes=$(SOAK_SHAPES) -gen.report=$$PWD/soak-$$seed.json | grep -E 'seed [0-9]+:|imported|FAIL|ok' || exit 1; \
 	done
+
+# interop-large exports 100,000 messages into the reference client and
+# checks every one byte for byte (make test runs the same at 5,000).
+interop-large: interop-deps
+	cd interop && go test -count=1 -timeout 30m -v -run '^TestReferenceImportsOurLargeExport$$' . -interop.messages=100000
 
 # check is the fast path: vet, staticcheck and every test once, without the
 # race detector or fuzzing; under 2 minutes once the build cache is warm.
