@@ -142,9 +142,6 @@ func NewReader(r io.Reader, key []byte, opts ReaderOptions) (*Reader, error) {
 // Version is the header's container version.
 func (r *Reader) Version() uint16 { return r.version }
 
-// BaseNonce is the header's base nonce.
-func (r *Reader) BaseNonce() Nonce { return r.base }
-
 // Stats reports what has been read so far.
 func (r *Reader) Stats() Stats { return r.stats }
 

@@ -39,9 +39,6 @@ func NewPool(capacity int64) *Pool {
 	return &Pool{sem: semaphore.NewWeighted(capacity), capacity: capacity}
 }
 
-// Capacity is the pool's size in bytes.
-func (p *Pool) Capacity() int64 { return p.capacity }
-
 // Call is one request's budget: at most limit bytes at a time, each also
 // held from the pool until released. Safe for concurrent use (an import's
 // reader charges while its applier releases).

@@ -297,14 +297,6 @@ func CheckTyped(ec *mc.EncodedContent) error {
 	return nil
 }
 
-// DecodeEnvelope decodes a parsed envelope: decompress first (CTYPE-024,
-// CTYPE-025), then select a codec on authority, type and major version
-// (CTYPE-001), then decode.
-func (r *Registry) DecodeEnvelope(ec *mc.EncodedContent) (Decoded, error) {
-	d := &decoding{r: r}
-	return d.decode(ec)
-}
-
 // decoding is the state of one top-level decode, shared by its nesting
 // levels: the depth reached, the decompressed bytes produced so far, and
 // the meter.
