@@ -482,7 +482,7 @@ func (v *verifyCmd) Run(c *cli) error {
 		return err
 	}
 	defer f.Close()
-	rep, err := backup.Verify(f, key)
+	rep, err := backup.Verify(f, key, archive.ReaderOptions{})
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ import (
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
@@ -323,7 +324,7 @@ func TestJobsAgainstS3(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep, err := backup.Verify(bytes.NewReader(object), keyResp.GetKey()); err != nil || rep.Err != nil || rep.Messages != 40 {
+		if rep, err := backup.Verify(bytes.NewReader(object), keyResp.GetKey(), archive.ReaderOptions{}); err != nil || rep.Err != nil || rep.Messages != 40 {
 			t.Fatalf("verify the object: %v %v, %d messages", err, rep.Err, rep.Messages)
 		}
 		sidecar, err := os.ReadFile(gw.object(result.GetArchive().GetKey() + jobs.SidecarSuffix))

@@ -307,7 +307,7 @@ func TestImportIntoEmptyOwner_ARCH013_ARCH016_ARCH020(t *testing.T) {
 		data, counts := export(t, s, a, nil)
 		_, exported := elements(t, data)
 
-		res, err := Import(t.Context(), s, b, key, bytes.NewReader(data))
+		res, err := Import(t.Context(), s, b, key, bytes.NewReader(data), ImportOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,7 +333,7 @@ func TestImportIntoEmptyOwner_ARCH013_ARCH016_ARCH020(t *testing.T) {
 		diff(t, "consent", consent, wantConsent)
 
 		// ARCH-016: the same archive again changes nothing.
-		res, err = Import(t.Context(), s, b, key, bytes.NewReader(data))
+		res, err = Import(t.Context(), s, b, key, bytes.NewReader(data), ImportOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,7 +387,7 @@ func TestImportKeepsLiveState_ARCH014(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		res, err := Import(t.Context(), s, b, key, bytes.NewReader(data))
+		res, err := Import(t.Context(), s, b, key, bytes.NewReader(data), ImportOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -452,7 +452,7 @@ func TestImportFailureKeepsEarlierRecords_ARCH021(t *testing.T) {
 
 		// Cut in the middle: the import fails naming a record, and what it
 		// applied is exactly the records before that one.
-		_, err := Import(t.Context(), s, owner, key, bytes.NewReader(data[:len(data)/2]))
+		_, err := Import(t.Context(), s, owner, key, bytes.NewReader(data[:len(data)/2]), ImportOptions{})
 		var re *archive.RecordError
 		if !errors.As(err, &re) || !errors.Is(err, archive.ErrTruncated) {
 			t.Fatalf("truncated import: %v; want a RecordError", err)
@@ -468,7 +468,7 @@ func TestImportFailureKeepsEarlierRecords_ARCH021(t *testing.T) {
 		}
 
 		// The retry from the start completes.
-		res, err := Import(t.Context(), s, owner, key, bytes.NewReader(data))
+		res, err := Import(t.Context(), s, owner, key, bytes.NewReader(data), ImportOptions{})
 		if err != nil {
 			t.Fatalf("retry: %v", err)
 		}
@@ -483,7 +483,7 @@ func TestImportMissingGroupFailsAgain_ARCH021(t *testing.T) {
 		owner := storetest.Owner("missing")
 		data := archiveOf(t, metaEl(), groupEl("g1"), msgEl("m1", "g1"), msgEl("orphan", "nowhere"), msgEl("m2", "g1"))
 		for range 2 {
-			_, err := Import(t.Context(), s, owner, key, bytes.NewReader(data))
+			_, err := Import(t.Context(), s, owner, key, bytes.NewReader(data), ImportOptions{})
 			var ie *ImportError
 			if !errors.As(err, &ie) || ie.Record != 3 || !errors.Is(err, ErrMissingGroup) {
 				t.Fatalf("%v; want ErrMissingGroup at record 3", err)
@@ -499,7 +499,7 @@ func TestImportRejectsMalformedRecords(t *testing.T) {
 		owner := storetest.Owner("malformed")
 		bad := msgEl("", "g1") // a message without an id
 		data := archiveOf(t, metaEl(), groupEl("g1"), msgEl("m1", "g1"), bad)
-		_, err := Import(t.Context(), s, owner, key, bytes.NewReader(data))
+		_, err := Import(t.Context(), s, owner, key, bytes.NewReader(data), ImportOptions{})
 		var ie *ImportError
 		if !errors.As(err, &ie) || ie.Record != 3 {
 			t.Fatalf("%v; want an ImportError at record 3", err)
@@ -509,7 +509,7 @@ func TestImportRejectsMalformedRecords(t *testing.T) {
 
 		// ARCH-006: a record 0 that is not metadata applies nothing.
 		other := storetest.Owner("no-metadata")
-		if _, err := Import(t.Context(), s, other, key, bytes.NewReader(archiveOf(t, groupEl("g1"), metaEl()))); !errors.Is(err, archive.ErrNotMetadata) {
+		if _, err := Import(t.Context(), s, other, key, bytes.NewReader(archiveOf(t, groupEl("g1"), metaEl())), ImportOptions{}); !errors.Is(err, archive.ErrNotMetadata) {
 			t.Errorf("%v; want ErrNotMetadata", err)
 		}
 		if g, _, _ := snapshotOf(t, s, other); len(g) != 0 {
@@ -523,19 +523,19 @@ func TestVerify(t *testing.T) {
 		owner := storetest.Owner("verify")
 		fill(t, s, owner)
 		data, counts := export(t, s, owner, nil)
-		rep, err := Verify(bytes.NewReader(data), key)
+		rep, err := Verify(bytes.NewReader(data), key, archive.ReaderOptions{})
 		if err != nil || rep.Err != nil {
 			t.Fatal(err, rep.Err)
 		}
 		if rep.Groups != counts.Groups || rep.Messages != counts.Messages || rep.Consent != counts.Consent || rep.Records != 1+counts.Groups+counts.Messages+counts.Consent {
 			t.Errorf("report %+v; export %+v", rep, counts)
 		}
-		rep, _ = Verify(bytes.NewReader(data[:len(data)-3]), key)
+		rep, _ = Verify(bytes.NewReader(data[:len(data)-3]), key, archive.ReaderOptions{})
 		var re *archive.RecordError
 		if !errors.As(rep.Err, &re) {
 			t.Errorf("truncated: %v", rep.Err)
 		}
-		if _, err := Verify(bytes.NewReader(data), key[:16]); !errors.Is(err, archive.ErrKeySize) {
+		if _, err := Verify(bytes.NewReader(data), key[:16], archive.ReaderOptions{}); !errors.Is(err, archive.ErrKeySize) {
 			t.Errorf("short key: %v", err)
 		}
 	})
@@ -559,7 +559,7 @@ func TestImportLegacyArchive_ARCH002_ARCH022(t *testing.T) {
 			t.Fatal(err)
 		}
 		owner := storetest.Owner("legacy")
-		res, err := Import(t.Context(), s, owner, key, &buf)
+		res, err := Import(t.Context(), s, owner, key, &buf, ImportOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -592,7 +592,7 @@ func TestImportUnderSmallReadAhead(t *testing.T) {
 		var err error
 		go func() {
 			defer close(done)
-			res, err = ImportWith(t.Context(), s, storetest.Owner("small-ahead"), key, bytes.NewReader(data), ImportOptions{ReadAhead: call, ReadAheadBytes: readAhead})
+			res, err = Import(t.Context(), s, storetest.Owner("small-ahead"), key, bytes.NewReader(data), ImportOptions{ReadAhead: call, ReadAheadBytes: readAhead})
 		}()
 		select {
 		case <-done:
@@ -658,8 +658,8 @@ func TestExportWriteFailureStopsTheReader(t *testing.T) {
 	})
 }
 
-// TestProgressCounts: ExportWith counts every record it writes and
-// ImportWith every record it takes in, the metadata included.
+// TestProgressCounts: Export counts every record it writes (ExportConfig.Written) and
+// Import every record it takes in, the metadata included.
 func TestProgressCounts(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, s store.Store) {
 		owner := storetest.Owner("progress")
@@ -674,7 +674,7 @@ func TestProgressCounts(t *testing.T) {
 			t.Errorf("export counted %d records, wrote %d", written.Load(), want)
 		}
 		var taken atomic.Uint64
-		res, err := ImportWith(t.Context(), s, storetest.Owner("progress-in"), key, bytes.NewReader(buf.Bytes()), ImportOptions{Progress: &taken})
+		res, err := Import(t.Context(), s, storetest.Owner("progress-in"), key, bytes.NewReader(buf.Bytes()), ImportOptions{Progress: &taken})
 		if err != nil {
 			t.Fatal(err)
 		}

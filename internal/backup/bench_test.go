@@ -53,7 +53,7 @@ func BenchmarkImport(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
-				res, err := Import(b.Context(), s, fmt.Sprintf("%s-%d", owner, i), key, bytes.NewReader(archiveBytes.Bytes()))
+				res, err := Import(b.Context(), s, fmt.Sprintf("%s-%d", owner, i), key, bytes.NewReader(archiveBytes.Bytes()), ImportOptions{})
 				if err != nil || res.Messages.Inserted != n {
 					b.Fatal(res, err)
 				}

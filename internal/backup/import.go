@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
@@ -75,18 +74,6 @@ type ImportResult struct {
 	Records, Skipped, Legacy uint64
 }
 
-// Response is the result as the API reports it (ArchiveService.Import's
-// response, an import job's result).
-func (r ImportResult) Response() *cb.ImportResponse {
-	counts := func(c ElementCounts) *cb.ElementCounts {
-		return &cb.ElementCounts{Inserted: c.Inserted, Updated: c.Updated, Unchanged: c.Unchanged}
-	}
-	return &cb.ImportResponse{
-		Metadata: r.Metadata, Groups: counts(r.Groups), Messages: counts(r.Messages), Consent: counts(r.Consent),
-		Records: r.Records, Skipped: r.Skipped, LegacyRecords: r.Legacy,
-	}
-}
-
 // ImportError is an import that stopped at a record. Everything before
 // that record is applied; it and everything after are not (ARCH-021).
 type ImportError struct {
@@ -117,12 +104,11 @@ var ErrMissingGroup = errors.New("the message's group is neither stored nor earl
 // it returns an *ImportError naming the record: the records before it are
 // applied, it and the later ones are not, and a retry from the start
 // applies the rest under the same rules (ARCH-021).
-func Import(ctx context.Context, st store.Store, owner string, key []byte, r io.Reader) (res ImportResult, err error) {
-	return ImportWith(ctx, st, owner, key, r, ImportOptions{})
-}
-
-// ImportWith is Import under opts.
-func ImportWith(ctx context.Context, st store.Store, owner string, key []byte, r io.Reader, opts ImportOptions) (res ImportResult, err error) {
+//
+// The same entry serves the Import stream, import jobs and tests; opts
+// carries the reader's limits, the record limits and the read-ahead the
+// caller reserved.
+func Import(ctx context.Context, st store.Store, owner string, key []byte, r io.Reader, opts ImportOptions) (res ImportResult, err error) {
 	ar, err := archive.NewReader(r, key, opts.Reader)
 	if err != nil {
 		return res, err

@@ -27,12 +27,8 @@ type Report struct {
 // Verify reads an archive to its end without applying anything. Only a
 // key of the wrong length (archive.ErrKeySize) is returned as an error;
 // what is wrong with the archive is in the report.
-func Verify(r io.Reader, key []byte) (rep Report, err error) {
-	return VerifyWith(r, key, archive.ReaderOptions{})
-}
-
-// VerifyWith is Verify with the reader's limits and meter.
-func VerifyWith(r io.Reader, key []byte, opts archive.ReaderOptions) (rep Report, err error) {
+// opts are the reader's limits and meter (the zero value: the defaults).
+func Verify(r io.Reader, key []byte, opts archive.ReaderOptions) (rep Report, err error) {
 	ar, err := archive.NewReader(r, key, opts)
 	if errors.Is(err, archive.ErrKeySize) {
 		return rep, err

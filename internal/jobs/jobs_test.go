@@ -200,7 +200,7 @@ func TestExportThenImportJob(t *testing.T) {
 			if uint64(len(object)) != sum.GetArchiveBytes() || !bytes.Equal(digest[:], sum.GetSha256()) {
 				t.Errorf("object is %d bytes, sha256 %x; summary says %d, %x", len(object), digest, sum.GetArchiveBytes(), sum.GetSha256())
 			}
-			rep, err := backup.Verify(bytes.NewReader(object), testKey)
+			rep, err := backup.Verify(bytes.NewReader(object), testKey, archive.ReaderOptions{})
 			if err != nil || rep.Err != nil || rep.Messages != 100 {
 				t.Errorf("verify object: %v, %v, %d messages", err, rep.Err, rep.Messages)
 			}

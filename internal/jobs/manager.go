@@ -878,6 +878,18 @@ func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest
 	return result, nil
 }
 
+// ImportResponse is an import's result as the API reports it
+// (ArchiveService.Import's response, an import job's result).
+func ImportResponse(r backup.ImportResult) *cb.ImportResponse {
+	counts := func(c backup.ElementCounts) *cb.ElementCounts {
+		return &cb.ElementCounts{Inserted: c.Inserted, Updated: c.Updated, Unchanged: c.Unchanged}
+	}
+	return &cb.ImportResponse{
+		Metadata: r.Metadata, Groups: counts(r.Groups), Messages: counts(r.Messages), Consent: counts(r.Consent),
+		Records: r.Records, Skipped: r.Skipped, LegacyRecords: r.Legacy,
+	}
+}
+
 // NonconformingOf is the export rule an API value names (an undefined
 // value is refused at the door).
 func NonconformingOf(n cb.NonconformingRecords) backup.Nonconforming {
@@ -952,11 +964,11 @@ func (m *Manager) importArchive(ctx context.Context, r *run, req *cb.StartImport
 	opts.ReadAhead = ahead
 	opts.Progress = &r.records
 	r.phase.Store(int32(cb.JobPhase_JOB_PHASE_TRANSFERRING))
-	res, err := backup.ImportWith(ctx, m.cfg.Store, req.GetOwner(), p.key, &countingReader{r: obj, n: &r.bytes}, opts)
+	res, err := backup.Import(ctx, m.cfg.Store, req.GetOwner(), p.key, &countingReader{r: obj, n: &r.bytes}, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &cb.ImportJobResult{Counts: res.Response()}, nil
+	return &cb.ImportJobResult{Counts: ImportResponse(res)}, nil
 }
 
 // timestamp is t for a JobMetadata field; nil for the zero time.

@@ -359,16 +359,17 @@ func (s *ArchiveService) Import(stream grpc.ClientStreamingServer[cb.ImportReque
 	ahead := s.pool.NewCall("import read-ahead", s.limits.ImportReadAheadBytes)
 	defer ahead.Close()
 	started := time.Now()
-	res, err := backup.ImportWith(stream.Context(), s.store, start.GetOwner(), start.GetKey(), in, backup.ImportOptions{
+	res, err := backup.Import(stream.Context(), s.store, start.GetOwner(), start.GetKey(), in, backup.ImportOptions{
 		Limits: s.limits.Records, Reader: s.readerOptions(readerBudget),
 		ReadAhead: ahead, ReadAheadBytes: s.limits.ImportReadAheadBytes,
 	})
+
 	applied := func(c backup.ElementCounts) uint64 { return c.Inserted + c.Updated + c.Unchanged }
 	s.metrics.archive("import", in.n, applied(res.Groups), applied(res.Messages), applied(res.Consent), time.Since(started), err)
 	if err != nil {
 		return archiveStatus(stream.Context(), err, "import")
 	}
-	return stream.SendAndClose(res.Response())
+	return stream.SendAndClose(jobs.ImportResponse(res))
 }
 
 // keyedStream is the shape ReadMetadata and Verify share: a key, then
@@ -451,7 +452,7 @@ func (s *ArchiveService) Verify(stream grpc.ClientStreamingServer[cb.VerifyReque
 	}
 	readerBudget := s.readerCall()
 	defer readerBudget.Close()
-	rep, err := backup.VerifyWith(in, key, s.readerOptions(readerBudget))
+	rep, err := backup.Verify(in, key, s.readerOptions(readerBudget))
 	if err != nil {
 		return status.Error(codes.InvalidArgument, clip(err.Error()))
 	}

@@ -1,0 +1,97 @@
+// Package layers holds the repository's layering to account: each package
+// sits on one floor and imports only from its own floor or below, and
+// below the gRPC edge no package speaks the API (contentbackup.v1) or
+// gRPC, except where the exceptions below say why, until they are gone.
+package layers
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/contentbackup/contentbackup/"
+
+// floors: the README's layer line, bottom to top. A package of this module
+// missing here fails the test, so a new package must be placed.
+var floors = map[string]int{
+	"internal/wire": 1, "internal/budget": 1, "internal/buildinfo": 1, "internal/devpki": 1,
+	"internal/codec": 2, "internal/archive": 2, "internal/records": 2, "internal/keyring": 2,
+	"internal/store": 3, "internal/store/sqlite": 3, "internal/store/postgres": 3, "internal/store/storetest": 3,
+	"internal/backup": 4,
+	"internal/jobs": 5,
+	// The gRPC edge: authentication, transport, telemetry, the content
+	// API's mapping onto the codecs, and the services.
+	"internal/auth": 6, "internal/auth/authtest": 6, "internal/transport": 6, "internal/telemetry": 6, "internal/contentapi": 6, "internal/server": 6,
+	"cmd/server": 7, "cmd/archivectl": 7,
+}
+
+const edge = 6
+
+// speaksAPI: imports that belong to the edge alone.
+func speaksAPI(imp string) bool {
+	return imp == module+"api/contentbackup/v1" || imp == "google.golang.org/grpc" || strings.HasPrefix(imp, "google.golang.org/grpc/")
+}
+
+// exceptions: packages below the edge that still speak the API, and why.
+// Each is open work; removing one's cause and not its entry fails the test.
+var exceptions = map[string]string{
+	"internal/codec": "decoded values are the API's content messages (content.proto): the codecs need values of their own",
+	"internal/jobs":  "jobs persist requests, progress and results as the API's messages and build Operations and their codes",
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+}
+
+func TestLayers(t *testing.T) {
+	cmd := exec.Command("go", "list", "-json", module+"internal/...", module+"cmd/...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	spoke := map[string][]string{}
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(p.ImportPath, module)
+		floor, ok := floors[name]
+		if !ok {
+			t.Errorf("%s has no floor: place it in floors (and the README's layer line)", name)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if dep, ok := floors[strings.TrimPrefix(imp, module)]; ok && dep > floor {
+				t.Errorf("%s (floor %d) imports %s (floor %d): calls go downward only", name, floor, strings.TrimPrefix(imp, module), dep)
+			}
+			if floor < edge && speaksAPI(imp) {
+				spoke[name] = append(spoke[name], strings.TrimPrefix(imp, module))
+			}
+		}
+	}
+	var names []string
+	for name := range spoke {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if _, ok := exceptions[name]; !ok {
+			t.Errorf("%s is below the gRPC edge and imports %v: map to domain types and errors at the edge instead", name, spoke[name])
+		}
+	}
+	for name, why := range exceptions {
+		if _, ok := spoke[name]; !ok {
+			t.Errorf("%s no longer speaks the API (%s): remove its exception", name, why)
+		}
+	}
+}
