@@ -26,8 +26,8 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
-	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
