@@ -16,9 +16,10 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/contentbackup/contentbackup/internal/fault"
 )
 
 // Sizes fixed by the format.
@@ -37,27 +38,30 @@ const (
 var (
 	// ErrKeySize: the key is not 32 bytes (ARCH-012). Returned before any
 	// archive byte is read or written.
-	ErrKeySize = errors.New("archive: key must be exactly 32 bytes")
+	ErrKeySize = fault.New(fault.Invalid, "archive: key must be exactly 32 bytes")
 	// ErrTruncated: the input ended inside the header, a length prefix or
 	// a record, or inside the zstd stream (ARCH-018).
-	ErrTruncated = errors.New("archive: truncated")
+	ErrTruncated = fault.New(fault.Invalid, "archive: truncated")
 	// ErrAuthentication: a record opens under neither its counter nonce
 	// nor the legacy retry (ARCH-002): a wrong key, or damage.
-	ErrAuthentication = errors.New("archive: record fails authentication under its nonce and the legacy retry")
+	ErrAuthentication = fault.New(fault.Invalid, "archive: record fails authentication under its nonce and the legacy retry")
 	// ErrNotMetadata: record 0 is not a metadata element (ARCH-006).
-	ErrNotMetadata = errors.New("archive: record 0 is not a metadata element")
+	ErrNotMetadata = fault.New(fault.Invalid, "archive: record 0 is not a metadata element")
 	// ErrRecordSize: a record length under the 16-byte tag or over the
 	// reader's limit (ARCH-018).
-	ErrRecordSize = errors.New("archive: record length out of bounds")
+	ErrRecordSize = fault.New(fault.Invalid, "archive: record length out of bounds")
 	// ErrCompression: the zstd stream is invalid (ARCH-018).
-	ErrCompression = errors.New("archive: invalid zstd stream")
+	ErrCompression = fault.New(fault.Invalid, "archive: invalid zstd stream")
 	// ErrElement: a record decrypts but is not a BackupElement.
-	ErrElement = errors.New("archive: record is not a BackupElement")
+	ErrElement = fault.New(fault.Invalid, "archive: record is not a BackupElement")
 )
 
 // VersionError is a header naming a container version this package does
 // not read (ARCH-003).
 type VersionError struct{ Version uint16 }
+
+// FaultKind: an archive of a later version is the caller's to convert.
+func (e *VersionError) FaultKind() fault.Kind { return fault.Invalid }
 
 func (e *VersionError) Error() string {
 	return fmt.Sprintf("archive: container version %d is later than %d, the only one this reader knows", e.Version, Version)

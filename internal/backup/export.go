@@ -22,6 +22,7 @@ import (
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -36,6 +37,9 @@ const (
 type OptionsError struct{ Field, Reason string }
 
 func (e *OptionsError) Error() string { return e.Field + ": " + e.Reason }
+
+// FaultKind: the caller's options.
+func (e *OptionsError) FaultKind() fault.Kind { return fault.Invalid }
 
 // Resolve applies ARCH-017's defaults: absent options select both
 // categories with no window and keep disappearing messages. Present
@@ -270,6 +274,10 @@ func (e *UnexportableError) Error() string {
 	return fmt.Sprintf("%s %x cannot be exported: %v", e.Kind, e.ID, e.Err)
 }
 func (e *UnexportableError) Unwrap() error { return e.Err }
+
+// FaultKind: the stored record, not the request, stands in the way
+// (the nonconforming option or a repair of the record removes it).
+func (e *UnexportableError) FaultKind() fault.Kind { return fault.FailedPrecondition }
 
 func (rd *exportReader) conversations(ctx context.Context, snap store.Snapshot) error {
 	opts := rd.opts

@@ -16,6 +16,7 @@ import (
 
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/budget"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -88,7 +89,7 @@ func (e *ImportError) Unwrap() error { return e.Err }
 
 // ErrMissingGroup: a message names a group that neither the store nor an
 // earlier record of the archive holds (ARCH-007, ARCH-021).
-var ErrMissingGroup = errors.New("the message's group is neither stored nor earlier in the archive")
+var ErrMissingGroup = fault.New(fault.FailedPrecondition, "the message's group is neither stored nor earlier in the archive")
 
 // Import reads an archive from r under key and applies it to the owner's
 // store as it goes, in bounded memory:

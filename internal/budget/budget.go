@@ -11,10 +11,15 @@ import (
 	"sync"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/contentbackup/contentbackup/internal/fault"
 )
 
 // ExceededError is a charge refused: the limit it would have passed, named
 // for the caller (an operator can find it in the limits table).
+// FaultKind: a budget is a limit.
+func (e *ExceededError) FaultKind() fault.Kind { return fault.Exhausted }
+
 type ExceededError struct {
 	// Limit names the limit: "per-call <what>" or "server memory".
 	Limit string

@@ -11,13 +11,15 @@ import (
 	"unicode"
 
 	"gocloud.dev/blob"
+
+	"github.com/contentbackup/contentbackup/internal/fault"
 )
 
 // keyName is what a bucket or schedule name may be.
 var keyName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // ErrUnknownBucket: no bucket of that name is configured.
-var ErrUnknownBucket = errors.New("no such bucket")
+var ErrUnknownBucket = fault.New(fault.Invalid, "no such bucket")
 
 // SidecarSuffix ends the name of an export's sidecar: <key>.summary.json.
 const SidecarSuffix = ".summary.json"

@@ -44,7 +44,6 @@ import (
 	"go.uber.org/zap"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -52,6 +51,7 @@ import (
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -60,20 +60,20 @@ import (
 // Errors the service tells apart.
 var (
 	// ErrInvalid: the request is malformed; the wrapping error says how.
-	ErrInvalid = errors.New("invalid job request")
+	ErrInvalid = fault.New(fault.Invalid, "invalid job request")
 	// ErrObjectExists: an export would replace an object.
-	ErrObjectExists = errors.New("the object exists; exports never replace an object")
+	ErrObjectExists = fault.New(fault.AlreadyExists, "the object exists; exports never replace an object")
 	// ErrBackupNotFound: the owner has no such backup. Another owner's
 	// backup reads the same, so the error tells nothing of what the
 	// caller may not see.
-	ErrBackupNotFound = errors.New("no such backup")
+	ErrBackupNotFound = fault.New(fault.NotFound, "no such backup")
 	// ErrBackupNotComplete: the backup's export has not finished.
-	ErrBackupNotComplete = errors.New("the backup is still being written")
+	ErrBackupNotComplete = fault.New(fault.FailedPrecondition, "the backup is still being written")
 	// ErrBackupDamaged: the backup's object or key no longer matches its
 	// catalog row; no retry helps.
-	ErrBackupDamaged = errors.New("the backup's object or key does not match the catalog")
+	ErrBackupDamaged = fault.New(fault.FailedPrecondition, "the backup's object or key does not match the catalog")
 	// ErrShuttingDown: the server is stopping and starts no job.
-	ErrShuttingDown = errors.New("the server is shutting down")
+	ErrShuttingDown = fault.New(fault.Unavailable, "the server is shutting down")
 )
 
 // Config is what the manager runs jobs with.
@@ -603,7 +603,7 @@ func (m *Manager) endUnstarted(j store.Job, cause error) {
 	defer cancel()
 	m.cfg.Log.Warn("job not started", zap.String("job", j.ID), zap.Error(cause))
 	_ = m.cfg.Store.FinishJob(fctx, j.ID, store.JobEnd{State: store.JobFailed, At: time.Now(),
-		ErrorCode: int32(codes.Unavailable), ErrorMessage: "the job could not be recorded; start it again"})
+		ErrorCode: int32(fault.Unavailable), ErrorMessage: "the job could not be recorded; start it again"})
 }
 
 func (m *Manager) forget(id string) {
@@ -665,7 +665,7 @@ func (m *Manager) execute(ctx context.Context, r *run, req proto.Message, p prep
 	if err != nil {
 		end.State, end.Result = store.JobFailed, nil
 		end.ErrorCode, end.ErrorMessage = m.describe(ctx, r.job.Kind, err, log)
-		if end.ErrorCode == int32(codes.Canceled) {
+		if end.ErrorCode == int32(fault.Canceled) {
 			end.State = store.JobCancelled
 		}
 	}
@@ -705,70 +705,62 @@ func (m *Manager) execute(ctx context.Context, r *run, req proto.Message, p prep
 }
 
 // describe turns a job's error into the code and message its operation
-// shows: the cause of a cancellation, or the error's kind. Permanent
-// failures (a damaged backup, a bad archive, a budget) say so; transient
-// ones (store or storage unavailable) say to start again. Unforeseen
-// errors show a generic message (the server log has the cause), as RPCs
-// do.
+// shows: the cause of a cancellation, or the error's kind (fault.Of, the
+// vocabulary RPCs are classified by too). Permanent failures (a damaged
+// backup, a bad archive, a budget) say so; transient ones (store or
+// storage unavailable) say to start again. Kinds that name the server's
+// own trouble show a generic message (the server log has the cause), as
+// RPCs do. The code is the kind: fault's kinds are google.rpc.Code's.
 func (m *Manager) describe(ctx context.Context, kind string, err error, log *zap.Logger) (int32, string) {
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errCancelled):
-		return int32(codes.Canceled), ended(kind, "cancelled")
+		return int32(fault.Canceled), ended(kind, "cancelled")
 	case errors.Is(cause, errShutdown):
-		return int32(codes.Unavailable), ended(kind, errShutdown.Error())
+		return int32(fault.Unavailable), ended(kind, errShutdown.Error())
 	case errors.Is(cause, errLost):
-		return int32(codes.Aborted), ended(kind, errLost.Error())
+		return int32(fault.Aborted), ended(kind, errLost.Error())
 	}
-	var (
-		ue   *backup.UnexportableError
-		be   *budget.ExceededError
-		full *store.FullError
-	)
+	var full *store.FullError
+	k := fault.Of(err, store.UnavailableKind, storageKind)
 	switch {
 	case errors.As(err, &full):
 		log.Error("job failed: store out of space", zap.Error(err))
-		return int32(codes.ResourceExhausted), ended(kind, "the store ("+full.Engine+") is out of space")
+		return int32(k), ended(kind, "the store ("+full.Engine+") is out of space")
 	case errors.Is(err, ErrObjectExists):
-		return int32(codes.AlreadyExists), clip(err.Error())
+		return int32(k), clip(err.Error())
 	case errors.Is(err, ErrBackupDamaged), errors.Is(err, keyring.ErrUnwrap), errors.Is(err, keyring.ErrNoKEK):
 		log.Error("job failed: backup damaged", zap.Error(err))
-		return int32(codes.FailedPrecondition), ended(kind, "the backup's object or key does not match the catalog; it cannot be read")
-	case errors.As(err, &be):
-		return int32(codes.ResourceExhausted), ended(kind, clip(err.Error()))
-	case errors.As(err, &ue), errors.Is(err, backup.ErrMissingGroup):
-		return int32(codes.FailedPrecondition), ended(kind, clip(err.Error()))
-	case isArchiveProblem(err):
-		// The archive's own fault, named by record: safe to show, as
-		// ArchiveService.Import shows it.
-		return int32(codes.InvalidArgument), ended(kind, clip(err.Error()))
-	case store.Unavailable(err):
-		log.Warn("job failed: store unavailable", zap.Error(err))
-		return int32(codes.Unavailable), ended(kind, "the store is unavailable")
-	case gcerrors.Code(err) != gcerrors.Unknown && gcerrors.Code(err) != gcerrors.OK:
+		return int32(k), ended(kind, "the backup's object or key does not match the catalog; it cannot be read")
+	}
+	switch k {
+	case fault.Exhausted, fault.FailedPrecondition, fault.Invalid:
+		// A budget, the record or the archive at fault, named by record:
+		// safe to show, as the RPCs show it.
+		return int32(k), ended(kind, clip(err.Error()))
+	case fault.Unavailable, fault.Canceled, fault.DeadlineExceeded:
+		// A context error that is not the job's own cancellation came
+		// from storage's calls: storage failed, for the job.
+		if store.Unavailable(err) {
+			log.Warn("job failed: store unavailable", zap.Error(err))
+			return int32(k), ended(kind, "the store is unavailable")
+		}
 		log.Warn("job failed: storage", zap.Error(err))
-		return int32(codes.Unavailable), ended(kind, "object storage refused or failed: "+gcerrors.Code(err).String())
+		return int32(k), ended(kind, "object storage refused or failed: "+gcerrors.Code(err).String())
 	}
 	log.Error("job failed", zap.Error(err))
-	return int32(codes.Internal), ended(kind, "internal error")
+	return int32(fault.Internal), ended(kind, "internal error")
 }
 
-func isArchiveProblem(err error) bool {
-	_, ok := backup.ArchiveProblem(err)
-	return ok
+// storageKind classifies object storage's errors, which carry gocloud's
+// codes rather than a kind: whatever storage refuses or fails at is, for a
+// job, storage unavailable.
+func storageKind(err error) (fault.Kind, bool) {
+	c := gcerrors.Code(err)
+	return fault.Unavailable, c != gcerrors.Unknown && c != gcerrors.OK
 }
 
 // clip bounds a message at 512 bytes, cut on a character boundary.
-func clip(s string) string {
-	const n = 512
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "..."
-}
+func clip(s string) string { return fault.Clip(s, 512, "...") }
 
 // renew writes r's progress and extends its lease every Renew until ctx
 // ends, and cancels r when a cancel was asked or the job was ended

@@ -25,15 +25,16 @@ import (
 	"gocloud.dev/secrets/localsecrets"
 
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/fault"
 )
 
 // ErrUnwrap: a wrapped data key does not open under the KEK (another
 // KEK, a damaged row, a KEK file replaced). Retrying never helps.
-var ErrUnwrap = errors.New("the backup's data key does not open under this server's key-encryption key")
+var ErrUnwrap = fault.New(fault.FailedPrecondition, "the backup's data key does not open under this server's key-encryption key")
 
 // ErrNoKEK: the local KEK file is missing, so no backup sealed under it
 // can be opened. Retrying never helps.
-var ErrNoKEK = errors.New("the key-encryption key file is missing")
+var ErrNoKEK = fault.New(fault.FailedPrecondition, "the key-encryption key file is missing")
 
 // KEKFile is the local KEK's file name in its directory.
 const KEKFile = "kek.key"

@@ -19,6 +19,7 @@ import (
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/fault"
 )
 
 // Limits on the parts of a record the store keys or indexes by. Content
@@ -40,6 +41,9 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+// FaultKind: the caller sent it.
+func (e *FieldError) FaultKind() fault.Kind { return fault.Invalid }
 
 func fieldErr(field, format string, args ...any) *FieldError {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
@@ -334,10 +338,10 @@ func TypeOf(m *mb.GroupMessageSave) codec.TypeID {
 // Deletion refusals, told apart with errors.Is.
 var (
 	// ErrNotDeletable: CTYPE-018 forbids deleting the target, whoever asks.
-	ErrNotDeletable = errors.New("not deletable")
+	ErrNotDeletable = fault.New(fault.FailedPrecondition, "not deletable")
 	// ErrNotAuthorized: PROC-037: the actor is neither the target's sender
 	// nor a current super admin of its group.
-	ErrNotAuthorized = errors.New("not authorized to delete")
+	ErrNotAuthorized = fault.New(fault.PermissionDenied, "not authorized to delete")
 )
 
 // CheckDeletion decides whether actor may delete target in group.

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"strconv"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -19,9 +19,11 @@ import (
 // streams, archiveStatus, which adds the record number): one place decides
 // each error kind's code and what of it the caller may see.
 //
+// Each error says its kind (internal/fault); codeOf maps kinds to codes.
+//
 //	records.FieldError                 INVALID_ARGUMENT + BadRequest (field path)
-//	store.ErrNotFound                  NOT_FOUND
-//	store.ErrGroupInactive, ...        FAILED_PRECONDITION
+//	fault.NotFound (store.ErrNotFound) NOT_FOUND
+//	fault.FailedPrecondition           FAILED_PRECONDITION
 //	records.ErrNotDeletable            FAILED_PRECONDITION + ErrorInfo NOT_DELETABLE
 //	records.ErrNotAuthorized           PERMISSION_DENIED + ErrorInfo NOT_SENDER_OR_SUPER_ADMIN
 //	budget.ExceededError               RESOURCE_EXHAUSTED + ErrorInfo BUDGET_EXCEEDED (limit, bytes)
@@ -39,16 +41,7 @@ const maxStatusMessage = 1024
 // ErrorInfo domain of every detail this server attaches.
 const errorDomain = "contentbackup.v1"
 
-func clip(msg string) string {
-	if len(msg) <= maxStatusMessage {
-		return msg
-	}
-	cut := maxStatusMessage
-	for cut > 0 && (msg[cut]&0xC0) == 0x80 { // do not split a UTF-8 sequence
-		cut--
-	}
-	return msg[:cut] + "… (truncated)"
-}
+func clip(msg string) string { return fault.Clip(msg, maxStatusMessage, "… (truncated)") }
 
 // hiddenCause is a status for the caller that keeps, for the server's own
 // log line, the cause it does not send: the request logger prints Error(),
@@ -77,8 +70,15 @@ const (
 	msgInternal    = "internal error"
 )
 
+// codeOf is the one table from a failure's kind to its code, for RPCs
+// and job operations alike: fault's kinds are numbered as google.rpc.Code,
+// which gRPC's codes are too (TestFaultKindsAreCodes holds them equal).
+func codeOf(k fault.Kind) codes.Code { return codes.Code(k) }
+
 // statusOf maps an error of the records, store, codec or budget layers to
-// the status the caller gets.
+// the status the caller gets: its kind decides the code (fault.Of); a
+// few kinds of error add details; kinds that are the server's own trouble
+// keep their words for the log.
 func statusOf(err error) error {
 	if err == nil {
 		return nil
@@ -106,20 +106,20 @@ func statusOf(err error) error {
 		return st.Err()
 	case errors.As(err, &be):
 		return budgetStatus(be, "")
-	case errors.Is(err, store.ErrNotFound):
-		return status.Error(codes.NotFound, clip(err.Error()))
-	case errors.Is(err, store.ErrGroupInactive), errors.Is(err, store.ErrFailedPrecondition):
-		return status.Error(codes.FailedPrecondition, clip(err.Error()))
 	case errors.Is(err, records.ErrNotDeletable):
 		return withReason(codes.FailedPrecondition, "NOT_DELETABLE", clip(err.Error()))
 	case errors.Is(err, records.ErrNotAuthorized):
 		return withReason(codes.PermissionDenied, "NOT_SENDER_OR_SUPER_ADMIN", clip(err.Error()))
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	case errors.Is(err, context.Canceled):
+	}
+	switch k := fault.Of(err, store.UnavailableKind); k {
+	case fault.Canceled:
 		return status.Error(codes.Canceled, "canceled")
-	case store.Unavailable(err):
+	case fault.DeadlineExceeded:
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case fault.Unavailable:
 		return hide(codes.Unavailable, msgUnavailable, err)
+	case fault.NotFound, fault.FailedPrecondition, fault.Invalid, fault.AlreadyExists, fault.Exhausted, fault.PermissionDenied, fault.Aborted:
+		return status.Error(codeOf(k), clip(err.Error()))
 	}
 	return hide(codes.Internal, msgInternal, err)
 }

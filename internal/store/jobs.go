@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/contentbackup/contentbackup/internal/fault"
 )
 
 // Jobs keeps BackupService's server-side export and import jobs. Unlike
@@ -44,7 +46,7 @@ type Jobs interface {
 }
 
 // ErrJobConflict: the owner already has a running export job.
-var ErrJobConflict = errors.New("the owner already has a running export job")
+var ErrJobConflict = fault.New(fault.AlreadyExists, "the owner already has a running export job")
 
 // Job kinds and states as stored.
 const (

@@ -33,6 +33,7 @@ import (
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/records"
 )
 
@@ -40,15 +41,15 @@ import (
 // record concerned.
 var (
 	// ErrNotFound: the owner has no such group or message.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = fault.New(fault.NotFound, "not found")
 	// ErrGroupInactive: the group is Restored, so it takes no new messages
 	// (ARCH-015) and cannot be put over until activated.
-	ErrGroupInactive = errors.New("group is restored from an archive and inactive until a validated welcome activates it")
+	ErrGroupInactive = fault.New(fault.FailedPrecondition, "group is restored from an archive and inactive until a validated welcome activates it")
 	// ErrFailedPrecondition: the record's state forbids the operation.
-	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrFailedPrecondition = fault.New(fault.FailedPrecondition, "failed precondition")
 	// ErrUnavailable: the database cannot be reached or is shutting down;
 	// the same call may succeed later.
-	ErrUnavailable = errors.New("the store is unavailable")
+	ErrUnavailable = fault.New(fault.Unavailable, "the store is unavailable")
 )
 
 // FullError: the engine ran out of space (disk full, or SQLite's page
@@ -65,6 +66,9 @@ func (e *FullError) Error() string {
 }
 
 func (e *FullError) Unwrap() error { return e.Err }
+
+// FaultKind: the store's space is a limit like any other.
+func (e *FullError) FaultKind() fault.Kind { return fault.Exhausted }
 
 // SpaceWatch remembers that an engine ran out of space, from the first
 // write refused for it until a probe write that needs new room succeeds,
@@ -118,6 +122,10 @@ func OutOfSpace(engine string, err error) error {
 	}
 	return &FullError{Engine: engine, Err: err}
 }
+
+// UnavailableKind classifies for fault.Of what Unavailable recognises: a
+// driver's connection errors carry no kind of their own.
+func UnavailableKind(err error) (fault.Kind, bool) { return fault.Unavailable, Unavailable(err) }
 
 // Unavailable reports whether err says the database could not be reached
 // (refused or reset connections, a server shutting down, a connection
