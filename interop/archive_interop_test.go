@@ -22,7 +22,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/contentapi"
 	"github.com/contentbackup/contentbackup/internal/server"
-	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 )
 
 // These tests prove the archive against the reference client itself:
@@ -46,7 +46,7 @@ type services struct {
 // startServices serves the whole API on the embedded store over TCP.
 func startServices(t *testing.T) services {
 	t.Helper()
-	conn := serve(t, server.Config{Store: storetest.SQLite(t)})
+	conn := serve(t, server.Config{Store: enginetest.SQLite(t)})
 	return services{cb.NewConversationServiceClient(conn), cb.NewArchiveServiceClient(conn)}
 }
 

@@ -18,7 +18,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/server"
-	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 )
 
 // TestReferenceImportsOurBackupJob: a backup a job wrote, sealed with its
@@ -33,7 +33,7 @@ func TestReferenceImportsOurBackupJob(t *testing.T) {
 	dir := t.TempDir()
 	buckets := jobs.NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
 	t.Cleanup(func() { buckets.Close() })
-	conn := serve(t, server.Config{Store: storetest.SQLite(t), Jobs: &server.JobsConfig{KEK: kek, Buckets: buckets}})
+	conn := serve(t, server.Config{Store: enginetest.SQLite(t), Jobs: &server.JobsConfig{KEK: kek, Buckets: buckets}})
 	ctx := t.Context()
 	owner := inboxID("job owner")
 	group := &gb.GroupSave{

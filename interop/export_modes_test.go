@@ -15,7 +15,7 @@ import (
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
-	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 )
 
 // TestExportModesRestoreInTheReference: an owner whose store holds records
@@ -27,7 +27,7 @@ import (
 // reference imports whole, with their summaries counting what was left
 // out and repaired.
 func TestExportModesRestoreInTheReference(t *testing.T) {
-	st := storetest.SQLite(t)
+	st := enginetest.SQLite(t)
 	conn := serve(t, server.Config{Store: st})
 	arch := cb.NewArchiveServiceClient(conn)
 	ctx := t.Context()

@@ -15,7 +15,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
-	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 )
 
 var largeMessages = flag.Int("interop.messages", 5000, "messages TestReferenceImportsOurLargeExport exports into the reference (make interop-large: 100,000)")
@@ -25,7 +25,7 @@ var largeMessages = flag.Int("interop.messages", 5000, "messages TestReferenceIm
 // and its content's bytes as ours. CI runs it at 5,000 messages; make
 // interop-large at 100,000, the figure RELIABILITY.md records.
 func TestReferenceImportsOurLargeExport(t *testing.T) {
-	st := storetest.SQLite(t)
+	st := enginetest.SQLite(t)
 	conn := serve(t, server.Config{Store: st})
 	arch := cb.NewArchiveServiceClient(conn)
 	ctx := t.Context()

@@ -27,6 +27,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
 )
@@ -70,7 +71,7 @@ func serve(t *testing.T, creds credentials.TransportCredentials) (string, store.
 // serveJobs is serve with jobs: a local key-encryption key and the file
 // bucket "local", whose directory it returns.
 func serveJobs(t *testing.T, creds credentials.TransportCredentials) (string, store.Store, string) {
-	s := storetest.SQLite(t)
+	s := enginetest.SQLite(t)
 	kek, err := keyring.Open(t.Context(), "", t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
 
@@ -31,7 +32,7 @@ const exportAt = int64(2_000_000_000_000_000_000)
 func ptr[T any](v T) *T { return &v }
 
 func forEachEngine(t *testing.T, fn func(t *testing.T, s store.Store)) {
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		t.Run(e.Name, func(t *testing.T) { fn(t, e.Open(t)) })
 	}
 }

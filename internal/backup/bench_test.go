@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/jackc/pgx/v5"
@@ -20,7 +21,7 @@ import (
 func BenchmarkExport(b *testing.B) {
 	const n = 50_000
 	body := []byte(strings.Repeat("x", 1024))
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		b.Run(e.Name, func(b *testing.B) {
 			s := e.Open(b)
 			owner := benchOwner(b, s, n, body)
@@ -41,7 +42,7 @@ func BenchmarkExport(b *testing.B) {
 func BenchmarkImport(b *testing.B) {
 	const n = 20_000
 	body := []byte(strings.Repeat("x", 1024))
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		b.Run(e.Name, func(b *testing.B) {
 			s := e.Open(b)
 			owner := benchOwner(b, s, n, body)
@@ -88,7 +89,7 @@ func benchOwner(b *testing.B, s store.Store, n int, body []byte) string {
 func BenchmarkExportCopyTo(b *testing.B) {
 	const n = 50_000
 	body := []byte(strings.Repeat("x", 1024))
-	s := storetest.Postgres(b).(*postgres.Store)
+	s := enginetest.Postgres(b).(*postgres.Store)
 	owner := benchOwner(b, s, n, body)
 	conn, err := s.Pool().Acquire(b.Context())
 	if err != nil {
@@ -111,7 +112,7 @@ func BenchmarkExportCopyTo(b *testing.B) {
 func BenchmarkImportCopyFrom(b *testing.B) {
 	const n = 20_000
 	body := []byte(strings.Repeat("x", 1024))
-	s := storetest.Postgres(b).(*postgres.Store)
+	s := enginetest.Postgres(b).(*postgres.Store)
 	columns := append([]string{"owner"}, strings.Split(strings.NewReplacer(" ", "", "\n", "", "\t", "").Replace(store.MessageInsertColumns), ",")...)
 	i := 0
 	for b.Loop() {

@@ -29,6 +29,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
 
@@ -148,7 +149,7 @@ func snapshot(t *testing.T, st store.Store, owner string) (groups []*gb.GroupSav
 // its sidecar to the bucket; an import job of that object into another
 // owner gives that owner the source owner's records.
 func TestExportThenImportJob(t *testing.T) {
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
 			st := e.Open(t)
 			h := newHarness(t, st)
@@ -284,7 +285,7 @@ func newGated(st store.Store) *gatedStore {
 // it is held at its first message.
 func startGated(t *testing.T, messages int, key string, tune ...func(*Config)) (*gatedStore, *harness, string, store.Job) {
 	t.Helper()
-	st := newGated(storetest.SQLite(t))
+	st := newGated(enginetest.SQLite(t))
 	h := newHarness(t, st, tune...)
 	owner := storetest.Owner("o")
 	fill(t, st.Store, owner, messages)
@@ -380,7 +381,7 @@ func files(t *testing.T, dir string) []string {
 // before a job exists, with an error naming what was wrong; a caller can
 // no longer name a key in a bucket nor a key ref.
 func TestStartRefusals(t *testing.T) {
-	st := storetest.SQLite(t)
+	st := enginetest.SQLite(t)
 	h := newHarness(t, st)
 	owner := storetest.Owner("o")
 	loc := &cb.ObjectLocation{Bucket: "local", Key: "k"}
@@ -456,7 +457,7 @@ func catalogJunk(t *testing.T, h *harness, owner string, body []byte) store.Back
 // under its key fails its import job with a message naming the problem,
 // true to an import (what was applied stays), and applies nothing.
 func TestImportJobOfABadArchive(t *testing.T) {
-	st := storetest.SQLite(t)
+	st := enginetest.SQLite(t)
 	h := newHarness(t, st)
 	owner := storetest.Owner("o")
 	b := catalogJunk(t, h, owner, bytes.Repeat([]byte("not an archive"), 100))
@@ -475,7 +476,7 @@ func TestImportJobOfABadArchive(t *testing.T) {
 // whose object is gone or of another length, is refused as a failed
 // precondition (no retry helps), never as UNAVAILABLE.
 func TestDamagedBackupIsPermanent(t *testing.T) {
-	st := storetest.SQLite(t)
+	st := enginetest.SQLite(t)
 	h := newHarness(t, st)
 	owner := storetest.Owner("o")
 	b := catalogJunk(t, h, owner, []byte("junk"))
@@ -513,7 +514,7 @@ func TestDamagedBackupIsPermanent(t *testing.T) {
 // TestDeadServersJobsFail: a running job whose lease ran out (its server
 // was killed) is failed by the reaper, never left running.
 func TestDeadServersJobsFail(t *testing.T) {
-	st := storetest.SQLite(t)
+	st := enginetest.SQLite(t)
 	h := newHarness(t, st)
 	now := time.Now()
 	// The export's backup row, WRITING when its server died.
@@ -574,7 +575,7 @@ func TestDeleteBackupWhileWriting(t *testing.T) {
 // the catalog lists them: an object left in the owner's prefix by hand,
 // even one named like a backup, is never counted nor deleted.
 func TestScheduleKeepsTheNewest(t *testing.T) {
-	st := storetest.SQLite(t)
+	st := enginetest.SQLite(t)
 	var runs []string
 	var mu sync.Mutex
 	h := newHarness(t, st, func(c *Config) {
@@ -717,7 +718,7 @@ func TestShutdownFailsRunningJobs(t *testing.T) {
 // operation and starts when a slot frees; past the owner's queue bound a
 // start is ErrQueueFull and stores nothing.
 func TestMaxRunningQueues(t *testing.T) {
-	st := newGated(storetest.SQLite(t))
+	st := newGated(enginetest.SQLite(t))
 	h := newHarness(t, st, func(c *Config) { c.MaxRunning, c.MaxQueuedPerOwner = 1, 1 })
 	a, b := storetest.Owner("a"), storetest.Owner("b")
 	fill(t, st.Store, a, 2)
@@ -772,7 +773,7 @@ func TestExportNeverReplaces(t *testing.T) {
 // TestFinishedJobsExpire: the manager's reaper deletes jobs that ended
 // more than KeepFinished ago, and leaves newer and running ones.
 func TestFinishedJobsExpire(t *testing.T) {
-	st := storetest.SQLite(t)
+	st := enginetest.SQLite(t)
 	h := newHarness(t, st, func(c *Config) { c.KeepFinished = time.Hour })
 	now := time.Now()
 	for i, ended := range []time.Duration{-2 * time.Hour, -time.Minute} {

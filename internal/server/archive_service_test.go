@@ -21,6 +21,7 @@ import (
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
 
@@ -32,7 +33,7 @@ type archiveClients struct {
 }
 
 func forEachEngineArchive(t *testing.T, fn func(t *testing.T, c archiveClients, s store.Store)) {
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
 			s := e.Open(t)
 			conn := startTCP(t, Config{Store: s})

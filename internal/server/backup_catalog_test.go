@@ -16,7 +16,7 @@ import (
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store"
-	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
@@ -149,7 +149,7 @@ func (h *importHeld) MergeGroups(ctx context.Context, owner string, groups []*gb
 // imports; she runs her share, the rest of hers wait queued, and bob's
 // export takes a free slot at once and finishes while hers are held.
 func TestBackupJobsFairAcrossOwners(t *testing.T) {
-	held := &importHeld{Store: storetest.SQLite(t), owner: "alice", reached: make(chan struct{}), release: make(chan struct{})}
+	held := &importHeld{Store: enginetest.SQLite(t), owner: "alice", reached: make(chan struct{}), release: make(chan struct{})}
 	jobsCfg, _ := testJobs(t)
 	jobsCfg.MaxRunning, jobsCfg.MaxRunningPerOwner, jobsCfg.MaxQueuedPerOwner = 2, 1, 4
 	addr := serveTCP(t, Config{Store: held, Jobs: jobsCfg}, nil)

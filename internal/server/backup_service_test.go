@@ -22,7 +22,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/store"
-	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -212,7 +212,7 @@ func TestBackupJobScoping(t *testing.T) {
 // TestBackupJobBadRequests: malformed starts and names are
 // INVALID_ARGUMENT naming the field, and start nothing.
 func TestBackupJobBadRequests(t *testing.T) {
-	p := startPerimeter(t, storetest.SQLite(t), false, nil)
+	p := startPerimeter(t, enginetest.SQLite(t), false, nil)
 	alice := p.as(t, aliceToken)
 	backupc := cb.NewBackupServiceClient(alice)
 	ctx := context.Background()
@@ -247,7 +247,7 @@ func TestBackupJobBadRequests(t *testing.T) {
 func TestJobMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	jobsCfg, _ := testJobs(t)
-	st := storetest.SQLite(t)
+	st := enginetest.SQLite(t)
 	addr := serveTCP(t, Config{Store: st, Jobs: jobsCfg, Metrics: reg}, nil)
 	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
 	populate(t, cb.NewConversationServiceClient(conn), "alice")
@@ -310,7 +310,7 @@ func (s heldSnapshot) EachMessage(ctx context.Context, q store.MessageQuery, fn 
 // slot frees; past the owner's queue bound it is RESOURCE_EXHAUSTED at
 // once, stores no job and costs the server no job's memory reservation.
 func TestBackupJobsPastMaxRunning(t *testing.T) {
-	held := &heldStore{Store: storetest.SQLite(t), reached: make(chan struct{}), release: make(chan struct{})}
+	held := &heldStore{Store: enginetest.SQLite(t), reached: make(chan struct{}), release: make(chan struct{})}
 	jobsCfg, _ := testJobs(t)
 	jobsCfg.MaxRunning, jobsCfg.MaxQueuedPerOwner = 1, 1
 	addr := serveTCP(t, Config{Store: held, Jobs: jobsCfg}, nil)

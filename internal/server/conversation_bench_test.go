@@ -15,6 +15,7 @@ import (
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
@@ -42,7 +43,7 @@ func benchMessages(op int, group []byte, content []byte) []*mb.GroupMessageSave 
 // ("grpc"), and calling the service in process ("direct": validation,
 // store and decode without the transport and the client's decoding).
 func benchEngines(b *testing.B, fn func(b *testing.B, c cb.ConversationServiceClient, s store.Store)) {
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		b.Run(e.Name+"/grpc", func(b *testing.B) {
 			s := e.Open(b)
 			conn := startTCP(b, Config{Store: s})
@@ -168,7 +169,7 @@ func BenchmarkListMessages(b *testing.B) {
 // stream is the transport's.
 func BenchmarkStreamMessages(b *testing.B) {
 	content := text200Envelope(b)
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		b.Run(e.Name+"/grpc", func(b *testing.B) {
 			c := cb.NewConversationServiceClient(startTCP(b, Config{Store: e.Open(b)}))
 			owner, ctx := benchGroup(b, c, content), context.Background()
@@ -210,7 +211,7 @@ func BenchmarkStreamMessages(b *testing.B) {
 // COPY TO beside it, it bounds what the paged call can reach: reading a
 // page and decoding it happen one after the other (benchratio -serial).
 func BenchmarkClientDecodePage(b *testing.B) {
-	c := directClient{NewConversationService(storetest.SQLite(b), codec.NewRegistry(), ConversationOptions{})}
+	c := directClient{NewConversationService(enginetest.SQLite(b), codec.NewRegistry(), ConversationOptions{})}
 	owner := benchGroup(b, c, text200Envelope(b))
 	page, err := c.ListMessages(context.Background(), &cb.ListMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g"), PageSize: 1000})
 	if err != nil || len(page.GetMessages()) != 1000 {
@@ -237,7 +238,7 @@ var copyColumns = []string{"owner", "id", "group_id", "decrypted_message_bytes",
 	"expires_at_ns", "expiry_known"}
 
 func postgresForBench(b *testing.B) (*postgres.Store, string) {
-	s := storetest.Postgres(b).(*postgres.Store)
+	s := enginetest.Postgres(b).(*postgres.Store)
 	owner := storetest.Owner("bench")
 	if _, err := s.PutGroup(context.Background(), owner, storetest.MinimalGroup("g")); err != nil {
 		b.Fatal(err)

@@ -26,13 +26,14 @@ import (
 	"github.com/contentbackup/contentbackup/internal/contentapi"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
 
 // Every test here runs on each store engine, through a real server on a
 // loopback TCP port.
 func forEachEngine(t *testing.T, fn func(t *testing.T, c cb.ConversationServiceClient, s store.Store)) {
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
 			s := e.Open(t)
 			conn := startTCP(t, Config{Store: s, MaxAppendBatch: 10_000, MaxRecvBytes: 8 << 20})
@@ -731,7 +732,7 @@ func putPageBytesGroup(t *testing.T, c cb.ConversationServiceClient, owner strin
 // TestListMessagesReaderEnds: a page cut short by its byte limit, or
 // refused by the call budget, ends the goroutine that read it.
 func TestListMessagesReaderEnds(t *testing.T) {
-	s := storetest.SQLite(t)
+	s := enginetest.SQLite(t)
 	owner := storetest.Owner("reader")
 	ctx := t.Context()
 	if _, err := s.PutGroup(ctx, owner, storetest.MinimalGroup("g")); err != nil {

@@ -14,6 +14,7 @@ import (
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
 
@@ -117,7 +118,7 @@ func TestE2E_ARCH017_DoorRefusesWhatTheReferenceRefuses(t *testing.T) {
 // TestE2EVerifyReportsTheVersionRead: Verify of an archive whose header
 // says version 1 reports version 1 (and the problem), not 0.
 func TestE2E_ARCH003_VerifyReportsTheVersionRead(t *testing.T) {
-	c := cb.NewArchiveServiceClient(startTCP(t, Config{Store: storetest.SQLite(t)}))
+	c := cb.NewArchiveServiceClient(startTCP(t, Config{Store: enginetest.SQLite(t)}))
 	header := make([]byte, archive.HeaderSize+8)
 	header[0] = 1 // little-endian version 1
 	rep, err := verify(t, c, archiveKey, header)

@@ -34,6 +34,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/devpki"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
 )
@@ -189,7 +190,7 @@ func (p *perimeter) as(t testing.TB, token string) *grpc.ClientConn {
 // forEachPerimeter runs fn against a server on each engine, once with TLS
 // and once with mutual TLS (client certificates verified if given).
 func forEachPerimeter(t *testing.T, fn func(t *testing.T, p *perimeter)) {
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		for _, mode := range []string{"tls", "mtls"} {
 			t.Run(e.Name+"/"+mode, func(t *testing.T) {
 				fn(t, startPerimeter(t, e.Open(t), mode == "mtls", nil))
@@ -371,7 +372,7 @@ func TestPerimeterPolicyReloadRevokes(t *testing.T) {
 // token is UNAUTHENTICATED at once, and the policy's status says so. A
 // reload that is refused is visible in the status, not only in a log.
 func TestPerimeterRevokeLastCredential(t *testing.T) {
-	p := startPerimeter(t, storetest.SQLite(t), false, nil)
+	p := startPerimeter(t, enginetest.SQLite(t), false, nil)
 	ctx := t.Context()
 	alice := cb.NewConversationServiceClient(p.as(t, aliceToken))
 	put(t, alice, "alice", storetest.FullGroup("g1"))
@@ -537,7 +538,7 @@ func ownerCalls(t *testing.T) map[string]ownerCall {
 // spoofed sender, written under archiveKey by a server of its own.
 func forgedArchive(t *testing.T) []byte {
 	t.Helper()
-	conn := startTCP(t, Config{Store: storetest.SQLite(t)})
+	conn := startTCP(t, Config{Store: enginetest.SQLite(t)})
 	conv := cb.NewConversationServiceClient(conn)
 	put(t, conv, "mallory", storetest.FullGroup("group-1"))
 	m := storetest.Message("forged-import", storetest.GroupID("group-1"), 7)
@@ -552,7 +553,7 @@ func forgedArchive(t *testing.T) []byte {
 // ownerCalls lacks one: a new RPC cannot escape the cross-owner test.
 func TestPerimeterEveryOwnerRPCHasARow(t *testing.T) {
 	jobsCfg, _ := testJobs(t)
-	srv := New(Config{Store: storetest.SQLite(t), Auth: adminPolicy(t), Jobs: jobsCfg}, zap.NewNop())
+	srv := New(Config{Store: enginetest.SQLite(t), Auth: adminPolicy(t), Jobs: jobsCfg}, zap.NewNop())
 	calls := ownerCalls(t)
 	found := 0
 	for _, method := range ownerNamingMethods(t, srv.GRPC()) {
@@ -673,7 +674,7 @@ func TestPerimeterTrustedActors(t *testing.T) {
 // proves its principal (by subject or by SAN); one it does not name, and
 // one from another CA, prove nobody.
 func TestPerimeterClientCertificates(t *testing.T) {
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
 			p := startPerimeter(t, e.Open(t), true, nil)
 			ctx := t.Context()
@@ -705,7 +706,7 @@ func TestPerimeterClientCertificates(t *testing.T) {
 // TestPerimeterCertificateRotation: a certificate replaced on disk is
 // served to the next connection, with no restart.
 func TestPerimeterCertificateRotation(t *testing.T) {
-	p := startPerimeter(t, storetest.SQLite(t), false, nil)
+	p := startPerimeter(t, enginetest.SQLite(t), false, nil)
 	served := func() *x509.Certificate {
 		t.Helper()
 		cfg, err := transport.ClientTLS(transport.ClientOptions{CAFile: p.pki.caFile, ServerName: "localhost"})
@@ -751,7 +752,7 @@ func TestPerimeterCertificateRotation(t *testing.T) {
 // TestPerimeterPageTokens: a page token works only for the owner and the
 // request it was issued for, and cannot be altered.
 func TestPerimeterPageTokens(t *testing.T) {
-	p := startPerimeter(t, storetest.SQLite(t), false, nil)
+	p := startPerimeter(t, enginetest.SQLite(t), false, nil)
 	ctx := t.Context()
 	ops := cb.NewConversationServiceClient(p.as(t, opsToken))
 	for _, owner := range []string{"alice", "bob"} {
@@ -800,7 +801,7 @@ func TestPerimeterPageTokens(t *testing.T) {
 func TestPerimeterLogsHoldNoSecrets(t *testing.T) {
 	var buf syncBuffer
 	log := zap.New(zapJSONCore(&buf))
-	p := startPerimeter(t, storetest.SQLite(t), false, log)
+	p := startPerimeter(t, enginetest.SQLite(t), false, log)
 	conn := p.as(t, aliceToken)
 	conv := cb.NewConversationServiceClient(conn)
 	put(t, conv, "alice", storetest.FullGroup("g"))
@@ -880,7 +881,7 @@ func namesOwner(md protoreflect.MessageDescriptor) bool {
 // rule, and every rule names a registered method.
 func TestEveryMethodHasAScope(t *testing.T) {
 	jobsCfg, _ := testJobs(t)
-	srv := New(Config{Store: storetest.SQLite(t), Auth: adminPolicy(t), Jobs: jobsCfg}, zap.NewNop())
+	srv := New(Config{Store: enginetest.SQLite(t), Auth: adminPolicy(t), Jobs: jobsCfg}, zap.NewNop())
 	n := 0
 	for svc, info := range srv.GRPC().GetServiceInfo() {
 		if svc == healthService || svc == reflectionV1 || svc == reflectionV1Alpha {

@@ -44,6 +44,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
@@ -306,7 +307,7 @@ func TestReliability2_HeldArchiveStreams(t *testing.T) {
 
 // forEachEngineArchive2 is forEachEngineArchive with a config.
 func forEachEngineArchive2(t *testing.T, cfg Config, fn func(t *testing.T, c archiveClients, s store.Store)) {
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
 			s := e.Open(t)
 			cfg := cfg
@@ -430,7 +431,7 @@ func TestReliability4_ImportBoundedByBytes(t *testing.T) {
 // size limit does not slow other owners' writes; one over it is refused.
 // The figures compare the same writes before and after, in one run.
 func TestReliability5_NeighbourOwnersOnTheEmbeddedStore(t *testing.T) {
-	s := storetest.SQLite(t)
+	s := enginetest.SQLite(t)
 	c := cb.NewConversationServiceClient(startTCP(t, Config{Store: s}))
 	ctx := t.Context()
 	appendBatch := func(owner string, n int) time.Duration {
@@ -753,7 +754,7 @@ func TestReliability2_StalledExportEnds(t *testing.T) {
 // TestReliability8_ErrorsDoNotEchoLargeInput: a long caller value inside
 // a refused request comes back as at most a short quote.
 func TestReliability8_ErrorsDoNotEchoLargeInput(t *testing.T) {
-	conn := startTCP(t, Config{Store: storetest.SQLite(t)})
+	conn := startTCP(t, Config{Store: enginetest.SQLite(t)})
 	long := strings.Repeat("z", 300<<10)
 	ctx := t.Context()
 	content := cb.NewContentServiceClient(conn)

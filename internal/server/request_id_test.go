@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
-	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
@@ -18,7 +18,7 @@ import (
 // a caller's own plain id is kept, anything else replaced.
 func TestRequestID(t *testing.T) {
 	var buf syncBuffer
-	addr := serveTCP(t, Config{Store: storetest.SQLite(t)}, zap.New(zapJSONCore(&buf)))
+	addr := serveTCP(t, Config{Store: enginetest.SQLite(t)}, zap.New(zapJSONCore(&buf)))
 	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
 	c := cb.NewContentServiceClient(conn)
 

@@ -14,6 +14,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
 )
@@ -200,7 +201,7 @@ func TestE2EStreamMessagesPageBytes(t *testing.T) {
 // the conversation, and past the idle timeout the stream ends
 // (DEADLINE_EXCEEDED) and its goroutines with it.
 func TestE2EStreamMessagesStalledClient(t *testing.T) {
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
 			s := e.Open(t)
 			conn := startTCP(t, Config{Store: s, Limits: Limits{StreamIdleTimeout: 2 * time.Second}})
@@ -260,7 +261,7 @@ func TestE2EStreamMessagesStalledClient(t *testing.T) {
 // most their pipelines (three pages, the transport's windows) until the
 // idle timeout ends them, and then their slots are free again.
 func TestReliabilityHeldMessageStreams(t *testing.T) {
-	for _, e := range storetest.Engines() {
+	for _, e := range enginetest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
 			limits := Limits{StreamIdleTimeout: 2 * time.Second, MaxMessageStreams: 4, MaxMessageStreamsPerOwner: 3}
 			addr := serveTCP(t, Config{Store: e.Open(t), Limits: limits}, nil)

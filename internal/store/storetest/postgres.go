@@ -10,52 +10,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/contentbackup/contentbackup/internal/store"
-	"github.com/contentbackup/contentbackup/internal/store/postgres"
-	"github.com/contentbackup/contentbackup/internal/store/sqlite"
 )
-
-// Engine names a store engine and opens a fresh, empty, migrated store of
-// it for one test.
-type Engine struct {
-	Name string
-	Open func(t testing.TB) store.Store
-}
-
-// Engines is every engine, for tests that run against each.
-func Engines() []Engine {
-	return []Engine{{"sqlite", SQLite}, {"postgres", Postgres}}
-}
-
-// SQLite opens a store in a new temporary data directory.
-func SQLite(t testing.TB) store.Store {
-	t.Helper()
-	s, err := sqlite.Open(context.Background(), t.TempDir(), sqlite.Options{Migrate: true})
-	if err != nil {
-		t.Fatalf("open sqlite store: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 // AdminURLEnv names the variable holding a Postgres URL with the right to
 // create databases; make test sets it (scripts/ensure-postgres.sh).
 const AdminURLEnv = "TEST_DATABASE_URL"
-
-// Postgres creates a new database on the server AdminURLEnv names, opens a
-// store in it and drops the database when the test ends. Without the
-// variable the test fails: Postgres tests never skip.
-func Postgres(t testing.TB) store.Store {
-	t.Helper()
-	dbURL := NewPostgresDatabase(t)
-	s, err := postgres.Open(context.Background(), dbURL, postgres.Options{Migrate: true})
-	if err != nil {
-		t.Fatalf("open postgres store: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 // NewPostgresDatabase creates an empty database for the test and returns
 // its URL; the database is dropped when the test ends.
