@@ -29,6 +29,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/backup"
+	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
@@ -72,16 +73,14 @@ func startGateway(t *testing.T) (g gateway, addr string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if c, err := net.Dial("tcp", addr); err == nil {
+	eventually.True(t, 20*time.Second, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
 			c.Close()
-			return g, addr
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("versitygw did not listen on %s:\n%s", addr, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	}, func() string { return fmt.Sprintf("versitygw did not listen on %s:\n%s", addr, out.String()) })
+	return g, addr
 }
 
 func (g gateway) object(key string) string {

@@ -26,6 +26,7 @@ import (
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
 	"github.com/prometheus/client_golang/prometheus"
@@ -408,13 +409,9 @@ func TestComposeSetup(t *testing.T) {
 	if err := proc.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for status.Code(call(transport.ClientOptions{Token: token})) != codes.Unauthenticated {
-		if time.Now().After(deadline) {
-			t.Fatalf("the token still works 10 s after SIGHUP:\n%s", logs())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually.True(t, 10*time.Second, func() bool {
+		return status.Code(call(transport.ClientOptions{Token: token})) == codes.Unauthenticated
+	}, func() string { return "the token still works after SIGHUP:\n" + logs() })
 	if strings.Contains(logs(), token) {
 		t.Errorf("the token was logged")
 	}

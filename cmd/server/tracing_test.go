@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"path/filepath"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
 
@@ -62,11 +64,8 @@ func TestBinaryTracing(t *testing.T) {
 	if _, err := conv.PutGroup(t.Context(), &cb.PutGroupRequest{Owner: "o", Group: storetest.FullGroup("g")}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second) // the batcher exports every 5 s
-	for !(col.has("contentbackup.v1.ConversationService/PutGroup") && col.has("INSERT") && col.has("pool.acquire")) {
-		if time.Now().After(deadline) {
-			t.Fatalf("spans received: %v\nserver log:\n%s", col.names, logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	// The batcher exports every 5 s.
+	eventually.True(t, 20*time.Second, func() bool {
+		return col.has("contentbackup.v1.ConversationService/PutGroup") && col.has("INSERT") && col.has("pool.acquire")
+	}, func() string { return fmt.Sprintf("spans received: %v\nserver log:\n%s", col.names, logs()) })
 }

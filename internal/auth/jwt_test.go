@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/contentbackup/contentbackup/internal/auth/authtest"
+	"github.com/contentbackup/contentbackup/internal/eventually"
 )
 
 func signed(t *testing.T, key jwk.Key, owner any, scope string) string {
@@ -54,16 +55,10 @@ func TestJWTFromJWKSURL(t *testing.T) {
 	mu.Lock()
 	body = authtest.JWKS(t, pub1, pub2)
 	mu.Unlock()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if _, err := v.Verify(t.Context(), rotated); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the rotated key was not picked up")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	eventually.True(t, 15*time.Second, func() bool {
+		_, err := v.Verify(t.Context(), rotated)
+		return err == nil
+	}, func() string { return "the rotated key was not picked up" })
 }
 
 func TestJWTRefusals(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/budget"
+	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
@@ -646,10 +647,7 @@ func TestExportWriteFailureStopsTheReader(t *testing.T) {
 		// takes a write (on SQLite, a snapshot left open would not block
 		// it, but its connection would stay busy; on Postgres its
 		// transaction would hold a pool connection).
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		eventually.Within(5*time.Second, func() bool { return runtime.NumGoroutine() <= before })
 		if n := runtime.NumGoroutine(); n > before {
 			t.Errorf("%d goroutines after the failed export, %d before", n, before)
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
+	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
@@ -336,22 +337,17 @@ func TestCancelSeenThroughTheStore(t *testing.T) {
 	st, h, _, j := startGated(t, 5, "a.xmtpbak")
 	// While it runs, its progress reaches the store with each renewal:
 	// the metadata record at least is written.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	var md *cb.JobMetadata
+	eventually.True(t, 10*time.Second, func() bool {
 		got, err := st.GetJob(t.Context(), j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		md, err := Metadata(got)
-		if err != nil {
+		if md, err = Metadata(got); err != nil {
 			t.Fatal(err)
 		}
-		if md.GetRecordsDone() >= 1 && md.GetPhase() == cb.JobPhase_JOB_PHASE_TRANSFERRING {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress recorded: %v", md)
-		}
-	}
+		return md.GetRecordsDone() >= 1 && md.GetPhase() == cb.JobPhase_JOB_PHASE_TRANSFERRING
+	}, func() string { return fmt.Sprintf("no progress recorded: %v", md) })
 	if _, err := st.RequestCancel(t.Context(), j.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -538,14 +534,10 @@ func TestDeadServersJobsFail(t *testing.T) {
 	if j.State != store.JobFailed || op.GetError().GetCode() != int32(codes.Unavailable) || !strings.Contains(op.GetError().GetMessage(), "stopped") {
 		t.Errorf("dead job: %s, %v", j.State, op.GetError())
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := st.GetBackup(t.Context(), "o", b.ID); errors.Is(err, store.ErrNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the dead export's WRITING catalog row stayed")
-		}
-	}
+	eventually.True(t, 5*time.Second, func() bool {
+		_, err := st.GetBackup(t.Context(), "o", b.ID)
+		return errors.Is(err, store.ErrNotFound)
+	}, func() string { return "the dead export's WRITING catalog row stayed" })
 }
 
 // TestDeleteBackupWhileWriting: a backup whose export runs cannot be
@@ -634,13 +626,11 @@ schedules:
 	sort.Strings(want)
 	// Retention runs after each job; the last one's may still be going.
 	var got []string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	eventually.Within(10*time.Second, func() bool {
 		got = files(t, h.dir)
 		sort.Strings(got)
-		if fmt.Sprint(got) == fmt.Sprint(want) {
-			break
-		}
-	}
+		return fmt.Sprint(got) == fmt.Sprint(want)
+	})
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after three firings with keep 2:\n got %v\nwant %v", got, want)
 	}
@@ -789,18 +779,16 @@ func TestFinishedJobsExpire(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go h.m.Run(ctx)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		jobs, err := st.ListJobs(t.Context(), store.JobQuery{Limit: 10})
-		if err != nil {
+	var jobs []store.Job
+	eventually.True(t, 10*time.Second, func() bool {
+		var err error
+		if jobs, err = st.ListJobs(t.Context(), store.JobQuery{Limit: 10}); err != nil {
 			t.Fatal(err)
 		}
-		if len(jobs) == 1 && jobs[0].Done.After(now.Add(-time.Hour)) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("jobs left: %d; want only the one that ended a minute ago", len(jobs))
-		}
-	}
+		return len(jobs) == 1 && jobs[0].Done.After(now.Add(-time.Hour))
+	}, func() string {
+		return fmt.Sprintf("jobs left: %d; want only the one that ended a minute ago", len(jobs))
+	})
 }
 
 // TestScheduleRunsWhileAnotherOwnerFloods: alice's export holds her share

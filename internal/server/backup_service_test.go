@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,6 +20,7 @@ import (
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -257,20 +259,14 @@ func TestJobMetrics(t *testing.T) {
 	}
 	waitOp(t, conn, op.GetName())
 	// The end is recorded just after the operation shows done.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n, err := testutil.GatherAndCount(reg, "contentbackup_jobs_duration_seconds")
-		if err != nil {
+	var n int
+	eventually.True(t, 5*time.Second, func() bool {
+		var err error
+		if n, err = testutil.GatherAndCount(reg, "contentbackup_jobs_duration_seconds"); err != nil {
 			t.Fatal(err)
 		}
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d job duration series, want 1", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n == 1
+	}, func() string { return fmt.Sprintf("%d job duration series, want 1", n) })
 	running, err := testutil.GatherAndCount(reg, "contentbackup_jobs_running")
 	if err != nil || running != 1 {
 		t.Errorf("contentbackup_jobs_running: %d series, %v", running, err)

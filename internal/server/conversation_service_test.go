@@ -24,6 +24,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/contentapi"
+	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
@@ -781,9 +782,6 @@ func TestListMessagesReaderEnds(t *testing.T) {
 // goroutinesBackTo waits up to 5 s for the goroutines to number at most
 // before, and returns how many there are.
 func goroutinesBackTo(before int) int {
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Within(5*time.Second, func() bool { return runtime.NumGoroutine() <= before })
 	return runtime.NumGoroutine()
 }
