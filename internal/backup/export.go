@@ -177,6 +177,16 @@ const (
 	exportBatchesAhead  = ExportReadAhead / exportBatchBytes
 )
 
+// ExportReservation is what one export holds for its whole run, its
+// records at most maxRecord bytes: the writer's buffers and the zstd block
+// being filled (which holds a whole record when one is larger), and what
+// its reader holds and hands on (ExportMemory). Every caller (the Export
+// stream, an export job) reserves it before the export starts, and adds
+// its own output buffers.
+func ExportReservation(maxRecord int64) int64 {
+	return 4<<20 + maxRecord + ExportMemory(maxRecord)
+}
+
 // ExportMemory is the most an export holds in elements at once, its
 // records at most maxRecord bytes each: the read-ahead, the batch being
 // filled and the batch being written.

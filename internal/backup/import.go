@@ -75,6 +75,15 @@ type ImportResult struct {
 	Records, Skipped, Legacy uint64
 }
 
+// ReaderReservation is what an archive reader under opts holds at most:
+// its window and buffers, which grow with the largest record read (a
+// record buffer grows by doubling, so it may pass the record size by one
+// step before the record is whole). Import streams, import jobs and
+// Verify reserve it before reading.
+func ReaderReservation(opts archive.ReaderOptions) int64 {
+	return archive.ReaderMemory(opts) + 4<<20
+}
+
 // ImportError is an import that stopped at a record. Everything before
 // that record is applied; it and everything after are not (ARCH-021).
 type ImportError struct {

@@ -59,7 +59,6 @@ func newHarness(t *testing.T, st store.Store, tune ...func(*Config)) *harness {
 	buckets := NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
 	t.Cleanup(func() { buckets.Close() })
 	cfg := Config{Store: st, KEK: kek, Buckets: buckets, Pool: budget.NewPool(1 << 30),
-		ExportReservation: 64 << 20, ReaderReservation: archive.ReaderMemory(readerOpts) + 4<<20,
 		Import: backup.ImportOptions{ReadAheadBytes: 64 << 20, Reader: readerOpts},
 		Lease:  2 * time.Second, Renew: 50 * time.Millisecond}
 	for _, f := range tune {

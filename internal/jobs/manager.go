@@ -83,13 +83,12 @@ type Config struct {
 	KEK     *keyring.KEK
 	Buckets *Buckets
 	Pool    *budget.Pool
-	// ExportReservation is what one export holds (the ArchiveService's
-	// figure); the blob writer's buffer is added to it.
-	ExportReservation int64
 	// Import is an import's limits; its Reader.Meter and ReadAhead are set
-	// per job from Pool.
-	Import            backup.ImportOptions
-	ReaderReservation int64
+	// per job from Pool. Its Reader.MaxRecordSize, the largest record the
+	// server's limits let in, also sizes an export's reservation
+	// (backup.ExportReservation), to which the blob writer's buffer is
+	// added.
+	Import backup.ImportOptions
 	// MaxRunning bounds the jobs this server runs at once (default 4);
 	// MaxRunningPerOwner those of one owner (default half of it, at least
 	// 1); MaxQueuedPerOwner how many of one owner's jobs may wait for a
@@ -807,9 +806,10 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest, p prepared) (proto.Message, error) {
-	reserve := m.cfg.Pool.NewCall("export job", m.cfg.ExportReservation+blobBufferSize)
+	reservation := backup.ExportReservation(int64(m.cfg.Import.Reader.MaxRecordSize)) + blobBufferSize
+	reserve := m.cfg.Pool.NewCall("export job", reservation)
 	defer reserve.Close()
-	if err := reserve.Charge(m.cfg.ExportReservation + blobBufferSize); err != nil {
+	if err := reserve.Charge(reservation); err != nil {
 		return nil, err
 	}
 	dest := &cb.ObjectLocation{Bucket: p.backup.Bucket, Key: p.backup.ObjectKey}
@@ -947,7 +947,7 @@ func (m *Manager) importArchive(ctx context.Context, r *run, req *cb.StartImport
 		return nil, fmt.Errorf("open object: %w", err)
 	}
 	defer obj.Close()
-	readerBudget := m.cfg.Pool.NewCall("import job reader", m.cfg.ReaderReservation)
+	readerBudget := m.cfg.Pool.NewCall("import job reader", backup.ReaderReservation(m.cfg.Import.Reader))
 	defer readerBudget.Close()
 	ahead := m.cfg.Pool.NewCall("import job read-ahead", m.cfg.Import.ReadAheadBytes)
 	defer ahead.Close()

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"strconv"
 	"time"
@@ -67,19 +68,14 @@ func (s *ArchiveService) readerOptions(meter *budget.Call) archive.ReaderOptions
 
 // exportReservation is what one export is charged for its whole run.
 func (s *ArchiveService) exportReservation() int64 {
-	record := int64(s.limits.maxArchiveRecord())
-	// The writer's own buffers and the zstd block being filled (which
-	// holds a whole record when one is larger), the chunks waiting to be
-	// sent, and what the export's reader holds and hands on.
-	return 4<<20 + record + sendAhead*exportChunkSize + backup.ExportMemory(record)
+	// The export's own, and the chunks waiting to be sent.
+	return backup.ExportReservation(int64(s.limits.maxArchiveRecord())) + sendAhead*exportChunkSize
 }
 
 // readerCall is the budget of one stream's archive reader: its window and
 // buffers, which grow with the largest record read.
 func (s *ArchiveService) readerCall() *budget.Call {
-	// A record buffer grows by doubling, so it may pass the record size
-	// by one step before the record is whole.
-	return s.pool.NewCall("archive reader", archive.ReaderMemory(s.readerOptions(nil))+4<<20)
+	return s.pool.NewCall("archive reader", backup.ReaderReservation(s.readerOptions(nil)))
 }
 
 func checkKey(field string, key []byte) error {
@@ -114,34 +110,15 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	if err := reserve.Charge(s.exportReservation()); err != nil {
 		return statusOf(err)
 	}
-	// Chunks go out from a goroutine of their own, so that building the
-	// archive and sending it overlap; at most sendAhead chunks wait.
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	chunks := make(chan []byte, sendAhead)
-	sent := make(chan error, 1)
-	// The summary's SHA-256 is taken here, as each chunk goes out: on the
-	// building goroutine it was an eighth of an export's CPU in line with
-	// everything else.
-	digest := sha256.New()
-	go func() {
-		var err error
-		for c := range chunks {
-			if err == nil {
-				digest.Write(c)
-				if err = stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Chunk{Chunk: c}}); err != nil {
-					cancel() // stop the export: nobody is reading
-				}
-			}
-		}
-		sent <- err
-	}()
+	sender := sendChunks(stream, cancel)
 	// A client that stops reading holds the export's snapshot (a database
 	// transaction) open; past the idle timeout the export ends instead.
 	idle := s.limits.StreamIdleTimeout
 	stalled := false
 	out := &chunkWriter{send: func(b []byte) error {
-		err := handOver(ctx, chunks, b, idle)
+		err := handOver(ctx, sender.chunks, b, idle)
 		if errors.Is(err, errStalled) {
 			stalled = true
 			return errExportStalled
@@ -158,37 +135,21 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	if err == nil {
 		err = out.Flush()
 	}
-	close(chunks)
+	close(sender.chunks)
 	if stalled {
 		// The sender is blocked on a client that does not read; it ends
 		// when this call does.
 		return status.Errorf(codes.DeadlineExceeded, "the client read nothing for %s, the stream idle timeout; the partial output is not an archive", idle)
 	}
-	if serr := <-sent; err == nil {
+	if serr := <-sender.sent; err == nil {
 		err = serr
 	}
-	if backup.IsOptionsError(err) {
-		// Refused before a byte was written.
-		return status.Error(codes.InvalidArgument, clip(err.Error()))
-	}
 	if err != nil {
-		// The stream ends without a summary: not a complete backup.
-		if ctxErr := stream.Context().Err(); ctxErr != nil {
-			return status.FromContextError(ctxErr).Err()
-		}
-		msg := fmt.Sprintf("export failed after %d bytes; the partial output is not an archive", out.n)
-		var ue *backup.UnexportableError
-		if errors.As(err, &ue) {
-			return status.Error(codes.FailedPrecondition, clip(msg+": "+ue.Error()))
-		}
-		if store.Unavailable(err) {
-			return hide(codes.Unavailable, msg+": "+msgUnavailable, err)
-		}
-		return hide(codes.Internal, msg, err)
+		return exportFailure(stream.Context(), err, out.n)
 	}
 	return stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Summary{Summary: &cb.ExportSummary{
 		Groups: counts.Groups, Messages: counts.Messages, ConsentRecords: counts.Consent,
-		ArchiveBytes: out.n, Sha256: digest.Sum(nil), ExportedAtNs: exportedAt,
+		ArchiveBytes: out.n, Sha256: sender.digest.Sum(nil), ExportedAtNs: exportedAt,
 		ExcludedRecords: counts.Excluded, RepairedRecords: counts.Repaired,
 	}}})
 }
@@ -248,6 +209,57 @@ func (s *ArchiveService) Lint(req *cb.LintRequest, stream grpc.ServerStreamingSe
 
 var recordKinds = map[string]cb.RecordKind{
 	"group": cb.RecordKind_RECORD_KIND_GROUP, "message": cb.RecordKind_RECORD_KIND_MESSAGE, "consent": cb.RecordKind_RECORD_KIND_CONSENT,
+}
+
+// chunkSender sends an export's chunks from a goroutine of its own, so
+// that building the archive and sending it overlap; at most sendAhead
+// chunks wait. It takes the summary's SHA-256 as each chunk goes out: on
+// the building goroutine that was an eighth of an export's CPU in line
+// with everything else. Closing chunks ends it; sent then has its error.
+type chunkSender struct {
+	chunks chan []byte
+	sent   chan error
+	digest hash.Hash
+}
+
+// sendChunks starts the sender; a failed send calls cancel, which stops
+// the export: nobody is reading.
+func sendChunks(stream grpc.ServerStreamingServer[cb.ExportResponse], cancel context.CancelFunc) *chunkSender {
+	cs := &chunkSender{chunks: make(chan []byte, sendAhead), sent: make(chan error, 1), digest: sha256.New()}
+	go func() {
+		var err error
+		for c := range cs.chunks {
+			if err == nil {
+				cs.digest.Write(c)
+				if err = stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Chunk{Chunk: c}}); err != nil {
+					cancel()
+				}
+			}
+		}
+		cs.sent <- err
+	}()
+	return cs
+}
+
+// exportFailure is the status of an export that ended, after n bytes,
+// without its summary: not a complete backup.
+func exportFailure(ctx context.Context, err error, n uint64) error {
+	if backup.IsOptionsError(err) {
+		// Refused before a byte was written.
+		return status.Error(codes.InvalidArgument, clip(err.Error()))
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return status.FromContextError(ctxErr).Err()
+	}
+	msg := fmt.Sprintf("export failed after %d bytes; the partial output is not an archive", n)
+	var ue *backup.UnexportableError
+	if errors.As(err, &ue) {
+		return status.Error(codes.FailedPrecondition, clip(msg+": "+ue.Error()))
+	}
+	if store.Unavailable(err) {
+		return hide(codes.Unavailable, msg+": "+msgUnavailable, err)
+	}
+	return hide(codes.Internal, msg, err)
 }
 
 // chunkWriter turns the archive's writes into stream messages of

@@ -30,7 +30,6 @@ import (
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
-	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
@@ -116,7 +115,9 @@ type Server struct {
 	shutdown      chan struct{}
 }
 
-// New builds the server and registers every service.
+// New builds the server and registers every service: the call chain
+// (interceptors and transport options), the services over the store and
+// the jobs manager, and health.
 func New(cfg Config, log *zap.Logger) *Server {
 	if cfg.MaxRecvBytes <= 0 {
 		cfg.MaxRecvBytes = DefaultMaxRecvBytes
@@ -126,12 +127,39 @@ func New(cfg Config, log *zap.Logger) *Server {
 	}
 	limits := cfg.Limits.withDefaults()
 	pool := budget.NewPool(limits.MemoryBytes)
-	opts := []codec.Option{}
-	if cfg.MaxNestingDepth > 0 {
-		opts = append(opts, codec.WithMaxNestingDepth(cfg.MaxNestingDepth))
-	}
-	reg := codec.NewRegistry(opts...)
+	opts, callMetrics := serverOptions(cfg, limits, log)
+	g := grpc.NewServer(opts...)
+	jm := registerServices(g, cfg, limits, pool, log)
 
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	for name := range g.GetServiceInfo() {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	reflection.Register(g)
+	if callMetrics != nil {
+		callMetrics.InitializeMetrics(g)
+	}
+	srv := &Server{grpc: g, health: hs, log: log, store: cfg.Store, jobs: jm, storeInterval: cfg.StoreCheckInterval, shutdown: make(chan struct{})}
+	if srv.storeInterval <= 0 {
+		srv.storeInterval = 2 * time.Second
+	}
+	if cfg.Metrics != nil && cfg.Store != nil {
+		srv.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "contentbackup_store_up",
+			Help: "1 while the store answers health pings, 0 while it does not.",
+		})
+		cfg.Metrics.MustRegister(srv.storeUp)
+	}
+	return srv
+}
+
+// serverOptions is the call chain every RPC passes through, outermost
+// first (the caller proven before anything else runs, so every log line
+// below names the principal), and the transport's limits; with metrics,
+// the per-call metrics it registered.
+func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOption, *grpcprom.ServerMetrics) {
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithLevels(callLevel),
@@ -151,9 +179,6 @@ func New(cfg Config, log *zap.Logger) *Server {
 		cfg.Metrics.MustRegister(refused)
 		authz.denied = func(reason string) { refused.WithLabelValues(reason).Inc() }
 	}
-	// One chain for unary and streaming calls alike, outermost first: the
-	// caller is proven before anything else runs, and every log line
-	// below names the principal.
 	unary := []grpc.UnaryServerInterceptor{authz.unary, logging.UnaryServerInterceptor(interceptorLogger(log), logOpts...)}
 	stream := []grpc.StreamServerInterceptor{authz.stream, logging.StreamServerInterceptor(interceptorLogger(log), logOpts...)}
 	var metrics *grpcprom.ServerMetrics
@@ -165,7 +190,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 	}
 	unary = append(unary, recovery.UnaryServerInterceptor(panicHandler))
 	stream = append(stream, recovery.StreamServerInterceptor(panicHandler))
-	serverOpts := []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(reqCodec),
 		// gRPC buffers a whole request (up to MaxRecvBytes) before any
 		// handler runs; bounding the calls one connection may have open
@@ -196,76 +221,65 @@ func New(cfg Config, log *zap.Logger) *Server {
 		grpc.ChainStreamInterceptor(stream...),
 	}
 	if cfg.Credentials != nil {
-		serverOpts = append(serverOpts, grpc.Creds(cfg.Credentials))
+		opts = append(opts, grpc.Creds(cfg.Credentials))
 	}
 	if cfg.Tracing != nil {
-		serverOpts = append(serverOpts, grpc.StatsHandler(otelgrpc.NewServerHandler(
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(cfg.Tracing.Provider), otelgrpc.WithPropagators(cfg.Tracing.Propagator))))
 	}
-	g := grpc.NewServer(serverOpts...)
-	var jm *jobs.Manager
+	return opts, metrics
+}
+
+// registerServices registers the services the configuration makes
+// possible: content always; conversations and archives over a store; and
+// over a store with jobs configured, backups and operations, with the
+// jobs manager it returns.
+func registerServices(g *grpc.Server, cfg Config, limits Limits, pool *budget.Pool, log *zap.Logger) *jobs.Manager {
+	var opts []codec.Option
+	if cfg.MaxNestingDepth > 0 {
+		opts = append(opts, codec.WithMaxNestingDepth(cfg.MaxNestingDepth))
+	}
+	reg := codec.NewRegistry(opts...)
 	dm := newDomainMetrics(cfg.Metrics)
 	content := NewContentService(reg, cfg.MaxDecodeBatch, limits.CallExpandBytes, pool)
 	content.metrics = dm
 	cb.RegisterContentServiceServer(g, content)
-	if cfg.Store != nil {
-		conv := NewConversationService(cfg.Store, reg, ConversationOptions{
-			MaxAppend: cfg.MaxAppendBatch, Tokens: newPageTokens(cfg.PageTokenKey), Limits: limits, Pool: pool,
-		})
-		conv.metrics = dm
-		cb.RegisterConversationServiceServer(g, conv)
-		arch := NewArchiveService(cfg.Store, limits, pool)
-		arch.metrics = dm
-		cb.RegisterArchiveServiceServer(g, arch)
-		if cfg.Jobs != nil {
-			jm = jobs.New(jobs.Config{
-				Store: cfg.Store, KEK: cfg.Jobs.KEK, Buckets: cfg.Jobs.Buckets, Pool: pool,
-				ExportReservation: arch.exportReservation(),
-				Import: backup.ImportOptions{
-					Limits: limits.Records, Reader: arch.readerOptions(nil), ReadAheadBytes: limits.ImportReadAheadBytes,
-				},
-				ReaderReservation: archive.ReaderMemory(arch.readerOptions(nil)) + 4<<20,
-				MaxRunning:        cfg.Jobs.MaxRunning, MaxRunningPerOwner: cfg.Jobs.MaxRunningPerOwner, MaxQueuedPerOwner: cfg.Jobs.MaxQueuedPerOwner,
-				KeepFinished: cfg.Jobs.KeepFinished, Lease: cfg.Jobs.Lease, Renew: cfg.Jobs.Renew,
-				Log: log.Named("jobs"), Ended: dm.jobEnded, ScheduleRun: dm.scheduleRun,
-			})
-			if cfg.Metrics != nil {
-				cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-					Name: "contentbackup_jobs_running",
-					Help: "Backup jobs this server is running.",
-				}, func() float64 { return float64(jm.Running()) }))
-				cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-					Name: "contentbackup_jobs_queued",
-					Help: "Backup jobs waiting on this server for a slot.",
-				}, func() float64 { return float64(jm.Queued()) }))
-			}
-			cb.RegisterBackupServiceServer(g, &BackupService{jobs: jm, tokens: newPageTokens(cfg.PageTokenKey)})
-			longrunningpb.RegisterOperationsServer(g, &OperationsService{jobs: jm, store: cfg.Store, tokens: newPageTokens(cfg.PageTokenKey)})
-		}
+	if cfg.Store == nil {
+		return nil
 	}
-
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(g, hs)
-	for name := range g.GetServiceInfo() {
-		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	conv := NewConversationService(cfg.Store, reg, ConversationOptions{
+		MaxAppend: cfg.MaxAppendBatch, Tokens: newPageTokens(cfg.PageTokenKey), Limits: limits, Pool: pool,
+	})
+	conv.metrics = dm
+	cb.RegisterConversationServiceServer(g, conv)
+	arch := NewArchiveService(cfg.Store, limits, pool)
+	arch.metrics = dm
+	cb.RegisterArchiveServiceServer(g, arch)
+	if cfg.Jobs == nil {
+		return nil
 	}
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	reflection.Register(g)
-	if metrics != nil {
-		metrics.InitializeMetrics(g)
+	jm := jobs.New(jobs.Config{
+		Store: cfg.Store, KEK: cfg.Jobs.KEK, Buckets: cfg.Jobs.Buckets, Pool: pool,
+		Import: backup.ImportOptions{
+			Limits: limits.Records, Reader: arch.readerOptions(nil), ReadAheadBytes: limits.ImportReadAheadBytes,
+		},
+		MaxRunning: cfg.Jobs.MaxRunning, MaxRunningPerOwner: cfg.Jobs.MaxRunningPerOwner, MaxQueuedPerOwner: cfg.Jobs.MaxQueuedPerOwner,
+		KeepFinished: cfg.Jobs.KeepFinished, Lease: cfg.Jobs.Lease, Renew: cfg.Jobs.Renew,
+		Log: log.Named("jobs"), Ended: dm.jobEnded, ScheduleRun: dm.scheduleRun,
+	})
+	if cfg.Metrics != nil {
+		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "contentbackup_jobs_running",
+			Help: "Backup jobs this server is running.",
+		}, func() float64 { return float64(jm.Running()) }))
+		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "contentbackup_jobs_queued",
+			Help: "Backup jobs waiting on this server for a slot.",
+		}, func() float64 { return float64(jm.Queued()) }))
 	}
-	srv := &Server{grpc: g, health: hs, log: log, store: cfg.Store, jobs: jm, storeInterval: cfg.StoreCheckInterval, shutdown: make(chan struct{})}
-	if srv.storeInterval <= 0 {
-		srv.storeInterval = 2 * time.Second
-	}
-	if cfg.Metrics != nil && cfg.Store != nil {
-		srv.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "contentbackup_store_up",
-			Help: "1 while the store answers health pings, 0 while it does not.",
-		})
-		cfg.Metrics.MustRegister(srv.storeUp)
-	}
-	return srv
+	cb.RegisterBackupServiceServer(g, &BackupService{jobs: jm, tokens: newPageTokens(cfg.PageTokenKey)})
+	longrunningpb.RegisterOperationsServer(g, &OperationsService{jobs: jm, store: cfg.Store, tokens: newPageTokens(cfg.PageTokenKey)})
+	return jm
 }
 
 // storeServices are the services that need the store: health reports
