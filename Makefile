@@ -28,7 +28,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps interop-soak interop-large bench bench-store bench-container bench-archive load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps interop-soak interop-large ha bench bench-store bench-container bench-archive load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -117,6 +117,14 @@ interop-soak: interop-deps
 # checks every one byte for byte (make test runs the same at 5,000).
 interop-large: interop-deps
 	cd interop && go test -count=1 -timeout 30m -v -run '^TestReferenceImportsOurLargeExport$$' . -interop.messages=100000
+
+# ha kills the primary of a real highly available PostgreSQL (Debian's
+# pg_auto_failover: a monitor and two synchronous nodes, started by
+# scripts/ha-cluster.sh as the postgres user) under writers over gRPC, and
+# checks that nothing acknowledged is lost (test/ha; about 30 s; .ci/run
+# runs it after make test).
+ha:
+	go test -tags ha -count=1 -v -timeout 5m -run '^TestFailover$$' ./test/ha/
 
 # check is the fast path: vet, staticcheck and every test once, without the
 # race detector or fuzzing; under 2 minutes once the build cache is warm.

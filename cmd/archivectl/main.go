@@ -133,6 +133,8 @@ func (c *cli) dial() (*grpc.ClientConn, error) {
 	// An export streams the whole archive to us: windows and buffers for
 	// that (transport.ArchiveDialOptions).
 	opts = append(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20))), transport.ArchiveDialOptions()...)
+	// A call failing UNAVAILABLE while the store fails over is sent again.
+	opts = append(opts, transport.WithRetries())
 	conn, err := grpc.NewClient(c.Server, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", c.Server, err)

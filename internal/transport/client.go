@@ -51,6 +51,41 @@ func DialOptions(o ClientOptions) ([]grpc.DialOption, error) {
 	return opts, nil
 }
 
+// RetryServiceConfig is the gRPC service config a client of this server
+// retries with: a call that fails UNAVAILABLE (the store failing over, a
+// replica draining) is sent again as it was, up to five attempts with
+// exponential backoff from 0.2 s to 5 s. Only the methods that are
+// idempotent under a retry of the same request are named (docs/ha.md,
+// "Retrying is safe"): every ConversationService, ContentService and
+// ArchiveService method, and BackupService's reads and deletion; never
+// StartExport or StartImport, each call of which starts a job. A client
+// stream is retried only while what it sent fits gRPC's retry buffer, so
+// a large Import is retried by starting it again.
+const RetryServiceConfig = `{
+  "methodConfig": [{
+    "name": [
+      {"service": "contentbackup.v1.ConversationService"},
+      {"service": "contentbackup.v1.ContentService"},
+      {"service": "contentbackup.v1.ArchiveService"},
+      {"service": "contentbackup.v1.BackupService", "method": "ListBackups"},
+      {"service": "contentbackup.v1.BackupService", "method": "GetBackup"},
+      {"service": "contentbackup.v1.BackupService", "method": "GetBackupKey"},
+      {"service": "contentbackup.v1.BackupService", "method": "DeleteBackup"},
+      {"service": "google.longrunning.Operations"}
+    ],
+    "retryPolicy": {
+      "maxAttempts": 5,
+      "initialBackoff": "0.2s",
+      "maxBackoff": "5s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": ["UNAVAILABLE"]
+    }
+  }]
+}`
+
+// WithRetries makes a client retry as RetryServiceConfig says.
+func WithRetries() grpc.DialOption { return grpc.WithDefaultServiceConfig(RetryServiceConfig) }
+
 // ArchiveDialOptions suit a client that moves archives: stream windows of
 // a few MiB, so the sender does not wait on window updates (grpc-go's
 // dynamic window starts at 64 KiB and grows only as pings measure), and a

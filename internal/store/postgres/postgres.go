@@ -125,16 +125,30 @@ func (s *Store) Close() error {
 func inTx(ctx context.Context, pool *pgxpool.Pool, space *store.SpaceWatch, fn func(pgx.Tx) error) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return space.Note(fmt.Errorf("postgres: begin: %w", err))
+		return space.Note(connLost(fmt.Errorf("postgres: begin: %w", err)))
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return space.Note(err)
+		return space.Note(connLost(err))
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return space.Note(fmt.Errorf("postgres: commit: %w", err))
+		// A commit cut off with its connection (the primary died) may or
+		// may not have happened: unavailable, and safe to retry, since
+		// every write is idempotent by its records' ids.
+		return space.Note(connLost(fmt.Errorf("postgres: commit: %w", err)))
 	}
 	return nil
+}
+
+// connLost marks an error of a connection the driver found closed (the
+// server went away under it) as the store being unavailable, which the
+// driver's own error does not always say (pgconn.ErrConnClosed without
+// SafeToRetry).
+func connLost(err error) error {
+	if errors.Is(err, pgconn.ErrConnClosed) && !errors.Is(err, store.ErrUnavailable) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
 }
 
 const stateRestored = int32(gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED)
