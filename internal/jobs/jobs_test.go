@@ -834,3 +834,96 @@ func TestScheduleRunsWhileAnotherOwnerFloods(t *testing.T) {
 		t.Errorf("schedule runs %v, want [started]", runs)
 	}
 }
+
+// TestScheduleFiresOncePerFleet: two replicas on one store both fire
+// every tick of an @every 5s schedule for a minute of ticks, one on time
+// and one 300 ms late (or with its clock 300 ms ahead): each tick exports
+// once, whichever replica claims it. Then no replica fires for three ticks
+// (all down); the next tick counts them missed.
+func TestScheduleFiresOncePerFleet(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			st := e.Open(t)
+			var mu sync.Mutex
+			outcomes := map[string]int{}
+			missed := 0
+			tune := func(replica string) func(*Config) {
+				return func(c *Config) {
+					c.Replica = replica
+					c.ScheduleRun = func(_, outcome string) { mu.Lock(); outcomes[outcome]++; mu.Unlock() }
+					c.ScheduleMissed = func(_ string, n int) { mu.Lock(); missed += n; mu.Unlock() }
+				}
+			}
+			a, b := newHarness(t, st, tune("a")), newHarness(t, st, tune("b"))
+			owner := storetest.Owner("fleet")
+			fill(t, st, owner, 2)
+			policy, err := ParseSchedules([]byte(fmt.Sprintf(`
+schedules:
+  - name: often
+    cron: "@every 5s"
+    owners: [%q]
+    bucket: local
+    keep: 100
+`, owner)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			scA, err := NewScheduler(t.Context(), a.m, policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			scB, err := NewScheduler(t.Context(), b.m, policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := policy.Schedules[0]
+			base := time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC)
+			fire := func(sc *Scheduler, m *Manager, at time.Time) {
+				for _, id := range sc.Fire(t.Context(), s, at) {
+					if j := waitDone(t, m, id); j.State != store.JobSucceeded {
+						t.Fatalf("scheduled export: %s: %s", j.State, j.ErrorMessage)
+					}
+				}
+			}
+			for i := range 12 {
+				tick := base.Add(time.Duration(i) * 5 * time.Second)
+				fire(scA, a.m, tick.Add(7*time.Millisecond))
+				fire(scB, b.m, tick.Add(300*time.Millisecond))
+			}
+			// Ticks 12, 13 and 14 pass with no replica up; B fires 15.
+			fire(scB, b.m, base.Add(15*5*time.Second+time.Millisecond))
+			backups, err := st.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Schedule: "often", Limit: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(backups) != 13 || outcomes["started"] != 13 || outcomes["claimed_elsewhere"] != 12 {
+				t.Errorf("%d backups, outcomes %v; want 13 backups, 13 started and 12 claimed elsewhere", len(backups), outcomes)
+			}
+			if missed != 3 {
+				t.Errorf("%d ticks counted missed; want 3", missed)
+			}
+		})
+	}
+}
+
+// TestEveryIsAlignedAcrossReplicas: @every ticks fall on the same grid
+// whenever a replica started, where cron's own @every counts from each
+// process's start and two replicas would never name the same tick.
+func TestEveryIsAlignedAcrossReplicas(t *testing.T) {
+	p, err := ParseSchedules([]byte("schedules:\n  - {name: s, cron: \"@every 5s\", owners: [o], bucket: local, keep: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.Schedules[0]
+	started := []time.Time{time.Date(2026, 1, 1, 0, 0, 1, 300_000_000, time.UTC), time.Date(2026, 1, 1, 0, 0, 3, 0, time.UTC)}
+	for _, at := range started {
+		if next := s.spec.Next(at); !next.Equal(time.Date(2026, 1, 1, 0, 0, 5, 0, time.UTC)) {
+			t.Errorf("a replica started at %s fires next at %s; want 00:00:05", at.Format(time.StampMilli), next.Format(time.StampMilli))
+		}
+	}
+	if got := s.Tick(time.Date(2026, 1, 1, 0, 0, 5, 400_000_000, time.UTC)); !got.Equal(time.Date(2026, 1, 1, 0, 0, 5, 0, time.UTC)) {
+		t.Errorf("a firing 0.4 s late names tick %s", got)
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"os"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -106,8 +107,15 @@ type Config struct {
 	// kind, state, archive bytes moved and how long it ran (metrics).
 	Ended func(kind, state string, bytes uint64, took time.Duration)
 	// ScheduleRun, when set, is told how each owner's run of each
-	// schedule tick went: "started", "queued" or "skipped".
+	// schedule tick went: "started", "queued", "skipped", or
+	// "claimed_elsewhere" (another replica runs it).
 	ScheduleRun func(schedule, outcome string)
+	// ScheduleMissed, when set, is told of ticks no replica ran, counted
+	// when the next tick is claimed.
+	ScheduleMissed func(schedule string, ticks int)
+	// Replica names this server in the ticks it claims (default: host
+	// name and process id).
+	Replica string
 }
 
 // blobBufferSize is the blob writer's buffer: an S3 multipart part (at
@@ -148,6 +156,10 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
+	}
+	if cfg.Replica == "" {
+		host, _ := os.Hostname()
+		cfg.Replica = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, ctx: ctx, stop: stop, running: map[string]*run{},

@@ -41,6 +41,40 @@ type Schedule struct {
 	Keep int `yaml:"keep"`
 
 	spec cron.Schedule
+	// grain is the time a tick is named by: a minute for a cron
+	// expression, the interval for @every.
+	grain time.Duration
+}
+
+// everyAligned is @every D on a grid shared by every replica: ticks at
+// the multiples of D (from the zero time), where cron's own @every counts
+// from each process's start, so that two replicas would never name the
+// same tick.
+type everyAligned struct{ every time.Duration }
+
+func (e everyAligned) Next(t time.Time) time.Time { return t.Truncate(e.every).Add(e.every) }
+
+// alignTicks returns the schedule replicas agree on and the grain its
+// ticks are named by.
+func alignTicks(spec cron.Schedule) (cron.Schedule, time.Duration) {
+	if c, ok := spec.(cron.ConstantDelaySchedule); ok {
+		return everyAligned{c.Delay}, c.Delay
+	}
+	return spec, time.Minute
+}
+
+// Tick is the tick of s a firing at "at" runs: the scheduled time,
+// whatever the firing replica's lateness within the grain.
+func (s *Schedule) Tick(at time.Time) time.Time { return at.UTC().Truncate(s.grain) }
+
+// missedBetween counts the ticks of s strictly between two claimed ticks:
+// those no replica ran (every replica down, or the store unreachable).
+func (s *Schedule) missedBetween(prev, tick time.Time) int {
+	n := 0
+	for t := s.spec.Next(prev); t.Before(tick) && n < 100_000; t = s.spec.Next(t) {
+		n++
+	}
+	return n
 }
 
 // SchedulePolicy is the --schedule file.
@@ -83,7 +117,7 @@ func ParseSchedules(b []byte) (*SchedulePolicy, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s.cron: %w", at, err)
 		}
-		s.spec = spec
+		s.spec, s.grain = alignTicks(spec)
 		if len(s.Owners) == 0 {
 			return nil, fmt.Errorf("%s.owners: none", at)
 		}
@@ -157,15 +191,39 @@ func (sc *Scheduler) Start() { sc.cron.Start() }
 // Stop stops firing; jobs already started run on.
 func (sc *Scheduler) Stop() { <-sc.cron.Stop().Done() }
 
-// Fire starts one export job per owner of s; each that succeeds prunes
-// that owner's backups of s to s.Keep (in the job's own goroutine, so a
-// shutdown waits for it). A job that finds no free slot waits in its
-// owner's queue; an owner whose export is already running (here or on
-// another replica), or whose queue is full, is skipped until the next
-// firing, and counted so (ScheduleRun).
+// Fire starts one export job per owner of s for the tick "at" falls in;
+// each that succeeds prunes that owner's backups of s to s.Keep (in the
+// job's own goroutine, so a shutdown waits for it). Every replica of a
+// fleet fires every tick: each claims (owner, schedule, tick) in the
+// store first, and only the replica whose claim wins exports, so a tick
+// runs once however many replicas fire it and however their clocks
+// disagree within the tick's grain. Ticks no replica claimed before this
+// one are counted as missed (ScheduleMissed). A job that finds no free
+// slot waits in its owner's queue; an owner whose export is already
+// running, or whose queue is full, is skipped until the next firing, and
+// counted so (ScheduleRun).
 func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []string {
 	var ids []string
+	tick := s.Tick(at)
 	for _, owner := range s.Owners {
+		won, prev, err := sc.m.cfg.Store.ClaimScheduleTick(ctx, owner, s.Name, tick, sc.m.cfg.Replica)
+		if err != nil {
+			sc.m.scheduleRun(s.Name, "skipped")
+			sc.log.Warn("scheduled export not started: the tick could not be claimed", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
+			continue
+		}
+		if !won {
+			sc.m.scheduleRun(s.Name, "claimed_elsewhere")
+			continue
+		}
+		if !prev.IsZero() {
+			if n := s.missedBetween(prev, tick); n > 0 {
+				sc.log.Warn("schedule ticks missed: no replica ran them", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Int("missed", n))
+				if sc.m.cfg.ScheduleMissed != nil {
+					sc.m.cfg.ScheduleMissed(s.Name, n)
+				}
+			}
+		}
 		req := &cb.StartExportRequest{Owner: owner, Bucket: s.Bucket, Label: s.Name + " " + at.UTC().Format(time.RFC3339)}
 		j, err := sc.m.startExport(ctx, "schedule:"+s.Name, req, s)
 		if err != nil {

@@ -22,6 +22,7 @@ type domainMetrics struct {
 	jobs            *prometheus.HistogramVec
 	jobBytes        *prometheus.CounterVec
 	scheduleRuns    *prometheus.CounterVec
+	scheduleMissed  *prometheus.CounterVec
 }
 
 func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
@@ -58,9 +59,13 @@ func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
 	}, []string{"kind"})
 	m.scheduleRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "contentbackup_schedule_runs_total",
-		Help: "Scheduled exports by schedule and outcome: started, queued (waited for a slot: late) or skipped (the owner's export still running, or its queue full).",
+		Help: "Scheduled exports by schedule and outcome: started, queued (waited for a slot: late), skipped (the owner's export still running, its queue full, or the tick not claimable) or claimed_elsewhere (another replica runs the tick).",
 	}, []string{"schedule", "outcome"})
-	reg.MustRegister(m.archiveBytes, m.archiveRecords, m.archiveDuration, m.decodes, m.jobs, m.jobBytes, m.scheduleRuns)
+	m.scheduleMissed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "contentbackup_schedule_missed_ticks_total",
+		Help: "Schedule ticks no replica ran (all down, or the store unreachable), counted per owner when the next tick is claimed.",
+	}, []string{"schedule"})
+	reg.MustRegister(m.archiveBytes, m.archiveRecords, m.archiveDuration, m.decodes, m.jobs, m.jobBytes, m.scheduleRuns, m.scheduleMissed)
 	return m
 }
 
@@ -86,6 +91,14 @@ func (m *domainMetrics) scheduleRun(schedule, outcome string) {
 		return
 	}
 	m.scheduleRuns.WithLabelValues(schedule, outcome).Inc()
+}
+
+// scheduleMissedTicks counts ticks of a schedule no replica ran.
+func (m *domainMetrics) scheduleMissedTicks(schedule string, ticks int) {
+	if m == nil {
+		return
+	}
+	m.scheduleMissed.WithLabelValues(schedule).Add(float64(ticks))
 }
 
 // jobEnded records a job this server ran to its end.

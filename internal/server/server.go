@@ -265,7 +265,7 @@ func registerServices(g *grpc.Server, cfg Config, limits Limits, pool *budget.Po
 		},
 		MaxRunning: cfg.Jobs.MaxRunning, MaxRunningPerOwner: cfg.Jobs.MaxRunningPerOwner, MaxQueuedPerOwner: cfg.Jobs.MaxQueuedPerOwner,
 		KeepFinished: cfg.Jobs.KeepFinished, Lease: cfg.Jobs.Lease, Renew: cfg.Jobs.Renew,
-		Log: log.Named("jobs"), Ended: dm.jobEnded, ScheduleRun: dm.scheduleRun,
+		Log: log.Named("jobs"), Ended: dm.jobEnded, ScheduleRun: dm.scheduleRun, ScheduleMissed: dm.scheduleMissedTicks,
 	})
 	if cfg.Metrics != nil {
 		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -173,6 +173,7 @@ type Store interface {
 	Consent
 	Jobs
 	Backups
+	ScheduleTicks
 	// Snapshot runs fn over one consistent, read-only view of the owner's
 	// records: what export reads, so that every record it writes is as it
 	// stood at a single instant.

@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"DeleteFinishedJobs", testDeleteFinishedJobs},
 		{"BackupCatalogIsOwnerBound", testBackupCatalog},
 		{"ProbeWrite", testProbeWrite},
+		{"ScheduleTickClaimedOnce", testScheduleTicks},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
