@@ -1,0 +1,104 @@
+package postgres_test
+
+import (
+	"context"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/postgres"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+)
+
+// recorder is a pgx tracer that keeps every statement the store sends.
+type recorder struct {
+	mu    sync.Mutex
+	sql   map[string]bool
+	copys map[string][]string
+}
+
+func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.mu.Lock()
+	r.sql[d.SQL] = true
+	r.mu.Unlock()
+	return ctx
+}
+
+func (r *recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *recorder) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceCopyFromStartData) context.Context {
+	r.mu.Lock()
+	r.copys[d.TableName.Sanitize()] = d.ColumnNames
+	r.mu.Unlock()
+	return ctx
+}
+
+func (r *recorder) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
+
+// ownerTables are the tables keyed by owner: a sharded deployment (Citus,
+// distributed by owner) routes each statement on them by its owner.
+var ownerTables = []string{"groups", "messages", "consent", "backups", "schedule_ticks"}
+
+var (
+	tableRef = regexp.MustCompile(`(?i)\b(?:from|into|update|join)\s+(groups|messages|consent|backups|schedule_ticks)\b`)
+	// ownerFilter: the owner bound in the WHERE clause, the distribution
+	// column a router needs.
+	ownerFilter = regexp.MustCompile(`(?i)\bwhere\b[^;]*\b(?:\w+\.)?owner\s*=\s*\$\d+`)
+	insertOwner = regexp.MustCompile(`(?i)^\s*insert\s+into\s+\w+(?:\s+as\s+\w+)?\s*\(\s*owner\b`)
+)
+
+// TestStatementsLeadWithOwner: every statement the whole conformance
+// suite sends to Postgres that touches an owner's table names the owner:
+// a WHERE owner = $n, or owner as an insert's first column (COPY
+// included). Statements on the server's own tables (jobs, store_probe,
+// the migrations') are not the owner's and are left out.
+func TestStatementsLeadWithOwner(t *testing.T) {
+	rec := &recorder{sql: map[string]bool{}, copys: map[string][]string{}}
+	open := func(t testing.TB) store.Store {
+		t.Helper()
+		s, err := postgres.Open(context.Background(), storetest.NewPostgresDatabase(t), postgres.Options{Migrate: true, Tracer: rec})
+		if err != nil {
+			t.Fatalf("open postgres store: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	storetest.Run(t, open)
+	if t.Failed() {
+		return
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var bad []string
+	checked := 0
+	for sql := range rec.sql {
+		flat := strings.Join(strings.Fields(sql), " ")
+		if !tableRef.MatchString(flat) || strings.Contains(flat, "goose_db_version") {
+			continue
+		}
+		checked++
+		if insertOwner.MatchString(flat) || ownerFilter.MatchString(flat) {
+			continue
+		}
+		bad = append(bad, flat)
+	}
+	for table, cols := range rec.copys {
+		checked++
+		if len(cols) == 0 || cols[0] != "owner" {
+			bad = append(bad, "COPY "+table+" "+strings.Join(cols, ","))
+		}
+	}
+	sort.Strings(bad)
+	for _, b := range bad {
+		t.Errorf("a statement on an owner's table (%v) does not name the owner first:\n\t%.300s", ownerTables, b)
+	}
+	if checked < 20 {
+		t.Errorf("only %d statements on owner tables were recorded: the tracer saw too little", checked)
+	}
+	t.Logf("%d distinct statements on owner tables, %d without the owner", checked, len(bad))
+}
