@@ -927,3 +927,59 @@ func TestEveryIsAlignedAcrossReplicas(t *testing.T) {
 		t.Errorf("a firing 0.4 s late names tick %s", got)
 	}
 }
+
+// TestStartWithRequestID: starts that repeat a request id (AIP-155) get
+// the first start's job, sequentially or at once, and start nothing: one
+// job, one backup. A malformed request id is refused.
+func TestStartWithRequestID(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			st := e.Open(t)
+			h := newHarness(t, st)
+			owner := storetest.Owner("retried")
+			fill(t, st, owner, 2)
+			req := exportReq(owner, "x")
+			req.RequestId = "2f1c7a52-9b1e-4c1e-8f4a-0d6f1f0b9c11"
+			ids := make([]string, 4)
+			var wg sync.WaitGroup
+			for i := range ids {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					j, err := h.m.StartExport(t.Context(), "tester", req)
+					if err != nil {
+						t.Errorf("start %d: %v", i, err)
+						return
+					}
+					ids[i] = j.ID
+				}()
+			}
+			wg.Wait()
+			for _, id := range ids[1:] {
+				if id != ids[0] {
+					t.Fatalf("starts with one request id got jobs %v; want one", ids)
+				}
+			}
+			if j := waitDone(t, h.m, ids[0]); j.State != store.JobSucceeded {
+				t.Fatalf("the job: %s %s", j.State, j.ErrorMessage)
+			}
+			// Retried after it ended: still the same job, nothing new.
+			if j, err := h.m.StartExport(t.Context(), "tester", req); err != nil || j.ID != ids[0] {
+				t.Errorf("a start retried after the job ended: %v, %v; want job %s", j.ID, err, ids[0])
+			}
+			backups, err := st.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 10})
+			if err != nil || len(backups) != 1 {
+				t.Errorf("%d backups, %v; want 1", len(backups), err)
+			}
+			jobs, _ := st.ListJobs(t.Context(), store.JobQuery{Owner: owner, Limit: 10})
+			if len(jobs) != 1 {
+				t.Errorf("%d jobs; want 1", len(jobs))
+			}
+			bad := exportReq(owner, "y")
+			bad.RequestId = "has space"
+			if _, err := h.m.StartExport(t.Context(), "tester", bad); !errors.Is(err, ErrInvalid) {
+				t.Errorf("a malformed request id: %v; want ErrInvalid", err)
+			}
+		})
+	}
+}

@@ -360,6 +360,9 @@ func (m *Manager) startExport(ctx context.Context, principal string, req *cb.Sta
 	if err := records.CheckOwner(owner); err != nil {
 		return store.Job{}, invalid(err)
 	}
+	if j, seen, err := m.seen(ctx, owner, store.JobExport, req.GetRequestId()); seen || err != nil {
+		return j, err
+	}
 	if req.GetKeyRef() != "" {
 		return store.Job{}, invalid(errors.New("key_ref: no longer accepted; each backup is sealed with its own data key, which GetBackupKey returns"))
 	}
@@ -406,6 +409,9 @@ func (m *Manager) startExport(ctx context.Context, principal string, req *cb.Sta
 func (m *Manager) StartImport(ctx context.Context, principal string, req *cb.StartImportRequest) (store.Job, error) {
 	if err := records.CheckOwner(req.GetOwner()); err != nil {
 		return store.Job{}, invalid(err)
+	}
+	if j, seen, err := m.seen(ctx, req.GetOwner(), store.JobImport, req.GetRequestId()); seen || err != nil {
+		return j, err
 	}
 	if req.GetKeyRef() != "" {
 		return store.Job{}, invalid(errors.New("key_ref: no longer accepted; a backup's key comes from the catalog"))
@@ -533,6 +539,29 @@ func (m *Manager) deleteBackup(ctx context.Context, b store.Backup) error {
 type startRequest interface {
 	proto.Message
 	GetOwner() string
+	GetRequestId() string
+}
+
+// requestIDPattern is what a request_id may be (AIP-155 suggests a UUID).
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// seen returns the owner's job of kind started with requestID, when there
+// is one: a start that repeats a request id starts nothing (AIP-155).
+func (m *Manager) seen(ctx context.Context, owner, kind, requestID string) (store.Job, bool, error) {
+	if requestID == "" {
+		return store.Job{}, false, nil
+	}
+	if !requestIDPattern.MatchString(requestID) {
+		return store.Job{}, false, invalid(fmt.Errorf("request_id %.64q: 1-64 letters, digits, '-' or '_'", requestID))
+	}
+	j, err := m.cfg.Store.GetJobByRequest(ctx, owner, kind, requestID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.Job{}, false, nil
+	case err != nil:
+		return store.Job{}, false, err
+	}
+	return j, true, nil
 }
 
 func (m *Manager) start(ctx context.Context, kind, principal string, req startRequest, p prepared) (store.Job, error) {
@@ -582,10 +611,14 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req startRe
 	}
 	r.meta = md
 	r.phase.Store(int32(md.Phase))
-	job := store.Job{ID: id, Kind: kind, Owner: req.GetOwner(), Principal: principal, State: store.JobRunning,
+	job := store.Job{ID: id, Kind: kind, Owner: req.GetOwner(), Principal: principal, State: store.JobRunning, RequestID: req.GetRequestId(),
 		Spec: spec, Progress: r.progress(), LeaseUntil: now.Add(m.cfg.Lease), Created: now, Updated: now}
 	if err := m.cfg.Store.CreateJob(ctx, job); err != nil {
 		abandon()
+		if errors.Is(err, store.ErrRequestSeen) {
+			// A start with the same request id won the race to the store.
+			return m.cfg.Store.GetJobByRequest(ctx, req.GetOwner(), kind, req.GetRequestId())
+		}
 		return store.Job{}, err
 	}
 	if kind == store.JobExport {

@@ -15,10 +15,14 @@ import (
 // across owners, and the service decides which a principal may see.
 type Jobs interface {
 	// CreateJob stores a new running job. A second running export job for
-	// the same owner fails with ErrJobConflict.
+	// the same owner fails with ErrJobConflict; a job whose RequestID the
+	// owner's kept jobs of its kind hold already, with ErrRequestSeen.
 	CreateJob(ctx context.Context, j Job) error
 	// GetJob returns one job or ErrNotFound.
 	GetJob(ctx context.Context, id string) (Job, error)
+	// GetJobByRequest returns the owner's job of kind that was started
+	// with requestID, or ErrNotFound.
+	GetJobByRequest(ctx context.Context, owner, kind, requestID string) (Job, error)
 	// ListJobs returns up to q.Limit jobs in id order (creation order),
 	// after q.After, of q.Owner when it is set.
 	ListJobs(ctx context.Context, q JobQuery) ([]Job, error)
@@ -45,6 +49,10 @@ type Jobs interface {
 	DeleteFinishedJobs(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
+// ErrRequestSeen: a job of the owner's was started with the same request
+// id; GetJobByRequest returns it.
+var ErrRequestSeen = fault.New(fault.AlreadyExists, "a job was started with this request_id")
+
 // ErrJobConflict: the owner already has a running export job.
 var ErrJobConflict = fault.New(fault.AlreadyExists, "the owner already has a running export job")
 
@@ -63,7 +71,9 @@ const (
 // store: the jobs package's encodings.
 type Job struct {
 	ID, Kind, Owner, Principal, State string
-	Spec, Progress, Result            []byte
+	// RequestID is the client's id for the start (AIP-155), or empty.
+	RequestID              string
+	Spec, Progress, Result []byte
 	// ErrorCode and ErrorMessage say why a failed or cancelled job ended
 	// (a gRPC code and a message safe to show its caller).
 	ErrorCode       int32
@@ -95,7 +105,7 @@ type JobQuery struct {
 	Limit int
 }
 
-const jobColumns = `id, kind, owner, principal, state, spec, progress, result, error_code, error_message, cancel_requested, lease_until_ns, created_ns, updated_ns, done_ns`
+const jobColumns = `id, kind, owner, principal, state, spec, progress, result, error_code, error_message, cancel_requested, lease_until_ns, created_ns, updated_ns, done_ns, request_id`
 
 type jobRow struct {
 	Job
@@ -105,7 +115,7 @@ type jobRow struct {
 
 func (r *jobRow) dest() []any {
 	return []any{&r.ID, &r.Kind, &r.Owner, &r.Principal, &r.State, &r.Spec, &r.Progress, &r.Result,
-		&r.ErrorCode, &r.ErrorMessage, &r.cancel, &r.leaseNs, &r.createdNs, &r.updatedNs, &r.doneNs}
+		&r.ErrorCode, &r.ErrorMessage, &r.cancel, &r.leaseNs, &r.createdNs, &r.updatedNs, &r.doneNs, &r.RequestID}
 }
 
 func (r *jobRow) job() Job {
@@ -143,9 +153,14 @@ func uniqueViolation(err error) bool {
 }
 
 func (s SQLStore) CreateJob(ctx context.Context, j Job) error {
-	q := s.d.bind(`INSERT INTO jobs (` + jobColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	q := s.d.bind(`INSERT INTO jobs (` + jobColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	_, err := s.exec(ctx, q, j.ID, j.Kind, j.Owner, j.Principal, j.State, nonNil(j.Spec), nonNil(j.Progress), nonNil(j.Result),
-		j.ErrorCode, j.ErrorMessage, boolInt(j.CancelRequested), j.LeaseUntil.UnixNano(), j.Created.UnixNano(), j.Updated.UnixNano(), unixOrZero(j.Done))
+		j.ErrorCode, j.ErrorMessage, boolInt(j.CancelRequested), j.LeaseUntil.UnixNano(), j.Created.UnixNano(), j.Updated.UnixNano(), unixOrZero(j.Done), j.RequestID)
+	if uniqueViolation(err) && j.RequestID != "" {
+		if _, gerr := s.GetJobByRequest(ctx, j.Owner, j.Kind, j.RequestID); gerr == nil {
+			return fmt.Errorf("request %.64q: %w", j.RequestID, ErrRequestSeen)
+		}
+	}
 	if uniqueViolation(err) {
 		if j.Kind == JobExport {
 			if _, gerr := s.GetJob(ctx, j.ID); errors.Is(gerr, ErrNotFound) {
@@ -186,6 +201,21 @@ func unixOrZero(t time.Time) int64 {
 
 func (s SQLStore) GetJob(ctx context.Context, id string) (Job, error) {
 	return s.getJob(ctx, s.db.Read(), id, "")
+}
+
+func (s SQLStore) GetJobByRequest(ctx context.Context, owner, kind, requestID string) (Job, error) {
+	if requestID == "" {
+		return Job{}, fmt.Errorf("no request id: %w", ErrNotFound)
+	}
+	var r jobRow
+	err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT `+jobColumns+` FROM jobs WHERE owner = ? AND kind = ? AND request_id = ?`), owner, kind, requestID).Scan(r.dest()...)
+	if errors.Is(err, s.d.NoRows) {
+		return Job{}, fmt.Errorf("request %.64q: %w", requestID, ErrNotFound)
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("%s: read job: %w", s.d.Name, err)
+	}
+	return r.job(), nil
 }
 
 func (s SQLStore) getJob(ctx context.Context, c Conn, id, lock string) (Job, error) {

@@ -327,6 +327,13 @@ type StartExportRequest struct {
 	// As ExportRequest.nonconforming: absent, the job fails on a stored
 	// record the reference would refuse.
 	Nonconforming NonconformingRecords `protobuf:"varint,7,opt,name=nonconforming,proto3,enum=contentbackup.v1.NonconformingRecords" json:"nonconforming,omitempty"`
+	// A client-chosen id for this start (AIP-155): 1-64 letters, digits,
+	// '-' or '_', a UUID for instance. A start that repeats the request_id
+	// of one of the owner's export jobs still kept (--keep-finished-jobs)
+	// returns that job's operation and starts nothing, so a start retried
+	// after an error that hid its outcome (UNAVAILABLE, a deadline) never
+	// writes a second backup.
+	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -410,6 +417,13 @@ func (x *StartExportRequest) GetNonconforming() NonconformingRecords {
 	return NonconformingRecords_NONCONFORMING_RECORDS_UNSPECIFIED
 }
 
+func (x *StartExportRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // StartImportRequest names the destination owner and the backup to read.
 type StartImportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -424,7 +438,9 @@ type StartImportRequest struct {
 	// The backup's owner; empty: owner. A different owner is an account
 	// migration, which needs archive.migrate besides archive.import for
 	// both owners, and is logged as an audit event.
-	SourceOwner   string `protobuf:"bytes,5,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
+	SourceOwner string `protobuf:"bytes,5,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
+	// As StartExportRequest.request_id, among the owner's import jobs.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -490,6 +506,13 @@ func (x *StartImportRequest) GetBackup() string {
 func (x *StartImportRequest) GetSourceOwner() string {
 	if x != nil {
 		return x.SourceOwner
+	}
+	return ""
+}
+
+func (x *StartImportRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -1244,7 +1267,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"%contentbackup/v1/backup_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/archive_service.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%xmtp/device_sync/backup_element.proto\":\n" +
 	"\x0eObjectLocation\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xbf\x02\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xde\x02\n" +
 	"\x12StartExportRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x12:\n" +
@@ -1252,13 +1275,17 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\vdestination\x18\x04 \x01(\v2 .contentbackup.v1.ObjectLocationR\vdestination\x12\x16\n" +
 	"\x06bucket\x18\x05 \x01(\tR\x06bucket\x12\x14\n" +
 	"\x05label\x18\x06 \x01(\tR\x05label\x12L\n" +
-	"\rnonconforming\x18\a \x01(\x0e2&.contentbackup.v1.NonconformingRecordsR\rnonconforming\"\xb8\x01\n" +
+	"\rnonconforming\x18\a \x01(\x0e2&.contentbackup.v1.NonconformingRecordsR\rnonconforming\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\tR\trequestId\"\xd7\x01\n" +
 	"\x12StartImportRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x128\n" +
 	"\x06source\x18\x03 \x01(\v2 .contentbackup.v1.ObjectLocationR\x06source\x12\x16\n" +
 	"\x06backup\x18\x04 \x01(\tR\x06backup\x12!\n" +
-	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\"\x80\x04\n" +
+	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"\x80\x04\n" +
 	"\x06Backup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x123\n" +

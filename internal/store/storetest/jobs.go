@@ -186,3 +186,40 @@ func testDeleteFinishedJobs(t *testing.T, s store.Store) {
 	}
 	equal(t, "jobs left", fmt.Sprint(ids), "[0003 0009]")
 }
+
+// testJobRequestIDs: a job started with a request id the owner's jobs of
+// its kind hold already is ErrRequestSeen, and GetJobByRequest finds the
+// first; another owner, kind or id is a job of its own; jobs without a
+// request id never conflict.
+func testJobRequestIDs(t *testing.T, s store.Store) {
+	now := time.Now()
+	first := newJob("11111111111111111111111111111111", store.JobImport, "o", now.Add(time.Minute))
+	first.RequestID = "req-1"
+	mustCreate(t, s, first)
+	again := newJob("22222222222222222222222222222222", store.JobImport, "o", now.Add(time.Minute))
+	again.RequestID = "req-1"
+	if err := s.CreateJob(ctx(t), again); !errors.Is(err, store.ErrRequestSeen) {
+		t.Fatalf("a second job with the request id: %v; want ErrRequestSeen", err)
+	}
+	got, err := s.GetJobByRequest(ctx(t), "o", store.JobImport, "req-1")
+	if err != nil || got.ID != first.ID || got.RequestID != "req-1" {
+		t.Errorf("GetJobByRequest: %+v, %v; want the first job", got, err)
+	}
+	for i, j := range []store.Job{
+		newJob("33333333333333333333333333333333", store.JobImport, "other", now.Add(time.Minute)),
+		newJob("44444444444444444444444444444444", store.JobExport, "o", now.Add(time.Minute)),
+	} {
+		j.RequestID = "req-1"
+		if err := s.CreateJob(ctx(t), j); err != nil {
+			t.Errorf("job %d with the request id under another owner or kind: %v", i, err)
+		}
+	}
+	mustCreate(t, s, newJob("55555555555555555555555555555555", store.JobImport, "o", now.Add(time.Minute)))
+	mustCreate(t, s, newJob("66666666666666666666666666666666", store.JobImport, "o", now.Add(time.Minute)))
+	if _, err := s.GetJobByRequest(ctx(t), "o", store.JobImport, "req-2"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("an unknown request id: %v; want ErrNotFound", err)
+	}
+	if _, err := s.GetJobByRequest(ctx(t), "o", store.JobImport, ""); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("an empty request id: %v; want ErrNotFound", err)
+	}
+}

@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"BackupCatalogIsOwnerBound", testBackupCatalog},
 		{"ProbeWrite", testProbeWrite},
 		{"ScheduleTickClaimedOnce", testScheduleTicks},
+		{"JobRequestIDs", testJobRequestIDs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
