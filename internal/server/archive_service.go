@@ -176,14 +176,37 @@ func (s *ArchiveService) Lint(req *cb.LintRequest, stream grpc.ServerStreamingSe
 		return err
 	}
 	defer leave()
-	ctx := stream.Context()
+	// Findings are found inside the owner's snapshot (a database
+	// transaction): they go out from a goroutine of their own, and a
+	// client that reads nothing for the idle timeout ends the call rather
+	// than hold the snapshot open.
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	batches := make(chan []*cb.LintFinding, 2)
+	sent := make(chan error, 1)
+	go func() {
+		var err error
+		for b := range batches {
+			if err == nil {
+				if err = stream.Send(&cb.LintResponse{Findings: b}); err != nil {
+					cancel()
+				}
+			}
+		}
+		sent <- err
+	}()
+	idle := s.limits.StreamIdleTimeout
+	stalled := false
 	var batch []*cb.LintFinding
 	send := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		err := stream.Send(&cb.LintResponse{Findings: batch})
+		err := handOver(ctx, batches, batch, idle)
 		batch = nil
+		if errors.Is(err, errStalled) {
+			stalled = true
+		}
 		return err
 	}
 	counts, err := backup.Lint(ctx, s.store, req.GetOwner(), func(f backup.Finding) error {
@@ -197,8 +220,15 @@ func (s *ArchiveService) Lint(req *cb.LintRequest, stream grpc.ServerStreamingSe
 	if err == nil {
 		err = send()
 	}
+	close(batches)
+	if stalled {
+		return status.Errorf(codes.DeadlineExceeded, "the client read nothing for %s, the stream idle timeout", idle)
+	}
+	if serr := <-sent; err == nil {
+		err = serr
+	}
 	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
+		if ctxErr := stream.Context().Err(); ctxErr != nil {
 			return status.FromContextError(ctxErr).Err()
 		}
 		return statusOf(err)

@@ -37,6 +37,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
@@ -784,4 +785,43 @@ func TestReliability8_ErrorsDoNotEchoLargeInput(t *testing.T) {
 			t.Errorf("%s: the error repeats %d bytes of the caller's value", name, n)
 		}
 	}
+}
+
+// TestReliability2_StalledLintEnds: Lint finds records inside the owner's
+// snapshot, as an export reads; a client that opens it and stops reading
+// is ended past the idle timeout instead of holding the snapshot open.
+func TestReliability2_StalledLintEnds(t *testing.T) {
+	forEachEngineArchive2(t, Config{Limits: Limits{StreamIdleTimeout: time.Second}}, func(t *testing.T, c archiveClients, s store.Store) {
+		// 60,000 consent records of the deprecated ADDRESS type, stored as
+		// an older server did: 60,000 findings, megabytes of responses.
+		var batch []*cs.ConsentSave
+		for i := range 60_000 {
+			r := storetest.Consent(fmt.Sprintf("0x%040x", i), cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED, 1)
+			//lint:ignore SA1019 the deprecated value is what an older server stored
+			r.EntityType = cs.ConsentTypeSave_CONSENT_TYPE_SAVE_ADDRESS
+			batch = append(batch, r)
+			if len(batch) == 5_000 {
+				if _, err := s.MergeConsent(t.Context(), "stall", batch); err != nil {
+					t.Fatal(err)
+				}
+				batch = batch[:0]
+			}
+		}
+		stream, err := c.arch.Lint(t.Context(), &cb.LintRequest{Owner: "stall"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(4 * time.Second) // read nothing
+		for err == nil {
+			var m *cb.LintResponse
+			m, err = stream.Recv()
+			if m.GetSummary() != nil {
+				t.Fatal("a stalled lint completed")
+			}
+		}
+		wantCode(t, err, codes.DeadlineExceeded, "read nothing")
+	})
 }
