@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"strconv"
 	"time"
@@ -112,15 +111,19 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	sender := sendChunks(stream, cancel)
+	// The summary's SHA-256 is taken as each chunk goes out: on the
+	// building goroutine it was an eighth of an export's CPU in line with
+	// everything else.
+	digest := sha256.New()
 	// A client that stops reading holds the export's snapshot (a database
 	// transaction) open; past the idle timeout the export ends instead.
-	idle := s.limits.StreamIdleTimeout
-	stalled := false
+	sender := startSender(ctx, cancel, sendAhead, s.limits.StreamIdleTimeout, func(c []byte) error {
+		digest.Write(c)
+		return stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Chunk{Chunk: c}})
+	}, nil)
 	out := &chunkWriter{send: func(b []byte) error {
-		err := handOver(ctx, sender.chunks, b, idle)
+		err := sender.put(b)
 		if errors.Is(err, errStalled) {
-			stalled = true
 			return errExportStalled
 		}
 		return err
@@ -135,13 +138,11 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	if err == nil {
 		err = out.Flush()
 	}
-	close(sender.chunks)
-	if stalled {
-		// The sender is blocked on a client that does not read; it ends
-		// when this call does.
-		return status.Errorf(codes.DeadlineExceeded, "the client read nothing for %s, the stream idle timeout; the partial output is not an archive", idle)
+	serr := sender.finish()
+	if sender.stalled {
+		return status.Error(codes.DeadlineExceeded, status.Convert(serr).Message()+"; the partial output is not an archive")
 	}
-	if serr := <-sender.sent; err == nil {
+	if err == nil {
 		err = serr
 	}
 	if err != nil {
@@ -149,7 +150,7 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	}
 	return stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Summary{Summary: &cb.ExportSummary{
 		Groups: counts.Groups, Messages: counts.Messages, ConsentRecords: counts.Consent,
-		ArchiveBytes: out.n, Sha256: sender.digest.Sum(nil), ExportedAtNs: exportedAt,
+		ArchiveBytes: out.n, Sha256: digest.Sum(nil), ExportedAtNs: exportedAt,
 		ExcludedRecords: counts.Excluded, RepairedRecords: counts.Repaired,
 	}}})
 }
@@ -182,31 +183,16 @@ func (s *ArchiveService) Lint(req *cb.LintRequest, stream grpc.ServerStreamingSe
 	// than hold the snapshot open.
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	batches := make(chan []*cb.LintFinding, 2)
-	sent := make(chan error, 1)
-	go func() {
-		var err error
-		for b := range batches {
-			if err == nil {
-				if err = stream.Send(&cb.LintResponse{Findings: b}); err != nil {
-					cancel()
-				}
-			}
-		}
-		sent <- err
-	}()
-	idle := s.limits.StreamIdleTimeout
-	stalled := false
+	sender := startSender(ctx, cancel, 2, s.limits.StreamIdleTimeout, func(b []*cb.LintFinding) error {
+		return stream.Send(&cb.LintResponse{Findings: b})
+	}, nil)
 	var batch []*cb.LintFinding
 	send := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		err := handOver(ctx, batches, batch, idle)
+		err := sender.put(batch)
 		batch = nil
-		if errors.Is(err, errStalled) {
-			stalled = true
-		}
 		return err
 	}
 	counts, err := backup.Lint(ctx, s.store, req.GetOwner(), func(f backup.Finding) error {
@@ -220,11 +206,11 @@ func (s *ArchiveService) Lint(req *cb.LintRequest, stream grpc.ServerStreamingSe
 	if err == nil {
 		err = send()
 	}
-	close(batches)
-	if stalled {
-		return status.Errorf(codes.DeadlineExceeded, "the client read nothing for %s, the stream idle timeout", idle)
+	serr := sender.finish()
+	if sender.stalled {
+		return serr
 	}
-	if serr := <-sent; err == nil {
+	if err == nil {
 		err = serr
 	}
 	if err != nil {
@@ -239,36 +225,6 @@ func (s *ArchiveService) Lint(req *cb.LintRequest, stream grpc.ServerStreamingSe
 
 var recordKinds = map[string]cb.RecordKind{
 	"group": cb.RecordKind_RECORD_KIND_GROUP, "message": cb.RecordKind_RECORD_KIND_MESSAGE, "consent": cb.RecordKind_RECORD_KIND_CONSENT,
-}
-
-// chunkSender sends an export's chunks from a goroutine of its own, so
-// that building the archive and sending it overlap; at most sendAhead
-// chunks wait. It takes the summary's SHA-256 as each chunk goes out: on
-// the building goroutine that was an eighth of an export's CPU in line
-// with everything else. Closing chunks ends it; sent then has its error.
-type chunkSender struct {
-	chunks chan []byte
-	sent   chan error
-	digest hash.Hash
-}
-
-// sendChunks starts the sender; a failed send calls cancel, which stops
-// the export: nobody is reading.
-func sendChunks(stream grpc.ServerStreamingServer[cb.ExportResponse], cancel context.CancelFunc) *chunkSender {
-	cs := &chunkSender{chunks: make(chan []byte, sendAhead), sent: make(chan error, 1), digest: sha256.New()}
-	go func() {
-		var err error
-		for c := range cs.chunks {
-			if err == nil {
-				cs.digest.Write(c)
-				if err = stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Chunk{Chunk: c}}); err != nil {
-					cancel()
-				}
-			}
-		}
-		cs.sent <- err
-	}()
-	return cs
 }
 
 // exportFailure is the status of an export that ended, after n bytes,

@@ -187,24 +187,10 @@ func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stre
 	defer leave()
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	pages := make(chan sendablePage, 1)
-	sent := make(chan error, 1)
-	go func() {
-		var err error
-		for p := range pages {
-			if err == nil {
-				if err = stream.Send(p.resp); err != nil {
-					cancel() // nobody is reading: stop reading pages
-				}
-			}
-			p.call.Close()
-		}
-		sent <- err
-	}()
-	idle := s.limits.StreamIdleTimeout
-	stalled := false
+	sender := startSender(ctx, cancel, 1, s.limits.StreamIdleTimeout,
+		func(p sendablePage) error { return stream.Send(p.resp) },
+		func(p sendablePage) { p.call.Close() })
 	err = func() error {
-		defer close(pages)
 		for first := true; ; first = false {
 			call := s.pool.NewCall("stream decode", s.limits.CallExpandBytes)
 			page, err := s.messagePage(ctx, req.GetOwner(), q, call, first)
@@ -218,9 +204,8 @@ func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stre
 				return nil
 			}
 			p := sendablePage{&cb.StreamMessagesResponse{Messages: page.messages, ResumeToken: page.next}, call}
-			if err := handOver(ctx, pages, p, idle); err != nil {
+			if err := sender.put(p); err != nil {
 				p.call.Close()
-				stalled = errors.Is(err, errStalled)
 				return err
 			}
 			if page.next == "" {
@@ -229,13 +214,12 @@ func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stre
 			q.After = &page.cursor
 		}
 	}()
-	if stalled {
-		// The sender is blocked on a client that does not read; it ends
-		// when this call does.
-		return status.Errorf(codes.DeadlineExceeded, "the client read nothing for %s, the stream idle timeout", idle)
-	}
-	if serr := <-sent; serr != nil {
-		// A failed send cancelled the reading: it is the cause.
+	if serr := sender.finish(); serr != nil {
+		// A stalled client, or a failed send that cancelled the reading:
+		// it is the cause.
+		if status.Code(serr) == codes.DeadlineExceeded {
+			return serr
+		}
 		err = serr
 	}
 	if err != nil {

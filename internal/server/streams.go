@@ -156,3 +156,60 @@ func handOver[T any](ctx context.Context, ch chan<- T, v T, idle time.Duration) 
 		return errStalled
 	}
 }
+
+// streamSender sends a server stream's messages from a goroutine of its
+// own, so that producing them (reading the store, building an archive)
+// and sending overlap, at most `ahead` waiting between the two. A client
+// that takes nothing for the idle timeout is a stalled client: put
+// returns errStalled, and the producer ends instead of holding what it
+// reads (a database snapshot) open. A failed send cancels the producer's
+// context: nobody is reading.
+type streamSender[T any] struct {
+	ctx     context.Context
+	queue   chan T
+	sent    chan error
+	idle    time.Duration
+	stalled bool
+}
+
+// startSender starts the sending goroutine: send sends one value; done,
+// when set, is called for each value taken, sent or not (to release what
+// it holds).
+func startSender[T any](ctx context.Context, cancel context.CancelFunc, ahead int, idle time.Duration, send func(T) error, done func(T)) *streamSender[T] {
+	s := &streamSender[T]{ctx: ctx, queue: make(chan T, ahead), sent: make(chan error, 1), idle: idle}
+	go func() {
+		var err error
+		for v := range s.queue {
+			if err == nil {
+				if err = send(v); err != nil {
+					cancel()
+				}
+			}
+			if done != nil {
+				done(v)
+			}
+		}
+		s.sent <- err
+	}()
+	return s
+}
+
+// put hands v to the sender, waiting at most the idle timeout.
+func (s *streamSender[T]) put(v T) error {
+	err := handOver(s.ctx, s.queue, v, s.idle)
+	if errors.Is(err, errStalled) {
+		s.stalled = true
+	}
+	return err
+}
+
+// finish ends the queue. A stalled client's call ends at once with
+// DEADLINE_EXCEEDED (the sender, blocked on it, ends with the call);
+// otherwise finish waits for the sender and returns its error.
+func (s *streamSender[T]) finish() error {
+	close(s.queue)
+	if s.stalled {
+		return status.Errorf(codes.DeadlineExceeded, "the client read nothing for %s, the stream idle timeout", s.idle)
+	}
+	return <-s.sent
+}
