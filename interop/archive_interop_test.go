@@ -2,6 +2,7 @@ package interop
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -279,9 +280,19 @@ func normalize(ec *mc.EncodedContent) *mc.EncodedContent {
 
 func exportOver(t *testing.T, c cb.ArchiveServiceClient, owner string) ([]byte, *cb.ExportSummary) {
 	t.Helper()
-	stream, err := c.Export(t.Context(), &cb.ExportRequest{Owner: owner, Key: interopKey})
+	data, summary, err := exportStream(c, &cb.ExportRequest{Owner: owner, Key: interopKey})
 	if err != nil {
 		t.Fatal(err)
+	}
+	return data, summary
+}
+
+// exportStream runs an Export and returns the archive and its summary; a
+// stream that ends without the summary is an error.
+func exportStream(c cb.ArchiveServiceClient, req *cb.ExportRequest) ([]byte, *cb.ExportSummary, error) {
+	stream, err := c.Export(context.Background(), req)
+	if err != nil {
+		return nil, nil, err
 	}
 	var data []byte
 	var summary *cb.ExportSummary
@@ -291,7 +302,7 @@ func exportOver(t *testing.T, c cb.ArchiveServiceClient, owner string) ([]byte, 
 			break
 		}
 		if err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
 		data = append(data, m.GetChunk()...)
 		if m.GetSummary() != nil {
@@ -299,9 +310,9 @@ func exportOver(t *testing.T, c cb.ArchiveServiceClient, owner string) ([]byte, 
 		}
 	}
 	if summary == nil {
-		t.Fatal("no summary")
+		return nil, nil, errors.New("the export ended without a summary")
 	}
-	return data, summary
+	return data, summary, nil
 }
 
 type refCreated struct {

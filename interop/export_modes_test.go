@@ -96,24 +96,9 @@ func TestExportModesRestoreInTheReference(t *testing.T) {
 		{cb.NonconformingRecords_NONCONFORMING_RECORDS_REPAIR, 4, 1, true},
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) {
-			stream, err := arch.Export(ctx, &cb.ExportRequest{Owner: owner, Key: interopKey, Nonconforming: c.mode})
+			data, sum, err := exportStream(arch, &cb.ExportRequest{Owner: owner, Key: interopKey, Nonconforming: c.mode})
 			if err != nil {
 				t.Fatal(err)
-			}
-			var data []byte
-			var sum *cb.ExportSummary
-			for {
-				m, err := stream.Recv()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				data = append(data, m.GetChunk()...)
-				if m.GetSummary() != nil {
-					sum = m.GetSummary()
-				}
 			}
 			if sum.GetExcludedRecords() != c.excluded || sum.GetRepairedRecords() != c.repaired {
 				t.Errorf("summary excluded %d, repaired %d; want %d, %d", sum.GetExcludedRecords(), sum.GetRepairedRecords(), c.excluded, c.repaired)

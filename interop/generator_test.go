@@ -3,7 +3,6 @@ package interop
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -710,21 +709,8 @@ func jsConsentState(s cs.ConsentStateSave) (int, bool) {
 }
 
 func exportBytes(c cb.ArchiveServiceClient, owner string) ([]byte, error) {
-	stream, err := c.Export(context.Background(), &cb.ExportRequest{Owner: owner, Key: interopKey})
-	if err != nil {
-		return nil, err
-	}
-	var data []byte
-	for {
-		m, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return data, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		data = append(data, m.GetChunk()...)
-	}
+	data, _, err := exportStream(c, &cb.ExportRequest{Owner: owner, Key: interopKey})
+	return data, err
 }
 
 func archiveElements(data []byte) ([]*ds.BackupElement, error) {

@@ -21,7 +21,6 @@ import (
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
-	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/codec"
 )
 
@@ -45,33 +44,8 @@ var sentinelGroup = &gb.GroupSave{Id: id32("sentinel group")[:16], CreatedAtNs: 
 // into an archive and imports it in the reference.
 func referenceImports(t *testing.T, elements ...*ds.BackupElement) refOutcome {
 	t.Helper()
-	var buf bytes.Buffer
-	w, err := archive.NewWriter(&buf, interopKey, archive.WriterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta := &ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{
-		Elements:     []ds.BackupElementSelection{ds.BackupElementSelection_BACKUP_ELEMENT_SELECTION_MESSAGES, ds.BackupElementSelection_BACKUP_ELEMENT_SELECTION_CONSENT},
-		ExportedAtNs: 1_700_000_000_000_000_000}}}
-	env, _ := codec.NewRegistry().Encode(codec.TypeText, "sentinel")
-	text, _ := proto.Marshal(env)
-	sentinelMsg := &mb.GroupMessageSave{Id: id32("sentinel message"), GroupId: sentinelGroup.Id, DecryptedMessageBytes: text, SentAtNs: 1_700_000_000_000_000_001,
-		Kind: mb.GroupMessageKindSave_GROUP_MESSAGE_KIND_SAVE_APPLICATION, SenderInboxId: inboxID("sentinel"), SenderInstallationId: id32("i"),
-		DeliveryStatus: mb.DeliveryStatusSave_DELIVERY_STATUS_SAVE_PUBLISHED}
-	// The sentinel group first, so a message under test can belong to it;
-	// its message last.
-	all := []*ds.BackupElement{meta, {Element: &ds.BackupElement_Group{Group: sentinelGroup}}}
-	all = append(all, elements...)
-	all = append(all, &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: sentinelMsg}})
-	for _, el := range all {
-		if err := w.WriteElement(el); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	in, _ := json.Marshal(map[string]any{"key": hex.EncodeToString(interopKey), "archive": hex.EncodeToString(buf.Bytes())})
+	archive := sealForReference(t, elements...)
+	in, _ := json.Marshal(map[string]any{"key": hex.EncodeToString(interopKey), "archive": hex.EncodeToString(archive)})
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatal(err)
