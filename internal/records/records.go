@@ -117,7 +117,7 @@ func checkLiveGroup(g *gb.GroupSave) error {
 	if g.GetMembershipState() == gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED {
 		return fieldErr("membership_state", "RESTORED is set only by archive import")
 	}
-	return checkEnum("conversation_type", g.GetConversationType(), true)
+	return nil
 }
 
 // CheckArchivedGroup checks a group read from an archive: the archive's
