@@ -30,7 +30,9 @@ func TestBackupsBelongToTheirOwner(t *testing.T) {
 		ctx := t.Context()
 		populate(t, cb.NewConversationServiceClient(p.as(t, opsToken)), "alice")
 		alice := cb.NewBackupServiceClient(p.as(t, aliceToken))
-		op, err := alice.StartExport(ctx, exportJob("alice", "mine"))
+		req := exportJob("alice", "mine")
+		req.RequestId = "shared-request-id"
+		op, err := alice.StartExport(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,6 +93,18 @@ func TestBackupsBelongToTheirOwner(t *testing.T) {
 		}
 		if g, err := cb.NewConversationServiceClient(bobConn).ListGroups(ctx, &cb.ListGroupsRequest{Owner: "bob"}); err != nil || len(g.GetGroups()) != 0 {
 			t.Errorf("bob's store after the attack: %v, %v", g.GetGroups(), err)
+		}
+		// A request id names a job only among its owner's: bob sending
+		// alice's gets a job of his own, never hers.
+		populate(t, cb.NewConversationServiceClient(p.as(t, opsToken)), "bob")
+		bobReq := exportJob("bob", "his")
+		bobReq.RequestId = "shared-request-id"
+		bobOp, err := bob.StartExport(ctx, bobReq)
+		if err != nil || bobOp.GetName() == op.GetName() {
+			t.Errorf("bob's start with alice's request id: %v, %v; want a job of his own", bobOp.GetName(), err)
+		}
+		if err == nil {
+			waitOp(t, bobConn, bobOp.GetName())
 		}
 
 		// A principal holding both owners still needs archive.migrate to

@@ -219,13 +219,15 @@ func TestBackupJobBadRequests(t *testing.T) {
 	backupc := cb.NewBackupServiceClient(alice)
 	ctx := context.Background()
 	for name, req := range map[string]*cb.StartExportRequest{
-		"a key_ref":         {Owner: "alice", KeyRef: "main"},
-		"a destination":     {Owner: "alice", Destination: &cb.ObjectLocation{Bucket: "local", Key: "k"}},
-		"escaping key":      {Owner: "alice", Destination: &cb.ObjectLocation{Bucket: "local", Key: "../../etc/x"}},
-		"unknown bucket":    {Owner: "alice", Bucket: "s3"},
-		"long bucket":       {Owner: "alice", Bucket: strings.Repeat("k", 5000)},
-		"long label":        {Owner: "alice", Label: strings.Repeat("k", 5000)},
-		"bad window option": {Owner: "alice", Options: &ds.ArchiveOptions{StartNs: proto.Int64(10), EndNs: proto.Int64(5)}},
+		"a key_ref":               {Owner: "alice", KeyRef: "main"},
+		"a destination":           {Owner: "alice", Destination: &cb.ObjectLocation{Bucket: "local", Key: "k"}},
+		"escaping key":            {Owner: "alice", Destination: &cb.ObjectLocation{Bucket: "local", Key: "../../etc/x"}},
+		"unknown bucket":          {Owner: "alice", Bucket: "s3"},
+		"long bucket":             {Owner: "alice", Bucket: strings.Repeat("k", 5000)},
+		"long label":              {Owner: "alice", Label: strings.Repeat("k", 5000)},
+		"bad window option":       {Owner: "alice", Options: &ds.ArchiveOptions{StartNs: proto.Int64(10), EndNs: proto.Int64(5)}},
+		"undefined nonconforming": {Owner: "alice", Nonconforming: 9},
+		"malformed request_id":    {Owner: "alice", RequestId: "has space/" + strings.Repeat("r", 300)},
 	} {
 		_, err := backupc.StartExport(ctx, req)
 		wantStatus(t, name, err, codes.InvalidArgument)
