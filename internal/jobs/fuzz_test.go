@@ -26,20 +26,3 @@ func FuzzCheckObjectKey(f *testing.F) {
 		}
 	})
 }
-
-// FuzzJobID: an operation name is accepted only as operations/ and 32
-// lowercase hex digits, and the id it gives names it again.
-func FuzzJobID(f *testing.F) {
-	for _, seed := range []string{"operations/18edb1feabe826e344714986db5e6a6f", "operations/", "operations/../x", "x"} {
-		f.Add(seed)
-	}
-	f.Fuzz(func(t *testing.T, name string) {
-		id, err := JobID(name)
-		if err != nil {
-			return
-		}
-		if OperationName(id) != name || len(id) != 32 {
-			t.Fatalf("JobID(%q) = %q", name, id)
-		}
-	})
-}

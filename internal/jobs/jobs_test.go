@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
@@ -104,14 +104,14 @@ func waitDone(t *testing.T, m *Manager, id string) store.Job {
 	return j
 }
 
-func exportReq(owner, label string) *cb.StartExportRequest {
-	return &cb.StartExportRequest{Owner: owner, Label: label}
+func exportReq(owner, label string) ExportRequest {
+	return ExportRequest{Owner: owner, Label: label}
 }
 
 // objectOf is where a job's backup is, as its metadata says.
-func objectOf(t *testing.T, j store.Job) *cb.ObjectLocation {
+func objectOf(t *testing.T, j store.Job) *pv.ObjectLocation {
 	t.Helper()
-	md, err := Metadata(j)
+	md, err := Progress(j)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,15 +160,11 @@ func TestExportThenImportJob(t *testing.T) {
 				t.Fatal(err)
 			}
 			j = waitDone(t, h.m, j.ID)
-			op, err := Operation(j)
-			if err != nil {
-				t.Fatal(err)
+			if j.State != store.JobSucceeded || j.ErrorCode != 0 {
+				t.Fatalf("export job ended %s: %d %s", j.State, j.ErrorCode, j.ErrorMessage)
 			}
-			if j.State != store.JobSucceeded || op.GetError() != nil {
-				t.Fatalf("export job ended %s: %v", j.State, op.GetError())
-			}
-			result := &cb.ExportJobResult{}
-			if err := op.GetResponse().UnmarshalTo(result); err != nil {
+			result := &pv.ExportJobResult{}
+			if err := proto.Unmarshal(j.Result, result); err != nil {
 				t.Fatal(err)
 			}
 			sum := result.GetSummary()
@@ -209,19 +205,19 @@ func TestExportThenImportJob(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fromSidecar := &cb.ExportJobResult{}
+			fromSidecar := &pv.ExportJobResult{}
 			if err := protojson.Unmarshal(sidecar, fromSidecar); err != nil {
 				t.Fatalf("sidecar is not the result as JSON: %v", err)
 			}
 			if !proto.Equal(fromSidecar, result) {
-				t.Errorf("sidecar %v, operation response %v", fromSidecar, result)
+				t.Errorf("sidecar %v, job result %v", fromSidecar, result)
 			}
-			md, _ := Metadata(j)
-			if md.GetBytesDone() != sum.GetArchiveBytes() || md.GetRecordsDone() != 2+100+1+1 || md.GetPhase() != cb.JobPhase_JOB_PHASE_DONE {
+			md, _ := Progress(j)
+			if md.GetBytesDone() != sum.GetArchiveBytes() || md.GetRecordsDone() != 2+100+1+1 || md.GetPhase() != pv.JobPhase_JOB_PHASE_DONE {
 				t.Errorf("final metadata: %v", md)
 			}
 
-			in, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: dst, SourceOwner: src, Backup: b.ID})
+			in, err := h.m.StartImport(t.Context(), "tester", ImportRequest{Owner: dst, SourceOwner: src, Backup: b.ID})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,7 +225,7 @@ func TestExportThenImportJob(t *testing.T) {
 			if in.State != store.JobSucceeded {
 				t.Fatalf("import job ended %s: %d %s", in.State, in.ErrorCode, in.ErrorMessage)
 			}
-			md, _ = Metadata(in)
+			md, _ = Progress(in)
 			if md.GetBytesTotal() != sum.GetArchiveBytes() || md.GetBytesDone() != sum.GetArchiveBytes() {
 				t.Errorf("import progress %d of %d bytes, want %d", md.GetBytesDone(), md.GetBytesTotal(), sum.GetArchiveBytes())
 			}
@@ -309,9 +305,8 @@ func TestCancelLeavesNoObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	j = waitDone(t, h.m, j.ID)
-	op, _ := Operation(j)
-	if j.State != store.JobCancelled || op.GetError().GetCode() != int32(codes.Canceled) {
-		t.Fatalf("cancelled job: state %s, error %v", j.State, op.GetError())
+	if j.State != store.JobCancelled || j.ErrorCode != int32(codes.Canceled) {
+		t.Fatalf("cancelled job: state %s, error %d %s", j.State, j.ErrorCode, j.ErrorMessage)
 	}
 	if names := files(t, h.dir); len(names) != 0 {
 		t.Errorf("a cancelled export left %v", names)
@@ -336,16 +331,16 @@ func TestCancelSeenThroughTheStore(t *testing.T) {
 	st, h, _, j := startGated(t, 5, "a.xmtpbak")
 	// While it runs, its progress reaches the store with each renewal:
 	// the metadata record at least is written.
-	var md *cb.JobMetadata
+	var md *pv.JobProgress
 	eventually.True(t, 10*time.Second, func() bool {
 		got, err := st.GetJob(t.Context(), j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if md, err = Metadata(got); err != nil {
+		if md, err = Progress(got); err != nil {
 			t.Fatal(err)
 		}
-		return md.GetRecordsDone() >= 1 && md.GetPhase() == cb.JobPhase_JOB_PHASE_TRANSFERRING
+		return md.GetRecordsDone() >= 1 && md.GetPhase() == pv.JobPhase_JOB_PHASE_TRANSFERRING
 	}, func() string { return fmt.Sprintf("no progress recorded: %v", md) })
 	if _, err := st.RequestCancel(t.Context(), j.ID); err != nil {
 		t.Fatal(err)
@@ -379,19 +374,16 @@ func TestStartRefusals(t *testing.T) {
 	st := enginetest.SQLite(t)
 	h := newHarness(t, st)
 	owner := storetest.Owner("o")
-	loc := &cb.ObjectLocation{Bucket: "local", Key: "k"}
 	cases := []struct {
 		name string
-		req  *cb.StartExportRequest
+		req  ExportRequest
 		want error
 		msg  string
 	}{
-		{"no owner", &cb.StartExportRequest{}, ErrInvalid, "owner"},
-		{"key ref", &cb.StartExportRequest{Owner: owner, KeyRef: "main"}, ErrInvalid, "key_ref"},
-		{"destination", &cb.StartExportRequest{Owner: owner, Destination: loc}, ErrInvalid, "destination"},
-		{"unknown bucket", &cb.StartExportRequest{Owner: owner, Bucket: "s3"}, ErrInvalid, "bucket"},
-		{"label too long", &cb.StartExportRequest{Owner: owner, Label: strings.Repeat("x", 129)}, ErrInvalid, "label"},
-		{"label control", &cb.StartExportRequest{Owner: owner, Label: "a\nb"}, ErrInvalid, "label"},
+		{"no owner", ExportRequest{}, ErrInvalid, "owner"},
+		{"unknown bucket", ExportRequest{Owner: owner, Bucket: "s3"}, ErrInvalid, "bucket"},
+		{"label too long", ExportRequest{Owner: owner, Label: strings.Repeat("x", 129)}, ErrInvalid, "label"},
+		{"label control", ExportRequest{Owner: owner, Label: "a\nb"}, ErrInvalid, "label"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -406,13 +398,11 @@ func TestStartRefusals(t *testing.T) {
 	}
 	imports := []struct {
 		name string
-		req  *cb.StartImportRequest
+		req  ImportRequest
 		want error
 	}{
-		{"key ref", &cb.StartImportRequest{Owner: owner, KeyRef: "main", Backup: NewID(time.Now())}, ErrInvalid},
-		{"source", &cb.StartImportRequest{Owner: owner, Source: loc}, ErrInvalid},
-		{"bad id", &cb.StartImportRequest{Owner: owner, Backup: "../x"}, ErrInvalid},
-		{"unknown id", &cb.StartImportRequest{Owner: owner, Backup: NewID(time.Now())}, ErrBackupNotFound},
+		{"bad id", ImportRequest{Owner: owner, Backup: "../x"}, ErrInvalid},
+		{"unknown id", ImportRequest{Owner: owner, Backup: NewID(time.Now())}, ErrBackupNotFound},
 	}
 	for _, c := range imports {
 		if _, err := h.m.StartImport(t.Context(), "tester", c.req); !errors.Is(err, c.want) {
@@ -456,7 +446,7 @@ func TestImportJobOfABadArchive(t *testing.T) {
 	h := newHarness(t, st)
 	owner := storetest.Owner("o")
 	b := catalogJunk(t, h, owner, bytes.Repeat([]byte("not an archive"), 100))
-	j, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: owner, Backup: b.ID})
+	j, err := h.m.StartImport(t.Context(), "tester", ImportRequest{Owner: owner, Backup: b.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +486,7 @@ func TestDamagedBackupIsPermanent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, id := range map[string]string{"length differs": b.ID, "foreign key": b2.ID} {
-		_, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: owner, Backup: id})
+		_, err := h.m.StartImport(t.Context(), "tester", ImportRequest{Owner: owner, Backup: id})
 		if !errors.Is(err, ErrBackupDamaged) {
 			t.Errorf("%s: %v, want ErrBackupDamaged", name, err)
 		}
@@ -515,7 +505,7 @@ func TestDeadServersJobsFail(t *testing.T) {
 	// The export's backup row, WRITING when its server died.
 	b := store.Backup{Owner: "o", ID: NewID(now), State: store.BackupWriting, Bucket: "local", ObjectKey: "o/x" + ArchiveSuffix,
 		Options: []byte{}, WrappedKey: []byte{1}, Created: now}
-	progress, _ := proto.Marshal(&cb.JobMetadata{Kind: cb.JobKind_JOB_KIND_EXPORT, Owner: "o", Backup: b.ID})
+	progress, _ := proto.Marshal(&pv.JobProgress{Kind: pv.JobKind_JOB_KIND_EXPORT, Owner: "o", Backup: b.ID})
 	dead := store.Job{ID: NewID(now), Kind: store.JobExport, Owner: "o", Principal: "p", State: store.JobRunning,
 		Spec: []byte{}, Progress: progress, LeaseUntil: now.Add(-time.Second), Created: now, Updated: now}
 	b.JobID = dead.ID
@@ -529,9 +519,8 @@ func TestDeadServersJobsFail(t *testing.T) {
 	defer cancel()
 	go h.m.Run(ctx)
 	j := waitDone(t, h.m, dead.ID)
-	op, _ := Operation(j)
-	if j.State != store.JobFailed || op.GetError().GetCode() != int32(codes.Unavailable) || !strings.Contains(op.GetError().GetMessage(), "stopped") {
-		t.Errorf("dead job: %s, %v", j.State, op.GetError())
+	if j.State != store.JobFailed || j.ErrorCode != int32(codes.Unavailable) || !strings.Contains(j.ErrorMessage, "stopped") {
+		t.Errorf("dead job: %s, %d %s", j.State, j.ErrorCode, j.ErrorMessage)
 	}
 	eventually.True(t, 5*time.Second, func() bool {
 		_, err := st.GetBackup(t.Context(), "o", b.ID)
@@ -544,7 +533,7 @@ func TestDeadServersJobsFail(t *testing.T) {
 func TestDeleteBackupWhileWriting(t *testing.T) {
 	st, h, owner, j := startGated(t, 5, "held")
 	id := objectOf(t, j).GetKey()
-	md, _ := Metadata(j)
+	md, _ := Progress(j)
 	if err := h.m.DeleteBackup(t.Context(), "tester", owner, md.GetBackup()); !errors.Is(err, ErrBackupNotComplete) {
 		t.Errorf("delete of a backup being written: %v, want ErrBackupNotComplete (%s)", err, id)
 	}
@@ -669,18 +658,6 @@ func TestParseSchedulesRefuses(t *testing.T) {
 	}
 }
 
-func TestOperationNames(t *testing.T) {
-	id := NewID(time.Now())
-	if got, err := JobID(OperationName(id)); err != nil || got != id {
-		t.Errorf("round trip: %q, %v", got, err)
-	}
-	for _, bad := range []string{"", id, "operations/", "operations/" + id + "x", "operations/../" + id[3:], "operations/" + strings.ToUpper(id)} {
-		if _, err := JobID(bad); err == nil {
-			t.Errorf("JobID(%q) accepted", bad)
-		}
-	}
-}
-
 // TestShutdownFailsRunningJobs: a server shutting down ends the jobs it
 // runs, failed (UNAVAILABLE), with nothing committed, and starts no more.
 func TestShutdownFailsRunningJobs(t *testing.T) {
@@ -716,11 +693,11 @@ func TestMaxRunningQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-st.reached
-	queued, err := h.m.StartImport(t.Context(), "tester", &cb.StartImportRequest{Owner: b, Backup: catalogJunk(t, h, b, storetest.GroupID("x")).ID})
+	queued, err := h.m.StartImport(t.Context(), "tester", ImportRequest{Owner: b, Backup: catalogJunk(t, h, b, storetest.GroupID("x")).ID})
 	if err != nil {
 		t.Fatalf("a job past MaxRunning 1: %v, want queued", err)
 	}
-	if md, _ := Metadata(queued); md.GetPhase() != cb.JobPhase_JOB_PHASE_QUEUED {
+	if md, _ := Progress(queued); md.GetPhase() != pv.JobPhase_JOB_PHASE_QUEUED {
 		t.Errorf("phase %v, want QUEUED", md.GetPhase())
 	}
 	if _, err := h.m.StartExport(t.Context(), "tester", exportReq(b, "")); !errors.Is(err, ErrQueueFull) {
@@ -803,11 +780,11 @@ func TestScheduleRunsWhileAnotherOwnerFloods(t *testing.T) {
 	defer close(st.gate)
 	junk := catalogJunk(t, h, alice, storetest.GroupID("x"))
 	for range 3 {
-		if _, err := h.m.StartImport(t.Context(), "alice", &cb.StartImportRequest{Owner: alice, Backup: junk.ID}); err != nil {
+		if _, err := h.m.StartImport(t.Context(), "alice", ImportRequest{Owner: alice, Backup: junk.ID}); err != nil {
 			t.Fatalf("alice's queued import: %v", err)
 		}
 	}
-	if _, err := h.m.StartImport(t.Context(), "alice", &cb.StartImportRequest{Owner: alice, Backup: junk.ID}); !errors.Is(err, ErrQueueFull) {
+	if _, err := h.m.StartImport(t.Context(), "alice", ImportRequest{Owner: alice, Backup: junk.ID}); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("alice past her queue: %v", err)
 	}
 	bob := storetest.Owner("bob")
@@ -939,7 +916,7 @@ func TestStartWithRequestID(t *testing.T) {
 			owner := storetest.Owner("retried")
 			fill(t, st, owner, 2)
 			req := exportReq(owner, "x")
-			req.RequestId = "2f1c7a52-9b1e-4c1e-8f4a-0d6f1f0b9c11"
+			req.RequestID = "2f1c7a52-9b1e-4c1e-8f4a-0d6f1f0b9c11"
 			ids := make([]string, 4)
 			var wg sync.WaitGroup
 			for i := range ids {
@@ -976,7 +953,7 @@ func TestStartWithRequestID(t *testing.T) {
 				t.Errorf("%d jobs; want 1", len(jobs))
 			}
 			bad := exportReq(owner, "y")
-			bad.RequestId = "has space"
+			bad.RequestID = "has space"
 			if _, err := h.m.StartExport(t.Context(), "tester", bad); !errors.Is(err, ErrInvalid) {
 				t.Errorf("a malformed request id: %v; want ErrInvalid", err)
 			}

@@ -47,9 +47,8 @@ import (
 	"gocloud.dev/gcerrors"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/fault"
@@ -221,7 +220,7 @@ func (m *Manager) forgetDeadBackup(ctx context.Context, jobID string) {
 	if err != nil || j.Kind != store.JobExport {
 		return
 	}
-	md, err := Metadata(j)
+	md, err := Progress(j)
 	if err != nil || md.GetBackup() == "" {
 		return
 	}
@@ -272,7 +271,7 @@ func ended(kind, what string) string {
 type run struct {
 	ticket  *ticket
 	job     store.Job
-	meta    *cb.JobMetadata
+	meta    *pv.JobProgress
 	cancel  context.CancelCauseFunc
 	bytes   atomic.Uint64
 	records atomic.Uint64
@@ -280,12 +279,12 @@ type run struct {
 }
 
 func (r *run) progress() []byte {
-	md := proto.Clone(r.meta).(*cb.JobMetadata)
+	md := proto.Clone(r.meta).(*pv.JobProgress)
 	md.BytesDone = r.bytes.Load()
 	if md.RecordsDone == 0 {
 		md.RecordsDone = r.records.Load() // the final count, once known, stays
 	}
-	md.Phase = cb.JobPhase(r.phase.Load())
+	md.Phase = pv.JobPhase(r.phase.Load())
 	b, _ := proto.Marshal(md)
 	return b
 }
@@ -351,31 +350,25 @@ func (m *Manager) openBucket(ctx context.Context, name string) (*blob.Bucket, er
 
 // StartExport starts an export job for principal: a new backup of the
 // owner in the bucket it names, at a key the server chooses.
-func (m *Manager) StartExport(ctx context.Context, principal string, req *cb.StartExportRequest) (store.Job, error) {
+func (m *Manager) StartExport(ctx context.Context, principal string, req ExportRequest) (store.Job, error) {
 	return m.startExport(ctx, principal, req, nil)
 }
 
-func (m *Manager) startExport(ctx context.Context, principal string, req *cb.StartExportRequest, sched *Schedule) (store.Job, error) {
-	owner := req.GetOwner()
+func (m *Manager) startExport(ctx context.Context, principal string, req ExportRequest, sched *Schedule) (store.Job, error) {
+	owner := req.Owner
 	if err := records.CheckOwner(owner); err != nil {
 		return store.Job{}, invalid(err)
 	}
-	if j, seen, err := m.seen(ctx, owner, store.JobExport, req.GetRequestId()); seen || err != nil {
+	if j, seen, err := m.seen(ctx, owner, store.JobExport, req.RequestID); seen || err != nil {
 		return j, err
 	}
-	if req.GetKeyRef() != "" {
-		return store.Job{}, invalid(errors.New("key_ref: no longer accepted; each backup is sealed with its own data key, which GetBackupKey returns"))
-	}
-	if req.GetDestination() != nil {
-		return store.Job{}, invalid(errors.New("destination: no longer accepted; the server chooses where a backup is stored: name a bucket (and a label) instead"))
-	}
-	if err := checkLabel(req.GetLabel()); err != nil {
+	if err := checkLabel(req.Label); err != nil {
 		return store.Job{}, invalid(err)
 	}
-	if _, err := backup.Resolve(req.GetOptions()); err != nil {
+	if _, err := backup.Resolve(req.Options); err != nil {
 		return store.Job{}, invalid(err)
 	}
-	bucketName := req.GetBucket()
+	bucketName := req.Bucket
 	if bucketName == "" {
 		bucketName = m.cfg.Buckets.Default()
 	}
@@ -387,7 +380,7 @@ func (m *Manager) startExport(ctx context.Context, principal string, req *cb.Sta
 	if err != nil {
 		return store.Job{}, fmt.Errorf("data key: %w", err)
 	}
-	options, err := proto.Marshal(req.GetOptions())
+	options, err := proto.Marshal(req.Options)
 	if err != nil {
 		return store.Job{}, fmt.Errorf("encode options: %w", err)
 	}
@@ -397,7 +390,7 @@ func (m *Manager) startExport(ctx context.Context, principal string, req *cb.Sta
 	if sched != nil {
 		prefix, schedule = sched.Prefix, sched.Name
 	}
-	b := store.Backup{Owner: owner, ID: id, State: store.BackupWriting, Label: req.GetLabel(),
+	b := store.Backup{Owner: owner, ID: id, State: store.BackupWriting, Label: req.Label,
 		Bucket: bucketName, ObjectKey: ownerDir(prefix, owner) + id + ArchiveSuffix,
 		Schedule: schedule, Principal: principal, Options: options, WrappedKey: wrapped, Created: now}
 	return m.start(ctx, store.JobExport, principal, req, prepared{key: key, bucket: bucket, backup: b, schedule: sched})
@@ -406,27 +399,21 @@ func (m *Manager) startExport(ctx context.Context, principal string, req *cb.Sta
 // StartImport starts an import job for principal: a complete backup of
 // req.source_owner (or of req.owner) read into req.owner. The edge has
 // checked that the principal may read the one and write the other.
-func (m *Manager) StartImport(ctx context.Context, principal string, req *cb.StartImportRequest) (store.Job, error) {
-	if err := records.CheckOwner(req.GetOwner()); err != nil {
+func (m *Manager) StartImport(ctx context.Context, principal string, req ImportRequest) (store.Job, error) {
+	if err := records.CheckOwner(req.Owner); err != nil {
 		return store.Job{}, invalid(err)
 	}
-	if j, seen, err := m.seen(ctx, req.GetOwner(), store.JobImport, req.GetRequestId()); seen || err != nil {
+	if j, seen, err := m.seen(ctx, req.Owner, store.JobImport, req.RequestID); seen || err != nil {
 		return j, err
 	}
-	if req.GetKeyRef() != "" {
-		return store.Job{}, invalid(errors.New("key_ref: no longer accepted; a backup's key comes from the catalog"))
-	}
-	if req.GetSource() != nil {
-		return store.Job{}, invalid(errors.New("source: no longer accepted; name a backup by its catalog id"))
-	}
-	source := req.GetSourceOwner()
+	source := req.SourceOwner
 	if source == "" {
-		source = req.GetOwner()
+		source = req.Owner
 	}
 	if err := records.CheckOwner(source); err != nil {
 		return store.Job{}, invalid(fmt.Errorf("source_owner: %w", err))
 	}
-	b, key, err := m.openBackup(ctx, source, req.GetBackup())
+	b, key, err := m.openBackup(ctx, source, req.Backup)
 	if err != nil {
 		return store.Job{}, err
 	}
@@ -536,11 +523,17 @@ func (m *Manager) deleteBackup(ctx context.Context, b store.Backup) error {
 	return nil
 }
 
-type startRequest interface {
-	proto.Message
-	GetOwner() string
-	GetRequestId() string
+// request is an ExportRequest or an ImportRequest.
+type request interface {
+	owner() string
+	requestID() string
+	spec() ([]byte, error)
 }
+
+func (req ExportRequest) owner() string     { return req.Owner }
+func (req ExportRequest) requestID() string { return req.RequestID }
+func (req ImportRequest) owner() string     { return req.Owner }
+func (req ImportRequest) requestID() string { return req.RequestID }
 
 // requestIDPattern is what a request_id may be (AIP-155 suggests a UUID).
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -564,7 +557,7 @@ func (m *Manager) seen(ctx context.Context, owner, kind, requestID string) (stor
 	return j, true, nil
 }
 
-func (m *Manager) start(ctx context.Context, kind, principal string, req startRequest, p prepared) (store.Job, error) {
+func (m *Manager) start(ctx context.Context, kind, principal string, req request, p prepared) (store.Job, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -573,7 +566,7 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req startRe
 	m.mu.Unlock()
 	// Held from here: a slot or a place in the owner's queue, given back
 	// if the job is not stored.
-	tk, err := m.slots.take(req.GetOwner())
+	tk, err := m.slots.take(req.owner())
 	if err != nil {
 		return store.Job{}, err
 	}
@@ -588,36 +581,36 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req startRe
 		m.slots.giveUp(tk)
 	}
 
-	spec, err := proto.Marshal(req)
+	spec, err := req.spec()
 	if err != nil {
 		abandon()
 		return store.Job{}, fmt.Errorf("encode job: %w", err)
 	}
-	phase := cb.JobPhase_JOB_PHASE_QUEUED
+	phase := pv.JobPhase_JOB_PHASE_QUEUED
 	if granted(tk) {
-		phase = cb.JobPhase_JOB_PHASE_STARTING
+		phase = pv.JobPhase_JOB_PHASE_STARTING
 	}
-	md := &cb.JobMetadata{Owner: req.GetOwner(), Principal: principal, Phase: phase, BytesTotal: p.total, Backup: p.backup.ID,
-		Object: &cb.ObjectLocation{Bucket: p.backup.Bucket, Key: p.backup.ObjectKey}}
+	md := &pv.JobProgress{Owner: req.owner(), Principal: principal, Phase: phase, BytesTotal: p.total, Backup: p.backup.ID,
+		Object: &pv.ObjectLocation{Bucket: p.backup.Bucket, Key: p.backup.ObjectKey}}
 	switch kind {
 	case store.JobExport:
-		md.Kind = cb.JobKind_JOB_KIND_EXPORT
+		md.Kind = pv.JobKind_JOB_KIND_EXPORT
 		p.backup.JobID = id
 	case store.JobImport:
-		md.Kind = cb.JobKind_JOB_KIND_IMPORT
-		if p.sourceOwner != req.GetOwner() {
+		md.Kind = pv.JobKind_JOB_KIND_IMPORT
+		if p.sourceOwner != req.owner() {
 			md.SourceOwner = p.sourceOwner
 		}
 	}
 	r.meta = md
 	r.phase.Store(int32(md.Phase))
-	job := store.Job{ID: id, Kind: kind, Owner: req.GetOwner(), Principal: principal, State: store.JobRunning, RequestID: req.GetRequestId(),
+	job := store.Job{ID: id, Kind: kind, Owner: req.owner(), Principal: principal, State: store.JobRunning, RequestID: req.requestID(),
 		Spec: spec, Progress: r.progress(), LeaseUntil: now.Add(m.cfg.Lease), Created: now, Updated: now}
 	if err := m.cfg.Store.CreateJob(ctx, job); err != nil {
 		abandon()
 		if errors.Is(err, store.ErrRequestSeen) {
 			// A start with the same request id won the race to the store.
-			return m.cfg.Store.GetJobByRequest(ctx, req.GetOwner(), kind, req.GetRequestId())
+			return m.cfg.Store.GetJobByRequest(ctx, req.owner(), kind, req.requestID())
 		}
 		return store.Job{}, err
 	}
@@ -628,10 +621,10 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req startRe
 			return store.Job{}, err
 		}
 	}
-	if kind == store.JobImport && p.sourceOwner != req.GetOwner() {
+	if kind == store.JobImport && p.sourceOwner != req.owner() {
 		m.cfg.Log.Info("audit: backup restored into another owner", zap.String("audit", "backup.migrate"),
 			zap.String("principal", principal), zap.String("source_owner", p.sourceOwner),
-			zap.String("owner", req.GetOwner()), zap.String("backup", p.backup.ID), zap.String("job", id))
+			zap.String("owner", req.owner()), zap.String("backup", p.backup.ID), zap.String("job", id))
 	}
 	r.job = job
 	runCtx, cancel := context.WithCancelCause(m.ctx)
@@ -673,7 +666,7 @@ func (m *Manager) Cancel(ctx context.Context, id string) (store.Job, error) {
 
 // execute waits for r's slot, runs the job to its end and records the
 // end.
-func (m *Manager) execute(ctx context.Context, r *run, req proto.Message, p prepared) {
+func (m *Manager) execute(ctx context.Context, r *run, req request, p prepared) {
 	defer m.wg.Done()
 	defer m.forget(r.job.ID)
 	defer m.slots.giveUp(r.ticket)
@@ -688,18 +681,18 @@ func (m *Manager) execute(ctx context.Context, r *run, req proto.Message, p prep
 	err := m.slots.wait(ctx, r.ticket)
 	if err == nil {
 		log.Info("job started")
-		r.phase.Store(int32(cb.JobPhase_JOB_PHASE_STARTING))
+		r.phase.Store(int32(pv.JobPhase_JOB_PHASE_STARTING))
 		switch req := req.(type) {
-		case *cb.StartExportRequest:
+		case ExportRequest:
 			result, err = m.export(ctx, r, req, p)
-		case *cb.StartImportRequest:
+		case ImportRequest:
 			result, err = m.importArchive(ctx, r, req, p)
 		}
 	}
 	r.cancel(nil)
 	<-renewDone
 
-	r.phase.Store(int32(cb.JobPhase_JOB_PHASE_DONE))
+	r.phase.Store(int32(pv.JobPhase_JOB_PHASE_DONE))
 	end := store.JobEnd{State: store.JobSucceeded, At: time.Now()}
 	if err == nil {
 		if end.Result, err = proto.Marshal(result); err != nil {
@@ -713,11 +706,11 @@ func (m *Manager) execute(ctx context.Context, r *run, req proto.Message, p prep
 			end.State = store.JobCancelled
 		}
 	}
-	if rr, ok := result.(*cb.ExportJobResult); ok && err == nil {
+	if rr, ok := result.(*pv.ExportJobResult); ok && err == nil {
 		md := r.meta
 		md.RecordsDone = rr.GetSummary().GetGroups() + rr.GetSummary().GetMessages() + rr.GetSummary().GetConsentRecords() + 1
 	}
-	if ir, ok := result.(*cb.ImportJobResult); ok && err == nil {
+	if ir, ok := result.(*pv.ImportJobResult); ok && err == nil {
 		r.meta.RecordsDone = ir.GetCounts().GetRecords()
 	}
 	end.Progress = r.progress()
@@ -850,14 +843,14 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest, p prepared) (proto.Message, error) {
+func (m *Manager) export(ctx context.Context, r *run, req ExportRequest, p prepared) (proto.Message, error) {
 	reservation := backup.ExportReservation(int64(m.cfg.Import.Reader.MaxRecordSize)) + blobBufferSize
 	reserve := m.cfg.Pool.NewCall("export job", reservation)
 	defer reserve.Close()
 	if err := reserve.Charge(reservation); err != nil {
 		return nil, err
 	}
-	dest := &cb.ObjectLocation{Bucket: p.backup.Bucket, Key: p.backup.ObjectKey}
+	dest := &pv.ObjectLocation{Bucket: p.backup.Bucket, Key: p.backup.ObjectKey}
 	// Cancelling wctx aborts the write: nothing is committed under the key
 	// unless Close succeeds after every byte.
 	wctx, abort := context.WithCancel(ctx)
@@ -872,11 +865,11 @@ func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest
 	if err != nil {
 		return nil, fmt.Errorf("open object: %w", err)
 	}
-	r.phase.Store(int32(cb.JobPhase_JOB_PHASE_TRANSFERRING))
+	r.phase.Store(int32(pv.JobPhase_JOB_PHASE_TRANSFERRING))
 	out := &countingWriter{w: w, hash: sha256.New(), n: &r.bytes}
 	exportedAt := time.Now().UnixNano()
-	counts, err := backup.Export(ctx, m.cfg.Store, req.GetOwner(), p.key, req.GetOptions(), exportedAt, out,
-		backup.ExportConfig{Nonconforming: NonconformingOf(req.GetNonconforming()), Written: &r.records})
+	counts, err := backup.Export(ctx, m.cfg.Store, req.Owner, p.key, req.Options, exportedAt, out,
+		backup.ExportConfig{Nonconforming: req.Nonconforming, Written: &r.records})
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -885,18 +878,18 @@ func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest
 		_ = w.Close()
 		return nil, err
 	}
-	r.phase.Store(int32(cb.JobPhase_JOB_PHASE_COMMITTING))
+	r.phase.Store(int32(pv.JobPhase_JOB_PHASE_COMMITTING))
 	if err := w.Close(); err != nil {
 		if gcerrors.Code(err) == gcerrors.FailedPrecondition {
 			return nil, fmt.Errorf("destination %s/%.64s, created while the export ran: %w", dest.GetBucket(), dest.GetKey(), ErrObjectExists)
 		}
 		return nil, fmt.Errorf("commit object: %w", err)
 	}
-	summary := &cb.ExportSummary{Groups: counts.Groups, Messages: counts.Messages, ConsentRecords: counts.Consent,
+	summary := &pv.ExportSummary{Groups: counts.Groups, Messages: counts.Messages, ConsentRecords: counts.Consent,
 		ArchiveBytes: r.bytes.Load(), Sha256: out.hash.Sum(nil), ExportedAtNs: exportedAt,
 		ExcludedRecords: counts.Excluded, RepairedRecords: counts.Repaired}
-	result := &cb.ExportJobResult{Summary: summary, Archive: dest, Backup: p.backup.ID,
-		Sidecar: &cb.ObjectLocation{Bucket: dest.GetBucket(), Key: dest.GetKey() + SidecarSuffix}}
+	result := &pv.ExportJobResult{Summary: summary, Archive: dest, Backup: p.backup.ID,
+		Sidecar: &pv.ObjectLocation{Bucket: dest.GetBucket(), Key: dest.GetKey() + SidecarSuffix}}
 	err = m.commit(ctx, p.bucket, result)
 	if err == nil {
 		err = m.cfg.Store.CompleteBackup(ctx, p.backup.Owner, p.backup.ID, store.BackupSummary{
@@ -915,28 +908,15 @@ func (m *Manager) export(ctx context.Context, r *run, req *cb.StartExportRequest
 	return result, nil
 }
 
-// ImportResponse is an import's result as the API reports it
-// (ArchiveService.Import's response, an import job's result).
-func ImportResponse(r backup.ImportResult) *cb.ImportResponse {
-	counts := func(c backup.ElementCounts) *cb.ElementCounts {
-		return &cb.ElementCounts{Inserted: c.Inserted, Updated: c.Updated, Unchanged: c.Unchanged}
+// importCounts is an import's result as its job keeps it.
+func importCounts(r backup.ImportResult) *pv.ImportCounts {
+	counts := func(c backup.ElementCounts) *pv.ElementCounts {
+		return &pv.ElementCounts{Inserted: c.Inserted, Updated: c.Updated, Unchanged: c.Unchanged}
 	}
-	return &cb.ImportResponse{
+	return &pv.ImportCounts{
 		Metadata: r.Metadata, Groups: counts(r.Groups), Messages: counts(r.Messages), Consent: counts(r.Consent),
 		Records: r.Records, Skipped: r.Skipped, LegacyRecords: r.Legacy,
 	}
-}
-
-// NonconformingOf is the export rule an API value names (an undefined
-// value is refused at the door).
-func NonconformingOf(n cb.NonconformingRecords) backup.Nonconforming {
-	switch n {
-	case cb.NonconformingRecords_NONCONFORMING_RECORDS_EXCLUDE:
-		return backup.ExcludeNonconforming
-	case cb.NonconformingRecords_NONCONFORMING_RECORDS_REPAIR:
-		return backup.RepairNonconforming
-	}
-	return backup.FailNonconforming
 }
 
 // errSizeMismatch: the committed object is not what was written.
@@ -944,7 +924,7 @@ var errSizeMismatch = errors.New("the committed object's size differs from the b
 
 // commit checks the committed object against the summary and writes the
 // sidecar.
-func (m *Manager) commit(ctx context.Context, bucket *blob.Bucket, result *cb.ExportJobResult) error {
+func (m *Manager) commit(ctx context.Context, bucket *blob.Bucket, result *pv.ExportJobResult) error {
 	attrs, err := bucket.Attributes(ctx, result.GetArchive().GetKey())
 	if err != nil {
 		return fmt.Errorf("check object: %w", err)
@@ -966,7 +946,7 @@ func (m *Manager) commit(ctx context.Context, bucket *blob.Bucket, result *cb.Ex
 }
 
 // sidecarJSON is the sidecar's content: the export's result as JSON.
-func sidecarJSON(result *cb.ExportJobResult) ([]byte, error) {
+func sidecarJSON(result *pv.ExportJobResult) ([]byte, error) {
 	b, err := protojson.MarshalOptions{Multiline: true}.Marshal(result)
 	if err != nil {
 		return nil, fmt.Errorf("encode sidecar: %w", err)
@@ -986,7 +966,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (m *Manager) importArchive(ctx context.Context, r *run, req *cb.StartImportRequest, p prepared) (proto.Message, error) {
+func (m *Manager) importArchive(ctx context.Context, r *run, req ImportRequest, p prepared) (proto.Message, error) {
 	obj, err := p.bucket.NewReader(ctx, p.backup.ObjectKey, nil)
 	if err != nil {
 		return nil, fmt.Errorf("open object: %w", err)
@@ -1000,20 +980,12 @@ func (m *Manager) importArchive(ctx context.Context, r *run, req *cb.StartImport
 	opts.Reader.Meter = readerBudget
 	opts.ReadAhead = ahead
 	opts.Progress = &r.records
-	r.phase.Store(int32(cb.JobPhase_JOB_PHASE_TRANSFERRING))
-	res, err := backup.Import(ctx, m.cfg.Store, req.GetOwner(), p.key, &countingReader{r: obj, n: &r.bytes}, opts)
+	r.phase.Store(int32(pv.JobPhase_JOB_PHASE_TRANSFERRING))
+	res, err := backup.Import(ctx, m.cfg.Store, req.Owner, p.key, &countingReader{r: obj, n: &r.bytes}, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &cb.ImportJobResult{Counts: ImportResponse(res)}, nil
-}
-
-// timestamp is t for a JobMetadata field; nil for the zero time.
-func timestamp(t time.Time) *timestamppb.Timestamp {
-	if t.IsZero() {
-		return nil
-	}
-	return timestamppb.New(t)
+	return &pv.ImportJobResult{Counts: importCounts(res)}, nil
 }
 
 // Wait returns job id once it has ended, polling the store every poll

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -224,7 +224,7 @@ func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []stri
 				}
 			}
 		}
-		req := &cb.StartExportRequest{Owner: owner, Bucket: s.Bucket, Label: s.Name + " " + at.UTC().Format(time.RFC3339)}
+		req := ExportRequest{Owner: owner, Bucket: s.Bucket, Label: s.Name + " " + at.UTC().Format(time.RFC3339)}
 		j, err := sc.m.startExport(ctx, "schedule:"+s.Name, req, s)
 		if err != nil {
 			sc.m.scheduleRun(s.Name, "skipped")
@@ -236,7 +236,7 @@ func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []stri
 			continue
 		}
 		outcome := "started"
-		if md, err := Metadata(j); err == nil && md.GetPhase() == cb.JobPhase_JOB_PHASE_QUEUED {
+		if md, err := Progress(j); err == nil && md.GetPhase() == pv.JobPhase_JOB_PHASE_QUEUED {
 			outcome = "queued"
 		}
 		sc.m.scheduleRun(s.Name, outcome)

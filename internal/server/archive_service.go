@@ -19,7 +19,6 @@ import (
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
-	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -131,7 +130,7 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	exportedAt := s.now().UnixNano()
 	started := time.Now()
 	counts, err := backup.Export(ctx, s.store, req.GetOwner(), req.GetKey(), req.GetOptions(), exportedAt, out,
-		backup.ExportConfig{Nonconforming: jobs.NonconformingOf(req.GetNonconforming())})
+		backup.ExportConfig{Nonconforming: nonconformingOf(req.GetNonconforming())})
 	defer func() {
 		s.metrics.archive("export", out.n, counts.Groups, counts.Messages, counts.Consent, time.Since(started), err)
 	}()
@@ -367,7 +366,7 @@ func (s *ArchiveService) Import(stream grpc.ClientStreamingServer[cb.ImportReque
 	if err != nil {
 		return archiveStatus(stream.Context(), err, "import")
 	}
-	return stream.SendAndClose(jobs.ImportResponse(res))
+	return stream.SendAndClose(importResponse(res))
 }
 
 // keyedStream is the shape ReadMetadata and Verify share: a key, then

@@ -67,7 +67,14 @@ func (s *BackupService) StartExport(ctx context.Context, req *cb.StartExportRequ
 	if err := checkNonconforming(req.GetNonconforming()); err != nil {
 		return nil, err
 	}
-	j, err := s.jobs.StartExport(ctx, principalName(ctx), req)
+	if req.GetKeyRef() != "" {
+		return nil, status.Error(codes.InvalidArgument, "key_ref: no longer accepted; each backup is sealed with its own data key, which GetBackupKey returns")
+	}
+	if req.GetDestination() != nil {
+		return nil, status.Error(codes.InvalidArgument, "destination: no longer accepted; the server chooses where a backup is stored: name a bucket (and a label) instead")
+	}
+	j, err := s.jobs.StartExport(ctx, principalName(ctx), jobs.ExportRequest{Owner: req.GetOwner(), Bucket: req.GetBucket(), Label: req.GetLabel(),
+		Options: req.GetOptions(), Nonconforming: nonconformingOf(req.GetNonconforming()), RequestID: req.GetRequestId()})
 	if err != nil {
 		return nil, jobStatus(err, "")
 	}
@@ -75,7 +82,14 @@ func (s *BackupService) StartExport(ctx context.Context, req *cb.StartExportRequ
 }
 
 func (s *BackupService) StartImport(ctx context.Context, req *cb.StartImportRequest) (*longrunningpb.Operation, error) {
-	j, err := s.jobs.StartImport(ctx, principalName(ctx), req)
+	if req.GetKeyRef() != "" {
+		return nil, status.Error(codes.InvalidArgument, "key_ref: no longer accepted; a backup's key comes from the catalog")
+	}
+	if req.GetSource() != nil {
+		return nil, status.Error(codes.InvalidArgument, "source: no longer accepted; name a backup by its catalog id")
+	}
+	j, err := s.jobs.StartImport(ctx, principalName(ctx), jobs.ImportRequest{Owner: req.GetOwner(), SourceOwner: req.GetSourceOwner(),
+		Backup: req.GetBackup(), RequestID: req.GetRequestId()})
 	if err != nil {
 		return nil, jobStatus(err, req.GetBackup())
 	}
@@ -145,7 +159,7 @@ func backupOf(b store.Backup) *cb.Backup {
 		Object: &cb.ObjectLocation{Bucket: b.Bucket, Key: b.ObjectKey}, Principal: b.Principal, Schedule: b.Schedule,
 		CreateTime: timestamppb.New(b.Created)}
 	if b.JobID != "" {
-		out.Operation = jobs.OperationName(b.JobID)
+		out.Operation = operationName(b.JobID)
 	}
 	opts := &dsb.ArchiveOptions{}
 	if proto.Unmarshal(b.Options, opts) == nil && len(b.Options) > 0 {
@@ -160,7 +174,7 @@ func backupOf(b store.Backup) *cb.Backup {
 }
 
 func operationOf(j store.Job) (*longrunningpb.Operation, error) {
-	op, err := jobs.Operation(j)
+	op, err := operation(j)
 	if err != nil {
 		return nil, hide(codes.Internal, msgInternal, err)
 	}
@@ -201,7 +215,7 @@ func visible(p *auth.Principal, j store.Job) bool {
 
 // job reads the operation name's job, as the caller may see it.
 func (s *OperationsService) job(ctx context.Context, name string) (store.Job, error) {
-	id, err := jobs.JobID(name)
+	id, err := jobIDOf(name)
 	if err != nil {
 		return store.Job{}, status.Error(codes.InvalidArgument, err.Error())
 	}
