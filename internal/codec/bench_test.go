@@ -17,7 +17,7 @@ func BenchmarkDecodeText200(b *testing.B) {
 	b.SetBytes(int64(len(raw)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := reg.Decode(raw); err != nil {
+		if _, _, err := reg.Decode(raw, DecodeOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -49,7 +49,7 @@ func BenchmarkDecode(b *testing.B) {
 			b.SetBytes(int64(len(raw)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := reg.Decode(raw); err != nil {
+				if _, _, err := reg.Decode(raw, DecodeOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}

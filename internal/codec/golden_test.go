@@ -63,7 +63,7 @@ func TestGoldenEnvelopes(t *testing.T) {
 			if got := mustMarshal(t, ec); !bytes.Equal(got, want) {
 				t.Errorf("encode bytes\n got %x\nwant %x", got, want)
 			}
-			d, _, err := reg.Decode(want)
+			d, _, err := reg.Decode(want, DecodeOptions{})
 			if err != nil {
 				t.Fatalf("decode: %v", err)
 			}
@@ -100,7 +100,7 @@ func TestGoldenReactionRemovedShortcode(t *testing.T) {
 }
 
 func TestGoldenLegacyReaction(t *testing.T) {
-	d, _, err := NewRegistry().Decode(unhex(t, "0a160a08786d74702e6f726712087265616374696f6e180122537b22616374696f6e223a226164646564222c227265666572656e6365223a226d6573736167652d69642d313233222c22736368656d61223a22756e69636f6465222c22636f6e74656e74223a22f09f918d227d"))
+	d, _, err := NewRegistry().Decode(unhex(t, "0a160a08786d74702e6f726712087265616374696f6e180122537b22616374696f6e223a226164646564222c227265666572656e6365223a226d6573736167652d69642d313233222c22736368656d61223a22756e69636f6465222c22636f6e74656e74223a22f09f918d227d"), DecodeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestGoldenLegacyReaction(t *testing.T) {
 func TestGoldenReply(t *testing.T) {
 	ref := unhex(t, "0a130a08786d74702e6f726712057265706c79180112200a0b636f6e74656e74547970651211786d74702e6f72672f746578743a312e3012200a097265666572656e636512136f726967696e616c2d6d6573736167652d696422380a120a08786d74702e6f7267120474657874180112110a08656e636f64696e6712055554462d38220f546869732069732061207265706c79")
 	reg := NewRegistry()
-	d, _, err := reg.Decode(ref)
+	d, _, err := reg.Decode(ref, DecodeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestGoldenReply(t *testing.T) {
 }
 
 func TestGoldenGroupUpdated(t *testing.T) {
-	d, _, err := NewRegistry().Decode(unhex(t, "0a1b0a08786d74702e6f7267120d67726f75705f757064617465641801222d0a09696e626f782d31323322200a0a67726f75705f6e616d6512084f6c64204e616d651a084e6577204e616d65"))
+	d, _, err := NewRegistry().Decode(unhex(t, "0a1b0a08786d74702e6f7267120d67726f75705f757064617465641801222d0a09696e626f782d31323322200a0a67726f75705f6e616d6512084f6c64204e616d651a084e6577204e616d65"), DecodeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

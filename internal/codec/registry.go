@@ -160,13 +160,29 @@ func (r *Registry) Encode(t TypeID, value any) (*mc.EncodedContent, error) {
 // KindDecodeFailed; whatever it is, the caller still holds the bytes it
 // passed in, which CTYPE-008 requires it to keep. Byte slices in the result
 // may alias b: do not modify b while the result is in use.
-func (r *Registry) Decode(b []byte) (Decoded, *mc.EncodedContent, error) {
-	return r.DecodeMetered(b, nil)
+func (r *Registry) Decode(b []byte, o DecodeOptions) (Decoded, *mc.EncodedContent, error) {
+	if o.Scratch == nil {
+		return r.decodeIn(new(decodeState), b, o.Meter)
+	}
+	return r.decodeIn(o.Scratch.take(), b, o.Meter)
+}
+
+// DecodeOptions are a decode's budget and memory; the zero value charges
+// nothing and reuses nothing.
+type DecodeOptions struct {
+	// Meter, when set, is charged for what decoding allocates, failed
+	// decodes included. The decompressed content of every nesting level
+	// together is held to the one CTYPE-025 limit, so nested compressed
+	// replies cannot multiply it.
+	Meter Meter
+	// Scratch, when set, lends the decode the memory of the last one that
+	// Recycle released (a page of messages decoded in turn).
+	Scratch *Scratch
 }
 
 // A Meter is charged with the bytes decoding is about to allocate
 // (decompressed output as it comes, decoded values), before they are
-// allocated. A charge it refuses stops decoding: DecodeMetered then
+// allocated. A charge it refuses stops decoding: Decode then
 // returns a *BudgetError carrying the meter's error.
 type Meter interface {
 	Charge(n int64) error
@@ -182,14 +198,6 @@ func (e *BudgetError) Unwrap() error { return e.Err }
 // jsonExpansion is what a JSON type's decode is charged per content byte:
 // the parsed members and the strings built from them.
 const jsonExpansion = 3
-
-// DecodeMetered is Decode charging m (which may be nil) for what it
-// allocates, failed decodes included. The decompressed content of every
-// nesting level together is held to the one CTYPE-025 limit, so nested
-// compressed replies cannot multiply it.
-func (r *Registry) DecodeMetered(b []byte, m Meter) (Decoded, *mc.EncodedContent, error) {
-	return r.decodeIn(new(decodeState), b, m)
-}
 
 // decodeState is one top-level decode's memory in one allocation: the
 // envelope, its type and the decode's state. This runs once a message of
@@ -221,14 +229,15 @@ func (r *Registry) decodeIn(all *decodeState, b []byte, m Meter) (Decoded, *mc.E
 // envelopes in turn lets the next decode reuse: the envelope, its type,
 // its parameters map and the decode's state, a third of a listed
 // message's allocations. Like bufio.Scanner's buffer, what
-// DecodeReusing returns lives in it until Recycle.
+// a decode in it returns lives in it until Recycle.
 type Scratch struct {
 	last *decodeState
 	free *decodeState
 }
 
-// DecodeReusing is DecodeMetered in s's memory.
-func (r *Registry) DecodeReusing(b []byte, m Meter, s *Scratch) (Decoded, *mc.EncodedContent, error) {
+// take is the memory for the next decode: the last one's, when Recycle
+// released it.
+func (s *Scratch) take() *decodeState {
 	all := s.free
 	s.free = nil
 	if all == nil {
@@ -243,7 +252,7 @@ func (r *Registry) DecodeReusing(b []byte, m Meter, s *Scratch) (Decoded, *mc.En
 		all.parsed.spareParams = params
 	}
 	s.last = all
-	return r.decodeIn(all, b, m)
+	return all
 }
 
 // Recycle says that the caller keeps nothing of the last decode's
@@ -325,10 +334,9 @@ func (d *decoding) charge(n int64) error {
 	return nil
 }
 
+// decode decodes a typed envelope (parse checked the top level's type,
+// DecodeNested a nested one's).
 func (d *decoding) decode(ec *mc.EncodedContent) (Decoded, error) {
-	if err := CheckTyped(ec); err != nil {
-		return Decoded{}, err
-	}
 	t := TypeIDOf(ec.GetType())
 	plain, err := d.decompressed(ec)
 	if err != nil {
@@ -394,6 +402,9 @@ func (d *decoding) DecodeNested(ec *mc.EncodedContent) (Decoded, error) {
 	if d.depth+1 > d.r.maxDepth {
 		return Decoded{}, decodeError("content", "content nested deeper than %d levels", d.r.maxDepth)
 	}
+	if err := CheckTyped(ec); err != nil {
+		return Decoded{}, err
+	}
 	d.depth++
 	defer func() { d.depth-- }()
 	return d.decode(ec)
@@ -410,13 +421,9 @@ func isJSONType(t TypeID) bool {
 // (transcripts and the reserved edit, CTYPE-026; the legacy reaction,
 // CTYPE-022) and, for an identifier a codec knows, when that codec decodes
 // it: a catalogue envelope a recipient would reject is not publishable.
-func (r *Registry) CheckPublishable(ec *mc.EncodedContent) error {
-	return r.CheckPublishableMetered(ec, nil)
-}
-
-// CheckPublishableMetered is CheckPublishable charging m for the decode it
-// runs; a refused charge is a *BudgetError.
-func (r *Registry) CheckPublishableMetered(ec *mc.EncodedContent, m Meter) error {
+// m, when not nil, is charged for the decode it runs; a refused charge is
+// a *BudgetError.
+func (r *Registry) CheckPublishable(ec *mc.EncodedContent, m Meter) error {
 	if err := CheckTyped(ec); err != nil {
 		var ce *Error
 		errors.As(err, &ce)

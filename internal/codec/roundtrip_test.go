@@ -107,7 +107,7 @@ func TestCTYPE007_RoundTrip(t *testing.T) {
 			if TypeIDOf(ec.GetType()) != v.typ {
 				t.Errorf("envelope type %v, want %v", TypeIDOf(ec.GetType()), v.typ)
 			}
-			d, _, err := reg.Decode(mustMarshal(t, ec))
+			d, _, err := reg.Decode(mustMarshal(t, ec), DecodeOptions{})
 			if err != nil {
 				t.Fatalf("decode: %v", err)
 			}

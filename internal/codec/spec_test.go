@@ -35,7 +35,7 @@ func TestCTYPE001_MinorVersionIgnored(t *testing.T) {
 	for _, minor := range []uint32{0, 1, 7, 4294967295} {
 		typ := TypeText
 		typ.Minor = minor
-		d, _, err := reg.Decode(mustMarshal(t, textEnvelope(typ, "hi")))
+		d, _, err := reg.Decode(mustMarshal(t, textEnvelope(typ, "hi")), DecodeOptions{})
 		if err != nil || d.Value != "hi" {
 			t.Errorf("text:1.%d: %v, %v", minor, d.Value, err)
 		}
@@ -54,7 +54,7 @@ func TestCTYPE001_AuthorityTypeAndMajorMustMatch(t *testing.T) {
 		{"xmtp.org", "Text", 1, 0},    // type ids are case-sensitive
 		{"coinbase.com", "reaction", 2, 0},
 	} {
-		_, _, err := reg.Decode(mustMarshal(t, textEnvelope(typ, "hi")))
+		_, _, err := reg.Decode(mustMarshal(t, textEnvelope(typ, "hi")), DecodeOptions{})
 		if kindOf(err) != KindNoMatchingCodec {
 			t.Errorf("%v: got %v, want no matching codec", typ, err)
 		}
@@ -69,7 +69,7 @@ func TestCTYPE003_UntypedEnvelopeIsMalformed(t *testing.T) {
 		"empty authority": mustMarshal(t, &mc.EncodedContent{Type: &mc.ContentTypeId{TypeId: "text", VersionMajor: 1}}),
 		"empty type id":   mustMarshal(t, &mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", VersionMajor: 1}}),
 	} {
-		if _, _, err := reg.Decode(b); kindOf(err) != KindMalformedEnvelope || !errors.Is(err, ErrMalformedEnvelope) {
+		if _, _, err := reg.Decode(b, DecodeOptions{}); kindOf(err) != KindMalformedEnvelope || !errors.Is(err, ErrMalformedEnvelope) {
 			t.Errorf("%s: got %v, want malformed envelope", name, err)
 		}
 	}
@@ -94,12 +94,12 @@ func TestCTYPE014_UnnamedParametersIgnored(t *testing.T) {
 	ec := textEnvelope(TypeText, "hi")
 	ec.Parameters["future"] = "whatever"
 	ec.Parameters["reference"] = "not a text parameter"
-	if d, _, err := reg.Decode(mustMarshal(t, ec)); err != nil || d.Value != "hi" {
+	if d, _, err := reg.Decode(mustMarshal(t, ec), DecodeOptions{}); err != nil || d.Value != "hi" {
 		t.Errorf("text with extra parameters: %v, %v", d.Value, err)
 	}
 	att, _ := AttachmentCodec{}.Encode(&cb.Attachment{MimeType: "image/png", Data: []byte{1}})
 	att.Parameters["contentDigest"] = "zz"
-	if _, _, err := reg.Decode(mustMarshal(t, att)); err != nil {
+	if _, _, err := reg.Decode(mustMarshal(t, att), DecodeOptions{}); err != nil {
 		t.Errorf("attachment with extra parameters: %v", err)
 	}
 }
@@ -199,7 +199,7 @@ func TestCTYPE017_AppCodecs(t *testing.T) {
 		t.Fatal(err)
 	}
 	ec.Type.VersionMinor = 9 // a later minor from another app version
-	d, _, err := reg.Decode(mustMarshal(t, ec))
+	d, _, err := reg.Decode(mustMarshal(t, ec), DecodeOptions{})
 	if err != nil || d.Value != "poll:q?" {
 		t.Errorf("decode: %v, %v", d.Value, err)
 	}
@@ -211,7 +211,7 @@ func TestCTYPE017_AppCodecs(t *testing.T) {
 	}
 	// A reply carrying app content decodes through the app codec.
 	outer, _ := reg.Encode(TypeReply, &Reply{Reference: "ab", Content: ec})
-	d, _, err = reg.Decode(mustMarshal(t, outer))
+	d, _, err = reg.Decode(mustMarshal(t, outer), DecodeOptions{})
 	if err != nil || d.Value.(*Reply).Nested.Value != "poll:q?" {
 		t.Errorf("nested app content: %v", err)
 	}
@@ -243,7 +243,7 @@ func TestCTYPE021_FallbackOptional(t *testing.T) {
 			t.Fatalf("%v: %v", v.typ, err)
 		}
 		ec.Fallback = nil
-		if _, _, err := reg.Decode(mustMarshal(t, ec)); err != nil {
+		if _, _, err := reg.Decode(mustMarshal(t, ec), DecodeOptions{}); err != nil {
 			t.Errorf("%v without fallback: %v", v.typ, err)
 		}
 	}
@@ -347,7 +347,7 @@ func TestCTYPE028_NestedTypeTakesPrecedence(t *testing.T) {
 	reg := NewRegistry()
 	outer, _ := reg.Encode(TypeReply, &Reply{Reference: "ab", Content: textEnvelope(TypeText, "I am text")})
 	outer.Parameters["contentType"] = "xmtp.org/reaction:2.0"
-	d, _, err := reg.Decode(mustMarshal(t, outer))
+	d, _, err := reg.Decode(mustMarshal(t, outer), DecodeOptions{})
 	if err != nil || d.Value.(*Reply).Nested.Value != "I am text" {
 		t.Errorf("got %v, %v; want the nested text", d.Value, err)
 	}
@@ -358,7 +358,7 @@ func TestNestingDepthLimit(t *testing.T) {
 	ec := textEnvelope(TypeText, "leaf")
 	for depth := 1; depth <= DefaultMaxNestingDepth+1; depth++ {
 		ec = &mc.EncodedContent{Type: TypeReply.Proto(), Parameters: map[string]string{"reference": "ab"}, Content: mustMarshal(t, ec)}
-		_, _, err := reg.Decode(mustMarshal(t, ec))
+		_, _, err := reg.Decode(mustMarshal(t, ec), DecodeOptions{})
 		if depth <= DefaultMaxNestingDepth && err != nil {
 			t.Fatalf("depth %d: %v", depth, err)
 		}
@@ -433,7 +433,7 @@ func TestCTYPE003_CheckPublishable(t *testing.T) {
 		"invalid text":    {Type: TypeText.Proto(), Content: []byte{0xff}},
 	}
 	for name, ec := range bad {
-		if err := reg.CheckPublishable(ec); kindOf(err) != KindEncodeFailed {
+		if err := reg.CheckPublishable(ec, nil); kindOf(err) != KindEncodeFailed {
 			t.Errorf("%s: %v, want an encode failure", name, err)
 		}
 	}
@@ -443,7 +443,7 @@ func TestCTYPE003_CheckPublishable(t *testing.T) {
 		"no fallback": {Type: TypeReadReceipt.Proto()},
 		"later minor": {Type: (&TypeID{"xmtp.org", "text", 1, 3}).Proto(), Content: []byte("hi")},
 	} {
-		if err := reg.CheckPublishable(ec); err != nil {
+		if err := reg.CheckPublishable(ec, nil); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -455,7 +455,7 @@ func TestCTYPE024_DecompressBeforeDecoding(t *testing.T) {
 		form string
 		alg  mc.Compression
 	}{{"zlib", mc.Compression_COMPRESSION_DEFLATE}, {"raw", mc.Compression_COMPRESSION_DEFLATE}, {"gzip", mc.Compression_COMPRESSION_GZIP}} {
-		d, _, err := reg.Decode(compressedText(t, tc.alg, stdCompress(t, tc.form, []byte("squeezed"))))
+		d, _, err := reg.Decode(compressedText(t, tc.alg, stdCompress(t, tc.form, []byte("squeezed"))), DecodeOptions{})
 		if err != nil || d.Value != "squeezed" {
 			t.Errorf("%s: %v, %v", tc.form, d.Value, err)
 		}
@@ -467,7 +467,7 @@ func TestCTYPE024_DecompressBeforeDecoding(t *testing.T) {
 		"truncated gzip":    compressedText(t, mc.Compression_COMPRESSION_GZIP, stdCompress(t, "gzip", []byte("squeezed"))[:15]),
 		"gzip named zlib":   compressedText(t, mc.Compression_COMPRESSION_DEFLATE, stdCompress(t, "gzip", []byte("squeezed"))),
 	} {
-		if _, _, err := reg.Decode(b); kindOf(err) != KindDecodeFailed {
+		if _, _, err := reg.Decode(b, DecodeOptions{}); kindOf(err) != KindDecodeFailed {
 			t.Errorf("%s: %v, want a decode failure", name, err)
 		}
 	}
@@ -481,7 +481,7 @@ func TestCTYPE024_NestedContentDecompressed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _, err := reg.Decode(mustMarshal(t, outer))
+	d, _, err := reg.Decode(mustMarshal(t, outer), DecodeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,11 +498,11 @@ func TestCTYPE025_DecompressedSizeLimit(t *testing.T) {
 	}{{"zlib", mc.Compression_COMPRESSION_DEFLATE}, {"gzip", mc.Compression_COMPRESSION_GZIP}} {
 		t.Run(tc.form, func(t *testing.T) {
 			at := compressedText(t, tc.alg, bomb(t, tc.form, MaxDecompressedSize))
-			if d, _, err := reg.Decode(at); err != nil || len(d.Value.(string)) != MaxDecompressedSize {
+			if d, _, err := reg.Decode(at, DecodeOptions{}); err != nil || len(d.Value.(string)) != MaxDecompressedSize {
 				t.Errorf("exactly 16777216 bytes must decode: %v", err)
 			}
 			over := compressedText(t, tc.alg, bomb(t, tc.form, MaxDecompressedSize+1))
-			if _, _, err := reg.Decode(over); kindOf(err) != KindDecodeFailed {
+			if _, _, err := reg.Decode(over, DecodeOptions{}); kindOf(err) != KindDecodeFailed {
 				t.Errorf("16777217 bytes: %v, want a decode failure", err)
 			}
 		})
@@ -523,7 +523,7 @@ func TestCTYPE025_BoundedMemory(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		_, _, err := reg.Decode(huge)
+		_, _, err := reg.Decode(huge, DecodeOptions{})
 		runtime.ReadMemStats(&after)
 		if kindOf(err) != KindDecodeFailed {
 			t.Errorf("%s bomb: %v", tc.form, err)
@@ -555,7 +555,7 @@ func TestCTYPE025_BoundedMemoryAtTheLimit(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		_, _, err := reg.Decode(b)
+		_, _, err := reg.Decode(b, DecodeOptions{})
 		runtime.ReadMemStats(&after)
 		if kindOf(err) != KindDecodeFailed || !strings.Contains(err.Error(), "exceeds 16777216 bytes") {
 			t.Errorf("%s 1 GiB bomb: %v", tc.form, err)

@@ -306,7 +306,7 @@ func TestCTYPE014_RemoteAttachmentScheme(t *testing.T) {
 		ec, _ := RemoteAttachmentCodec{}.Encode(r)
 		ec.Parameters["scheme"] = legacy
 		raw := mustMarshal(t, ec)
-		d, _, err := reg.Decode(raw)
+		d, _, err := reg.Decode(raw, DecodeOptions{})
 		if got, _ := d.Value.(*cb.RemoteAttachment); err != nil || got.GetScheme() != want {
 			t.Errorf("legacy %q: %v, %v", legacy, d.Value, err)
 		}

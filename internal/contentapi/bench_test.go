@@ -30,7 +30,7 @@ func benchDecodeResponse(b *testing.B, t codec.TypeID, value any) {
 	b.SetBytes(int64(len(raw)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if DecodeResponse(reg, raw).GetContent() == nil {
+		if outcomeOf(reg, raw).GetContent() == nil {
 			b.Fatal("not decoded")
 		}
 	}

@@ -113,36 +113,14 @@ func replyMessage(r *codec.Reply, raw []byte) *cb.Reply {
 // DecodeResponse decodes serialized EncodedContent bytes into the API's
 // outcome: the typed content, or Undecoded carrying its kind, the reason,
 // the actual identifier, the fallback and the original bytes (CTYPE-008,
-// CTYPE-009). It never fails: every input has an outcome.
-func DecodeResponse(reg *codec.Registry, b []byte) *cb.DecodeResponse {
-	resp, _ := DecodeResponseMetered(reg, b, nil)
-	return resp
-}
-
-// DecodeResponseMetered is DecodeResponse charging m for what decoding
-// allocates (see codec.Registry.DecodeMetered). The only error is a
-// *codec.BudgetError: the budget, not the content, stopped it, and there
-// is no outcome to report.
-func DecodeResponseMetered(reg *codec.Registry, b []byte, m codec.Meter) (*cb.DecodeResponse, error) {
-	return DecodeResponseReusing(reg, b, m, nil)
-}
-
-// DecodeResponseReusing is DecodeResponseMetered reusing s's memory from
-// one call to the next (see codec.Scratch): a page of messages decoded in
-// turn. A response never refers to recycled memory: s is recycled only
-// after an outcome that is typed content, built of copies; an Undecoded
-// outcome keeps its envelope.
-func DecodeResponseReusing(reg *codec.Registry, b []byte, m codec.Meter, s *codec.Scratch) (*cb.DecodeResponse, error) {
-	var (
-		d   codec.Decoded
-		ec  *mc.EncodedContent
-		err error
-	)
-	if s == nil {
-		d, ec, err = reg.DecodeMetered(b, m)
-	} else {
-		d, ec, err = reg.DecodeReusing(b, m, s)
-	}
+// CTYPE-009). Every input has an outcome; the only error is a
+// *codec.BudgetError, when o.Meter refused a charge: the budget, not the
+// content, stopped it. With o.Scratch, the memory of one call is reused
+// by the next (see codec.Scratch); a response never refers to recycled
+// memory: the scratch is recycled only after an outcome that is typed
+// content, built of copies, while an Undecoded outcome keeps its envelope.
+func DecodeResponse(reg *codec.Registry, b []byte, o codec.DecodeOptions) (*cb.DecodeResponse, error) {
+	d, ec, err := reg.Decode(b, o)
 	if err != nil {
 		// Declared here, not above: errors.As moves its target to the
 		// heap, an allocation for every message of a page otherwise.
@@ -152,8 +130,8 @@ func DecodeResponseReusing(reg *codec.Registry, b []byte, m codec.Meter, s *code
 		}
 	}
 	resp := outcome(reg, b, d, ec, err)
-	if _, typed := resp.GetResult().(*cb.DecodeResponse_Content); typed && s != nil {
-		s.Recycle()
+	if _, typed := resp.GetResult().(*cb.DecodeResponse_Content); typed && o.Scratch != nil {
+		o.Scratch.Recycle()
 	}
 	return resp, nil
 }
@@ -170,7 +148,8 @@ func outcome(reg *codec.Registry, b []byte, d codec.Decoded, ec *mc.EncodedConte
 	if ec != nil {
 		resp.Fallback = ec.Fallback
 	}
-	if ec != nil && codec.CheckTyped(ec) == nil {
+	// An envelope comes back only once parsed with a complete type.
+	if ec != nil {
 		d := reg.Describe(codec.TypeIDOf(ec.GetType()))
 		resp.ContentType, resp.Deletable = d.Name, d.Deletable
 		if d.PushKnown {

@@ -27,7 +27,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		resp := DecodeResponse(reg, b)
+		resp := outcomeOf(reg, b)
 		switch {
 		case resp.GetContent() != nil:
 			if resp.GetContentType() == "" {
@@ -55,7 +55,7 @@ func FuzzDecodeReply(f *testing.F) {
 		if err != nil {
 			return // not valid UTF-8 in a string field
 		}
-		resp := DecodeResponse(reg, b)
+		resp := outcomeOf(reg, b)
 		if r := resp.GetContent().GetReply(); r != nil {
 			if r.GetReference() != reference {
 				t.Fatalf("reference %q, want %q", r.GetReference(), reference)

@@ -20,14 +20,14 @@ func checkReuseMatches(t *testing.T, reg *codec.Registry, inputs [][]byte) {
 	var s codec.Scratch
 	kept := make([]any, len(inputs))
 	for i, b := range inputs {
-		resp, err := DecodeResponseReusing(reg, b, nil, &s)
+		resp, err := DecodeResponse(reg, b, codec.DecodeOptions{Scratch: &s})
 		if err != nil {
 			t.Fatalf("input %d: %v", i, err)
 		}
 		kept[i] = resp
 	}
 	for i, b := range inputs {
-		if want := DecodeResponse(reg, b); !proto.Equal(kept[i].(proto.Message), want) {
+		if want := outcomeOf(reg, b); !proto.Equal(kept[i].(proto.Message), want) {
 			t.Fatalf("input %d: decoded in turn %v, alone %v", i, kept[i], want)
 		}
 	}

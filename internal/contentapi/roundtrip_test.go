@@ -18,7 +18,7 @@ func TestCTYPE007_RoundTripThroughContent(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", c, err)
 		}
-		if got := DecodeResponse(reg, mustMarshal(t, ec)).GetContent(); !proto.Equal(got, c) {
+		if got := outcomeOf(reg, mustMarshal(t, ec)).GetContent(); !proto.Equal(got, c) {
 			t.Errorf("got  %v\nwant %v", got, c)
 		}
 	}
@@ -28,7 +28,7 @@ func TestTranscriptsDecode(t *testing.T) {
 	reg := codec.NewRegistry()
 	gmc := &mc.GroupMembershipChanges{MembersAdded: []*mc.MembershipChange{{InstallationIds: [][]byte{{1}}, AccountAddress: "0xa", InitiatedByAccountAddress: "0xb"}}}
 	b := mustMarshal(t, &mc.EncodedContent{Type: codec.TypeGroupMembershipChange.Proto(), Content: mustMarshal(t, gmc)})
-	if got := DecodeResponse(reg, b).GetContent().GetGroupMembershipChange(); !proto.Equal(got, gmc) {
+	if got := outcomeOf(reg, b).GetContent().GetGroupMembershipChange(); !proto.Equal(got, gmc) {
 		t.Errorf("membership change: %v", got)
 	}
 }

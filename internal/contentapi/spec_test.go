@@ -31,7 +31,7 @@ func TestCTYPE008_UndecodableContentIsKept(t *testing.T) {
 		"decode failure": {mustMarshal(t, badText), cb.UndecodedKind_UNDECODED_KIND_DECODE_FAILED, "xmtp.org/text:1.0"},
 		"not envelope":   {[]byte("\x0a\x05hello world"), cb.UndecodedKind_UNDECODED_KIND_MALFORMED_ENVELOPE, ""},
 	} {
-		resp := DecodeResponse(reg, tc.b)
+		resp := outcomeOf(reg, tc.b)
 		u := resp.GetUndecoded()
 		if u == nil {
 			t.Fatalf("%s: decoded as %v, want undecoded", name, resp.GetContent())
@@ -49,7 +49,7 @@ func TestCTYPE008_UndecodableContentIsKept(t *testing.T) {
 			t.Errorf("%s: undecoded type %v", name, u.GetType())
 		}
 	}
-	u := DecodeResponse(reg, mustMarshal(t, custom)).GetUndecoded()
+	u := outcomeOf(reg, mustMarshal(t, custom)).GetUndecoded()
 	if u.GetFallback() != "A poll" || !bytes.Equal(u.GetEnvelope().GetContent(), custom.Content) {
 		t.Errorf("custom fallback or envelope lost: %v", u)
 	}
@@ -57,9 +57,9 @@ func TestCTYPE008_UndecodableContentIsKept(t *testing.T) {
 
 func TestCTYPE009_FailuresAreDistinguishable(t *testing.T) {
 	reg := codec.NewRegistry()
-	_, _, noCodec := reg.Decode(mustMarshal(t, textEnvelope(codec.TypeID{Authority: "example.com", Type: "x", Major: 1, Minor: 0}, "looks like text")))
-	_, _, decodeFailed := reg.Decode(mustMarshal(t, &mc.EncodedContent{Type: codec.TypeReaction.Proto(), Content: []byte{0xff}}))
-	_, _, malformed := reg.Decode([]byte{0x0a, 0xff})
+	_, _, noCodec := reg.Decode(mustMarshal(t, textEnvelope(codec.TypeID{Authority: "example.com", Type: "x", Major: 1, Minor: 0}, "looks like text")), codec.DecodeOptions{})
+	_, _, decodeFailed := reg.Decode(mustMarshal(t, &mc.EncodedContent{Type: codec.TypeReaction.Proto(), Content: []byte{0xff}}), codec.DecodeOptions{})
+	_, _, malformed := reg.Decode([]byte{0x0a, 0xff}, codec.DecodeOptions{})
 	_, encodeFailed := reg.Encode(codec.TypeReaction, &ct.ReactionV2{})
 	for _, tc := range []struct {
 		err  error
@@ -72,7 +72,7 @@ func TestCTYPE009_FailuresAreDistinguishable(t *testing.T) {
 		}
 	}
 	// A lookup failure is never a text decode.
-	if resp := DecodeResponse(reg, mustMarshal(t, textEnvelope(codec.TypeID{Authority: "example.com", Type: "x", Major: 1, Minor: 0}, "looks like text"))); resp.GetContent() != nil {
+	if resp := outcomeOf(reg, mustMarshal(t, textEnvelope(codec.TypeID{Authority: "example.com", Type: "x", Major: 1, Minor: 0}, "looks like text"))); resp.GetContent() != nil {
 		t.Errorf("unknown UTF-8 content decoded as %v", resp.GetContent())
 	}
 }
@@ -99,7 +99,7 @@ func TestCTYPE010_PushValues(t *testing.T) {
 		t.Error("a type outside the catalogue has no catalogue push value")
 	}
 	// A raw envelope of a catalogue type gets the catalogue value.
-	resp := DecodeResponse(reg, mustMarshal(t, &mc.EncodedContent{Type: codec.TypeReadReceipt.Proto()}))
+	resp := outcomeOf(reg, mustMarshal(t, &mc.EncodedContent{Type: codec.TypeReadReceipt.Proto()}))
 	if resp.ShouldPush == nil || *resp.ShouldPush {
 		t.Errorf("read receipt push %v, want false", resp.ShouldPush)
 	}
@@ -109,7 +109,7 @@ func TestCTYPE020_EditIsKeptNotApplied(t *testing.T) {
 	reg := codec.NewRegistry()
 	edit := &ct.EditMessage{MessageId: "ab", EditedContent: textEnvelope(codec.TypeText, "new words")}
 	b := mustMarshal(t, &mc.EncodedContent{Type: codec.TypeEditMessage.Proto(), Content: mustMarshal(t, edit)})
-	resp := DecodeResponse(reg, b)
+	resp := outcomeOf(reg, b)
 	if got := resp.GetContent().GetEditMessage(); !proto.Equal(got, edit) {
 		t.Errorf("edit not kept as an edit: %v", resp)
 	}
@@ -133,7 +133,7 @@ func TestCTYPE027_UnknownNestedContent(t *testing.T) {
 	reg := codec.NewRegistry()
 	nested := &mc.EncodedContent{Type: (&codec.TypeID{Authority: "example.com", Type: "sticker", Major: 1, Minor: 0}).Proto(), Fallback: ptr("a sticker"), Content: []byte{1, 2, 3}}
 	outer, _ := reg.Encode(codec.TypeReply, &codec.Reply{Reference: "0a0b", Content: nested})
-	resp := DecodeResponse(reg, mustMarshal(t, outer))
+	resp := outcomeOf(reg, mustMarshal(t, outer))
 	r := resp.GetContent().GetReply()
 	if r == nil || r.GetReference() != "0a0b" {
 		t.Fatalf("reply not decoded: %v", resp)
@@ -160,7 +160,7 @@ func TestCTYPE029_InvalidNestedContent(t *testing.T) {
 	for name, inner := range cases {
 		outer := &mc.EncodedContent{Type: codec.TypeReply.Proto(), Parameters: map[string]string{"reference": "ab", "contentType": "xmtp.org/text:1.0"}, Fallback: ptr("outer fallback"), Content: inner}
 		b := mustMarshal(t, outer)
-		resp := DecodeResponse(reg, b)
+		resp := outcomeOf(reg, b)
 		u := resp.GetUndecoded()
 		if u.GetKind() != cb.UndecodedKind_UNDECODED_KIND_DECODE_FAILED || !bytes.Equal(u.GetEncodedContent(), b) || u.GetFallback() != "outer fallback" {
 			t.Errorf("%s: %v; want a decode failure keeping outer bytes and fallback", name, resp)
@@ -187,7 +187,7 @@ func TestCTYPE016_LaterMinorDecodesWithEarlierRules(t *testing.T) {
 	}
 	for _, tc := range cases {
 		b := mustMarshal(t, &mc.EncodedContent{Type: tc.typ.Proto(), Parameters: tc.params, Content: tc.content})
-		if resp := DecodeResponse(reg, b); resp.GetContent() == nil {
+		if resp := outcomeOf(reg, b); resp.GetContent() == nil {
 			t.Errorf("%v: %v", tc.typ, resp.GetUndecoded())
 		}
 	}
@@ -211,7 +211,7 @@ func TestRegistryConcurrentUse(t *testing.T) {
 		go func() {
 			for i := 0; i < 50; i++ {
 				for _, b := range inputs {
-					if DecodeResponse(reg, b).GetContent() == nil {
+					if outcomeOf(reg, b).GetContent() == nil {
 						done <- errors.New("not decoded")
 						return
 					}
@@ -242,8 +242,17 @@ func TestCTYPE027_NestedEnvelopeDecompressed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := DecodeResponse(reg, mustMarshal(t, outer)).GetContent().GetReply().GetUndecoded()
+	u := outcomeOf(reg, mustMarshal(t, outer)).GetContent().GetReply().GetUndecoded()
 	if string(u.GetEnvelope().GetContent()) != "inner" || !bytes.Equal(u.GetEncodedContent(), outer.GetContent()) {
 		t.Errorf("nested undecoded: envelope %v, bytes %x", u.GetEnvelope(), u.GetEncodedContent())
 	}
+}
+
+// outcomeOf is DecodeResponse with no budget, which always has an outcome.
+func outcomeOf(reg *codec.Registry, b []byte) *cb.DecodeResponse {
+	resp, err := DecodeResponse(reg, b, codec.DecodeOptions{})
+	if err != nil {
+		panic("an unmetered decode failed: " + err.Error())
+	}
+	return resp
 }

@@ -55,7 +55,7 @@ func page(reg *codec.Registry, b []byte) *cb.ListMessagesResponse {
 	msg := &mb.GroupMessageSave{Id: []byte("id"), GroupId: []byte("g"), DecryptedMessageBytes: b, SentAtNs: 1,
 		SenderInboxId: "inbox", ContentType: "text", SequenceId: &seq}
 	return &cb.ListMessagesResponse{
-		Messages:      []*cb.StoredMessage{{Message: msg, Decoded: DecodeResponse(reg, b)}},
+		Messages:      []*cb.StoredMessage{{Message: msg, Decoded: outcomeOf(reg, b)}},
 		NextPageToken: "token",
 	}
 }

@@ -66,7 +66,7 @@ func (s *ContentService) Encode(ctx context.Context, req *cb.EncodeRequest) (*cb
 		}
 	case *cb.EncodeRequest_Custom:
 		call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
-		ec, err = in.Custom, s.registry.CheckPublishableMetered(in.Custom, call)
+		ec, err = in.Custom, s.registry.CheckPublishable(in.Custom, call)
 		done()
 		var be *codec.BudgetError
 		if errors.As(err, &be) {
@@ -103,9 +103,9 @@ func (s *ContentService) Encode(ctx context.Context, req *cb.EncodeRequest) (*cb
 func (s *ContentService) Decode(ctx context.Context, req *cb.DecodeRequest) (*cb.DecodeResponse, error) {
 	call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
 	defer done()
-	resp, err := contentapi.DecodeResponseMetered(s.registry, req.GetEncodedContent(), call)
+	resp, err := contentapi.DecodeResponse(s.registry, req.GetEncodedContent(), codec.DecodeOptions{Meter: call})
 	if err == nil {
-		err = call.Charge(int64(proto.Size(resp))) // the response gRPC marshals
+		err = call.Charge(int64(resp.SizeVT())) // the response gRPC marshals
 	}
 	if err != nil {
 		return nil, decodeBudgetStatus(err, "encoded_content")
@@ -125,9 +125,9 @@ func (s *ContentService) DecodeBatch(ctx context.Context, req *cb.DecodeBatchReq
 	defer done()
 	out := make([]*cb.DecodeResponse, len(in))
 	for i, b := range in {
-		resp, err := contentapi.DecodeResponseMetered(s.registry, b, call)
+		resp, err := contentapi.DecodeResponse(s.registry, b, codec.DecodeOptions{Meter: call})
 		if err == nil {
-			err = call.Charge(int64(proto.Size(resp))) // its share of the response
+			err = call.Charge(int64(resp.SizeVT())) // its share of the response
 		}
 		if err != nil {
 			return nil, decodeBudgetStatus(err, "encoded_contents["+strconv.Itoa(i)+"]")
