@@ -142,7 +142,8 @@ type jobFlags struct {
 	MaxJobsPerOwner       int           `name:"max-jobs-per-owner" env:"MAX_JOBS_PER_OWNER" default:"2" help:"Jobs of one owner this server runs at once, so one owner's flood never holds every slot."`
 	MaxQueuedJobsPerOwner int           `name:"max-queued-jobs-per-owner" env:"MAX_QUEUED_JOBS_PER_OWNER" default:"8" help:"Jobs of one owner that may wait for a slot; past it StartExport and StartImport are RESOURCE_EXHAUSTED."`
 	KeepFinishedJobs      time.Duration `name:"keep-finished-jobs" env:"KEEP_FINISHED_JOBS" default:"168h" help:"How long an ended job's operation stays listed before it is deleted (its backup stays in the catalog)."`
-	JobLease              time.Duration `name:"job-lease" env:"JOB_LEASE" default:"30s" help:"How long a running job outlives its server: a job whose server stopped is failed this long after its last renewal."`
+	JobLease              time.Duration `name:"job-lease" env:"JOB_LEASE" default:"30s" help:"How long a running job outlives its server: a job whose server stopped is taken over by another replica (or failed, past --job-attempts) this long after its last renewal."`
+	JobAttempts           int           `name:"job-attempts" env:"JOB_ATTEMPTS" default:"3" help:"Runs of one job in all: a job whose server stopped is taken over and run again (an export from the start, an import whole) until it has run this many times; 1 turns takeover off."`
 	Schedule              string        `name:"schedule" env:"SCHEDULE" help:"YAML policy of scheduled exports (cron, owners, key, bucket, prefix, keep); see docs/backup-jobs.md."`
 }
 
@@ -175,7 +176,7 @@ func (f jobFlags) jobs(ctx context.Context, dataDir string) (*server.JobsConfig,
 	}
 	b := jobs.NewBuckets(buckets)
 	cfg := &server.JobsConfig{KEK: kek, Buckets: b, MaxRunning: f.MaxJobs, MaxRunningPerOwner: f.MaxJobsPerOwner,
-		MaxQueuedPerOwner: f.MaxQueuedJobsPerOwner, KeepFinished: f.KeepFinishedJobs, Lease: f.JobLease}
+		MaxQueuedPerOwner: f.MaxQueuedJobsPerOwner, KeepFinished: f.KeepFinishedJobs, Lease: f.JobLease, MaxAttempts: f.JobAttempts}
 	return cfg, func() { _ = b.Close(); _ = kek.Close() }, nil
 }
 

@@ -500,7 +500,9 @@ func TestDamagedBackupIsPermanent(t *testing.T) {
 // was killed) is failed by the reaper, never left running.
 func TestDeadServersJobsFail(t *testing.T) {
 	st := enginetest.SQLite(t)
-	h := newHarness(t, st)
+	// One attempt: the dead job has used them all, and is not taken over
+	// (TestJobsOutliveTheirReplica).
+	h := newHarness(t, st, func(c *Config) { c.MaxAttempts = 1 })
 	now := time.Now()
 	// The export's backup row, WRITING when its server died.
 	b := store.Backup{Owner: "o", ID: NewID(now), State: store.BackupWriting, Bucket: "local", ObjectKey: "o/x" + ArchiveSuffix,
@@ -743,12 +745,12 @@ func TestFinishedJobsExpire(t *testing.T) {
 	h := newHarness(t, st, func(c *Config) { c.KeepFinished = time.Hour })
 	now := time.Now()
 	for i, ended := range []time.Duration{-2 * time.Hour, -time.Minute} {
-		j := store.Job{ID: NewID(now.Add(time.Duration(i))), Kind: store.JobImport, Owner: "o", Principal: "p", State: store.JobRunning,
+		j := store.Job{ID: NewID(now.Add(time.Duration(i))), Kind: store.JobImport, Owner: "o", Principal: "p", State: store.JobRunning, Attempt: 1,
 			Spec: []byte{}, Progress: []byte{}, LeaseUntil: now.Add(time.Hour), Created: now, Updated: now}
 		if err := st.CreateJob(t.Context(), j); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.FinishJob(t.Context(), j.ID, store.JobEnd{State: store.JobSucceeded, At: now.Add(ended)}); err != nil {
+		if err := st.FinishJob(t.Context(), j.ID, j.Attempt, store.JobEnd{State: store.JobSucceeded, At: now.Add(ended)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,7 +16,10 @@
 // write also reads whether a cancel was asked (possibly on another
 // replica). A job ends exactly once (the store's FinishJob refuses a
 // second end). A server that stops without ending its jobs leaves their
-// leases to run out, and whichever server is running fails them then.
+// leases to run out; then another replica (or the same one restarted)
+// takes each over, up to MaxAttempts runs in all (takeover.go): an export
+// starts again from the beginning, an import runs again (imports are
+// additive and idempotent). A job that has used its attempts fails.
 //
 // An export writes its object through a blob writer whose context is
 // cancelled on any failure, so the object is committed only by a
@@ -115,6 +118,13 @@ type Config struct {
 	// Replica names this server in the ticks it claims (default: host
 	// name and process id).
 	Replica string
+	// MaxAttempts bounds the runs of one job (default 3): a job whose
+	// server stopped is taken over by a replica with a free slot until it
+	// has run this many times, and then fails UNAVAILABLE. 1 turns
+	// takeover off.
+	MaxAttempts int
+	// TakenOver, when set, is told of each job this server took over.
+	TakenOver func(kind string)
 }
 
 // blobBufferSize is the blob writer's buffer: an S3 multipart part (at
@@ -156,6 +166,9 @@ func New(cfg Config) *Manager {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 3
+	}
 	if cfg.Replica == "" {
 		host, _ := os.Hostname()
 		cfg.Replica = fmt.Sprintf("%s/%d", host, os.Getpid())
@@ -179,17 +192,18 @@ func (m *Manager) Queued() int { return m.slots.queued() }
 func (m *Manager) Buckets() *Buckets { return m.cfg.Buckets }
 
 // msgServerStopped ends a job whose server stopped without ending it.
-const msgServerStopped = "the server running this job stopped before it finished; an export commits nothing, an import keeps what it applied (imports are additive); start the job again"
+const msgServerStopped = "the server running this job stopped before it finished, on every attempt; an export commits nothing, an import keeps what it applied (imports are additive); start the job again"
 
-// Run fails, every lease period, the running jobs whose server stopped,
-// and deletes the jobs that ended more than KeepFinished ago, until ctx
-// is done: once at start, so a restarted server clears its own dead jobs
-// as soon as their leases end.
+// Run, every third of a lease period, takes over the running jobs whose
+// server stopped while it has slots free, fails those that have used
+// their attempts, and deletes the jobs that ended more than KeepFinished
+// ago, until ctx is done: once at start, so a restarted server picks up
+// its own dead jobs as soon as their leases end.
 func (m *Manager) Run(ctx context.Context) {
 	tick := time.NewTicker(max(m.cfg.Lease/3, 100*time.Millisecond))
 	defer tick.Stop()
 	for {
-		ids, err := m.cfg.Store.ExpireJobs(ctx, time.Now(), msgServerStopped)
+		ids, err := m.cfg.Store.ExpireJobs(ctx, time.Now(), m.cfg.MaxAttempts, int32(fault.Unavailable), msgServerStopped)
 		if err != nil && ctx.Err() == nil {
 			m.cfg.Log.Warn("expire jobs", zap.Error(err))
 		}
@@ -197,6 +211,7 @@ func (m *Manager) Run(ctx context.Context) {
 			m.cfg.Log.Warn("job failed: its server stopped", zap.String("job", id))
 			m.forgetDeadBackup(ctx, id)
 		}
+		m.takeOver(ctx)
 		if n, err := m.cfg.Store.DeleteFinishedJobs(ctx, time.Now().Add(-m.cfg.KeepFinished), 1000); err != nil && ctx.Err() == nil {
 			m.cfg.Log.Warn("delete finished jobs", zap.Error(err))
 		} else if n > 0 {
@@ -254,7 +269,7 @@ func (m *Manager) Close(ctx context.Context) {
 var (
 	errShutdown  = errors.New("the server shut down before the job finished")
 	errCancelled = errors.New("cancelled")
-	errLost      = errors.New("the job was ended elsewhere (its lease ran out)")
+	errLost      = errors.New("the job was lost to another replica (its lease ran out)")
 )
 
 // ended says what a job that stopped part-way leaves behind: an export
@@ -604,7 +619,7 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req request
 	}
 	r.meta = md
 	r.phase.Store(int32(md.Phase))
-	job := store.Job{ID: id, Kind: kind, Owner: req.owner(), Principal: principal, State: store.JobRunning, RequestID: req.requestID(),
+	job := store.Job{ID: id, Kind: kind, Owner: req.owner(), Principal: principal, State: store.JobRunning, RequestID: req.requestID(), Attempt: 1,
 		Spec: spec, Progress: r.progress(), LeaseUntil: now.Add(m.cfg.Lease), Created: now, Updated: now}
 	if err := m.cfg.Store.CreateJob(ctx, job); err != nil {
 		abandon()
@@ -639,7 +654,7 @@ func (m *Manager) endUnstarted(j store.Job, cause error) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), 10*time.Second)
 	defer cancel()
 	m.cfg.Log.Warn("job not started", zap.String("job", j.ID), zap.Error(cause))
-	_ = m.cfg.Store.FinishJob(fctx, j.ID, store.JobEnd{State: store.JobFailed, At: time.Now(),
+	_ = m.cfg.Store.FinishJob(fctx, j.ID, j.Attempt, store.JobEnd{State: store.JobFailed, At: time.Now(),
 		ErrorCode: int32(fault.Unavailable), ErrorMessage: "the job could not be recorded; start it again"})
 }
 
@@ -714,6 +729,13 @@ func (m *Manager) execute(ctx context.Context, r *run, req request, p prepared) 
 		r.meta.RecordsDone = ir.GetCounts().GetRecords()
 	}
 	end.Progress = r.progress()
+	if errors.Is(context.Cause(ctx), errLost) {
+		// Lost: another replica holds the job, or takes it over once its
+		// lease runs out (takeover.go). This runner writes nothing more:
+		// not the end, not the backup's row.
+		log.Warn("job lost: left to its lease and to the replica that takes it over", zap.Error(err))
+		return
+	}
 	// The end is written even when the server is shutting down.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -724,7 +746,7 @@ func (m *Manager) execute(ctx context.Context, r *run, req request, p prepared) 
 			log.Warn("failed backup's catalog row not deleted", zap.String("backup", p.backup.ID), zap.Error(derr))
 		}
 	}
-	if ferr := m.cfg.Store.FinishJob(fctx, r.job.ID, end); ferr != nil {
+	if ferr := m.cfg.Store.FinishJob(fctx, r.job.ID, r.job.Attempt, end); ferr != nil {
 		log.Warn("job end not recorded", zap.Error(ferr))
 		return
 	}
@@ -806,25 +828,34 @@ func (m *Manager) renew(ctx context.Context, r *run, done chan<- struct{}) {
 	defer close(done)
 	tick := time.NewTicker(m.cfg.Renew)
 	defer tick.Stop()
+	renewed := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		cancel, err := m.cfg.Store.RenewJob(ctx, r.job.ID, r.progress(), time.Now().Add(m.cfg.Lease))
+		cancel, err := m.cfg.Store.RenewJob(ctx, r.job.ID, r.job.Attempt, r.progress(), time.Now().Add(m.cfg.Lease))
 		switch {
 		case errors.Is(err, store.ErrFailedPrecondition):
 			r.cancel(errLost)
 			return
 		case err != nil:
-			// The lease outlasts a few missed renewals.
+			// The lease outlasts a few missed renewals; past two thirds of
+			// it the runner stops, before another replica may take the
+			// job over (takeover.go).
 			if ctx.Err() == nil {
 				m.cfg.Log.Warn("renew job", zap.String("job", r.job.ID), zap.Error(err))
+			}
+			if time.Since(renewed) > m.cfg.Lease*2/3 {
+				r.cancel(errLost)
+				return
 			}
 		case cancel:
 			r.cancel(errCancelled)
 			return
+		default:
+			renewed = time.Now()
 		}
 	}
 }

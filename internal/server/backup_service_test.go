@@ -111,7 +111,7 @@ func TestBackupJobsOverTCP(t *testing.T) {
 			t.Fatal(err)
 		}
 		md := &cb.JobMetadata{}
-		if err := op.GetMetadata().UnmarshalTo(md); err != nil || md.GetOwner() != "alice" || md.GetPrincipal() != "alice" || md.GetKind() != cb.JobKind_JOB_KIND_EXPORT {
+		if err := op.GetMetadata().UnmarshalTo(md); err != nil || md.GetOwner() != "alice" || md.GetPrincipal() != "alice" || md.GetKind() != cb.JobKind_JOB_KIND_EXPORT || md.GetAttempt() != 1 {
 			t.Fatalf("started operation metadata: %v, %v", md, err)
 		}
 		result := exportResult(t, waitOp(t, alice, op.GetName()))

@@ -23,6 +23,7 @@ type domainMetrics struct {
 	jobBytes        *prometheus.CounterVec
 	scheduleRuns    *prometheus.CounterVec
 	scheduleMissed  *prometheus.CounterVec
+	takenOver       *prometheus.CounterVec
 }
 
 func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
@@ -65,7 +66,11 @@ func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
 		Name: "contentbackup_schedule_missed_ticks_total",
 		Help: "Schedule ticks no replica ran (all down, or the store unreachable), counted per owner when the next tick is claimed.",
 	}, []string{"schedule"})
-	reg.MustRegister(m.archiveBytes, m.archiveRecords, m.archiveDuration, m.decodes, m.jobs, m.jobBytes, m.scheduleRuns, m.scheduleMissed)
+	m.takenOver = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "contentbackup_jobs_taken_over_total",
+		Help: "Backup jobs this server took over, by kind, because the server running them stopped (their lease ran out): each runs again as its next attempt.",
+	}, []string{"kind"})
+	reg.MustRegister(m.archiveBytes, m.archiveRecords, m.archiveDuration, m.decodes, m.jobs, m.jobBytes, m.scheduleRuns, m.scheduleMissed, m.takenOver)
 	return m
 }
 
@@ -99,6 +104,14 @@ func (m *domainMetrics) scheduleMissedTicks(schedule string, ticks int) {
 		return
 	}
 	m.scheduleMissed.WithLabelValues(schedule).Add(float64(ticks))
+}
+
+// jobTakenOver counts a job this server took over.
+func (m *domainMetrics) jobTakenOver(kind string) {
+	if m == nil {
+		return
+	}
+	m.takenOver.WithLabelValues(kind).Inc()
 }
 
 // jobEnded records a job this server ran to its end.

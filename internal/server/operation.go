@@ -47,6 +47,7 @@ func jobMetadata(j store.Job) (*cb.JobMetadata, error) {
 	md.State = jobStates[j.State]
 	md.CreateTime, md.UpdateTime, md.EndTime = timestamp(j.Created), timestamp(j.Updated), timestamp(j.Done)
 	md.CancelRequested = j.CancelRequested
+	md.Attempt = uint32(max(j.Attempt, 1))
 	if j.State != store.JobRunning {
 		md.Phase = cb.JobPhase_JOB_PHASE_DONE
 	}

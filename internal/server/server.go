@@ -100,6 +100,9 @@ type JobsConfig struct {
 	KeepFinished time.Duration
 	// Lease and Renew: see jobs.Config (defaults 30 s and 1 s).
 	Lease, Renew time.Duration
+	// MaxAttempts bounds the runs of a job taken over from a stopped
+	// server (see jobs.Config; default 3, 1 turns takeover off).
+	MaxAttempts int
 }
 
 // Server is a configured gRPC server with its health state.
@@ -264,8 +267,8 @@ func registerServices(g *grpc.Server, cfg Config, limits Limits, pool *budget.Po
 			Limits: limits.Records, Reader: arch.readerOptions(nil), ReadAheadBytes: limits.ImportReadAheadBytes,
 		},
 		MaxRunning: cfg.Jobs.MaxRunning, MaxRunningPerOwner: cfg.Jobs.MaxRunningPerOwner, MaxQueuedPerOwner: cfg.Jobs.MaxQueuedPerOwner,
-		KeepFinished: cfg.Jobs.KeepFinished, Lease: cfg.Jobs.Lease, Renew: cfg.Jobs.Renew,
-		Log: log.Named("jobs"), Ended: dm.jobEnded, ScheduleRun: dm.scheduleRun, ScheduleMissed: dm.scheduleMissedTicks,
+		KeepFinished: cfg.Jobs.KeepFinished, Lease: cfg.Jobs.Lease, Renew: cfg.Jobs.Renew, MaxAttempts: cfg.Jobs.MaxAttempts,
+		Log: log.Named("jobs"), Ended: dm.jobEnded, ScheduleRun: dm.scheduleRun, ScheduleMissed: dm.scheduleMissedTicks, TakenOver: dm.jobTakenOver,
 	})
 	if cfg.Metrics != nil {
 		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -28,22 +28,31 @@ type Jobs interface {
 	ListJobs(ctx context.Context, q JobQuery) ([]Job, error)
 	// RenewJob records a running job's progress and extends its lease, and
 	// reports whether a cancel was asked for. A job that is no longer
-	// running (finished, or failed by ExpireJobs) is ErrFailedPrecondition,
-	// so its runner stops.
-	RenewJob(ctx context.Context, id string, progress []byte, leaseUntil time.Time) (cancelRequested bool, err error)
+	// running (finished, or failed by ExpireJobs), or that another replica
+	// took over (its attempt is not attempt), is ErrFailedPrecondition, so
+	// its runner stops.
+	RenewJob(ctx context.Context, id string, attempt int, progress []byte, leaseUntil time.Time) (cancelRequested bool, err error)
 	// FinishJob ends a running job in state (JobSucceeded, JobFailed or
 	// JobCancelled) with its result or error. A job that is no longer
-	// running is ErrFailedPrecondition and keeps its end.
-	FinishJob(ctx context.Context, id string, end JobEnd) error
+	// running, or no longer at attempt, is ErrFailedPrecondition and keeps
+	// what it has.
+	FinishJob(ctx context.Context, id string, attempt int, end JobEnd) error
 	// RequestCancel marks a running job to be cancelled and returns it.
 	// A finished job is returned unchanged.
 	RequestCancel(ctx context.Context, id string) (Job, error)
 	// DeleteJob removes a finished job; a running one is
 	// ErrFailedPrecondition.
 	DeleteJob(ctx context.Context, id string) error
-	// ExpireJobs fails every running job whose lease ended before now: its
-	// server stopped without finishing it. It returns their ids.
-	ExpireJobs(ctx context.Context, now time.Time, message string) ([]string, error)
+	// ClaimJob takes over one running job whose lease ended before now
+	// (its server stopped without finishing it) and that has run fewer
+	// than maxAttempts times: its attempt goes up by one and its lease
+	// runs to leaseUntil, in one statement, so of replicas claiming at
+	// once one gets it. It returns the job as claimed, or ErrNotFound.
+	ClaimJob(ctx context.Context, now, leaseUntil time.Time, maxAttempts int) (Job, error)
+	// ExpireJobs fails every running job whose lease ended before now and
+	// that has run maxAttempts times (or more), with code and message. It
+	// returns their ids.
+	ExpireJobs(ctx context.Context, now time.Time, maxAttempts int, code int32, message string) ([]string, error)
 	// DeleteFinishedJobs removes up to limit jobs that ended before
 	// before, and returns how many it removed.
 	DeleteFinishedJobs(ctx context.Context, before time.Time, limit int) (int, error)
@@ -72,7 +81,9 @@ const (
 type Job struct {
 	ID, Kind, Owner, Principal, State string
 	// RequestID is the client's id for the start (AIP-155), or empty.
-	RequestID              string
+	RequestID string
+	// Attempt is 1 for the first run, one more for each takeover.
+	Attempt                int
 	Spec, Progress, Result []byte
 	// ErrorCode and ErrorMessage say why a failed or cancelled job ended
 	// (a gRPC code and a message safe to show its caller).
@@ -105,7 +116,7 @@ type JobQuery struct {
 	Limit int
 }
 
-const jobColumns = `id, kind, owner, principal, state, spec, progress, result, error_code, error_message, cancel_requested, lease_until_ns, created_ns, updated_ns, done_ns, request_id`
+const jobColumns = `id, kind, owner, principal, state, spec, progress, result, error_code, error_message, cancel_requested, lease_until_ns, created_ns, updated_ns, done_ns, request_id, attempt`
 
 type jobRow struct {
 	Job
@@ -115,7 +126,7 @@ type jobRow struct {
 
 func (r *jobRow) dest() []any {
 	return []any{&r.ID, &r.Kind, &r.Owner, &r.Principal, &r.State, &r.Spec, &r.Progress, &r.Result,
-		&r.ErrorCode, &r.ErrorMessage, &r.cancel, &r.leaseNs, &r.createdNs, &r.updatedNs, &r.doneNs, &r.RequestID}
+		&r.ErrorCode, &r.ErrorMessage, &r.cancel, &r.leaseNs, &r.createdNs, &r.updatedNs, &r.doneNs, &r.RequestID, &r.Attempt}
 }
 
 func (r *jobRow) job() Job {
@@ -153,9 +164,10 @@ func uniqueViolation(err error) bool {
 }
 
 func (s SQLStore) CreateJob(ctx context.Context, j Job) error {
-	q := s.d.bind(`INSERT INTO jobs (` + jobColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	q := s.d.bind(`INSERT INTO jobs (` + jobColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	_, err := s.exec(ctx, q, j.ID, j.Kind, j.Owner, j.Principal, j.State, nonNil(j.Spec), nonNil(j.Progress), nonNil(j.Result),
-		j.ErrorCode, j.ErrorMessage, boolInt(j.CancelRequested), j.LeaseUntil.UnixNano(), j.Created.UnixNano(), j.Updated.UnixNano(), unixOrZero(j.Done), j.RequestID)
+		j.ErrorCode, j.ErrorMessage, boolInt(j.CancelRequested), j.LeaseUntil.UnixNano(), j.Created.UnixNano(), j.Updated.UnixNano(), unixOrZero(j.Done), j.RequestID,
+		max(j.Attempt, 1))
 	if uniqueViolation(err) && j.RequestID != "" {
 		if _, gerr := s.GetJobByRequest(ctx, j.Owner, j.Kind, j.RequestID); gerr == nil {
 			return fmt.Errorf("request %.64q: %w", j.RequestID, ErrRequestSeen)
@@ -264,7 +276,7 @@ func (s SQLStore) ListJobs(ctx context.Context, q JobQuery) ([]Job, error) {
 	return out, nil
 }
 
-func (s SQLStore) RenewJob(ctx context.Context, id string, progress []byte, leaseUntil time.Time) (bool, error) {
+func (s SQLStore) RenewJob(ctx context.Context, id string, attempt int, progress []byte, leaseUntil time.Time) (bool, error) {
 	var cancel int64
 	err := s.db.Write(ctx, func(tx Conn) error {
 		j, err := s.getJob(ctx, tx, id, s.d.ForUpdate)
@@ -273,6 +285,9 @@ func (s SQLStore) RenewJob(ctx context.Context, id string, progress []byte, leas
 		}
 		if j.State != JobRunning {
 			return fmt.Errorf("job %s is %s: %w", id, j.State, ErrFailedPrecondition)
+		}
+		if j.Attempt != attempt {
+			return fmt.Errorf("job %s is at attempt %d, taken over from attempt %d: %w", id, j.Attempt, attempt, ErrFailedPrecondition)
 		}
 		cancel = boolInt(j.CancelRequested)
 		_, err = tx.Exec(ctx, s.d.bind(`UPDATE jobs SET progress = ?, lease_until_ns = ?, updated_ns = ? WHERE id = ?`),
@@ -285,9 +300,9 @@ func (s SQLStore) RenewJob(ctx context.Context, id string, progress []byte, leas
 	return cancel != 0, err
 }
 
-func (s SQLStore) FinishJob(ctx context.Context, id string, end JobEnd) error {
-	n, err := s.exec(ctx, s.d.bind(`UPDATE jobs SET state = ?, progress = ?, result = ?, error_code = ?, error_message = ?, updated_ns = ?, done_ns = ? WHERE id = ? AND state = ?`),
-		end.State, nonNil(end.Progress), nonNil(end.Result), end.ErrorCode, end.ErrorMessage, end.At.UnixNano(), end.At.UnixNano(), id, JobRunning)
+func (s SQLStore) FinishJob(ctx context.Context, id string, attempt int, end JobEnd) error {
+	n, err := s.exec(ctx, s.d.bind(`UPDATE jobs SET state = ?, progress = ?, result = ?, error_code = ?, error_message = ?, updated_ns = ?, done_ns = ? WHERE id = ? AND state = ? AND attempt = ?`),
+		end.State, nonNil(end.Progress), nonNil(end.Result), end.ErrorCode, end.ErrorMessage, end.At.UnixNano(), end.At.UnixNano(), id, JobRunning, attempt)
 	if err != nil {
 		return fmt.Errorf("%s: finish job: %w", s.d.Name, err)
 	}
@@ -295,6 +310,9 @@ func (s SQLStore) FinishJob(ctx context.Context, id string, end JobEnd) error {
 		j, err := s.GetJob(ctx, id)
 		if err != nil {
 			return err
+		}
+		if j.State == JobRunning {
+			return fmt.Errorf("job %s was taken over (attempt %d, not %d): %w", id, j.Attempt, attempt, ErrFailedPrecondition)
 		}
 		return fmt.Errorf("job %s already ended %s: %w", id, j.State, ErrFailedPrecondition)
 	}
@@ -325,11 +343,40 @@ func (s SQLStore) DeleteJob(ctx context.Context, id string) error {
 	})
 }
 
-func (s SQLStore) ExpireJobs(ctx context.Context, now time.Time, message string) ([]string, error) {
+func (s SQLStore) ClaimJob(ctx context.Context, now, leaseUntil time.Time, maxAttempts int) (Job, error) {
+	var claimed Job
+	err := s.db.Write(ctx, func(tx Conn) error {
+		var id string
+		var attempt int
+		err := tx.QueryRow(ctx, s.d.bind(`SELECT id, attempt FROM jobs WHERE state = ? AND lease_until_ns < ? AND attempt < ? ORDER BY id LIMIT 1`+s.d.ForUpdate+s.d.SkipLocked),
+			JobRunning, now.UnixNano(), maxAttempts).Scan(&id, &attempt)
+		if errors.Is(err, s.d.NoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("%s: claim job: %w", s.d.Name, err)
+		}
+		// The attempt in the WHERE clause settles a race with a replica
+		// that read the same row without the lock (SQLite has none).
+		n, err := tx.Exec(ctx, s.d.bind(`UPDATE jobs SET attempt = ?, lease_until_ns = ?, updated_ns = ? WHERE id = ? AND state = ? AND attempt = ?`),
+			attempt+1, leaseUntil.UnixNano(), now.UnixNano(), id, JobRunning, attempt)
+		if err != nil {
+			return fmt.Errorf("%s: claim job: %w", s.d.Name, err)
+		}
+		if n == 0 {
+			return ErrNotFound
+		}
+		claimed, err = s.getJob(ctx, tx, id, "")
+		return err
+	})
+	return claimed, err
+}
+
+func (s SQLStore) ExpireJobs(ctx context.Context, now time.Time, maxAttempts int, code int32, message string) ([]string, error) {
 	var ids []string
 	err := s.db.Write(ctx, func(tx Conn) error {
 		ids = ids[:0]
-		err := tx.Query(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND lease_until_ns < ?`+s.d.ForUpdate), []any{JobRunning, now.UnixNano()}, func(rows Rows) error {
+		err := tx.Query(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND lease_until_ns < ? AND attempt >= ?`+s.d.ForUpdate), []any{JobRunning, now.UnixNano(), maxAttempts}, func(rows Rows) error {
 			for rows.Next() {
 				var id string
 				if err := rows.Scan(&id); err != nil {
@@ -343,10 +390,8 @@ func (s SQLStore) ExpireJobs(ctx context.Context, now time.Time, message string)
 			return fmt.Errorf("%s: expired jobs: %w", s.d.Name, err)
 		}
 		for _, id := range ids {
-			// 14 is codes.Unavailable: the server stopped; the same job
-			// started again may succeed.
-			if _, err := tx.Exec(ctx, s.d.bind(`UPDATE jobs SET state = ?, error_code = 14, error_message = ?, updated_ns = ?, done_ns = ? WHERE id = ? AND state = ?`),
-				JobFailed, message, now.UnixNano(), now.UnixNano(), id, JobRunning); err != nil {
+			if _, err := tx.Exec(ctx, s.d.bind(`UPDATE jobs SET state = ?, error_code = ?, error_message = ?, updated_ns = ?, done_ns = ? WHERE id = ? AND state = ?`),
+				JobFailed, code, message, now.UnixNano(), now.UnixNano(), id, JobRunning); err != nil {
 				return fmt.Errorf("%s: expire job: %w", s.d.Name, err)
 			}
 		}

@@ -57,6 +57,10 @@ type Dialect struct {
 	// transaction until it ends. SQLite's write transaction holds the
 	// whole database, so it needs neither.
 	ForUpdate, ForShare string
+	// SkipLocked follows ForUpdate where a reader would rather pass over
+	// a row another transaction holds than wait for it (a job being
+	// claimed).
+	SkipLocked string
 }
 
 // bind writes query's ? placeholders in the dialect.

@@ -1004,7 +1004,11 @@ type JobMetadata struct {
 	// reads.
 	Backup string `protobuf:"bytes,14,opt,name=backup,proto3" json:"backup,omitempty"`
 	// An import's source owner, when it is not owner (a migration).
-	SourceOwner   string `protobuf:"bytes,15,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
+	SourceOwner string `protobuf:"bytes,15,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
+	// The job's run: 1, and one more each time another replica took the
+	// job over because the server running it stopped (an export starts
+	// again, an import runs again), up to the server's --job-attempts.
+	Attempt       uint32 `protobuf:"varint,16,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1142,6 +1146,13 @@ func (x *JobMetadata) GetSourceOwner() string {
 		return x.SourceOwner
 	}
 	return ""
+}
+
+func (x *JobMetadata) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
 }
 
 // ExportJobResult is a finished export job's response.
@@ -1319,7 +1330,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
 	"\x06backup\x18\x02 \x01(\tR\x06backup\"(\n" +
 	"\x14GetBackupKeyResponse\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\fR\x03key\"\x88\x05\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\"\xa2\x05\n" +
 	"\vJobMetadata\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.contentbackup.v1.JobKindR\x04kind\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1c\n" +
@@ -1340,7 +1351,8 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\bend_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12)\n" +
 	"\x10cancel_requested\x18\r \x01(\bR\x0fcancelRequested\x12\x16\n" +
 	"\x06backup\x18\x0e \x01(\tR\x06backup\x12!\n" +
-	"\fsource_owner\x18\x0f \x01(\tR\vsourceOwner\"\xdc\x01\n" +
+	"\fsource_owner\x18\x0f \x01(\tR\vsourceOwner\x12\x18\n" +
+	"\aattempt\x18\x10 \x01(\rR\aattempt\"\xdc\x01\n" +
 	"\x0fExportJobResult\x129\n" +
 	"\asummary\x18\x01 \x01(\v2\x1f.contentbackup.v1.ExportSummaryR\asummary\x12:\n" +
 	"\aarchive\x18\x02 \x01(\v2 .contentbackup.v1.ObjectLocationR\aarchive\x12:\n" +

@@ -705,6 +705,13 @@ func (m *JobMetadata) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Attempt != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Attempt))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x80
+	}
 	if len(m.SourceOwner) > 0 {
 		i -= len(m.SourceOwner)
 		copy(dAtA[i:], m.SourceOwner)
@@ -1258,6 +1265,9 @@ func (m *JobMetadata) SizeVT() (n int) {
 	l = len(m.SourceOwner)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.Attempt != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.Attempt))
 	}
 	n += len(m.unknownFields)
 	return n

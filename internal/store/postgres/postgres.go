@@ -159,6 +159,7 @@ var dialect = store.Dialect{
 	Placeholder: func(i int) string { return "$" + strconv.Itoa(i) },
 	NoRows:      pgx.ErrNoRows,
 	ForUpdate:   " FOR UPDATE",
+	SkipLocked:  " SKIP LOCKED",
 	ForShare:    " FOR SHARE",
 }
 

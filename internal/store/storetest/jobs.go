@@ -42,19 +42,19 @@ func testJobLifecycle(t *testing.T, s store.Store) {
 		t.Errorf("DeleteJob of a running job: %v, want ErrFailedPrecondition", err)
 	}
 
-	cancel, err := s.RenewJob(ctx(t), "0001", []byte("half"), lease.Add(time.Minute))
+	cancel, err := s.RenewJob(ctx(t), "0001", 1, []byte("half"), lease.Add(time.Minute))
 	if err != nil || cancel {
 		t.Fatalf("RenewJob: cancel %v, %v", cancel, err)
 	}
 	if _, err := s.RequestCancel(ctx(t), "0001"); err != nil {
 		t.Fatal(err)
 	}
-	cancel, err = s.RenewJob(ctx(t), "0001", []byte("more"), lease.Add(time.Minute))
+	cancel, err = s.RenewJob(ctx(t), "0001", 1, []byte("more"), lease.Add(time.Minute))
 	if err != nil || !cancel {
 		t.Fatalf("RenewJob after RequestCancel: cancel %v, %v; want true", cancel, err)
 	}
 	end := store.JobEnd{State: store.JobCancelled, Progress: []byte("last"), ErrorCode: 1, ErrorMessage: "cancelled", At: time.Now()}
-	if err := s.FinishJob(ctx(t), "0001", end); err != nil {
+	if err := s.FinishJob(ctx(t), "0001", 1, end); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = s.GetJob(ctx(t), "0001")
@@ -62,10 +62,10 @@ func testJobLifecycle(t *testing.T, s store.Store) {
 		fmt.Sprint("cancelled", "last", 1, "cancelled", false))
 	// A finished job keeps its end: a late runner or a second finish
 	// cannot rewrite it, and renewing it tells the runner to stop.
-	if err := s.FinishJob(ctx(t), "0001", store.JobEnd{State: store.JobSucceeded, At: time.Now()}); !errors.Is(err, store.ErrFailedPrecondition) {
+	if err := s.FinishJob(ctx(t), "0001", 1, store.JobEnd{State: store.JobSucceeded, At: time.Now()}); !errors.Is(err, store.ErrFailedPrecondition) {
 		t.Errorf("second FinishJob: %v, want ErrFailedPrecondition", err)
 	}
-	if _, err := s.RenewJob(ctx(t), "0001", nil, lease); !errors.Is(err, store.ErrFailedPrecondition) {
+	if _, err := s.RenewJob(ctx(t), "0001", 1, nil, lease); !errors.Is(err, store.ErrFailedPrecondition) {
 		t.Errorf("RenewJob of a finished job: %v, want ErrFailedPrecondition", err)
 	}
 	if err := s.DeleteJob(ctx(t), "0001"); err != nil {
@@ -88,7 +88,7 @@ func testOneRunningExport(t *testing.T, s store.Store) {
 	if err := s.CreateJob(ctx(t), newJob("0001", store.JobImport, "carol", lease)); err == nil || errors.Is(err, store.ErrJobConflict) {
 		t.Errorf("a repeated id: %v, want an error other than ErrJobConflict", err)
 	}
-	if err := s.FinishJob(ctx(t), "0001", store.JobEnd{State: store.JobSucceeded, At: time.Now()}); err != nil {
+	if err := s.FinishJob(ctx(t), "0001", 1, store.JobEnd{State: store.JobSucceeded, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	mustCreate(t, s, newJob("0005", store.JobExport, "alice", lease))
@@ -99,10 +99,10 @@ func testExpireJobs(t *testing.T, s store.Store) {
 	mustCreate(t, s, newJob("0001", store.JobExport, "alice", now.Add(-time.Second)))
 	mustCreate(t, s, newJob("0002", store.JobImport, "alice", now.Add(time.Minute)))
 	mustCreate(t, s, newJob("0003", store.JobImport, "bob", now.Add(-time.Minute)))
-	if err := s.FinishJob(ctx(t), "0003", store.JobEnd{State: store.JobSucceeded, At: now}); err != nil {
+	if err := s.FinishJob(ctx(t), "0003", 1, store.JobEnd{State: store.JobSucceeded, At: now}); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := s.ExpireJobs(ctx(t), now, "the server running it stopped")
+	ids, err := s.ExpireJobs(ctx(t), now, 1, 14, "the server running it stopped")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,13 +110,108 @@ func testExpireJobs(t *testing.T, s store.Store) {
 	j, _ := s.GetJob(ctx(t), "0001")
 	equal(t, "expired job", fmt.Sprint(j.State, j.ErrorCode, j.ErrorMessage), fmt.Sprint("failed", 14, "the server running it stopped"))
 	// The runner that comes back late cannot overwrite the end.
-	if err := s.FinishJob(ctx(t), "0001", store.JobEnd{State: store.JobSucceeded, At: now}); !errors.Is(err, store.ErrFailedPrecondition) {
+	if err := s.FinishJob(ctx(t), "0001", 1, store.JobEnd{State: store.JobSucceeded, At: now}); !errors.Is(err, store.ErrFailedPrecondition) {
 		t.Errorf("FinishJob of an expired job: %v, want ErrFailedPrecondition", err)
 	}
 	// Its owner may start a new export at once.
 	mustCreate(t, s, newJob("0004", store.JobExport, "alice", now.Add(time.Minute)))
 	if j, _ := s.GetJob(ctx(t), "0003"); j.State != store.JobSucceeded {
 		t.Errorf("a finished job with an old lease became %s", j.State)
+	}
+}
+
+// testClaimJob: a job whose lease ran out is taken over once per
+// attempt left: the claim raises its attempt and lease, fences the
+// runner that lost it (its renewals and its end are refused), and a job
+// that has run its attempts is left to ExpireJobs.
+func testClaimJob(t *testing.T, s store.Store) {
+	now := time.Now()
+	if _, err := s.ClaimJob(ctx(t), now, now.Add(time.Minute), 3); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ClaimJob with no job: %v, want ErrNotFound", err)
+	}
+	mustCreate(t, s, newJob("0001", store.JobExport, "alice", now.Add(-time.Second)))
+	mustCreate(t, s, newJob("0002", store.JobImport, "alice", now.Add(time.Minute)))
+	lease := time.Unix(0, now.Add(time.Minute).UnixNano())
+	j, err := s.ClaimJob(ctx(t), now, lease, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "claimed job", fmt.Sprint(j.ID, j.State, j.Attempt, j.LeaseUntil.Equal(lease), string(j.Spec)), fmt.Sprint("0001", "running", 2, true, "spec:0001"))
+	// Its lease now runs: nothing else to claim, the live job included.
+	if _, err := s.ClaimJob(ctx(t), now, lease, 3); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("second ClaimJob: %v, want ErrNotFound", err)
+	}
+	// The first attempt's runner is fenced off; the second's is not.
+	if _, err := s.RenewJob(ctx(t), "0001", 1, []byte("stale"), lease); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Errorf("RenewJob by the attempt that lost the job: %v, want ErrFailedPrecondition", err)
+	}
+	if err := s.FinishJob(ctx(t), "0001", 1, store.JobEnd{State: store.JobSucceeded, At: now}); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Errorf("FinishJob by the attempt that lost the job: %v, want ErrFailedPrecondition", err)
+	}
+	if _, err := s.RenewJob(ctx(t), "0001", 2, []byte("going"), lease); err != nil {
+		t.Errorf("RenewJob by the attempt that holds the job: %v", err)
+	}
+	// The second attempt dies too: a third is claimed, and then none; the
+	// job is ExpireJobs' to fail.
+	later := now.Add(2 * time.Minute)
+	if j, err := s.ClaimJob(ctx(t), later, later.Add(time.Minute), 3); err != nil || j.ID != "0001" || j.Attempt != 3 {
+		t.Fatalf("third attempt: %v %d, %v", j.ID, j.Attempt, err)
+	}
+	// By then 0002's lease has run out too, on its first attempt: it is
+	// ExpireJobs' only once claims have used its attempts.
+	muchLater := later.Add(2 * time.Minute)
+	ids, err := s.ExpireJobs(ctx(t), muchLater, 3, 14, "stopped 3 times")
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "expired after the attempts", fmt.Sprint(ids), "[0001]")
+	if j, _ := s.GetJob(ctx(t), "0002"); j.State != store.JobRunning || j.Attempt != 1 {
+		t.Errorf("a job with attempts left: %s, attempt %d", j.State, j.Attempt)
+	}
+	if j, err := s.ClaimJob(ctx(t), muchLater, muchLater.Add(time.Minute), 3); err != nil || j.ID != "0002" {
+		t.Errorf("ClaimJob past 0001's attempts: %s %d, %v; want 0002", j.ID, j.Attempt, err)
+	}
+}
+
+// testClaimJobOnce: replicas claiming at once take each expired job once.
+func testClaimJobOnce(t *testing.T, s store.Store) {
+	now := time.Now()
+	for i := range 6 {
+		mustCreate(t, s, newJob(fmt.Sprintf("%04d", i), store.JobImport, "alice", now.Add(-time.Second)))
+	}
+	claims := make(chan string, 64)
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for {
+				j, err := s.ClaimJob(ctx(t), now, now.Add(time.Hour), 5)
+				if errors.Is(err, store.ErrNotFound) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				claims <- j.ID
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	close(claims)
+	seen := map[string]int{}
+	for id := range claims {
+		seen[id]++
+	}
+	if len(seen) != 6 {
+		t.Errorf("claimed %v, want each of 6 jobs", seen)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("job %s claimed %d times", id, n)
+		}
 	}
 }
 
@@ -164,7 +259,7 @@ func testDeleteFinishedJobs(t *testing.T, s store.Store) {
 	for i, end := range []time.Duration{-3 * time.Hour, -2 * time.Hour, -90 * time.Minute, -time.Minute} {
 		id := fmt.Sprintf("%04d", i)
 		mustCreate(t, s, newJob(id, store.JobImport, "alice", lease))
-		if err := s.FinishJob(ctx(t), id, store.JobEnd{State: store.JobFailed, At: now.Add(end)}); err != nil {
+		if err := s.FinishJob(ctx(t), id, 1, store.JobEnd{State: store.JobFailed, At: now.Add(end)}); err != nil {
 			t.Fatal(err)
 		}
 	}

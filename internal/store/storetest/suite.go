@@ -54,6 +54,8 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"JobLifecycle", testJobLifecycle},
 		{"OneRunningExportJobPerOwner", testOneRunningExport},
 		{"ExpiredJobsFail", testExpireJobs},
+		{"ExpiredJobsClaimed", testClaimJob},
+		{"ExpiredJobsClaimedOnce", testClaimJobOnce},
 		{"ListJobsPages", testListJobs},
 		{"DeleteFinishedJobs", testDeleteFinishedJobs},
 		{"BackupCatalogIsOwnerBound", testBackupCatalog},

@@ -357,8 +357,8 @@ func (x *ImportSpec) GetRequestId() string {
 }
 
 // JobProgress is a job's last recorded progress (JobMetadata's wire form,
-// without the fields the row's own columns hold: state, times and the
-// cancel request, which the edge adds).
+// without the fields the row's own columns hold: state, times, the
+// cancel request and the attempt, which the edge adds).
 type JobProgress struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          JobKind                `protobuf:"varint,1,opt,name=kind,proto3,enum=contentbackup.persistence.v1.JobKind" json:"kind,omitempty"`
@@ -918,7 +918,7 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\x06backup\x18\x04 \x01(\tR\x06backup\x12!\n" +
 	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestIdJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\akey_refR\x06source\"\xf9\x03\n" +
+	"request_id\x18\x06 \x01(\tR\trequestIdJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\akey_refR\x06source\"\x88\x04\n" +
 	"\vJobProgress\x129\n" +
 	"\x04kind\x18\x01 \x01(\x0e2%.contentbackup.persistence.v1.JobKindR\x04kind\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1c\n" +
@@ -932,7 +932,7 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"bytesTotal\x12\x16\n" +
 	"\x06backup\x18\x0e \x01(\tR\x06backup\x12!\n" +
 	"\fsource_owner\x18\x0f \x01(\tR\vsourceOwnerJ\x04\b\x04\x10\x05J\x04\b\n" +
-	"\x10\vJ\x04\b\v\x10\fJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eR\x05stateR\vcreate_timeR\vupdate_timeR\bend_timeR\x10cancel_requested\":\n" +
+	"\x10\vJ\x04\b\v\x10\fJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11R\x05stateR\vcreate_timeR\vupdate_timeR\bend_timeR\x10cancel_requestedR\aattempt\":\n" +
 	"\x0eObjectLocation\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"\x80\x02\n" +
