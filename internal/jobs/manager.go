@@ -125,6 +125,10 @@ type Config struct {
 	MaxAttempts int
 	// TakenOver, when set, is told of each job this server took over.
 	TakenOver func(kind string)
+	// ScheduleClock is the time schedules read when they fire (default
+	// time.Now): a fleet test sets it off to play a replica whose clock
+	// is skewed.
+	ScheduleClock func() time.Time
 }
 
 // blobBufferSize is the blob writer's buffer: an S3 multipart part (at
@@ -168,6 +172,9 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 3
+	}
+	if cfg.ScheduleClock == nil {
+		cfg.ScheduleClock = time.Now
 	}
 	if cfg.Replica == "" {
 		host, _ := os.Hostname()

@@ -180,7 +180,7 @@ func NewScheduler(ctx context.Context, m *Manager, p *SchedulePolicy) (*Schedule
 	c := cron.New(cron.WithLocation(time.UTC))
 	sc.cron = c
 	for _, s := range p.Schedules {
-		c.Schedule(s.spec, cron.FuncJob(func() { sc.Fire(m.ctx, s, time.Now()) }))
+		c.Schedule(s.spec, cron.FuncJob(func() { sc.Fire(m.ctx, s, m.cfg.ScheduleClock()) }))
 	}
 	return sc, nil
 }

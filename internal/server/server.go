@@ -103,6 +103,9 @@ type JobsConfig struct {
 	// MaxAttempts bounds the runs of a job taken over from a stopped
 	// server (see jobs.Config; default 3, 1 turns takeover off).
 	MaxAttempts int
+	// ScheduleClockOffset sets the schedules' clock this far off (fleet
+	// tests of clock skew; zero in production).
+	ScheduleClockOffset time.Duration
 }
 
 // Server is a configured gRPC server with its health state.
@@ -268,7 +271,8 @@ func registerServices(g *grpc.Server, cfg Config, limits Limits, pool *budget.Po
 		},
 		MaxRunning: cfg.Jobs.MaxRunning, MaxRunningPerOwner: cfg.Jobs.MaxRunningPerOwner, MaxQueuedPerOwner: cfg.Jobs.MaxQueuedPerOwner,
 		KeepFinished: cfg.Jobs.KeepFinished, Lease: cfg.Jobs.Lease, Renew: cfg.Jobs.Renew, MaxAttempts: cfg.Jobs.MaxAttempts,
-		Log: log.Named("jobs"), Ended: dm.jobEnded, ScheduleRun: dm.scheduleRun, ScheduleMissed: dm.scheduleMissedTicks, TakenOver: dm.jobTakenOver,
+		ScheduleClock: func() time.Time { return time.Now().Add(cfg.Jobs.ScheduleClockOffset) },
+		Log:           log.Named("jobs"), Ended: dm.jobEnded, ScheduleRun: dm.scheduleRun, ScheduleMissed: dm.scheduleMissedTicks, TakenOver: dm.jobTakenOver,
 	})
 	if cfg.Metrics != nil {
 		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
