@@ -80,7 +80,7 @@ func TestFleetSchedulesFireOncePerTick(t *testing.T) {
 			ticks, claimers := claimedTicks(t, url)
 			complete, writing := fleetBackups(t, url)
 			objects := archivesIn(t, filepath.Join(dir, "alice"))
-			t.Logf("%d ticks claimed (by %v), %d backups complete, %d objects", len(ticks), claimers, complete, objects)
+			t.Logf("%s: %d ticks claimed (by replica: %v), %d backups complete, %d objects", c.name, len(ticks), claimers, complete, objects)
 			if len(ticks) < 10 || len(ticks) > 14 {
 				t.Errorf("%d ticks claimed in a minute of @every 5s, want about 12", len(ticks))
 			}

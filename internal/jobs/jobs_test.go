@@ -614,19 +614,25 @@ schedules:
 	}
 	want = append(want, "/"+planted, "/"+planted+SidecarSuffix)
 	sort.Strings(want)
-	// Retention runs after each job; the last one's may still be going.
+	// Retention runs after each job; the last one's may still be going
+	// (it deletes a backup's objects, then its row).
 	var got []string
+	rows := map[string]int{}
 	eventually.Within(10*time.Second, func() bool {
 		got = files(t, h.dir)
 		sort.Strings(got)
-		return fmt.Sprint(got) == fmt.Sprint(want)
+		for _, owner := range []string{a, b} {
+			l, _ := st.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 10})
+			rows[owner] = len(l)
+		}
+		return fmt.Sprint(got) == fmt.Sprint(want) && rows[a] == 2 && rows[b] == 2
 	})
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after three firings with keep 2:\n got %v\nwant %v", got, want)
 	}
-	for _, owner := range []string{a, b} {
-		if l, _ := st.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 10}); len(l) != 2 {
-			t.Errorf("owner %s has %d catalog rows, want 2", owner, len(l))
+	for owner, n := range rows {
+		if n != 2 {
+			t.Errorf("owner %s has %d catalog rows, want 2", owner, n)
 		}
 	}
 	if strings.Contains(ownerDir(s.Prefix, b), "/../") {

@@ -2,8 +2,9 @@
 //
 // Store is the one interface the services depend on; engines implement it
 // (internal/store/postgres for production, internal/store/sqlite as the
-// embedded default) and internal/store/storetest holds the conformance
-// suite every engine passes. Records are the archive format's own messages
+// embedded default), building on the SQL they share
+// (internal/store/internal/sqlstore), and internal/store/storetest holds
+// the conformance suite every engine passes. Records are the archive format's own messages
 // (GroupSave, GroupMessageSave, ConsentSave), stored field for field, so a
 // record read back is proto.Equal to the record written.
 //
@@ -96,6 +97,9 @@ func (w *SpaceWatch) Note(err error) error {
 // Full reports whether a write was refused for space since the last
 // probe that succeeded.
 func (w *SpaceWatch) Full() bool { return w.full.Load() }
+
+// Cleared records that a write went through again: the engine has space.
+func (w *SpaceWatch) Cleared() { w.full.Store(false) }
 
 // OutOfSpace wraps err as a FullError of engine when it says the engine
 // ran out of space, and returns it unchanged otherwise: SQLite's

@@ -4,7 +4,7 @@
 // concurrent append races it); reads page by keyset, never holding a table
 // in memory; export reads inside one REPEATABLE READ, READ ONLY
 // transaction. The SQL it shares with the embedded engine is
-// store.SQLStore's.
+// sqlstore.SQLStore's.
 package postgres
 
 //lint:file-ignore SA1019 content_type_save is retired but still stored and returned as given (ARCH-004, ARCH-008).
@@ -28,12 +28,13 @@ import (
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/internal/sqlstore"
 	"github.com/contentbackup/contentbackup/migrations"
 )
 
 // Store is the Postgres engine.
 type Store struct {
-	store.SQLStore
+	sqlstore.SQLStore
 	pool  *pgxpool.Pool
 	space *store.SpaceWatch
 }
@@ -72,7 +73,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
 	space := store.NewSpaceWatch("postgres")
-	s := &Store{SQLStore: store.NewSQLStore(db{pool, space}, dialect), pool: pool, space: space}
+	s := &Store{SQLStore: sqlstore.NewSQLStore(db{pool, space}, dialect), pool: pool, space: space}
 	if err := s.prepare(ctx, opts); err != nil {
 		pool.Close()
 		return nil, err
@@ -154,7 +155,7 @@ func connLost(err error) error {
 const stateRestored = int32(gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED)
 
 // dialect is Postgres' SQL for the shared statements.
-var dialect = store.Dialect{
+var dialect = sqlstore.Dialect{
 	Name:        "postgres",
 	Placeholder: func(i int) string { return "$" + strconv.Itoa(i) },
 	NoRows:      pgx.ErrNoRows,
@@ -169,13 +170,13 @@ type db struct {
 	space *store.SpaceWatch
 }
 
-func (d db) Read() store.Conn { return conn{d.pool} }
+func (d db) Read() sqlstore.Conn { return conn{d.pool} }
 
-func (d db) Write(ctx context.Context, fn func(store.Conn) error) error {
+func (d db) Write(ctx context.Context, fn func(sqlstore.Conn) error) error {
 	return inTx(ctx, d.pool, d.space, func(tx pgx.Tx) error { return fn(conn{tx}) })
 }
 
-func (d db) ReadSnapshot(ctx context.Context, fn func(store.Conn) error) error {
+func (d db) ReadSnapshot(ctx context.Context, fn func(sqlstore.Conn) error) error {
 	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return fmt.Errorf("postgres: begin snapshot: %w", err)
@@ -184,7 +185,7 @@ func (d db) ReadSnapshot(ctx context.Context, fn func(store.Conn) error) error {
 	return fn(conn{tx})
 }
 
-// conn adapts the pool or a transaction to store.Conn.
+// conn adapts the pool or a transaction to sqlstore.Conn.
 type conn struct {
 	q interface {
 		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -193,11 +194,11 @@ type conn struct {
 	}
 }
 
-func (c conn) QueryRow(ctx context.Context, query string, args ...any) store.Row {
+func (c conn) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
 	return c.q.QueryRow(ctx, query, args...)
 }
 
-func (c conn) Query(ctx context.Context, query string, args []any, each func(store.Rows) error) error {
+func (c conn) Query(ctx context.Context, query string, args []any, each func(sqlstore.Rows) error) error {
 	rows, err := c.q.Query(ctx, query, args...)
 	if err != nil {
 		return err

@@ -25,6 +25,7 @@ import (
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/internal/sqlstore"
 	"github.com/contentbackup/contentbackup/migrations"
 )
 
@@ -33,7 +34,7 @@ const FileName = "contentbackup.db"
 
 // Store is the SQLite engine.
 type Store struct {
-	store.SQLStore
+	sqlstore.SQLStore
 	write *sql.DB
 	read  *sql.DB
 	path  string
@@ -73,7 +74,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	read.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
 	s := &Store{write: write, read: read, path: path, space: store.NewSpaceWatch("sqlite")}
-	s.SQLStore = store.NewSQLStore(db{s}, dialect)
+	s.SQLStore = sqlstore.NewSQLStore(db{s}, dialect)
 	if err := s.prepare(ctx, opts); err != nil {
 		s.Close()
 		return nil, err
@@ -153,7 +154,7 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 
 // dialect is SQLite's SQL for the shared statements. The write
 // transaction holds the database, so no statement locks rows.
-var dialect = store.Dialect{
+var dialect = sqlstore.Dialect{
 	Name:        "sqlite",
 	Placeholder: func(int) string { return "?" },
 	NoRows:      sql.ErrNoRows,
@@ -162,15 +163,15 @@ var dialect = store.Dialect{
 // db hands the shared SQL the read pool and the writer's transactions.
 type db struct{ s *Store }
 
-func (d db) Read() store.Conn { return conn{d.s.read} }
+func (d db) Read() sqlstore.Conn { return conn{d.s.read} }
 
-func (d db) Write(ctx context.Context, fn func(store.Conn) error) error {
+func (d db) Write(ctx context.Context, fn func(sqlstore.Conn) error) error {
 	return d.s.inTx(ctx, func(tx *sql.Tx) error { return fn(conn{tx}) })
 }
 
 // ReadSnapshot: in WAL mode a read transaction sees the database as of its
 // first read, whatever commits after: one consistent view for the export.
-func (d db) ReadSnapshot(ctx context.Context, fn func(store.Conn) error) error {
+func (d db) ReadSnapshot(ctx context.Context, fn func(sqlstore.Conn) error) error {
 	tx, err := d.s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return fmt.Errorf("sqlite: begin snapshot: %w", err)
@@ -179,7 +180,7 @@ func (d db) ReadSnapshot(ctx context.Context, fn func(store.Conn) error) error {
 	return fn(conn{tx})
 }
 
-// conn adapts a pool or a transaction to store.Conn.
+// conn adapts a pool or a transaction to sqlstore.Conn.
 type conn struct {
 	q interface {
 		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -188,11 +189,11 @@ type conn struct {
 	}
 }
 
-func (c conn) QueryRow(ctx context.Context, query string, args ...any) store.Row {
+func (c conn) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
 	return c.q.QueryRowContext(ctx, query, args...)
 }
 
-func (c conn) Query(ctx context.Context, query string, args []any, each func(store.Rows) error) error {
+func (c conn) Query(ctx context.Context, query string, args []any, each func(sqlstore.Rows) error) error {
 	rows, err := c.q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err

@@ -1,4 +1,10 @@
-package store
+// Package sqlstore is the SQL both store engines share: the store.Store
+// methods written once over a small adapter of each driver (Conn) and the
+// few ways their SQL differs (Dialect). An engine embeds SQLStore and adds
+// what it does its own way: the bulk append (COPY on Postgres, multi-row
+// INSERT on SQLite), the consent merge, health and closing. It is internal
+// to the store: only the engines build on it.
+package sqlstore
 
 import (
 	"context"
@@ -11,13 +17,8 @@ import (
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/store"
 )
-
-// The Store methods whose SQL both engines share, written once over a
-// small adapter of each driver (Conn) and the few ways their SQL differs
-// (Dialect). An engine embeds SQLStore and adds what it does its own way:
-// the bulk append (COPY on Postgres, multi-row INSERT on SQLite), the
-// consent merge, health and closing.
 
 // Conn is a connection pool or a transaction of one engine.
 type Conn interface {
@@ -94,20 +95,20 @@ type statements struct {
 
 // NewSQLStore shares SQL over an engine's connections.
 func NewSQLStore(db DB, d Dialect) SQLStore {
-	values := "(" + strings.TrimSuffix(strings.Repeat("?, ", GroupColumnCount+1), ", ") + ")"
-	insert := `INSERT INTO groups (owner, ` + GroupColumns + `) VALUES ` + values
+	values := "(" + strings.TrimSuffix(strings.Repeat("?, ", store.GroupColumnCount+1), ", ") + ")"
+	insert := `INSERT INTO groups (owner, ` + store.GroupColumns + `) VALUES ` + values
 	consent := `SELECT entity_type, state, entity, consented_at_ns FROM consent WHERE owner = ?`
 	return SQLStore{db: db, d: d, q: statements{
-		groupByID:   d.bind(`SELECT ` + GroupColumns + ` FROM groups WHERE owner = ? AND id = ?`),
+		groupByID:   d.bind(`SELECT ` + store.GroupColumns + ` FROM groups WHERE owner = ? AND id = ?`),
 		groupInsert: d.bind(insert),
-		groupUpsert: d.bind(insert + ` ON CONFLICT (owner, id) DO UPDATE SET ` + UpsertSet(GroupColumns)),
+		groupUpsert: d.bind(insert + ` ON CONFLICT (owner, id) DO UPDATE SET ` + store.UpsertSet(store.GroupColumns)),
 		// Two imports of the same group at once: the second one's insert
 		// finds the first one's row and leaves it.
 		groupInsertNew:      d.bind(insert + ` ON CONFLICT (owner, id) DO NOTHING`),
 		groupLastMessage:    d.bind(`SELECT last_message_ns FROM groups WHERE owner = ? AND id = ?` + d.ForUpdate),
 		groupSetLastMessage: d.bind(`UPDATE groups SET last_message_ns = ? WHERE owner = ? AND id = ?`),
 		groupSetState:       d.bind(`UPDATE groups SET membership_state = ? WHERE owner = ? AND id = ?`),
-		messageByID:         d.bind(`SELECT ` + MessageColumns + ` FROM messages WHERE owner = ? AND group_id = ? AND id = ?` + d.ForUpdate),
+		messageByID:         d.bind(`SELECT ` + store.MessageColumns + ` FROM messages WHERE owner = ? AND group_id = ? AND id = ?` + d.ForUpdate),
 		messageDelete:       d.bind(`DELETE FROM messages WHERE owner = ? AND id = ?`),
 		consentPage:         d.bind(consent + ` ORDER BY entity_type, entity LIMIT ?`),
 		consentPageAfter:    d.bind(consent + ` AND (entity_type, entity) > (?, ?) ORDER BY entity_type, entity LIMIT ?`),
@@ -118,10 +119,10 @@ func NewSQLStore(db DB, d Dialect) SQLStore {
 func (s SQLStore) Dialect() Dialect { return s.d }
 
 func (s SQLStore) getGroup(ctx context.Context, c Conn, owner string, id []byte, lock string) (*gb.GroupSave, error) {
-	var row GroupRow
+	var row store.GroupRow
 	err := c.QueryRow(ctx, s.q.groupByID+lock, owner, id).Scan(row.Dest()...)
 	if errors.Is(err, s.d.NoRows) {
-		return nil, fmt.Errorf("group %x: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("group %x: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: read group %x: %w", s.d.Name, id, err)
@@ -134,16 +135,16 @@ func (s SQLStore) GetGroup(ctx context.Context, owner string, id []byte) (*gb.Gr
 }
 
 func (s SQLStore) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (created bool, err error) {
-	args, err := GroupArgs(g)
+	args, err := store.GroupArgs(g)
 	if err != nil {
 		return false, err
 	}
 	err = s.db.Write(ctx, func(tx Conn) error {
 		old, err := s.getGroup(ctx, tx, owner, g.GetId(), s.d.ForUpdate)
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		if err := CheckPut(old); err != nil {
+		if err := store.CheckPut(old); err != nil {
 			return err
 		}
 		created = old == nil
@@ -160,7 +161,7 @@ func (s SQLStore) ListGroups(ctx context.Context, owner string, after []byte, li
 }
 
 func (s SQLStore) listGroups(ctx context.Context, c Conn, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
-	query, args := GroupSelect(owner, after, limit, s.d.Placeholder)
+	query, args := store.GroupSelect(owner, after, limit, s.d.Placeholder)
 	var out []*gb.GroupSave
 	err := c.Query(ctx, query, args, func(rows Rows) (err error) {
 		out, err = collectGroups(rows)
@@ -177,7 +178,7 @@ func (s SQLStore) ActivateGroup(ctx context.Context, owner string, id []byte) (g
 		if g, err = s.getGroup(ctx, tx, owner, id, s.d.ForUpdate); err != nil {
 			return err
 		}
-		if activated, err = Activate(g); err != nil || !activated {
+		if activated, err = store.Activate(g); err != nil || !activated {
 			return err
 		}
 		if _, err := tx.Exec(ctx, s.q.groupSetState, int32(g.MembershipState), owner, id); err != nil {
@@ -191,8 +192,8 @@ func (s SQLStore) ActivateGroup(ctx context.Context, owner string, id []byte) (g
 	return g, activated, nil
 }
 
-func (s SQLStore) MergeGroups(ctx context.Context, owner string, groups []*gb.GroupSave) ([]Outcome, error) {
-	out := make([]Outcome, len(groups))
+func (s SQLStore) MergeGroups(ctx context.Context, owner string, groups []*gb.GroupSave) ([]store.Outcome, error) {
+	out := make([]store.Outcome, len(groups))
 	err := s.db.Write(ctx, func(tx Conn) error {
 		for i, g := range groups {
 			var err error
@@ -209,13 +210,13 @@ func (s SQLStore) MergeGroups(ctx context.Context, owner string, groups []*gb.Gr
 }
 
 // mergeGroup applies one imported group (ARCH-013, ARCH-014): a new group
-// is inserted Restored; a known one only moves its last message time on.
-func (s SQLStore) mergeGroup(ctx context.Context, tx Conn, owner string, g *gb.GroupSave) (Outcome, error) {
+// is inserted store.Restored; a known one only moves its last message time on.
+func (s SQLStore) mergeGroup(ctx context.Context, tx Conn, owner string, g *gb.GroupSave) (store.Outcome, error) {
 	var last *int64
 	err := tx.QueryRow(ctx, s.q.groupLastMessage, owner, g.GetId()).Scan(&last)
 	switch {
 	case errors.Is(err, s.d.NoRows):
-		args, err := GroupArgs(Restored(g))
+		args, err := store.GroupArgs(store.Restored(g))
 		if err != nil {
 			return 0, fmt.Errorf("group %x: %w", g.GetId(), err)
 		}
@@ -224,29 +225,29 @@ func (s SQLStore) mergeGroup(ctx context.Context, tx Conn, owner string, g *gb.G
 			return 0, fmt.Errorf("%s: insert group %x: %w", s.d.Name, g.GetId(), err)
 		}
 		if n == 1 {
-			return Inserted, nil
+			return store.Inserted, nil
 		}
-		return Unchanged, nil
+		return store.Unchanged, nil
 	case err != nil:
 		return 0, fmt.Errorf("%s: read group %x: %w", s.d.Name, g.GetId(), err)
-	case Later(g.LastMessageNs, last):
+	case store.Later(g.LastMessageNs, last):
 		if _, err := tx.Exec(ctx, s.q.groupSetLastMessage, g.GetLastMessageNs(), owner, g.GetId()); err != nil {
 			return 0, fmt.Errorf("%s: update group %x: %w", s.d.Name, g.GetId(), err)
 		}
-		return Updated, nil
+		return store.Updated, nil
 	default:
-		return Unchanged, nil
+		return store.Unchanged, nil
 	}
 }
 
-func (s SQLStore) ListMessages(ctx context.Context, owner string, q MessageQuery) (MessagePage, error) {
-	return CollectPage(q, func(fn func(*mb.GroupMessageSave) error) error {
+func (s SQLStore) ListMessages(ctx context.Context, owner string, q store.MessageQuery) (store.MessagePage, error) {
+	return store.CollectPage(q, func(fn func(*mb.GroupMessageSave) error) error {
 		return s.eachMessage(ctx, s.db.Read(), owner, q, fn)
 	})
 }
 
-func (s SQLStore) StreamMessages(ctx context.Context, owner string, q MessageQuery, fn func(*mb.GroupMessageSave) error) (full bool, err error) {
-	return StreamPage(q, func(each func(*mb.GroupMessageSave) error) error {
+func (s SQLStore) StreamMessages(ctx context.Context, owner string, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) (full bool, err error) {
+	return store.StreamPage(q, func(each func(*mb.GroupMessageSave) error) error {
 		return s.eachMessage(ctx, s.db.Read(), owner, q, each)
 	}, fn)
 }
@@ -254,8 +255,8 @@ func (s SQLStore) StreamMessages(ctx context.Context, owner string, q MessageQue
 // eachMessage runs one query and calls fn for each row as it arrives; with
 // no limit it streams a whole group. fn must not query c meanwhile: the
 // connection is busy.
-func (s SQLStore) eachMessage(ctx context.Context, c Conn, owner string, q MessageQuery, fn func(*mb.GroupMessageSave) error) error {
-	query, args := MessageSelect(owner, q, s.d.Placeholder)
+func (s SQLStore) eachMessage(ctx context.Context, c Conn, owner string, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
+	query, args := store.MessageSelect(owner, q, s.d.Placeholder)
 	var callers error // fn's own error, which already says what failed
 	err := c.Query(ctx, query, args, func(rows Rows) error {
 		return eachMessageRow(rows, func(m *mb.GroupMessageSave) error {
@@ -277,16 +278,16 @@ func (s SQLStore) DeleteMessage(ctx context.Context, owner string, groupID, id [
 		// The group first, then the message, both locked: the order every
 		// writer takes them in.
 		g, err := s.getGroup(ctx, tx, owner, groupID, s.d.ForShare)
-		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("message %x in group %x: %w", id, groupID, ErrNotFound)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("message %x in group %x: %w", id, groupID, store.ErrNotFound)
 		}
 		if err != nil {
 			return err
 		}
-		var row MessageRow
+		var row store.MessageRow
 		err = tx.QueryRow(ctx, s.q.messageByID, owner, groupID, id).Scan(row.Dest()...)
 		if errors.Is(err, s.d.NoRows) {
-			return fmt.Errorf("message %x in group %x: %w", id, groupID, ErrNotFound)
+			return fmt.Errorf("message %x in group %x: %w", id, groupID, store.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: read message %x: %w", s.d.Name, id, err)
@@ -301,11 +302,11 @@ func (s SQLStore) DeleteMessage(ctx context.Context, owner string, groupID, id [
 	})
 }
 
-func (s SQLStore) ListConsent(ctx context.Context, owner string, after *ConsentKey, limit int) ([]*cs.ConsentSave, error) {
+func (s SQLStore) ListConsent(ctx context.Context, owner string, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
 	return s.listConsent(ctx, s.db.Read(), owner, after, limit)
 }
 
-func (s SQLStore) listConsent(ctx context.Context, c Conn, owner string, after *ConsentKey, limit int) ([]*cs.ConsentSave, error) {
+func (s SQLStore) listConsent(ctx context.Context, c Conn, owner string, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
 	query, args := s.q.consentPage, []any{owner, limit}
 	if after != nil {
 		query, args = s.q.consentPageAfter, []any{owner, int32(after.EntityType), after.Entity, limit}
@@ -329,16 +330,16 @@ func (s SQLStore) listConsent(ctx context.Context, c Conn, owner string, after *
 	return out, nil
 }
 
-func (s SQLStore) Snapshot(ctx context.Context, owner string, fn func(Snapshot) error) error {
+func (s SQLStore) Snapshot(ctx context.Context, owner string, fn func(store.Snapshot) error) error {
 	return s.db.ReadSnapshot(ctx, func(tx Conn) error {
-		return fn(Pager{
+		return fn(store.Pager{
 			Groups: func(ctx context.Context, after []byte, limit int) ([]*gb.GroupSave, error) {
 				return s.listGroups(ctx, tx, owner, after, limit)
 			},
-			Messages: func(ctx context.Context, q MessageQuery, fn func(*mb.GroupMessageSave) error) error {
+			Messages: func(ctx context.Context, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
 				return s.eachMessage(ctx, tx, owner, q, fn)
 			},
-			Consent: func(ctx context.Context, after *ConsentKey, limit int) ([]*cs.ConsentSave, error) {
+			Consent: func(ctx context.Context, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
 				return s.listConsent(ctx, tx, owner, after, limit)
 			},
 		})
@@ -358,7 +359,7 @@ const probePad = 1 << 20
 // After a write was refused for space, it inserts a padded row and
 // deletes it in one transaction, and clears space's state only when that
 // succeeds.
-func (s SQLStore) Probe(ctx context.Context, space *SpaceWatch) error {
+func (s SQLStore) Probe(ctx context.Context, space *store.SpaceWatch) error {
 	if !space.Full() {
 		if _, err := s.exec(ctx, s.d.bind(`INSERT INTO store_probe (id, at_ns, pad) VALUES (1, ?, ?) ON CONFLICT (id) DO UPDATE SET at_ns = excluded.at_ns`), time.Now().UnixNano(), []byte{}); err != nil {
 			return fmt.Errorf("%s: probe write: %w", s.d.Name, err)
@@ -377,6 +378,6 @@ func (s SQLStore) Probe(ctx context.Context, space *SpaceWatch) error {
 	if err != nil {
 		return fmt.Errorf("%s: probe write (out of space): %w", s.d.Name, err)
 	}
-	space.full.Store(false)
+	space.Cleared()
 	return nil
 }

@@ -1,0 +1,304 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+const jobColumns = `id, kind, owner, principal, state, spec, progress, result, error_code, error_message, cancel_requested, lease_until_ns, created_ns, updated_ns, done_ns, request_id, attempt`
+
+type jobRow struct {
+	store.Job
+	cancel                                int64
+	leaseNs, createdNs, updatedNs, doneNs int64
+}
+
+func (r *jobRow) dest() []any {
+	return []any{&r.ID, &r.Kind, &r.Owner, &r.Principal, &r.State, &r.Spec, &r.Progress, &r.Result,
+		&r.ErrorCode, &r.ErrorMessage, &r.cancel, &r.leaseNs, &r.createdNs, &r.updatedNs, &r.doneNs, &r.RequestID, &r.Attempt}
+}
+
+func (r *jobRow) job() store.Job {
+	j := r.Job
+	j.CancelRequested = r.cancel != 0
+	j.LeaseUntil = time.Unix(0, r.leaseNs)
+	j.Created = time.Unix(0, r.createdNs)
+	j.Updated = time.Unix(0, r.updatedNs)
+	if r.doneNs != 0 {
+		j.Done = time.Unix(0, r.doneNs)
+	}
+	return j
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// uniqueViolation reports a unique constraint refusing a row: Postgres's
+// 23505, SQLite's SQLITE_CONSTRAINT (read through the drivers' small
+// interfaces, so no driver import).
+func uniqueViolation(err error) bool {
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		return pg.SQLState() == "23505"
+	}
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		return coded.Code()&0xff == 19
+	}
+	return false
+}
+
+func (s SQLStore) CreateJob(ctx context.Context, j store.Job) error {
+	q := s.d.bind(`INSERT INTO jobs (` + jobColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	_, err := s.exec(ctx, q, j.ID, j.Kind, j.Owner, j.Principal, j.State, nonNil(j.Spec), nonNil(j.Progress), nonNil(j.Result),
+		j.ErrorCode, j.ErrorMessage, boolInt(j.CancelRequested), j.LeaseUntil.UnixNano(), j.Created.UnixNano(), j.Updated.UnixNano(), unixOrZero(j.Done), j.RequestID,
+		max(j.Attempt, 1))
+	if uniqueViolation(err) && j.RequestID != "" {
+		if _, gerr := s.GetJobByRequest(ctx, j.Owner, j.Kind, j.RequestID); gerr == nil {
+			return fmt.Errorf("request %.64q: %w", j.RequestID, store.ErrRequestSeen)
+		}
+	}
+	if uniqueViolation(err) {
+		if j.Kind == store.JobExport {
+			if _, gerr := s.GetJob(ctx, j.ID); errors.Is(gerr, store.ErrNotFound) {
+				return fmt.Errorf("job for owner %.64q: %w", j.Owner, store.ErrJobConflict)
+			}
+		}
+		return fmt.Errorf("%s: job %s exists: %w", s.d.Name, j.ID, store.ErrFailedPrecondition)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: create job: %w", s.d.Name, err)
+	}
+	return nil
+}
+
+// exec runs one write statement in a transaction of its own (SQLite's
+// read connections are query-only).
+func (s SQLStore) exec(ctx context.Context, query string, args ...any) (n int64, err error) {
+	err = s.db.Write(ctx, func(tx Conn) error {
+		n, err = tx.Exec(ctx, query, args...)
+		return err
+	})
+	return n, err
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func unixOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func (s SQLStore) GetJob(ctx context.Context, id string) (store.Job, error) {
+	return s.getJob(ctx, s.db.Read(), id, "")
+}
+
+func (s SQLStore) GetJobByRequest(ctx context.Context, owner, kind, requestID string) (store.Job, error) {
+	if requestID == "" {
+		return store.Job{}, fmt.Errorf("no request id: %w", store.ErrNotFound)
+	}
+	var r jobRow
+	err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT `+jobColumns+` FROM jobs WHERE owner = ? AND kind = ? AND request_id = ?`), owner, kind, requestID).Scan(r.dest()...)
+	if errors.Is(err, s.d.NoRows) {
+		return store.Job{}, fmt.Errorf("request %.64q: %w", requestID, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Job{}, fmt.Errorf("%s: read job: %w", s.d.Name, err)
+	}
+	return r.job(), nil
+}
+
+func (s SQLStore) getJob(ctx context.Context, c Conn, id, lock string) (store.Job, error) {
+	var r jobRow
+	err := c.QueryRow(ctx, s.d.bind(`SELECT `+jobColumns+` FROM jobs WHERE id = ?`)+lock, id).Scan(r.dest()...)
+	if errors.Is(err, s.d.NoRows) {
+		return store.Job{}, fmt.Errorf("job %.64q: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Job{}, fmt.Errorf("%s: read job: %w", s.d.Name, err)
+	}
+	return r.job(), nil
+}
+
+func (s SQLStore) ListJobs(ctx context.Context, q store.JobQuery) ([]store.Job, error) {
+	var where []string
+	var args []any
+	if q.Owner != "" {
+		where = append(where, "owner = ?")
+		args = append(args, q.Owner)
+	}
+	if q.After != "" {
+		where = append(where, "id > ?")
+		args = append(args, q.After)
+	}
+	query := `SELECT ` + jobColumns + ` FROM jobs`
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	query += ` ORDER BY id LIMIT ?`
+	args = append(args, q.Limit)
+	var out []store.Job
+	err := s.db.Read().Query(ctx, s.d.bind(query), args, func(rows Rows) error {
+		for rows.Next() {
+			var r jobRow
+			if err := rows.Scan(r.dest()...); err != nil {
+				return err
+			}
+			out = append(out, r.job())
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: list jobs: %w", s.d.Name, err)
+	}
+	return out, nil
+}
+
+func (s SQLStore) RenewJob(ctx context.Context, id string, attempt int, progress []byte, leaseUntil time.Time) (bool, error) {
+	var cancel int64
+	err := s.db.Write(ctx, func(tx Conn) error {
+		j, err := s.getJob(ctx, tx, id, s.d.ForUpdate)
+		if err != nil {
+			return err
+		}
+		if j.State != store.JobRunning {
+			return fmt.Errorf("job %s is %s: %w", id, j.State, store.ErrFailedPrecondition)
+		}
+		if j.Attempt != attempt {
+			return fmt.Errorf("job %s is at attempt %d, taken over from attempt %d: %w", id, j.Attempt, attempt, store.ErrFailedPrecondition)
+		}
+		cancel = boolInt(j.CancelRequested)
+		_, err = tx.Exec(ctx, s.d.bind(`UPDATE jobs SET progress = ?, lease_until_ns = ?, updated_ns = ? WHERE id = ?`),
+			nonNil(progress), leaseUntil.UnixNano(), time.Now().UnixNano(), id)
+		if err != nil {
+			return fmt.Errorf("%s: renew job: %w", s.d.Name, err)
+		}
+		return nil
+	})
+	return cancel != 0, err
+}
+
+func (s SQLStore) FinishJob(ctx context.Context, id string, attempt int, end store.JobEnd) error {
+	n, err := s.exec(ctx, s.d.bind(`UPDATE jobs SET state = ?, progress = ?, result = ?, error_code = ?, error_message = ?, updated_ns = ?, done_ns = ? WHERE id = ? AND state = ? AND attempt = ?`),
+		end.State, nonNil(end.Progress), nonNil(end.Result), end.ErrorCode, end.ErrorMessage, end.At.UnixNano(), end.At.UnixNano(), id, store.JobRunning, attempt)
+	if err != nil {
+		return fmt.Errorf("%s: finish job: %w", s.d.Name, err)
+	}
+	if n == 0 {
+		j, err := s.GetJob(ctx, id)
+		if err != nil {
+			return err
+		}
+		if j.State == store.JobRunning {
+			return fmt.Errorf("job %s was taken over (attempt %d, not %d): %w", id, j.Attempt, attempt, store.ErrFailedPrecondition)
+		}
+		return fmt.Errorf("job %s already ended %s: %w", id, j.State, store.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+func (s SQLStore) RequestCancel(ctx context.Context, id string) (store.Job, error) {
+	if _, err := s.exec(ctx, s.d.bind(`UPDATE jobs SET cancel_requested = 1, updated_ns = ? WHERE id = ? AND state = ?`),
+		time.Now().UnixNano(), id, store.JobRunning); err != nil {
+		return store.Job{}, fmt.Errorf("%s: cancel job: %w", s.d.Name, err)
+	}
+	return s.GetJob(ctx, id)
+}
+
+func (s SQLStore) DeleteJob(ctx context.Context, id string) error {
+	return s.db.Write(ctx, func(tx Conn) error {
+		j, err := s.getJob(ctx, tx, id, s.d.ForUpdate)
+		if err != nil {
+			return err
+		}
+		if j.State == store.JobRunning {
+			return fmt.Errorf("job %s is running; cancel it first: %w", id, store.ErrFailedPrecondition)
+		}
+		if _, err := tx.Exec(ctx, s.d.bind(`DELETE FROM jobs WHERE id = ?`), id); err != nil {
+			return fmt.Errorf("%s: delete job: %w", s.d.Name, err)
+		}
+		return nil
+	})
+}
+
+func (s SQLStore) ClaimJob(ctx context.Context, now, leaseUntil time.Time, maxAttempts int) (store.Job, error) {
+	var claimed store.Job
+	err := s.db.Write(ctx, func(tx Conn) error {
+		var id string
+		var attempt int
+		err := tx.QueryRow(ctx, s.d.bind(`SELECT id, attempt FROM jobs WHERE state = ? AND lease_until_ns < ? AND attempt < ? ORDER BY id LIMIT 1`+s.d.ForUpdate+s.d.SkipLocked),
+			store.JobRunning, now.UnixNano(), maxAttempts).Scan(&id, &attempt)
+		if errors.Is(err, s.d.NoRows) {
+			return store.ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("%s: claim job: %w", s.d.Name, err)
+		}
+		// The attempt in the WHERE clause settles a race with a replica
+		// that read the same row without the lock (SQLite has none).
+		n, err := tx.Exec(ctx, s.d.bind(`UPDATE jobs SET attempt = ?, lease_until_ns = ?, updated_ns = ? WHERE id = ? AND state = ? AND attempt = ?`),
+			attempt+1, leaseUntil.UnixNano(), now.UnixNano(), id, store.JobRunning, attempt)
+		if err != nil {
+			return fmt.Errorf("%s: claim job: %w", s.d.Name, err)
+		}
+		if n == 0 {
+			return store.ErrNotFound
+		}
+		claimed, err = s.getJob(ctx, tx, id, "")
+		return err
+	})
+	return claimed, err
+}
+
+func (s SQLStore) ExpireJobs(ctx context.Context, now time.Time, maxAttempts int, code int32, message string) ([]string, error) {
+	var ids []string
+	err := s.db.Write(ctx, func(tx Conn) error {
+		ids = ids[:0]
+		err := tx.Query(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND lease_until_ns < ? AND attempt >= ?`+s.d.ForUpdate), []any{store.JobRunning, now.UnixNano(), maxAttempts}, func(rows Rows) error {
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return fmt.Errorf("%s: expired jobs: %w", s.d.Name, err)
+		}
+		for _, id := range ids {
+			if _, err := tx.Exec(ctx, s.d.bind(`UPDATE jobs SET state = ?, error_code = ?, error_message = ?, updated_ns = ?, done_ns = ? WHERE id = ? AND state = ?`),
+				store.JobFailed, code, message, now.UnixNano(), now.UnixNano(), id, store.JobRunning); err != nil {
+				return fmt.Errorf("%s: expire job: %w", s.d.Name, err)
+			}
+		}
+		return nil
+	})
+	return ids, err
+}
+
+func (s SQLStore) DeleteFinishedJobs(ctx context.Context, before time.Time, limit int) (int, error) {
+	n, err := s.exec(ctx, s.d.bind(`DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state <> ? AND done_ns > 0 AND done_ns < ? ORDER BY id LIMIT ?)`),
+		store.JobRunning, before.UnixNano(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("%s: delete finished jobs: %w", s.d.Name, err)
+	}
+	return int(n), nil
+}
