@@ -24,6 +24,7 @@ import (
 
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/buildinfo"
+	"github.com/contentbackup/contentbackup/internal/expiry"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/records"
@@ -91,6 +92,7 @@ type serveCmd struct {
 	ShutdownGrace    time.Duration `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
 	limitFlags
 	jobFlags
+	expiryFlags
 	MetricsListen string `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
 	PProf         bool   `name:"pprof" env:"PPROF" help:"Also serve Go's profiles (net/http/pprof) at /debug/pprof/ on the metrics address: for an operator on a trusted network, never a public one."`
 
@@ -130,6 +132,37 @@ func (f limitFlags) limits(callExpand int64) server.Limits {
 		MaxMessageStreams: f.MaxMessageStreams, MaxMessageStreamsPerOwner: f.MaxMessageStreamsPerOwner,
 		StreamIdleTimeout: f.StreamIdleTimeout, MaxConnectionAge: f.MaxConnectionAge, MaxConnectionAgeGrace: f.MaxConnectionAgeGrace,
 	}
+}
+
+// expiryFlags bound the purge of expired disappearing messages.
+type expiryFlags struct {
+	ExpiryPurgeInterval time.Duration `name:"expiry-purge-interval" env:"EXPIRY_PURGE_INTERVAL" default:"1m" help:"How often messages past their expires_at_ns are deleted from the store (META-051); 0 turns the purge off (expired messages are still never listed nor exported)."`
+	ExpiryPurgeBatch    int           `name:"expiry-purge-batch" env:"EXPIRY_PURGE_BATCH" default:"1000" help:"Expired messages of one owner deleted in one transaction, before the purge moves to the next owner."`
+	ExpiryPurgeMax      int64         `name:"expiry-purge-max" env:"EXPIRY_PURGE_MAX" default:"100000" help:"Expired messages one purge run deletes at most; the next run goes on from the owner it reached."`
+}
+
+// startPurge runs the expiry purge until ctx is done, with its metrics
+// on reg when set.
+func (f expiryFlags) startPurge(ctx context.Context, st store.Store, reg prometheus.Registerer, log *zap.Logger) {
+	if f.ExpiryPurgeInterval <= 0 {
+		log.Warn("the purge of expired messages is off: they stay stored, though never listed nor exported")
+		return
+	}
+	cfg := expiry.Config{Store: st, Interval: f.ExpiryPurgeInterval, PerOwner: f.ExpiryPurgeBatch, MaxPerRun: f.ExpiryPurgeMax, Log: log.Named("expiry")}
+	if reg != nil {
+		purged := prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "contentbackup_expired_messages_purged_total",
+			Help: "Messages deleted from the store because their expires_at_ns had passed (META-051).",
+		})
+		lag := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "contentbackup_expired_messages_lag_seconds",
+			Help: "How long the oldest expired message still stored is past its deadline, after the last purge run (0: none is).",
+		})
+		reg.MustRegister(purged, lag)
+		cfg.Purged = func(n int64) { purged.Add(float64(n)) }
+		cfg.Lag = func(d time.Duration) { lag.Set(d.Seconds()) }
+	}
+	go expiry.New(cfg).Run(ctx)
 }
 
 // jobFlags configure server-side jobs (BackupService): where archives may
@@ -308,6 +341,7 @@ func (c *serveCmd) Run() error {
 		cfg.Metrics = reg
 	}
 	srv := server.New(cfg, log)
+	c.startPurge(ctx, st, cfg.Metrics, log)
 	if reg != nil {
 		stopMetrics, err := serveMetrics(c.MetricsListen, reg, srv, perimeter.policy, c.PProf, log)
 		if err != nil {

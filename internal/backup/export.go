@@ -300,7 +300,7 @@ func (rd *exportReader) conversations(ctx context.Context, snap store.Snapshot) 
 		// With exclude_disappearing_messages the store leaves out restored
 		// messages of unknown expiry; MessageEligible, those with one.
 		q := store.MessageQuery{GroupID: g.GetId(), StartNs: opts.StartNs, EndNs: opts.EndNs,
-			ExcludeRestoredUnknownExpiry: opts.GetExcludeDisappearingMessages()}
+			ExcludeRestoredUnknownExpiry: opts.GetExcludeDisappearingMessages(), LiveAtNs: rd.exportedAtNs}
 		if err := records.CheckArchivedGroup(g); err != nil {
 			repaired, _, ok := records.RepairGroup(g)
 			switch {

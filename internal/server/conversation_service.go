@@ -264,6 +264,9 @@ func (s *ConversationService) messageQuery(owner string, group []byte, startNs, 
 	}
 	// Stored content is read no further than the page can return.
 	q.MaxBytes = s.limits.ListPageBytes
+	// An expired message is never listed, whether or not the purge has
+	// deleted it yet (META-051); the page token does not bind the time.
+	q.LiveAtNs = time.Now().UnixNano()
 	return q, nil
 }
 

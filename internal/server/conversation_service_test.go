@@ -25,6 +25,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/contentapi"
 	"github.com/contentbackup/contentbackup/internal/eventually"
+	"github.com/contentbackup/contentbackup/internal/expiry"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
@@ -784,4 +785,37 @@ func TestListMessagesReaderEnds(t *testing.T) {
 func goroutinesBackTo(before int) int {
 	eventually.Within(5*time.Second, func() bool { return runtime.NumGoroutine() <= before })
 	return runtime.NumGoroutine()
+}
+
+// TestE2EConversation_META051_ExpiredMessagesLeave: a disappearing
+// message is listed until its deadline and not after, whether or not the
+// purge has run; the purge then deletes it from the store, and nothing
+// else.
+func TestE2EConversation_META051_ExpiredMessagesLeave(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, c cb.ConversationServiceClient, s store.Store) {
+		g := storetest.FullGroup("g")
+		put(t, c, "alice", g)
+		soon := time.Now().Add(time.Second).UnixNano()
+		known := true
+		fleeting := storetest.Message("fleeting", g.GetId(), 1000)
+		fleeting.ExpiresAtNs, fleeting.ExpiryKnown = &soon, &known
+		lasting := storetest.Message("lasting", g.GetId(), 1001)
+		appendMsgs(t, c, "alice", fleeting, lasting)
+		if n := len(listAll(t, c, "alice", g.GetId())); n != 2 {
+			t.Fatalf("before the deadline: %d messages listed, want 2", n)
+		}
+		eventually.True(t, 10*time.Second, func() bool { return len(listAll(t, c, "alice", g.GetId())) == 1 },
+			func() string { return "the expired message is still listed" })
+		if got := listAll(t, c, "alice", g.GetId()); string(got[0].GetMessage().GetId()) != "lasting" {
+			t.Errorf("listed %q, want the lasting message", got[0].GetMessage().GetId())
+		}
+		n, err := expiry.New(expiry.Config{Store: s}).RunOnce(t.Context(), time.Now())
+		if err != nil || n != 1 {
+			t.Fatalf("purge: %d deleted, %v; want 1", n, err)
+		}
+		page, err := s.ListMessages(t.Context(), "alice", store.MessageQuery{GroupID: g.GetId(), Limit: 10})
+		if err != nil || len(page.Messages) != 1 || string(page.Messages[0].GetId()) != "lasting" {
+			t.Errorf("the store after the purge: %v, %v", page.Messages, err)
+		}
+	})
 }

@@ -246,6 +246,9 @@ func MessageSelect(owner string, q MessageQuery, placeholder func(int) string) (
 	if q.ExcludeRestoredUnknownExpiry {
 		b.WriteString(` AND NOT (restored AND expiry_known IS NOT TRUE)`)
 	}
+	if q.LiveAtNs != 0 {
+		b.WriteString(` AND (expires_at_ns IS NULL OR expires_at_ns > ` + arg(q.LiveAtNs) + `)`)
+	}
 	b.WriteString(` ORDER BY sent_at_ns, id`)
 	if q.Limit > 0 {
 		b.WriteString(` LIMIT ` + arg(q.Limit))

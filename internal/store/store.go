@@ -28,6 +28,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -178,6 +179,7 @@ type Store interface {
 	Jobs
 	Backups
 	ScheduleTicks
+	Expiry
 	// Snapshot runs fn over one consistent, read-only view of the owner's
 	// records: what export reads, so that every record it writes is as it
 	// stood at a single instant.
@@ -192,6 +194,20 @@ type Store interface {
 	ProbeWrite(ctx context.Context) error
 	// Close releases the engine's connections.
 	Close() error
+}
+
+// Expiry deletes disappearing messages once their deadline has passed.
+type Expiry interface {
+	// PurgeExpired deletes messages whose expires_at_ns is at or before
+	// now: up to perOwner of each of the next owners owners, in owner
+	// order after afterOwner, that hold any. It returns how many it
+	// deleted and the last owner it reached; a pass continues from there,
+	// and "" means it reached the last owner, so each owner gets its turn
+	// however large another's backlog.
+	PurgeExpired(ctx context.Context, now time.Time, afterOwner string, owners, perOwner int) (deleted int64, lastOwner string, err error)
+	// OldestExpired is the earliest deadline at or before now of a message
+	// still stored, or zero when none is: how far the purge lags.
+	OldestExpired(ctx context.Context, now time.Time) (time.Time, error)
 }
 
 // Groups stores conversations.
@@ -317,6 +333,10 @@ type MessageQuery struct {
 	// ExcludeRestoredUnknownExpiry leaves out messages that came in by
 	// archive import and whose expiry is unknown (ARCH-009, ARCH-019).
 	ExcludeRestoredUnknownExpiry bool
+	// LiveAtNs, when set, leaves out the messages that had expired by
+	// then (expires_at_ns at or before it): an expired message is never
+	// listed nor exported, whether or not the purge has deleted it yet.
+	LiveAtNs int64
 	// MaxBytes, when set, ends a page (ListMessages only) before the
 	// content it holds would pass MaxBytes; its first message is always
 	// included, so every message can be read.

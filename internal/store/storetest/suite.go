@@ -56,6 +56,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ExpiredJobsFail", testExpireJobs},
 		{"ExpiredJobsClaimed", testClaimJob},
 		{"ExpiredJobsClaimedOnce", testClaimJobOnce},
+		{"ExpiredMessagesHiddenThenPurged", testPurgeExpired},
 		{"ListJobsPages", testListJobs},
 		{"DeleteFinishedJobs", testDeleteFinishedJobs},
 		{"BackupCatalogIsOwnerBound", testBackupCatalog},
