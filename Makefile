@@ -28,7 +28,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps interop-soak interop-large ha bench bench-store bench-container bench-archive load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps interop-soak interop-large retention-golden ha bench bench-store bench-container bench-archive load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -112,6 +112,18 @@ interop-soak: interop-deps
 		go test -count=1 -timeout 60m -run '^TestReferenceRules_DifferentialGenerator$$' . -v \
 			-gen.seed=$$seed -gen.shapes=$(SOAK_SHAPES) -gen.report=$$PWD/soak-$$seed.json | grep -E 'seed [0-9]+:|imported|FAIL|ok' || exit 1; \
 	done
+
+# retention-golden rewrites internal/jobs/testdata/restic_forget.json from
+# restic itself: a repository of a simulated year of snapshots (kept in
+# RESTIC_GOLDEN_REPO between runs; restic takes about 5 min to write it)
+# and what `restic forget --dry-run` keeps under each rule set that
+# TestRetentionKeepsResticsSet holds our calendar retention to.
+RESTIC_VERSION := v0.17.3
+RESTIC_GOLDEN_REPO ?= /tmp/contentbackup-restic-golden
+retention-golden:
+	go install github.com/restic/restic/cmd/restic@$(RESTIC_VERSION)
+	RESTIC_BIN=$$(go env GOPATH)/bin/restic RESTIC_GOLDEN_REPO=$(RESTIC_GOLDEN_REPO) \
+		go test -count=1 -timeout 30m -run '^TestRetentionKeepsResticsSet$$' ./internal/jobs -update-restic
 
 # interop-large exports 100,000 messages into the reference client and
 # checks every one byte for byte (make test runs the same at 5,000).

@@ -6,21 +6,27 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/store"
 )
 
 // backupsCmd reads and manages the server's backup catalog: each backup
 // is named by its owner and catalog id, never by a key in a bucket.
 type backupsCmd struct {
-	List   listBackupsCmd  `cmd:"" help:"List an owner's backups, newest first."`
-	Show   showBackupCmd   `cmd:"" help:"Print one backup."`
-	Key    backupKeyCmd    `cmd:"" help:"Write a backup's archive key (64 hex characters, mode 0600) to a file, for verify, inspect or a device; the server logs it as an audit event."`
-	Delete deleteBackupCmd `cmd:"" help:"Delete a backup: its object, sidecar and catalog row."`
+	List      listBackupsCmd  `cmd:"" help:"List an owner's backups, newest first."`
+	Show      showBackupCmd   `cmd:"" help:"Print one backup."`
+	Key       backupKeyCmd    `cmd:"" help:"Write a backup's archive key (64 hex characters, mode 0600) to a file, for verify, inspect or a device; the server logs it as an audit event."`
+	Delete    deleteBackupCmd `cmd:"" help:"Delete a backup: its object, sidecar and catalog row."`
+	Retention retentionCmd    `cmd:"" help:"Dry run of a schedule's retention for an owner: which of its backups the server keeps (and by which rule) and which it deletes after the schedule's next export. Deletes nothing."`
 }
 
 type backupRef struct {
@@ -70,6 +76,80 @@ func (l *listBackupsCmd) Run(ctx context.Context, c *cli) error {
 			s.GetConsentRecords(), s.GetArchiveBytes(), b.GetPrincipal(), b.GetLabel())
 	}
 	return w.Flush()
+}
+
+type retentionCmd struct {
+	Owner     string `required:"" help:"Owner (inbox) whose backups to weigh."`
+	Schedules string `required:"" type:"existingfile" help:"The server's --schedule policy file."`
+	Schedule  string `required:"" help:"The schedule's name in it."`
+}
+
+func (r *retentionCmd) Run(ctx context.Context, c *cli) error {
+	policy, err := jobs.LoadSchedules(r.Schedules)
+	if err != nil {
+		return err
+	}
+	var sched *jobs.Schedule
+	for _, s := range policy.Schedules {
+		if s.Name == r.Schedule {
+			sched = s
+		}
+	}
+	if sched == nil {
+		return fmt.Errorf("schedule %q: not in %s", r.Schedule, r.Schedules)
+	}
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	req := &cb.ListBackupsRequest{Owner: r.Owner, PageSize: 500}
+	var complete []store.Backup
+	labels := map[string]string{}
+	for {
+		resp, err := cb.NewBackupServiceClient(conn).ListBackups(ctx, req)
+		if err != nil {
+			return fmt.Errorf("list: %w", err)
+		}
+		for _, b := range resp.GetBackups() {
+			if b.GetSchedule() == r.Schedule && b.GetState() == cb.BackupState_BACKUP_STATE_COMPLETE {
+				complete = append(complete, store.Backup{ID: b.GetId(), Created: b.GetCreateTime().AsTime()})
+				labels[b.GetId()] = b.GetLabel()
+			}
+		}
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+			break
+		}
+	}
+	keep, remove := sched.Policy().Apply(complete)
+	type row struct {
+		Backup  string   `json:"backup"`
+		Created string   `json:"created"`
+		Action  string   `json:"action"`
+		Rules   []string `json:"rules,omitempty"`
+		Label   string   `json:"label,omitempty"`
+	}
+	var rows []row
+	for _, k := range keep {
+		rows = append(rows, row{k.Backup.ID, k.Backup.Created.UTC().Format(time.RFC3339), "keep", k.Rules, labels[k.Backup.ID]})
+	}
+	for _, b := range remove {
+		rows = append(rows, row{b.ID, b.Created.UTC().Format(time.RFC3339), "delete", nil, labels[b.ID]})
+	}
+	slices.SortFunc(rows, func(a, b row) int { return strings.Compare(b.Created, a.Created) })
+	if c.JSON {
+		return c.output(rows, "")
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tCREATED\tACTION\tRULES\tLABEL")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Backup, r.Created, r.Action, strings.Join(r.Rules, ","), r.Label)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Printf("%d kept, %d to delete (dry run: nothing was deleted)\n", len(keep), len(remove))
+	return nil
 }
 
 func shortState(s cb.BackupState) string {

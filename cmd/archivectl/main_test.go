@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -448,3 +449,60 @@ func TestArchivectlLint(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestArchivectlRetentionDryRun: `backups retention` weighs an owner's
+// complete backups of one schedule by the policy file's rules, says which
+// it keeps and why, and deletes nothing.
+func TestArchivectlRetentionDryRun(t *testing.T) {
+	bin := build(t)
+	addr, s, _ := serveJobs(t, nil)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	owner := storetest.Owner("ret")
+	// Ten daily backups of the schedule "nightly", and one of another.
+	day := time.Date(2026, 11, 1, 3, 0, 0, 0, time.UTC)
+	for i := range 11 {
+		b := store.Backup{Owner: owner, ID: jobs.NewID(day.AddDate(0, 0, i)), State: store.BackupWriting, Bucket: "local",
+			ObjectKey: fmt.Sprintf("%s/%d.xmtpbak", owner, i), Schedule: "nightly", Options: []byte{}, WrappedKey: []byte{1}, Created: day.AddDate(0, 0, i)}
+		if i == 10 {
+			b.Schedule = "other"
+		}
+		if err := s.CreateBackup(t.Context(), b); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CompleteBackup(t.Context(), owner, b.ID, store.BackupSummary{SHA256: make([]byte, 32), At: b.Created}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy := filepath.Join(t.TempDir(), "schedules.yaml")
+	os.WriteFile(policy, []byte("schedules:\n  - name: nightly\n    cron: '@daily'\n    owners: [x]\n    bucket: local\n    retention: {daily: 3, weekly: 2}\n"), 0o600)
+	out, stderr, err := ctl.run("--json", "backups", "retention", "--owner", owner, "--schedules", policy, "--schedule", "nightly")
+	if err != nil {
+		t.Fatalf("retention: %v\n%s", err, stderr)
+	}
+	var rows []struct {
+		Created, Action string
+		Rules           []string
+	}
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var kept []string
+	for _, r := range rows {
+		if r.Action == "keep" {
+			kept = append(kept, r.Created[:10]+":"+strings.Join(r.Rules, "+"))
+		}
+	}
+	// Nov 10, 9, 8 by day; by ISO week, Nov 10 (a Tuesday) for the week
+	// from Monday Nov 9, and Nov 8 (a Sunday) for the week before; the
+	// other schedule's backup is not weighed.
+	if len(rows) != 10 || fmt.Sprint(kept) != "[2026-11-10:daily+weekly 2026-11-09:daily 2026-11-08:daily+weekly]" {
+		t.Errorf("%d rows, kept %v", len(rows), kept)
+	}
+	if l, _ := s.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 100}); len(l) != 11 {
+		t.Errorf("the dry run left %d backups of 11", len(l))
+	}
+	text, _, err := ctl.run("backups", "retention", "--owner", owner, "--schedules", policy, "--schedule", "nightly")
+	if err != nil || !strings.Contains(text, "3 kept, 7 to delete (dry run") {
+		t.Errorf("table: %v\n%s", err, text)
+	}
+}

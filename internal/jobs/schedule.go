@@ -37,8 +37,10 @@ type Schedule struct {
 	Prefix string `yaml:"prefix"`
 	// Keep is how many complete backups of each owner this schedule
 	// wrote stay; older ones (objects, sidecars and catalog rows) are
-	// deleted after each successful export.
-	Keep int `yaml:"keep"`
+	// deleted after each successful export. Retention, instead, keeps them
+	// by calendar (restic's rules); a schedule sets one of the two.
+	Keep      int        `yaml:"keep"`
+	Retention *Retention `yaml:"retention"`
 
 	spec cron.Schedule
 	// grain is the time a tick is named by: a minute for a cron
@@ -135,7 +137,14 @@ func ParseSchedules(b []byte) (*SchedulePolicy, error) {
 		if err := CheckObjectKey(s.Prefix + "x"); s.Prefix != "" && err != nil {
 			return nil, fmt.Errorf("%s.prefix: %w", at, err)
 		}
-		if s.Keep < 1 {
+		switch {
+		case s.Retention != nil && s.Keep != 0:
+			return nil, fmt.Errorf("%s: keep and retention both set; keep n is retention {last: n}: choose one", at)
+		case s.Retention != nil:
+			if err := s.Retention.check(); err != nil {
+				return nil, fmt.Errorf("%s.retention: %w", at, err)
+			}
+		case s.Keep < 1:
 			return nil, fmt.Errorf("%s.keep: %d; keep at least 1 archive", at, s.Keep)
 		}
 	}
@@ -251,10 +260,19 @@ func (m *Manager) scheduleRun(schedule, outcome string) {
 	}
 }
 
-// Prune deletes the owner's oldest complete backups that s wrote, past
-// s.Keep, as the catalog lists them: an object in the prefix that the
-// catalog does not hold (another writer's, or one left by hand) is never
-// counted nor deleted.
+// Policy is the schedule's retention: its calendar rules, or keep-last
+// Keep.
+func (s *Schedule) Policy() Retention {
+	if s.Retention != nil {
+		return *s.Retention
+	}
+	return Retention{Last: s.Keep}
+}
+
+// Prune deletes the owner's complete backups that s wrote and its
+// retention does not keep, as the catalog lists them: an object in the
+// prefix that the catalog does not hold (another writer's, or one left by
+// hand) is never counted nor deleted.
 func (m *Manager) Prune(ctx context.Context, s *Schedule, owner string) error {
 	var complete []store.Backup
 	before := ""
@@ -269,8 +287,8 @@ func (m *Manager) Prune(ctx context.Context, s *Schedule, owner string) error {
 		}
 		before = page[len(page)-1].ID
 	}
-	// Newest first: everything past the first Keep goes.
-	for _, b := range complete[min(s.Keep, len(complete)):] {
+	_, remove := s.Policy().Apply(complete)
+	for _, b := range remove {
 		if err := m.deleteBackup(ctx, b); err != nil {
 			return err
 		}

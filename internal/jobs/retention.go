@@ -1,0 +1,89 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+// Retention is a schedule's calendar retention, restic's `forget
+// --keep-*` rules over the catalog: Last keeps the newest n backups, Daily
+// the newest backup of each of the last n days that have one, Weekly of n
+// ISO weeks, Monthly of n months, Yearly of n years; -1 keeps one of every
+// such period. Periods are read in UTC. A backup any rule keeps stays.
+// While a rule still has periods to fill when it reaches the oldest
+// backup, that backup is kept too, as restic keeps it, so the history
+// kept reaches as far back as it can.
+type Retention struct {
+	Last    int `yaml:"last"`
+	Daily   int `yaml:"daily"`
+	Weekly  int `yaml:"weekly"`
+	Monthly int `yaml:"monthly"`
+	Yearly  int `yaml:"yearly"`
+}
+
+// check refuses a count below -1 and a retention that keeps nothing.
+func (r Retention) check() error {
+	counts := []int{r.Last, r.Daily, r.Weekly, r.Monthly, r.Yearly}
+	for _, n := range counts {
+		if n < -1 {
+			return fmt.Errorf("%d: a count is -1 (every period) or more", n)
+		}
+	}
+	if !slices.ContainsFunc(counts, func(n int) bool { return n != 0 }) {
+		return errors.New("keeps nothing: set at least one of last, daily, weekly, monthly, yearly")
+	}
+	return nil
+}
+
+// Kept is one backup a retention keeps, with the rules that keep it.
+type Kept struct {
+	Backup store.Backup
+	Rules  []string
+}
+
+// Apply splits backups, in any order, into those r keeps (newest first,
+// each with why) and those it removes (newest first). A backup's time is
+// when its export started (Created).
+func (r Retention) Apply(backups []store.Backup) (keep []Kept, remove []store.Backup) {
+	list := slices.Clone(backups)
+	slices.SortStableFunc(list, func(a, b store.Backup) int { return b.Created.Compare(a.Created) })
+	rules := []struct {
+		name   string
+		count  int
+		period func(t time.Time, nr int) int
+		last   int
+	}{
+		{"last", r.Last, func(_ time.Time, nr int) int { return nr }, -1},
+		{"daily", r.Daily, func(t time.Time, _ int) int { return t.Year()*10000 + int(t.Month())*100 + t.Day() }, -1},
+		{"weekly", r.Weekly, func(t time.Time, _ int) int { y, w := t.ISOWeek(); return y*100 + w }, -1},
+		{"monthly", r.Monthly, func(t time.Time, _ int) int { return t.Year()*100 + int(t.Month()) }, -1},
+		{"yearly", r.Yearly, func(t time.Time, _ int) int { return t.Year() }, -1},
+	}
+	for nr, b := range list {
+		t := b.Created.UTC()
+		var why []string
+		for i := range rules {
+			rule := &rules[i]
+			if rule.count == 0 {
+				continue
+			}
+			if p := rule.period(t, nr); p != rule.last || nr == len(list)-1 {
+				rule.last = p
+				if rule.count > 0 {
+					rule.count--
+				}
+				why = append(why, rule.name)
+			}
+		}
+		if len(why) > 0 {
+			keep = append(keep, Kept{Backup: b, Rules: why})
+		} else {
+			remove = append(remove, b)
+		}
+	}
+	return keep, remove
+}

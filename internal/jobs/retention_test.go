@@ -1,0 +1,174 @@
+package jobs
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+// simulatedYear is a year of a daily schedule's backups as it really
+// runs: 03:00 give or take a few hours, a day missed now and then, and a
+// second (manual) backup on some days.
+func simulatedYear() []time.Time {
+	var out []time.Time
+	start := time.Date(2025, 1, 1, 3, 0, 0, 0, time.UTC)
+	for day := range 365 {
+		if day%17 == 5 {
+			continue
+		}
+		d := start.AddDate(0, 0, day)
+		out = append(out, d.Add(time.Duration(day%5)*time.Hour))
+		if day%11 == 0 {
+			out = append(out, d.Add(12*time.Hour))
+		}
+	}
+	return out
+}
+
+// retentionCases are the rule sets held against restic's forget.
+var retentionCases = []struct {
+	name string
+	r    Retention
+}{
+	{"restic's README: 7 daily, 4 weekly, 12 monthly", Retention{Daily: 7, Weekly: 4, Monthly: 12}},
+	{"last 3, daily 10, weekly 8, monthly 6, yearly 2", Retention{Last: 3, Daily: 10, Weekly: 8, Monthly: 6, Yearly: 2}},
+	{"every month, 3 weeks", Retention{Monthly: -1, Weekly: 3}},
+	{"more days than backups", Retention{Daily: 400}},
+	{"last 5", Retention{Last: 5}},
+}
+
+const resticGolden = "testdata/restic_forget.json"
+
+var updateRestic = flag.Bool("update-restic", false, "rewrite "+resticGolden+" from the restic binary in RESTIC_BIN")
+
+// TestRetentionKeepsResticsSet: over a simulated year of backups, each
+// rule set keeps exactly the backups restic's `forget --keep-*` keeps for
+// the same snapshots (testdata/restic_forget.json, written by restic
+// itself: make retention-golden).
+func TestRetentionKeepsResticsSet(t *testing.T) {
+	if *updateRestic {
+		writeResticGolden(t)
+	}
+	raw, err := os.ReadFile(resticGolden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var golden map[string][]string
+	if err := json.Unmarshal(raw, &golden); err != nil {
+		t.Fatal(err)
+	}
+	var backups []store.Backup
+	for i, at := range simulatedYear() {
+		backups = append(backups, store.Backup{ID: fmt.Sprintf("%04d", i), Created: at})
+	}
+	for _, c := range retentionCases {
+		want, ok := golden[c.name]
+		if !ok {
+			t.Errorf("%s: not in %s; run make retention-golden", c.name, resticGolden)
+			continue
+		}
+		keep, remove := c.r.Apply(backups)
+		var got []string
+		for _, k := range keep {
+			got = append(got, k.Backup.Created.UTC().Format(time.RFC3339))
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: kept %d, restic keeps %d\n got %v\nwant %v", c.name, len(got), len(want), got, want)
+		}
+		if len(keep)+len(remove) != len(backups) {
+			t.Errorf("%s: %d kept + %d removed of %d", c.name, len(keep), len(remove), len(backups))
+		}
+	}
+}
+
+// writeResticGolden makes a restic repository holding a snapshot at each
+// time of the simulated year and records, for each rule set, the times
+// of the snapshots `restic forget --dry-run` keeps.
+func writeResticGolden(t *testing.T) {
+	bin := os.Getenv("RESTIC_BIN")
+	if bin == "" {
+		t.Fatal("RESTIC_BIN names the restic binary the golden file is written from")
+	}
+	// RESTIC_GOLDEN_REPO keeps the repository between runs: its year of
+	// snapshots takes restic minutes to write.
+	repo, data := os.Getenv("RESTIC_GOLDEN_REPO"), t.TempDir()
+	if repo == "" {
+		repo = t.TempDir()
+	}
+	if err := os.WriteFile(filepath.Join(data, "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) []byte {
+		cmd := exec.Command(bin, append([]string{"--repo", repo, "--no-cache", "--quiet"}, args...)...)
+		cmd.Env = append(os.Environ(), "RESTIC_PASSWORD=golden", "TZ=UTC")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("restic %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+		}
+		return out
+	}
+	if _, err := os.Stat(filepath.Join(repo, "config")); err != nil {
+		run("init")
+		for _, at := range simulatedYear() {
+			run("backup", "--host", "h", "--time", at.UTC().Format("2006-01-02 15:04:05"), data)
+		}
+	}
+	golden := map[string][]string{}
+	for _, c := range retentionCases {
+		args := []string{"forget", "--dry-run", "--json"}
+		for _, f := range []struct {
+			flag string
+			n    int
+		}{{"--keep-last", c.r.Last}, {"--keep-daily", c.r.Daily}, {"--keep-weekly", c.r.Weekly}, {"--keep-monthly", c.r.Monthly}, {"--keep-yearly", c.r.Yearly}} {
+			switch {
+			case f.n == -1:
+				args = append(args, f.flag+"=unlimited")
+			case f.n != 0:
+				args = append(args, fmt.Sprintf("%s=%d", f.flag, f.n))
+			}
+		}
+		var groups []struct {
+			Keep []struct {
+				Time time.Time `json:"time"`
+			} `json:"keep"`
+		}
+		if err := json.Unmarshal(run(args...), &groups); err != nil {
+			t.Fatal(err)
+		}
+		var kept []string
+		for _, g := range groups {
+			for _, s := range g.Keep {
+				kept = append(kept, s.Time.UTC().Format(time.RFC3339))
+			}
+		}
+		golden[c.name] = kept
+	}
+	out, err := json.MarshalIndent(golden, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(resticGolden, append(out, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRetentionRefusesNothingKept(t *testing.T) {
+	for _, r := range []Retention{{}, {Daily: -2}} {
+		if r.check() == nil {
+			t.Errorf("%+v accepted", r)
+		}
+	}
+}
