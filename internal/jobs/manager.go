@@ -125,6 +125,9 @@ type Config struct {
 	MaxAttempts int
 	// TakenOver, when set, is told of each job this server took over.
 	TakenOver func(kind string)
+	// BackupVerified, when set, is told of each backup read back: the
+	// schedule that wrote it and whether it was sound.
+	BackupVerified func(schedule string, ok bool)
 	// ScheduleClock is the time schedules read when they fire (default
 	// time.Now): a fleet test sets it off to play a replica whose clock
 	// is skewed.

@@ -41,8 +41,14 @@ type Schedule struct {
 	// by calendar (restic's rules); a schedule sets one of the two.
 	Keep      int        `yaml:"keep"`
 	Retention *Retention `yaml:"retention"`
+	// Verify, when set, reads the schedule's backups back on a schedule
+	// of its own.
+	Verify *VerifyPolicy `yaml:"verify"`
 
 	spec cron.Schedule
+	// verifySpec and verifyGrain are Verify.Cron's, as spec and grain.
+	verifySpec  cron.Schedule
+	verifyGrain time.Duration
 	// grain is the time a tick is named by: a minute for a cron
 	// expression, the interval for @every.
 	grain time.Duration
@@ -137,6 +143,16 @@ func ParseSchedules(b []byte) (*SchedulePolicy, error) {
 		if err := CheckObjectKey(s.Prefix + "x"); s.Prefix != "" && err != nil {
 			return nil, fmt.Errorf("%s.prefix: %w", at, err)
 		}
+		if s.Verify != nil {
+			vspec, err := cron.ParseStandard(s.Verify.Cron)
+			if err != nil {
+				return nil, fmt.Errorf("%s.verify.cron: %w", at, err)
+			}
+			s.verifySpec, s.verifyGrain = alignTicks(vspec)
+			if s.Verify.Sample < 0 {
+				return nil, fmt.Errorf("%s.verify.sample: %d; 0 (all) or more", at, s.Verify.Sample)
+			}
+		}
 		switch {
 		case s.Retention != nil && s.Keep != 0:
 			return nil, fmt.Errorf("%s: keep and retention both set; keep n is retention {last: n}: choose one", at)
@@ -190,6 +206,9 @@ func NewScheduler(ctx context.Context, m *Manager, p *SchedulePolicy) (*Schedule
 	sc.cron = c
 	for _, s := range p.Schedules {
 		c.Schedule(s.spec, cron.FuncJob(func() { sc.Fire(m.ctx, s, m.cfg.ScheduleClock()) }))
+		if s.Verify != nil {
+			c.Schedule(s.verifySpec, cron.FuncJob(func() { sc.FireVerify(m.ctx, s, m.cfg.ScheduleClock()) }))
+		}
 	}
 	return sc, nil
 }
@@ -252,6 +271,30 @@ func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []stri
 		ids = append(ids, j.ID)
 	}
 	return ids
+}
+
+// FireVerify reads back, for each owner of s, Verify.Sample of the
+// backups s wrote (those verified longest ago first). Like an export's,
+// each owner's verification of a tick is claimed in the store first, so
+// a fleet verifies once per tick.
+func (sc *Scheduler) FireVerify(ctx context.Context, s *Schedule, at time.Time) (read, failed int) {
+	tick := at.UTC().Truncate(s.verifyGrain)
+	for _, owner := range s.Owners {
+		won, _, err := sc.m.cfg.Store.ClaimScheduleTick(ctx, owner, s.Name+"/verify", tick, sc.m.cfg.Replica)
+		if err != nil || !won {
+			if err != nil {
+				sc.log.Warn("verification not run: the tick could not be claimed", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
+			}
+			continue
+		}
+		r, f, err := sc.m.VerifyOwner(ctx, s.Name, owner, s.Verify.Sample)
+		read, failed = read+r, failed+f
+		if err != nil {
+			sc.log.Warn("verification incomplete", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
+		}
+	}
+	sc.log.Info("backups verified", zap.String("schedule", s.Name), zap.Int("read", read), zap.Int("failed", failed))
+	return read, failed
 }
 
 func (m *Manager) scheduleRun(schedule, outcome string) {

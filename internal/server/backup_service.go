@@ -170,6 +170,9 @@ func backupOf(b store.Backup) *cb.Backup {
 			ArchiveBytes: b.Summary.Length, Sha256: b.Summary.SHA256, ExportedAtNs: b.Summary.ExportedAtNs}
 		out.CompleteTime = timestamppb.New(b.Completed)
 	}
+	if !b.Verified.IsZero() {
+		out.VerifyTime, out.VerifyProblem = timestamppb.New(b.Verified), b.VerifyProblem
+	}
 	return out
 }
 

@@ -24,6 +24,7 @@ type domainMetrics struct {
 	scheduleRuns    *prometheus.CounterVec
 	scheduleMissed  *prometheus.CounterVec
 	takenOver       *prometheus.CounterVec
+	verified        *prometheus.CounterVec
 }
 
 func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
@@ -70,7 +71,11 @@ func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
 		Name: "contentbackup_jobs_taken_over_total",
 		Help: "Backup jobs this server took over, by kind, because the server running them stopped (their lease ran out): each runs again as its next attempt.",
 	}, []string{"kind"})
-	reg.MustRegister(m.archiveBytes, m.archiveRecords, m.archiveDuration, m.decodes, m.jobs, m.jobBytes, m.scheduleRuns, m.scheduleMissed, m.takenOver)
+	m.verified = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "contentbackup_backup_verifications_total",
+		Help: "Backups read back by their schedule's verification, by schedule and outcome (ok, damaged: a record failed to authenticate, or the object's length, SHA-256 or counts differ from the catalog, or it is gone).",
+	}, []string{"schedule", "outcome"})
+	reg.MustRegister(m.archiveBytes, m.archiveRecords, m.archiveDuration, m.decodes, m.jobs, m.jobBytes, m.scheduleRuns, m.scheduleMissed, m.takenOver, m.verified)
 	return m
 }
 
@@ -104,6 +109,18 @@ func (m *domainMetrics) scheduleMissedTicks(schedule string, ticks int) {
 		return
 	}
 	m.scheduleMissed.WithLabelValues(schedule).Add(float64(ticks))
+}
+
+// backupVerified counts a backup read back.
+func (m *domainMetrics) backupVerified(schedule string, ok bool) {
+	if m == nil {
+		return
+	}
+	outcome := "ok"
+	if !ok {
+		outcome = "damaged"
+	}
+	m.verified.WithLabelValues(schedule, outcome).Inc()
 }
 
 // jobTakenOver counts a job this server took over.

@@ -26,6 +26,11 @@ type Backups interface {
 	// DeleteBackup removes one of the owner's backups from the catalog
 	// (the caller deletes its object first). A missing one is ErrNotFound.
 	DeleteBackup(ctx context.Context, owner, id string) error
+	// RecordVerification records that one of the owner's complete
+	// backups was read back at "at": problem is empty when every record
+	// authenticated and the object matched the catalog, and says what was
+	// wrong otherwise. A missing backup is ErrNotFound.
+	RecordVerification(ctx context.Context, owner, id string, at time.Time, problem string) error
 }
 
 // Backup states as stored.
@@ -51,6 +56,10 @@ type Backup struct {
 	Created    time.Time
 	// Completed is zero until the backup is complete.
 	Completed time.Time
+	// Verified is when the backup was last read back (zero: never), and
+	// VerifyProblem what that found wrong ("" when nothing).
+	Verified      time.Time
+	VerifyProblem string
 }
 
 // BackupSummary is what a complete backup holds.

@@ -535,9 +535,14 @@ type Backup struct {
 	// The selection it was exported with.
 	Options *device_sync.ArchiveOptions `protobuf:"bytes,9,opt,name=options,proto3" json:"options,omitempty"`
 	// Set once complete: counts, length, SHA-256 and export time.
-	Summary       *ExportSummary         `protobuf:"bytes,10,opt,name=summary,proto3" json:"summary,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	CompleteTime  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	Summary      *ExportSummary         `protobuf:"bytes,10,opt,name=summary,proto3" json:"summary,omitempty"`
+	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	// When the backup was last read back by its schedule's verification
+	// (unset: never), and what that found wrong (empty: every record
+	// authenticated, and the object's length, SHA-256 and counts matched).
+	VerifyTime    *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=verify_time,json=verifyTime,proto3" json:"verify_time,omitempty"`
+	VerifyProblem string                 `protobuf:"bytes,14,opt,name=verify_problem,json=verifyProblem,proto3" json:"verify_problem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -654,6 +659,20 @@ func (x *Backup) GetCompleteTime() *timestamppb.Timestamp {
 		return x.CompleteTime
 	}
 	return nil
+}
+
+func (x *Backup) GetVerifyTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.VerifyTime
+	}
+	return nil
+}
+
+func (x *Backup) GetVerifyProblem() string {
+	if x != nil {
+		return x.VerifyProblem
+	}
+	return ""
 }
 
 // ListBackupsRequest pages through an owner's backups.
@@ -1296,7 +1315,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x06backup\x18\x04 \x01(\tR\x06backup\x12!\n" +
 	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestId\"\x80\x04\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"\xe4\x04\n" +
 	"\x06Backup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x123\n" +
@@ -1311,7 +1330,10 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	" \x01(\v2\x1f.contentbackup.v1.ExportSummaryR\asummary\x12;\n" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12?\n" +
-	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\"f\n" +
+	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12;\n" +
+	"\vverify_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"verifyTime\x12%\n" +
+	"\x0everify_problem\x18\x0e \x01(\tR\rverifyProblem\"f\n" +
 	"\x12ListBackupsRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1442,35 +1464,36 @@ var file_contentbackup_v1_backup_service_proto_depIdxs = []int32{
 	19, // 7: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
 	20, // 8: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
 	20, // 9: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
-	7,  // 10: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
-	1,  // 11: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
-	2,  // 12: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
-	3,  // 13: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
-	4,  // 14: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
-	20, // 15: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
-	20, // 16: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
-	20, // 17: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
-	19, // 18: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
-	4,  // 19: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
-	4,  // 20: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
-	21, // 21: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
-	5,  // 22: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
-	6,  // 23: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
-	8,  // 24: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
-	10, // 25: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
-	11, // 26: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
-	12, // 27: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
-	22, // 28: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
-	22, // 29: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
-	9,  // 30: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
-	7,  // 31: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
-	23, // 32: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
-	13, // 33: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
-	28, // [28:34] is the sub-list for method output_type
-	22, // [22:28] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	20, // 10: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
+	7,  // 11: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
+	1,  // 12: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
+	2,  // 13: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
+	3,  // 14: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
+	4,  // 15: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
+	20, // 16: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
+	20, // 17: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
+	20, // 18: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
+	19, // 19: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
+	4,  // 20: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
+	4,  // 21: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
+	21, // 22: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
+	5,  // 23: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
+	6,  // 24: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
+	8,  // 25: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
+	10, // 26: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
+	11, // 27: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
+	12, // 28: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
+	22, // 29: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
+	22, // 30: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
+	9,  // 31: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
+	7,  // 32: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
+	23, // 33: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
+	13, // 34: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
+	29, // [29:35] is the sub-list for method output_type
+	23, // [23:29] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_v1_backup_service_proto_init() }

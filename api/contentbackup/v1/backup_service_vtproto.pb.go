@@ -278,6 +278,23 @@ func (m *Backup) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.VerifyProblem) > 0 {
+		i -= len(m.VerifyProblem)
+		copy(dAtA[i:], m.VerifyProblem)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.VerifyProblem)))
+		i--
+		dAtA[i] = 0x72
+	}
+	if m.VerifyTime != nil {
+		size, err := (*timestamppb.Timestamp)(m.VerifyTime).MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x6a
+	}
 	if m.CompleteTime != nil {
 		size, err := (*timestamppb.Timestamp)(m.CompleteTime).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -1092,6 +1109,14 @@ func (m *Backup) SizeVT() (n int) {
 	}
 	if m.CompleteTime != nil {
 		l = (*timestamppb.Timestamp)(m.CompleteTime).SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.VerifyTime != nil {
+		l = (*timestamppb.Timestamp)(m.VerifyTime).SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	l = len(m.VerifyProblem)
+	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)

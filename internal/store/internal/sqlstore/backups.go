@@ -9,18 +9,18 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
-const backupColumns = `owner, id, state, label, bucket, object_key, job_id, schedule, principal, options, wrapped_key, groups, messages, consent, length, sha256, exported_at_ns, created_ns, completed_ns`
+const backupColumns = `owner, id, state, label, bucket, object_key, job_id, schedule, principal, options, wrapped_key, groups, messages, consent, length, sha256, exported_at_ns, created_ns, completed_ns, verified_ns, verify_problem`
 
 type backupRow struct {
 	store.Backup
-	groups, messages, consent, length int64
-	createdNs, completedNs            int64
+	groups, messages, consent, length  int64
+	createdNs, completedNs, verifiedNs int64
 }
 
 func (r *backupRow) dest() []any {
 	return []any{&r.Owner, &r.ID, &r.State, &r.Label, &r.Bucket, &r.ObjectKey, &r.JobID, &r.Schedule, &r.Principal,
 		&r.Options, &r.WrappedKey, &r.groups, &r.messages, &r.consent, &r.length, &r.Summary.SHA256,
-		&r.Summary.ExportedAtNs, &r.createdNs, &r.completedNs}
+		&r.Summary.ExportedAtNs, &r.createdNs, &r.completedNs, &r.verifiedNs, &r.VerifyProblem}
 }
 
 func (r *backupRow) backup() store.Backup {
@@ -32,14 +32,18 @@ func (r *backupRow) backup() store.Backup {
 		b.Completed = time.Unix(0, r.completedNs)
 		b.Summary.At = b.Completed
 	}
+	if r.verifiedNs != 0 {
+		b.Verified = time.Unix(0, r.verifiedNs)
+	}
 	return b
 }
 
 func (s SQLStore) CreateBackup(ctx context.Context, b store.Backup) error {
-	q := s.d.bind(`INSERT INTO backups (` + backupColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	q := s.d.bind(`INSERT INTO backups (` + backupColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	_, err := s.exec(ctx, q, b.Owner, b.ID, b.State, b.Label, b.Bucket, b.ObjectKey, b.JobID, b.Schedule, b.Principal,
 		nonNil(b.Options), nonNil(b.WrappedKey), int64(b.Summary.Groups), int64(b.Summary.Messages), int64(b.Summary.Consent),
-		int64(b.Summary.Length), nonNil(b.Summary.SHA256), b.Summary.ExportedAtNs, b.Created.UnixNano(), unixOrZero(b.Completed))
+		int64(b.Summary.Length), nonNil(b.Summary.SHA256), b.Summary.ExportedAtNs, b.Created.UnixNano(), unixOrZero(b.Completed),
+		unixOrZero(b.Verified), b.VerifyProblem)
 	if uniqueViolation(err) {
 		return fmt.Errorf("backup %s exists: %w", b.ID, store.ErrFailedPrecondition)
 	}
@@ -119,6 +123,18 @@ func (s SQLStore) DeleteBackup(ctx context.Context, owner, id string) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("backup %.64q: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+func (s SQLStore) RecordVerification(ctx context.Context, owner, id string, at time.Time, problem string) error {
+	n, err := s.exec(ctx, s.d.bind(`UPDATE backups SET verified_ns = ?, verify_problem = ? WHERE owner = ? AND id = ? AND state = ?`),
+		at.UnixNano(), problem, owner, id, store.BackupComplete)
+	if err != nil {
+		return fmt.Errorf("%s: record verification: %w", s.d.Name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("backup %s: %w", id, store.ErrNotFound)
 	}
 	return nil
 }

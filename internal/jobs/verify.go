@@ -1,0 +1,139 @@
+package jobs
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"gocloud.dev/gcerrors"
+
+	"github.com/contentbackup/contentbackup/internal/backup"
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+// VerifyPolicy re-reads a schedule's stored backups on a cron schedule of
+// its own, so that a backup damaged at rest (a flipped byte, a truncated
+// or vanished object, a key the KEK no longer unwraps) is found before
+// anyone needs it.
+type VerifyPolicy struct {
+	// Cron is when verification runs, as a schedule's cron.
+	Cron string `yaml:"cron"`
+	// Sample is how many of each owner's complete backups one run reads,
+	// those verified longest ago (never verified first); 0 reads them all.
+	Sample int `yaml:"sample"`
+}
+
+// Verify reads complete backup b back from its bucket: the object's
+// length and SHA-256 against the catalog, every record authenticated
+// under the backup's key, and the counts of groups, messages and consent
+// against the catalog. It records the result in the catalog, reports it
+// (BackupVerified), and returns the problem found ("" when none); err is
+// a failure to verify at all (the store or the bucket unreachable), when
+// nothing is recorded.
+func (m *Manager) Verify(ctx context.Context, b store.Backup) (problem string, err error) {
+	problem, err = m.readBack(ctx, b)
+	if err != nil {
+		return "", err
+	}
+	if err := m.cfg.Store.RecordVerification(ctx, b.Owner, b.ID, time.Now(), problem); err != nil {
+		return "", err
+	}
+	if problem != "" {
+		m.cfg.Log.Error("backup verification failed", zap.String("owner", b.Owner), zap.String("backup", b.ID),
+			zap.String("schedule", b.Schedule), zap.String("key", b.ObjectKey), zap.String("problem", problem))
+	}
+	if m.cfg.BackupVerified != nil {
+		m.cfg.BackupVerified(b.Schedule, problem == "")
+	}
+	return problem, nil
+}
+
+func (m *Manager) readBack(ctx context.Context, b store.Backup) (string, error) {
+	if b.State != store.BackupComplete {
+		return "", fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
+	}
+	key, err := m.cfg.KEK.Unwrap(ctx, b.WrappedKey)
+	if err != nil {
+		return "its key does not unwrap under the server's key-encryption key", nil
+	}
+	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
+	if err != nil {
+		return "", fmt.Errorf("backup %s: %w", b.ID, err)
+	}
+	obj, err := bucket.NewReader(ctx, b.ObjectKey, nil)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return "its object is gone", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("backup %s: open object: %w", b.ID, err)
+	}
+	defer obj.Close()
+	readerBudget := m.cfg.Pool.NewCall("verify reader", backup.ReaderReservation(m.cfg.Import.Reader))
+	defer readerBudget.Close()
+	opts := m.cfg.Import.Reader
+	opts.Meter = readerBudget
+	digest := sha256.New()
+	counted := &countingReader{r: io.TeeReader(obj, digest), n: new(atomic.Uint64)}
+	rep, err := backup.Verify(counted, key, opts)
+	if err != nil {
+		return "", err
+	}
+	// The whole object is read, past a problem too, for its length and digest.
+	if _, err := io.Copy(io.Discard, counted); err != nil {
+		return "", fmt.Errorf("backup %s: read object: %w", b.ID, err)
+	}
+	switch n := counted.n.Load(); {
+	case rep.Err != nil:
+		return fmt.Sprintf("record %d: %v", rep.Records, rep.Err), nil
+	case n != b.Summary.Length:
+		return fmt.Sprintf("the object is %d bytes; the catalog says %d", n, b.Summary.Length), nil
+	case !slices.Equal(digest.Sum(nil), b.Summary.SHA256):
+		return "the object's SHA-256 differs from the catalog's", nil
+	case rep.Groups != b.Summary.Groups || rep.Messages != b.Summary.Messages || rep.Consent != b.Summary.Consent:
+		return fmt.Sprintf("it holds %d groups, %d messages and %d consent records; the catalog says %d, %d and %d",
+			rep.Groups, rep.Messages, rep.Consent, b.Summary.Groups, b.Summary.Messages, b.Summary.Consent), nil
+	}
+	return "", nil
+}
+
+// VerifyOwner verifies up to sample (0: all) of owner's complete backups
+// that schedule wrote, those verified longest ago first, and returns how
+// many it read and how many had a problem.
+func (m *Manager) VerifyOwner(ctx context.Context, schedule, owner string, sample int) (read, failed int, err error) {
+	var complete []store.Backup
+	before := ""
+	for {
+		page, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: schedule, State: store.BackupComplete, Before: before, Limit: 500})
+		if err != nil {
+			return 0, 0, fmt.Errorf("list backups: %w", err)
+		}
+		complete = append(complete, page...)
+		if len(page) < 500 {
+			break
+		}
+		before = page[len(page)-1].ID
+	}
+	slices.SortStableFunc(complete, func(a, b store.Backup) int { return a.Verified.Compare(b.Verified) })
+	if sample > 0 && len(complete) > sample {
+		complete = complete[:sample]
+	}
+	var errs []error
+	for _, b := range complete {
+		problem, err := m.Verify(ctx, b)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		read++
+		if problem != "" {
+			failed++
+		}
+	}
+	return read, failed, errors.Join(errs...)
+}

@@ -1,0 +1,108 @@
+package jobs
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+)
+
+// TestScheduledVerificationFindsDamage: a schedule's verification reads
+// its backups back, the least recently verified first; a sound backup
+// verifies, and a byte flipped in a stored object, a truncated object and
+// a vanished one are each found by the next run, named in the catalog and
+// reported, on both engines.
+func TestScheduledVerificationFindsDamage(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			st := e.Open(t)
+			var mu sync.Mutex
+			outcomes := map[bool]int{}
+			h := newHarness(t, st, func(c *Config) {
+				c.BackupVerified = func(schedule string, ok bool) { mu.Lock(); outcomes[ok]++; mu.Unlock() }
+			})
+			owner := storetest.Owner("v")
+			fill(t, st, owner, 20)
+			policy, err := ParseSchedules([]byte(fmt.Sprintf("schedules:\n  - name: nightly\n    cron: '0 3 * * *'\n    owners: [%q]\n    bucket: local\n    keep: 10\n    verify: {cron: '0 4 * * *', sample: 2}\n", owner)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc, err := NewScheduler(t.Context(), h.m, policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := policy.Schedules[0]
+			base := time.Date(2026, 11, 1, 3, 0, 0, 0, time.UTC)
+			var backups []store.Backup
+			for day := range 3 {
+				for _, id := range sc.Fire(t.Context(), s, base.AddDate(0, 0, day)) {
+					md, _ := Progress(waitDone(t, h.m, id))
+					b, err := st.GetBackup(t.Context(), owner, md.GetBackup())
+					if err != nil {
+						t.Fatal(err)
+					}
+					backups = append(backups, b)
+				}
+			}
+			// Sample 2 of 3: two runs read each once (never-verified first).
+			for run := range 2 {
+				if read, failed := sc.FireVerify(t.Context(), s, base.AddDate(0, 0, run).Add(time.Hour)); read != 2 || failed != 0 {
+					t.Fatalf("verification run %d of sound backups: read %d, failed %d", run, read, failed)
+				}
+			}
+			for _, b := range backups {
+				got, _ := st.GetBackup(t.Context(), owner, b.ID)
+				if got.Verified.IsZero() || got.VerifyProblem != "" {
+					t.Errorf("backup %s after two runs: verified %v, problem %q", b.ID, got.Verified, got.VerifyProblem)
+				}
+			}
+
+			// Damage each of the three in its own way.
+			path := func(b store.Backup) string { return filepath.Join(h.dir, filepath.FromSlash(b.ObjectKey)) }
+			object, err := os.ReadFile(path(backups[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			object[len(object)/2] ^= 0x01
+			if err := os.WriteFile(path(backups[0]), object, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(path(backups[1]), int64(backups[1].Summary.Length-100)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(path(backups[2])); err != nil {
+				t.Fatal(err)
+			}
+			if read, failed := sc.FireVerify(t.Context(), policy.Schedules[0].withSample(0), base.AddDate(0, 0, 5).Add(time.Hour)); read != 3 || failed != 3 {
+				t.Fatalf("verification of three damaged backups: read %d, failed %d", read, failed)
+			}
+			for i, want := range []string{"record", "record", "its object is gone"} {
+				got, _ := st.GetBackup(t.Context(), owner, backups[i].ID)
+				if !strings.Contains(got.VerifyProblem, want) {
+					t.Errorf("damaged backup %d: problem %q, want it to name %q", i, got.VerifyProblem, want)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if outcomes[true] != 4 || outcomes[false] != 3 {
+				t.Errorf("reported %d sound and %d damaged, want 4 and 3", outcomes[true], outcomes[false])
+			}
+		})
+	}
+}
+
+// withSample is s reading sample backups per owner (0: all).
+func (s *Schedule) withSample(sample int) *Schedule {
+	c := *s
+	v := *s.Verify
+	v.Sample = sample
+	c.Verify = &v
+	return &c
+}
