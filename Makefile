@@ -28,7 +28,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps interop-soak interop-large retention-golden ha bench bench-store bench-container bench-archive load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -86,13 +86,25 @@ interop-deps: node
 # test is the README's test command: everything CI runs. The store tests
 # need PostgreSQL: TEST_DATABASE_URL when set, else the server on
 # 127.0.0.1:5432, started by scripts/ensure-postgres.sh when none answers.
-test: tools interop-deps lint check-generated breaking
+test: tools interop-deps lint check-generated breaking check-alerts
 	@echo "make test: lint, generated code, go test -race ./..., then every fuzz target; about 10 minutes on 2 cores (make check is the fast path)"
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
 	echo "go test -race -count=1 ./... (TEST_DATABASE_URL=$$url)"; \
 	TEST_DATABASE_URL="$$url" go test -race -count=1 ./...
 	$(MAKE) fuzz
+
+# check-alerts checks the Prometheus alert rules and runs their unit tests
+# with promtool, from Debian's prometheus package: installed here when
+# missing and run as root, as scripts/ensure-postgres.sh installs
+# PostgreSQL.
+check-alerts:
+	@command -v promtool >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		echo "installing Debian's prometheus (for promtool)" && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } || \
+		{ echo "promtool is missing: apt-get install prometheus (Debian ships promtool in it)"; exit 1; }
+	promtool check rules deploy/prometheus/contentbackup-alerts.yml
+	promtool test rules deploy/prometheus/contentbackup-alerts_test.yml
 
 # reliability reproduces each finding of the byte-budget issue against the
 # real server over TCP, on both engines, and asserts its fix (RELIABILITY.md

@@ -125,9 +125,8 @@ type Config struct {
 	MaxAttempts int
 	// TakenOver, when set, is told of each job this server took over.
 	TakenOver func(kind string)
-	// BackupVerified, when set, is told of each backup read back: the
-	// schedule that wrote it and whether it was sound.
-	BackupVerified func(schedule string, ok bool)
+	// Freshness, when set, hears what monitoring alerts on (Freshness).
+	Freshness Freshness
 	// ScheduleClock is the time schedules read when they fire (default
 	// time.Now): a fleet test sets it off to play a replica whose clock
 	// is skewed.
@@ -764,11 +763,18 @@ func (m *Manager) execute(ctx context.Context, r *run, req request, p prepared) 
 		m.cfg.Ended(r.job.Kind, end.State, r.bytes.Load(), end.At.Sub(r.job.Created))
 	}
 	log.Info("job ended", zap.String("state", end.State), zap.String("error", end.ErrorMessage), zap.Uint64("bytes", r.bytes.Load()))
+	if end.State == store.JobSucceeded && p.backup.Schedule != "" && m.cfg.Freshness.BackupSucceeded != nil {
+		m.cfg.Freshness.BackupSucceeded(p.backup.Schedule, p.backup.Owner, end.At)
+	}
 	if end.State == store.JobSucceeded && p.schedule != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if err := m.Prune(sctx, p.schedule, p.backup.Owner); err != nil {
+		err := m.Prune(sctx, p.schedule, p.backup.Owner)
+		if err != nil {
 			log.Warn("retention", zap.String("schedule", p.schedule.Name), zap.String("owner", p.backup.Owner), zap.Error(err))
+		}
+		if m.cfg.Freshness.RetentionRan != nil {
+			m.cfg.Freshness.RetentionRan(p.schedule.Name, time.Now(), err)
 		}
 	}
 }

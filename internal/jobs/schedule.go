@@ -202,6 +202,7 @@ func NewScheduler(ctx context.Context, m *Manager, p *SchedulePolicy) (*Schedule
 			sc.log.Warn("key_ref is ignored: each backup is sealed with its own data key (GetBackupKey returns it)", zap.String("schedule", s.Name))
 		}
 	}
+	sc.announce(ctx)
 	c := cron.New(cron.WithLocation(time.UTC))
 	sc.cron = c
 	for _, s := range p.Schedules {
@@ -211,6 +212,31 @@ func NewScheduler(ctx context.Context, m *Manager, p *SchedulePolicy) (*Schedule
 		}
 	}
 	return sc, nil
+}
+
+// announce tells Freshness each schedule's interval and, from the
+// catalog, each owner's newest complete backup by it.
+func (sc *Scheduler) announce(ctx context.Context) {
+	f := sc.m.cfg.Freshness
+	for _, s := range sc.policy.Schedules {
+		if f.ScheduleInterval != nil {
+			next := s.spec.Next(time.Now())
+			f.ScheduleInterval(s.Name, s.spec.Next(next).Sub(next))
+		}
+		if f.BackupSucceeded == nil {
+			continue
+		}
+		for _, owner := range s.Owners {
+			newest, err := sc.m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: s.Name, State: store.BackupComplete, Limit: 1})
+			if err != nil {
+				sc.log.Warn("newest backup not read", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
+				continue
+			}
+			if len(newest) == 1 {
+				f.BackupSucceeded(s.Name, owner, newest[0].Completed)
+			}
+		}
+	}
 }
 
 // Start starts firing.

@@ -17,6 +17,22 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
+// Freshness is what monitoring alerts on (deploy/prometheus): each hook,
+// when set, hears of one event. The catalog is the truth; a replica that
+// starts tells BackupSucceeded each schedule's newest complete backup per
+// owner (NewScheduler), so a restart forgets nothing an alert needs.
+type Freshness struct {
+	// BackupSucceeded: a backup of owner by schedule completed at "at".
+	BackupSucceeded func(schedule, owner string, at time.Time)
+	// BackupVerified: a backup of owner by schedule was read back at
+	// "at"; ok when sound.
+	BackupVerified func(schedule, owner string, at time.Time, ok bool)
+	// RetentionRan: the schedule's retention ran at "at" (err: it failed).
+	RetentionRan func(schedule string, at time.Time, err error)
+	// ScheduleInterval: how long the schedule waits between ticks.
+	ScheduleInterval func(schedule string, every time.Duration)
+}
+
 // VerifyPolicy re-reads a schedule's stored backups on a cron schedule of
 // its own, so that a backup damaged at rest (a flipped byte, a truncated
 // or vanished object, a key the KEK no longer unwraps) is found before
@@ -33,7 +49,7 @@ type VerifyPolicy struct {
 // length and SHA-256 against the catalog, every record authenticated
 // under the backup's key, and the counts of groups, messages and consent
 // against the catalog. It records the result in the catalog, reports it
-// (BackupVerified), and returns the problem found ("" when none); err is
+// (Freshness.BackupVerified), and returns the problem found ("" when none); err is
 // a failure to verify at all (the store or the bucket unreachable), when
 // nothing is recorded.
 func (m *Manager) Verify(ctx context.Context, b store.Backup) (problem string, err error) {
@@ -48,8 +64,8 @@ func (m *Manager) Verify(ctx context.Context, b store.Backup) (problem string, e
 		m.cfg.Log.Error("backup verification failed", zap.String("owner", b.Owner), zap.String("backup", b.ID),
 			zap.String("schedule", b.Schedule), zap.String("key", b.ObjectKey), zap.String("problem", problem))
 	}
-	if m.cfg.BackupVerified != nil {
-		m.cfg.BackupVerified(b.Schedule, problem == "")
+	if m.cfg.Freshness.BackupVerified != nil {
+		m.cfg.Freshness.BackupVerified(b.Schedule, b.Owner, time.Now(), problem == "")
 	}
 	return problem, nil
 }

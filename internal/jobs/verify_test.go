@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
@@ -26,7 +27,7 @@ func TestScheduledVerificationFindsDamage(t *testing.T) {
 			var mu sync.Mutex
 			outcomes := map[bool]int{}
 			h := newHarness(t, st, func(c *Config) {
-				c.BackupVerified = func(schedule string, ok bool) { mu.Lock(); outcomes[ok]++; mu.Unlock() }
+				c.Freshness.BackupVerified = func(_, _ string, _ time.Time, ok bool) { mu.Lock(); outcomes[ok]++; mu.Unlock() }
 			})
 			owner := storetest.Owner("v")
 			fill(t, st, owner, 20)
@@ -105,4 +106,63 @@ func (s *Schedule) withSample(sample int) *Schedule {
 	v.Sample = sample
 	c.Verify = &v
 	return &c
+}
+
+// TestFreshnessIsAnnounced: what the alert rules read reaches the hooks:
+// each schedule's interval and each owner's newest backup from the
+// catalog when a scheduler starts (a restarted replica forgets nothing),
+// then each scheduled backup and retention run as they happen.
+func TestFreshnessIsAnnounced(t *testing.T) {
+	st := enginetest.SQLite(t)
+	var mu sync.Mutex
+	events := map[string]string{}
+	note := func(k, v string) { mu.Lock(); events[k] = v; mu.Unlock() }
+	fresh := Freshness{
+		BackupSucceeded:  func(s, o string, at time.Time) { note("success "+s+" "+o, fmt.Sprint(at.UnixMilli())) },
+		RetentionRan:     func(s string, _ time.Time, err error) { note("retention "+s, fmt.Sprint(err)) },
+		ScheduleInterval: func(s string, d time.Duration) { note("interval "+s, d.String()) },
+	}
+	h := newHarness(t, st, func(c *Config) { c.Freshness = fresh })
+	owner := storetest.Owner("f")
+	fill(t, st, owner, 2)
+	policy, err := ParseSchedules([]byte(fmt.Sprintf("schedules:\n  - {name: nightly, cron: '0 3 * * *', owners: [%q], bucket: local, keep: 2}\n  - {name: often, cron: '@every 5s', owners: [%q], bucket: local, keep: 2}\n", owner, owner)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := NewScheduler(t.Context(), h.m, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range sc.Fire(t.Context(), policy.Schedules[0], time.Now()) {
+		waitDone(t, h.m, id)
+	}
+	// A second scheduler, as a replica starting, reads the newest backup.
+	mu.Lock()
+	first := events["success nightly "+owner]
+	delete(events, "success nightly "+owner)
+	mu.Unlock()
+	if _, err := NewScheduler(t.Context(), h.m, policy); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 5*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return events["retention nightly"] == "<nil>"
+	}, func() string { return fmt.Sprint(events) })
+	mu.Lock()
+	defer mu.Unlock()
+	// The export announces its end; the catalog holds when the backup was
+	// completed, a moment before.
+	var afterExport, fromCatalog int64
+	fmt.Sscan(first, &afterExport)
+	fmt.Sscan(events["success nightly "+owner], &fromCatalog)
+	if afterExport == 0 || fromCatalog == 0 || afterExport-fromCatalog < 0 || afterExport-fromCatalog > 1000 {
+		t.Errorf("newest backup: announced %q after the export, %q from the catalog", first, events["success nightly "+owner])
+	}
+	if events["interval nightly"] != "24h0m0s" || events["interval often"] != "5s" {
+		t.Errorf("intervals: %v", events)
+	}
+	if _, ok := events["success often "+owner]; ok {
+		t.Errorf("a schedule with no backup announced one: %v", events)
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/jobs"
 )
 
 // domainMetrics are the service's own figures beside the per-RPC ones:
@@ -25,6 +26,11 @@ type domainMetrics struct {
 	scheduleMissed  *prometheus.CounterVec
 	takenOver       *prometheus.CounterVec
 	verified        *prometheus.CounterVec
+	lastSuccess     *prometheus.GaugeVec
+	lastVerified    *prometheus.GaugeVec
+	retentionRuns   *prometheus.CounterVec
+	retentionLast   *prometheus.GaugeVec
+	interval        *prometheus.GaugeVec
 }
 
 func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
@@ -75,7 +81,28 @@ func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
 		Name: "contentbackup_backup_verifications_total",
 		Help: "Backups read back by their schedule's verification, by schedule and outcome (ok, damaged: a record failed to authenticate, or the object's length, SHA-256 or counts differ from the catalog, or it is gone).",
 	}, []string{"schedule", "outcome"})
-	reg.MustRegister(m.archiveBytes, m.archiveRecords, m.archiveDuration, m.decodes, m.jobs, m.jobBytes, m.scheduleRuns, m.scheduleMissed, m.takenOver, m.verified)
+	m.lastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "contentbackup_backup_last_success_timestamp_seconds",
+		Help: "When the newest complete backup of an owner by a schedule completed (Unix seconds), as this replica knows it: from the catalog at start, then from the exports it runs. Alert on the max across replicas.",
+	}, []string{"schedule", "owner"})
+	m.lastVerified = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "contentbackup_backup_last_verified_timestamp_seconds",
+		Help: "When this replica last read back a backup of an owner by a schedule (Unix seconds), sound or not.",
+	}, []string{"schedule", "owner"})
+	m.retentionRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "contentbackup_retention_runs_total",
+		Help: "Retention runs after a scheduled export, by schedule and outcome (ok, error).",
+	}, []string{"schedule", "outcome"})
+	m.retentionLast = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "contentbackup_retention_last_success_timestamp_seconds",
+		Help: "When a schedule's retention last ran without error on this replica (Unix seconds).",
+	}, []string{"schedule"})
+	m.interval = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "contentbackup_schedule_interval_seconds",
+		Help: "How long a schedule waits between ticks; the alert rules measure staleness in it.",
+	}, []string{"schedule"})
+	reg.MustRegister(m.archiveBytes, m.archiveRecords, m.archiveDuration, m.decodes, m.jobs, m.jobBytes, m.scheduleRuns, m.scheduleMissed,
+		m.takenOver, m.verified, m.lastSuccess, m.lastVerified, m.retentionRuns, m.retentionLast, m.interval)
 	return m
 }
 
@@ -111,16 +138,36 @@ func (m *domainMetrics) scheduleMissedTicks(schedule string, ticks int) {
 	m.scheduleMissed.WithLabelValues(schedule).Add(float64(ticks))
 }
 
-// backupVerified counts a backup read back.
-func (m *domainMetrics) backupVerified(schedule string, ok bool) {
+// freshness is what the alert rules in deploy/prometheus read; with no
+// registry it hears nothing.
+func (m *domainMetrics) freshness() jobs.Freshness {
 	if m == nil {
-		return
+		return jobs.Freshness{}
 	}
-	outcome := "ok"
-	if !ok {
-		outcome = "damaged"
+	return jobs.Freshness{
+		BackupSucceeded: func(schedule, owner string, at time.Time) {
+			m.lastSuccess.WithLabelValues(schedule, owner).Set(float64(at.UnixNano()) / 1e9)
+		},
+		BackupVerified: func(schedule, owner string, at time.Time, ok bool) {
+			outcome := "ok"
+			if !ok {
+				outcome = "damaged"
+			}
+			m.verified.WithLabelValues(schedule, outcome).Inc()
+			m.lastVerified.WithLabelValues(schedule, owner).Set(float64(at.UnixNano()) / 1e9)
+		},
+		RetentionRan: func(schedule string, at time.Time, err error) {
+			if err != nil {
+				m.retentionRuns.WithLabelValues(schedule, "error").Inc()
+				return
+			}
+			m.retentionRuns.WithLabelValues(schedule, "ok").Inc()
+			m.retentionLast.WithLabelValues(schedule).Set(float64(at.UnixNano()) / 1e9)
+		},
+		ScheduleInterval: func(schedule string, every time.Duration) {
+			m.interval.WithLabelValues(schedule).Set(every.Seconds())
+		},
 	}
-	m.verified.WithLabelValues(schedule, outcome).Inc()
 }
 
 // jobTakenOver counts a job this server took over.

@@ -272,7 +272,7 @@ func registerServices(g *grpc.Server, cfg Config, limits Limits, pool *budget.Po
 		MaxRunning: cfg.Jobs.MaxRunning, MaxRunningPerOwner: cfg.Jobs.MaxRunningPerOwner, MaxQueuedPerOwner: cfg.Jobs.MaxQueuedPerOwner,
 		KeepFinished: cfg.Jobs.KeepFinished, Lease: cfg.Jobs.Lease, Renew: cfg.Jobs.Renew, MaxAttempts: cfg.Jobs.MaxAttempts,
 		ScheduleClock: func() time.Time { return time.Now().Add(cfg.Jobs.ScheduleClockOffset) },
-		Log:           log.Named("jobs"), Ended: dm.jobEnded, ScheduleRun: dm.scheduleRun, ScheduleMissed: dm.scheduleMissedTicks, TakenOver: dm.jobTakenOver, BackupVerified: dm.backupVerified,
+		Log:           log.Named("jobs"), Ended: dm.jobEnded, ScheduleRun: dm.scheduleRun, ScheduleMissed: dm.scheduleMissedTicks, TakenOver: dm.jobTakenOver, Freshness: dm.freshness(),
 	})
 	if cfg.Metrics != nil {
 		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
