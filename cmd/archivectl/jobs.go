@@ -48,7 +48,7 @@ func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
 		return err
 	}
 	defer conn.Close()
-	sel := exportCmd{Elements: s.Elements, StartNs: s.StartNs, EndNs: s.EndNs, ExcludeDisappearing: s.ExcludeDisappearing}
+	sel := selectionFlags{Elements: s.Elements, StartNs: s.StartNs, EndNs: s.EndNs, ExcludeDisappearing: s.ExcludeDisappearing}
 	op, err := cb.NewBackupServiceClient(conn).StartExport(ctx, &cb.StartExportRequest{
 		Owner: s.Owner, Options: sel.options(), Bucket: s.Bucket, Label: s.Label,
 		Nonconforming: nonconformingModes[s.Nonconforming],

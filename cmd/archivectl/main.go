@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -39,16 +40,17 @@ import (
 type cli struct {
 	Server string `default:"127.0.0.1:50051" env:"SERVER_ADDR" help:"Address of the contentbackup server (export, import)."`
 	connFlags
-	JSON    bool             `name:"json" help:"Print machine-readable JSON on stdout."`
-	Export  exportCmd        `cmd:"" help:"Export an owner's archive from the server to a file."`
-	Import  importCmd        `cmd:"" help:"Import an archive file into an owner's store on the server."`
-	Inspect inspectCmd       `cmd:"" help:"Print an archive's version and metadata (reads record 0 only; no server)."`
-	Verify  verifyCmd        `cmd:"" help:"Read a whole archive and report what it holds and the first problem (no server)."`
-	Rewrap  rewrapCmd        `cmd:"" help:"Rewrite an archive, legacy nonce form included, in the counter form under a new key (no server)."`
-	Jobs    jobsCmd          `cmd:"" help:"Start, follow and cancel server-side export and import jobs (object storage)."`
-	Backups backupsCmd       `cmd:"" help:"List, show, delete and fetch the key of an owner's backups in the server's catalog."`
-	Lint    lintCmd          `cmd:"" help:"List an owner's stored records that the reference client's import would refuse, with the repair an export would make."`
-	Version kong.VersionFlag `help:"Print the version and exit."`
+	JSON     bool             `name:"json" help:"Print machine-readable JSON on stdout."`
+	Export   exportCmd        `cmd:"" help:"Export an owner's archive from the server to a file."`
+	Import   importCmd        `cmd:"" help:"Import an archive file into an owner's store on the server."`
+	Inspect  inspectCmd       `cmd:"" help:"Print an archive's version and metadata (reads record 0 only; no server)."`
+	Verify   verifyCmd        `cmd:"" help:"Read a whole archive and report what it holds and the first problem (no server)."`
+	Rewrap   rewrapCmd        `cmd:"" help:"Rewrite an archive, legacy nonce form included, in the counter form under a new key (no server)."`
+	Estimate estimateCmd      `cmd:"" help:"What an export of the owner would hold and weigh now (counts and exact bytes), written nowhere: a dry run of export."`
+	Jobs     jobsCmd          `cmd:"" help:"Start, follow and cancel server-side export and import jobs (object storage)."`
+	Backups  backupsCmd       `cmd:"" help:"List, show, delete and fetch the key of an owner's backups in the server's catalog."`
+	Lint     lintCmd          `cmd:"" help:"List an owner's stored records that the reference client's import would refuse, with the repair an export would make."`
+	Version  kong.VersionFlag `help:"Print the version and exit."`
 }
 
 // buildVersion is set at build time: -ldflags "-X main.buildVersion=...".
@@ -212,8 +214,14 @@ func (p *progress) print() {
 
 type exportCmd struct {
 	keyFlags
-	Owner               string   `required:"" help:"Owner (inbox) whose records to export."`
-	Output              string   `short:"o" required:"" type:"path" help:"Archive file to write; written to a temporary file and renamed only once complete."`
+	Owner  string `required:"" help:"Owner (inbox) whose records to export."`
+	Output string `short:"o" required:"" type:"path" help:"Archive file to write; written to a temporary file and renamed only once complete."`
+	selectionFlags
+}
+
+// selectionFlags say what an export holds and what it does with a record
+// the reference would refuse.
+type selectionFlags struct {
 	Elements            []string `enum:"messages,consent,none" help:"Categories to export: messages, consent, or none; default both (ARCH-017)."`
 	StartNs             *int64   `name:"start-ns" help:"Export messages sent after this time (ns, exclusive)."`
 	EndNs               *int64   `name:"end-ns" help:"Export messages sent up to this time (ns, inclusive)."`
@@ -228,7 +236,7 @@ var nonconformingModes = map[string]cb.NonconformingRecords{
 	"repair":  cb.NonconformingRecords_NONCONFORMING_RECORDS_REPAIR,
 }
 
-func (e *exportCmd) options() *ds.ArchiveOptions {
+func (e *selectionFlags) options() *ds.ArchiveOptions {
 	if len(e.Elements) == 0 && e.StartNs == nil && e.EndNs == nil && !e.ExcludeDisappearing {
 		return nil // every default (ARCH-017)
 	}
@@ -246,6 +254,34 @@ func (e *exportCmd) options() *ds.ArchiveOptions {
 		}
 	}
 	return opts
+}
+
+type estimateCmd struct {
+	Owner string `required:"" help:"Owner (inbox) whose export to estimate."`
+	selectionFlags
+}
+
+func (e *estimateCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	resp, err := cb.NewArchiveServiceClient(conn).EstimateExport(ctx, &cb.EstimateExportRequest{Owner: e.Owner, Options: e.options(),
+		Nonconforming: nonconformingModes[e.Nonconforming]})
+	if err != nil {
+		return fmt.Errorf("estimate: %w", err)
+	}
+	sum := resp.GetSummary()
+	if c.JSON {
+		return c.output(map[string]uint64{"groups": sum.GetGroups(), "messages": sum.GetMessages(), "consent": sum.GetConsentRecords(),
+			"bytes": sum.GetArchiveBytes(), "excluded": sum.GetExcludedRecords(), "repaired": sum.GetRepairedRecords()}, "")
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "GROUPS\tMESSAGES\tCONSENT\tBYTES\tEXCLUDED\tREPAIRED")
+	fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\n", sum.GetGroups(), sum.GetMessages(), sum.GetConsentRecords(), sum.GetArchiveBytes(),
+		sum.GetExcludedRecords(), sum.GetRepairedRecords())
+	return w.Flush()
 }
 
 func (e *exportCmd) Run(ctx context.Context, c *cli) error {

@@ -135,6 +135,13 @@ func TestArchivectl(t *testing.T) {
 		t.Error("the key was printed")
 	}
 
+	// The estimate is the export's own figures, nothing written.
+	est, stderr, err := ctl.run("--json", "estimate", "--owner", owner)
+	var e struct{ Messages, Bytes uint64 }
+	if err != nil || json.Unmarshal([]byte(est), &e) != nil || e.Messages != 50 || e.Bytes != uint64(fileSize(t, file)) {
+		t.Errorf("estimate: %v %s\n%s", err, est, stderr)
+	}
+
 	out, _, err = ctl.run("inspect", "--key-file", keyRaw, file)
 	if err != nil || !strings.Contains(out, "version:     0") || !strings.Contains(out, "MESSAGES, CONSENT") {
 		t.Errorf("inspect: %v\n%s", err, out)
@@ -505,4 +512,13 @@ func TestArchivectlRetentionDryRun(t *testing.T) {
 	if err != nil || !strings.Contains(text, "3 kept, 7 to delete (dry run") {
 		t.Errorf("table: %v\n%s", err, text)
 	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -152,6 +153,49 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 		ArchiveBytes: out.n, Sha256: digest.Sum(nil), ExportedAtNs: exportedAt,
 		ExcludedRecords: counts.Excluded, RepairedRecords: counts.Repaired,
 	}}})
+}
+
+// EstimateExport runs Export's pipeline into a counter: the same
+// selection, rules, limits and budget, nothing kept.
+func (s *ArchiveService) EstimateExport(ctx context.Context, req *cb.EstimateExportRequest) (*cb.EstimateExportResponse, error) {
+	if err := records.CheckOwner(req.GetOwner()); err != nil {
+		return nil, statusOf(err)
+	}
+	if err := checkNonconforming(req.GetNonconforming()); err != nil {
+		return nil, err
+	}
+	leave, err := s.streams.enterFor("owner:"+req.GetOwner(), "owner")
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	reserve, done := callBudget(ctx, s.pool, "estimate export", s.exportReservation())
+	defer done()
+	if err := reserve.Charge(s.exportReservation()); err != nil {
+		return nil, statusOf(err)
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	var out countingDiscard
+	exportedAt := s.now().UnixNano()
+	counts, err := backup.Export(ctx, s.store, req.GetOwner(), key, req.GetOptions(), exportedAt, &out,
+		backup.ExportConfig{Nonconforming: nonconformingOf(req.GetNonconforming())})
+	if err != nil {
+		return nil, exportFailure(ctx, err, 0)
+	}
+	return &cb.EstimateExportResponse{Summary: &cb.ExportSummary{
+		Groups: counts.Groups, Messages: counts.Messages, ConsentRecords: counts.Consent,
+		ArchiveBytes: uint64(out), ExportedAtNs: exportedAt,
+		ExcludedRecords: counts.Excluded, RepairedRecords: counts.Repaired,
+	}}, nil
+}
+
+// countingDiscard counts what is written to it and keeps nothing.
+type countingDiscard uint64
+
+func (c *countingDiscard) Write(p []byte) (int, error) {
+	*c += countingDiscard(len(p))
+	return len(p), nil
 }
 
 // checkNonconforming refuses a value the enum does not define.

@@ -369,3 +369,32 @@ func TestE2EArchiveVerifyAndBadInput(t *testing.T) {
 		}
 	})
 }
+
+// TestE2EArchiveEstimateExport: an estimate reports what the export
+// itself then reports, counts and exact length, on both engines, writing
+// nothing; a window narrows both alike; a bad rule is INVALID_ARGUMENT.
+func TestE2EArchiveEstimateExport(t *testing.T) {
+	forEachEngineArchive(t, func(t *testing.T, c archiveClients, s store.Store) {
+		populate(t, c.conv, "alice")
+		for _, opts := range []*ds.ArchiveOptions{nil, {StartNs: proto.Int64(1)}} {
+			est, err := c.arch.EstimateExport(t.Context(), &cb.EstimateExportRequest{Owner: "alice", Options: opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, sum := exportArchive(t, c.arch, "alice", opts)
+			e := est.GetSummary()
+			if e.GetGroups() != sum.GetGroups() || e.GetMessages() != sum.GetMessages() || e.GetConsentRecords() != sum.GetConsentRecords() ||
+				e.GetArchiveBytes() != uint64(len(data)) || len(e.GetSha256()) != 0 {
+				t.Errorf("options %v: estimate %v; the export was %d bytes, %v", opts, e, len(data), sum)
+			}
+		}
+		_, err := c.arch.EstimateExport(t.Context(), &cb.EstimateExportRequest{Owner: "alice", Nonconforming: 9})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("an undefined rule: %v, want INVALID_ARGUMENT", err)
+		}
+		_, err = c.arch.EstimateExport(t.Context(), &cb.EstimateExportRequest{Owner: ""})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("no owner: %v, want INVALID_ARGUMENT", err)
+		}
+	})
+}

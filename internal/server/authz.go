@@ -48,6 +48,8 @@ var methodScopes = map[string][]auth.Scope{
 	cb.ArchiveService_Import_FullMethodName: {auth.ScopeArchiveImport},
 	// Lint reads the owner's records as an export does.
 	cb.ArchiveService_Lint_FullMethodName: {auth.ScopeArchiveExport},
+	// An estimate reads the owner's records as an export does.
+	cb.ArchiveService_EstimateExport_FullMethodName: {auth.ScopeArchiveExport},
 	// Reading an archive's metadata or checking it touches no owner's
 	// data: either side of a transfer may do it.
 	cb.ArchiveService_ReadMetadata_FullMethodName: {auth.ScopeArchiveImport, auth.ScopeArchiveExport},

@@ -488,6 +488,10 @@ func ownerCalls(t *testing.T) map[string]ownerCall {
 				}
 			}
 		},
+		cb.ArchiveService_EstimateExport_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewArchiveServiceClient(c).EstimateExport(ctx, &cb.EstimateExportRequest{Owner: o})
+			return err
+		},
 		cb.ArchiveService_Lint_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
 			stream, err := cb.NewArchiveServiceClient(c).Lint(ctx, &cb.LintRequest{Owner: o})
 			if err != nil {

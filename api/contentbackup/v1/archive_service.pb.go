@@ -193,6 +193,114 @@ func (NonceForm) EnumDescriptor() ([]byte, []int) {
 	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{2}
 }
 
+// EstimateExportRequest describes an export as ExportRequest does, without
+// a key.
+type EstimateExportRequest struct {
+	state         protoimpl.MessageState      `protogen:"open.v1"`
+	Owner         string                      `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Options       *device_sync.ArchiveOptions `protobuf:"bytes,2,opt,name=options,proto3" json:"options,omitempty"`
+	Nonconforming NonconformingRecords        `protobuf:"varint,3,opt,name=nonconforming,proto3,enum=contentbackup.v1.NonconformingRecords" json:"nonconforming,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EstimateExportRequest) Reset() {
+	*x = EstimateExportRequest{}
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EstimateExportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EstimateExportRequest) ProtoMessage() {}
+
+func (x *EstimateExportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EstimateExportRequest.ProtoReflect.Descriptor instead.
+func (*EstimateExportRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *EstimateExportRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *EstimateExportRequest) GetOptions() *device_sync.ArchiveOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *EstimateExportRequest) GetNonconforming() NonconformingRecords {
+	if x != nil {
+		return x.Nonconforming
+	}
+	return NonconformingRecords_NONCONFORMING_RECORDS_UNSPECIFIED
+}
+
+// EstimateExportResponse is the summary the export would end with; its
+// sha256 is empty, since nothing was kept.
+type EstimateExportResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Summary       *ExportSummary         `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EstimateExportResponse) Reset() {
+	*x = EstimateExportResponse{}
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EstimateExportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EstimateExportResponse) ProtoMessage() {}
+
+func (x *EstimateExportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EstimateExportResponse.ProtoReflect.Descriptor instead.
+func (*EstimateExportResponse) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EstimateExportResponse) GetSummary() *ExportSummary {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
 // ExportRequest names the owner, the key and what to export.
 type ExportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -213,7 +321,7 @@ type ExportRequest struct {
 
 func (x *ExportRequest) Reset() {
 	*x = ExportRequest{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[0]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -225,7 +333,7 @@ func (x *ExportRequest) String() string {
 func (*ExportRequest) ProtoMessage() {}
 
 func (x *ExportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[0]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -238,7 +346,7 @@ func (x *ExportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportRequest.ProtoReflect.Descriptor instead.
 func (*ExportRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{0}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ExportRequest) GetOwner() string {
@@ -283,7 +391,7 @@ type ExportResponse struct {
 
 func (x *ExportResponse) Reset() {
 	*x = ExportResponse{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[1]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +403,7 @@ func (x *ExportResponse) String() string {
 func (*ExportResponse) ProtoMessage() {}
 
 func (x *ExportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[1]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +416,7 @@ func (x *ExportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportResponse.ProtoReflect.Descriptor instead.
 func (*ExportResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{1}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ExportResponse) GetPayload() isExportResponse_Payload {
@@ -374,7 +482,7 @@ type ExportSummary struct {
 
 func (x *ExportSummary) Reset() {
 	*x = ExportSummary{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[2]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -386,7 +494,7 @@ func (x *ExportSummary) String() string {
 func (*ExportSummary) ProtoMessage() {}
 
 func (x *ExportSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[2]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -399,7 +507,7 @@ func (x *ExportSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSummary.ProtoReflect.Descriptor instead.
 func (*ExportSummary) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{2}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExportSummary) GetGroups() uint64 {
@@ -468,7 +576,7 @@ type LintRequest struct {
 
 func (x *LintRequest) Reset() {
 	*x = LintRequest{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +588,7 @@ func (x *LintRequest) String() string {
 func (*LintRequest) ProtoMessage() {}
 
 func (x *LintRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +601,7 @@ func (x *LintRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LintRequest.ProtoReflect.Descriptor instead.
 func (*LintRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{3}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LintRequest) GetOwner() string {
@@ -514,7 +622,7 @@ type LintResponse struct {
 
 func (x *LintResponse) Reset() {
 	*x = LintResponse{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +634,7 @@ func (x *LintResponse) String() string {
 func (*LintResponse) ProtoMessage() {}
 
 func (x *LintResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +647,7 @@ func (x *LintResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LintResponse.ProtoReflect.Descriptor instead.
 func (*LintResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{4}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LintResponse) GetFindings() []*LintFinding {
@@ -580,7 +688,7 @@ type LintFinding struct {
 
 func (x *LintFinding) Reset() {
 	*x = LintFinding{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +700,7 @@ func (x *LintFinding) String() string {
 func (*LintFinding) ProtoMessage() {}
 
 func (x *LintFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +713,7 @@ func (x *LintFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LintFinding.ProtoReflect.Descriptor instead.
 func (*LintFinding) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{5}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LintFinding) GetKind() RecordKind {
@@ -679,7 +787,7 @@ type LintSummary struct {
 
 func (x *LintSummary) Reset() {
 	*x = LintSummary{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[6]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +799,7 @@ func (x *LintSummary) String() string {
 func (*LintSummary) ProtoMessage() {}
 
 func (x *LintSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[6]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +812,7 @@ func (x *LintSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LintSummary.ProtoReflect.Descriptor instead.
 func (*LintSummary) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{6}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LintSummary) GetGroups() uint64 {
@@ -756,7 +864,7 @@ type ImportRequest struct {
 
 func (x *ImportRequest) Reset() {
 	*x = ImportRequest{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +876,7 @@ func (x *ImportRequest) String() string {
 func (*ImportRequest) ProtoMessage() {}
 
 func (x *ImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +889,7 @@ func (x *ImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRequest.ProtoReflect.Descriptor instead.
 func (*ImportRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{7}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ImportRequest) GetPayload() isImportRequest_Payload {
@@ -836,7 +944,7 @@ type ImportStart struct {
 
 func (x *ImportStart) Reset() {
 	*x = ImportStart{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +956,7 @@ func (x *ImportStart) String() string {
 func (*ImportStart) ProtoMessage() {}
 
 func (x *ImportStart) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +969,7 @@ func (x *ImportStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportStart.ProtoReflect.Descriptor instead.
 func (*ImportStart) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{8}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ImportStart) GetOwner() string {
@@ -894,7 +1002,7 @@ type ElementCounts struct {
 
 func (x *ElementCounts) Reset() {
 	*x = ElementCounts{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1014,7 @@ func (x *ElementCounts) String() string {
 func (*ElementCounts) ProtoMessage() {}
 
 func (x *ElementCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1027,7 @@ func (x *ElementCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElementCounts.ProtoReflect.Descriptor instead.
 func (*ElementCounts) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{9}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ElementCounts) GetInserted() uint64 {
@@ -961,7 +1069,7 @@ type ImportResponse struct {
 
 func (x *ImportResponse) Reset() {
 	*x = ImportResponse{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1081,7 @@ func (x *ImportResponse) String() string {
 func (*ImportResponse) ProtoMessage() {}
 
 func (x *ImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1094,7 @@ func (x *ImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportResponse.ProtoReflect.Descriptor instead.
 func (*ImportResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{10}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ImportResponse) GetMetadata() *device_sync.BackupMetadataSave {
@@ -1052,7 +1160,7 @@ type ReadMetadataRequest struct {
 
 func (x *ReadMetadataRequest) Reset() {
 	*x = ReadMetadataRequest{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1172,7 @@ func (x *ReadMetadataRequest) String() string {
 func (*ReadMetadataRequest) ProtoMessage() {}
 
 func (x *ReadMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1185,7 @@ func (x *ReadMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMetadataRequest.ProtoReflect.Descriptor instead.
 func (*ReadMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{11}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReadMetadataRequest) GetPayload() isReadMetadataRequest_Payload {
@@ -1133,7 +1241,7 @@ type ReadMetadataResponse struct {
 
 func (x *ReadMetadataResponse) Reset() {
 	*x = ReadMetadataResponse{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1253,7 @@ func (x *ReadMetadataResponse) String() string {
 func (*ReadMetadataResponse) ProtoMessage() {}
 
 func (x *ReadMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1266,7 @@ func (x *ReadMetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMetadataResponse.ProtoReflect.Descriptor instead.
 func (*ReadMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{12}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReadMetadataResponse) GetVersion() uint32 {
@@ -1196,7 +1304,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[13]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1316,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[13]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1329,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{13}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *VerifyRequest) GetPayload() isVerifyRequest_Payload {
@@ -1277,7 +1385,7 @@ type VerifyProblem struct {
 
 func (x *VerifyProblem) Reset() {
 	*x = VerifyProblem{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[14]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1397,7 @@ func (x *VerifyProblem) String() string {
 func (*VerifyProblem) ProtoMessage() {}
 
 func (x *VerifyProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[14]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1410,7 @@ func (x *VerifyProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyProblem.ProtoReflect.Descriptor instead.
 func (*VerifyProblem) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{14}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *VerifyProblem) GetRecord() uint64 {
@@ -1338,7 +1446,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[15]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1458,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[15]
+	mi := &file_contentbackup_v1_archive_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1471,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{15}
+	return file_contentbackup_v1_archive_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *VerifyResponse) GetVersion() uint32 {
@@ -1433,7 +1541,13 @@ var File_contentbackup_v1_archive_service_proto protoreflect.FileDescriptor
 
 const file_contentbackup_v1_archive_service_proto_rawDesc = "" +
 	"\n" +
-	"&contentbackup/v1/archive_service.proto\x12\x10contentbackup.v1\x1a%xmtp/device_sync/backup_element.proto\x1a4xmtp/device_sync/consent_backup/consent_backup.proto\"\xc1\x01\n" +
+	"&contentbackup/v1/archive_service.proto\x12\x10contentbackup.v1\x1a%xmtp/device_sync/backup_element.proto\x1a4xmtp/device_sync/consent_backup/consent_backup.proto\"\xb7\x01\n" +
+	"\x15EstimateExportRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12:\n" +
+	"\aoptions\x18\x02 \x01(\v2 .xmtp.device_sync.ArchiveOptionsR\aoptions\x12L\n" +
+	"\rnonconforming\x18\x03 \x01(\x0e2&.contentbackup.v1.NonconformingRecordsR\rnonconforming\"S\n" +
+	"\x16EstimateExportResponse\x129\n" +
+	"\asummary\x18\x01 \x01(\v2\x1f.contentbackup.v1.ExportSummaryR\asummary\"\xc1\x01\n" +
 	"\rExportRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12:\n" +
@@ -1533,13 +1647,14 @@ const file_contentbackup_v1_archive_service_proto_rawDesc = "" +
 	"\tNonceForm\x12\x1a\n" +
 	"\x16NONCE_FORM_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12NONCE_FORM_COUNTER\x10\x01\x12\x15\n" +
-	"\x11NONCE_FORM_LEGACY\x10\x022\xa7\x03\n" +
+	"\x11NONCE_FORM_LEGACY\x10\x022\x8c\x04\n" +
 	"\x0eArchiveService\x12M\n" +
 	"\x06Export\x12\x1f.contentbackup.v1.ExportRequest\x1a .contentbackup.v1.ExportResponse0\x01\x12M\n" +
 	"\x06Import\x12\x1f.contentbackup.v1.ImportRequest\x1a .contentbackup.v1.ImportResponse(\x01\x12_\n" +
 	"\fReadMetadata\x12%.contentbackup.v1.ReadMetadataRequest\x1a&.contentbackup.v1.ReadMetadataResponse(\x01\x12M\n" +
 	"\x06Verify\x12\x1f.contentbackup.v1.VerifyRequest\x1a .contentbackup.v1.VerifyResponse(\x01\x12G\n" +
-	"\x04Lint\x12\x1d.contentbackup.v1.LintRequest\x1a\x1e.contentbackup.v1.LintResponse0\x01BMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
+	"\x04Lint\x12\x1d.contentbackup.v1.LintRequest\x1a\x1e.contentbackup.v1.LintResponse0\x01\x12c\n" +
+	"\x0eEstimateExport\x12'.contentbackup.v1.EstimateExportRequest\x1a(.contentbackup.v1.EstimateExportResponseBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
 
 var (
 	file_contentbackup_v1_archive_service_proto_rawDescOnce sync.Once
@@ -1554,63 +1669,70 @@ func file_contentbackup_v1_archive_service_proto_rawDescGZIP() []byte {
 }
 
 var file_contentbackup_v1_archive_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_contentbackup_v1_archive_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_contentbackup_v1_archive_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_contentbackup_v1_archive_service_proto_goTypes = []any{
 	(NonconformingRecords)(0),              // 0: contentbackup.v1.NonconformingRecords
 	(RecordKind)(0),                        // 1: contentbackup.v1.RecordKind
 	(NonceForm)(0),                         // 2: contentbackup.v1.NonceForm
-	(*ExportRequest)(nil),                  // 3: contentbackup.v1.ExportRequest
-	(*ExportResponse)(nil),                 // 4: contentbackup.v1.ExportResponse
-	(*ExportSummary)(nil),                  // 5: contentbackup.v1.ExportSummary
-	(*LintRequest)(nil),                    // 6: contentbackup.v1.LintRequest
-	(*LintResponse)(nil),                   // 7: contentbackup.v1.LintResponse
-	(*LintFinding)(nil),                    // 8: contentbackup.v1.LintFinding
-	(*LintSummary)(nil),                    // 9: contentbackup.v1.LintSummary
-	(*ImportRequest)(nil),                  // 10: contentbackup.v1.ImportRequest
-	(*ImportStart)(nil),                    // 11: contentbackup.v1.ImportStart
-	(*ElementCounts)(nil),                  // 12: contentbackup.v1.ElementCounts
-	(*ImportResponse)(nil),                 // 13: contentbackup.v1.ImportResponse
-	(*ReadMetadataRequest)(nil),            // 14: contentbackup.v1.ReadMetadataRequest
-	(*ReadMetadataResponse)(nil),           // 15: contentbackup.v1.ReadMetadataResponse
-	(*VerifyRequest)(nil),                  // 16: contentbackup.v1.VerifyRequest
-	(*VerifyProblem)(nil),                  // 17: contentbackup.v1.VerifyProblem
-	(*VerifyResponse)(nil),                 // 18: contentbackup.v1.VerifyResponse
-	(*device_sync.ArchiveOptions)(nil),     // 19: xmtp.device_sync.ArchiveOptions
-	(consent_backup.ConsentTypeSave)(0),    // 20: xmtp.device_sync.consent_backup.ConsentTypeSave
-	(*device_sync.BackupMetadataSave)(nil), // 21: xmtp.device_sync.BackupMetadataSave
+	(*EstimateExportRequest)(nil),          // 3: contentbackup.v1.EstimateExportRequest
+	(*EstimateExportResponse)(nil),         // 4: contentbackup.v1.EstimateExportResponse
+	(*ExportRequest)(nil),                  // 5: contentbackup.v1.ExportRequest
+	(*ExportResponse)(nil),                 // 6: contentbackup.v1.ExportResponse
+	(*ExportSummary)(nil),                  // 7: contentbackup.v1.ExportSummary
+	(*LintRequest)(nil),                    // 8: contentbackup.v1.LintRequest
+	(*LintResponse)(nil),                   // 9: contentbackup.v1.LintResponse
+	(*LintFinding)(nil),                    // 10: contentbackup.v1.LintFinding
+	(*LintSummary)(nil),                    // 11: contentbackup.v1.LintSummary
+	(*ImportRequest)(nil),                  // 12: contentbackup.v1.ImportRequest
+	(*ImportStart)(nil),                    // 13: contentbackup.v1.ImportStart
+	(*ElementCounts)(nil),                  // 14: contentbackup.v1.ElementCounts
+	(*ImportResponse)(nil),                 // 15: contentbackup.v1.ImportResponse
+	(*ReadMetadataRequest)(nil),            // 16: contentbackup.v1.ReadMetadataRequest
+	(*ReadMetadataResponse)(nil),           // 17: contentbackup.v1.ReadMetadataResponse
+	(*VerifyRequest)(nil),                  // 18: contentbackup.v1.VerifyRequest
+	(*VerifyProblem)(nil),                  // 19: contentbackup.v1.VerifyProblem
+	(*VerifyResponse)(nil),                 // 20: contentbackup.v1.VerifyResponse
+	(*device_sync.ArchiveOptions)(nil),     // 21: xmtp.device_sync.ArchiveOptions
+	(consent_backup.ConsentTypeSave)(0),    // 22: xmtp.device_sync.consent_backup.ConsentTypeSave
+	(*device_sync.BackupMetadataSave)(nil), // 23: xmtp.device_sync.BackupMetadataSave
 }
 var file_contentbackup_v1_archive_service_proto_depIdxs = []int32{
-	19, // 0: contentbackup.v1.ExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
-	0,  // 1: contentbackup.v1.ExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
-	5,  // 2: contentbackup.v1.ExportResponse.summary:type_name -> contentbackup.v1.ExportSummary
-	8,  // 3: contentbackup.v1.LintResponse.findings:type_name -> contentbackup.v1.LintFinding
-	9,  // 4: contentbackup.v1.LintResponse.summary:type_name -> contentbackup.v1.LintSummary
-	1,  // 5: contentbackup.v1.LintFinding.kind:type_name -> contentbackup.v1.RecordKind
-	20, // 6: contentbackup.v1.LintFinding.consent_type:type_name -> xmtp.device_sync.consent_backup.ConsentTypeSave
-	11, // 7: contentbackup.v1.ImportRequest.start:type_name -> contentbackup.v1.ImportStart
-	21, // 8: contentbackup.v1.ImportResponse.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
-	12, // 9: contentbackup.v1.ImportResponse.groups:type_name -> contentbackup.v1.ElementCounts
-	12, // 10: contentbackup.v1.ImportResponse.messages:type_name -> contentbackup.v1.ElementCounts
-	12, // 11: contentbackup.v1.ImportResponse.consent:type_name -> contentbackup.v1.ElementCounts
-	21, // 12: contentbackup.v1.ReadMetadataResponse.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
-	2,  // 13: contentbackup.v1.ReadMetadataResponse.record0_nonce:type_name -> contentbackup.v1.NonceForm
-	21, // 14: contentbackup.v1.VerifyResponse.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
-	17, // 15: contentbackup.v1.VerifyResponse.problem:type_name -> contentbackup.v1.VerifyProblem
-	3,  // 16: contentbackup.v1.ArchiveService.Export:input_type -> contentbackup.v1.ExportRequest
-	10, // 17: contentbackup.v1.ArchiveService.Import:input_type -> contentbackup.v1.ImportRequest
-	14, // 18: contentbackup.v1.ArchiveService.ReadMetadata:input_type -> contentbackup.v1.ReadMetadataRequest
-	16, // 19: contentbackup.v1.ArchiveService.Verify:input_type -> contentbackup.v1.VerifyRequest
-	6,  // 20: contentbackup.v1.ArchiveService.Lint:input_type -> contentbackup.v1.LintRequest
-	4,  // 21: contentbackup.v1.ArchiveService.Export:output_type -> contentbackup.v1.ExportResponse
-	13, // 22: contentbackup.v1.ArchiveService.Import:output_type -> contentbackup.v1.ImportResponse
-	15, // 23: contentbackup.v1.ArchiveService.ReadMetadata:output_type -> contentbackup.v1.ReadMetadataResponse
-	18, // 24: contentbackup.v1.ArchiveService.Verify:output_type -> contentbackup.v1.VerifyResponse
-	7,  // 25: contentbackup.v1.ArchiveService.Lint:output_type -> contentbackup.v1.LintResponse
-	21, // [21:26] is the sub-list for method output_type
-	16, // [16:21] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	21, // 0: contentbackup.v1.EstimateExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
+	0,  // 1: contentbackup.v1.EstimateExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
+	7,  // 2: contentbackup.v1.EstimateExportResponse.summary:type_name -> contentbackup.v1.ExportSummary
+	21, // 3: contentbackup.v1.ExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
+	0,  // 4: contentbackup.v1.ExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
+	7,  // 5: contentbackup.v1.ExportResponse.summary:type_name -> contentbackup.v1.ExportSummary
+	10, // 6: contentbackup.v1.LintResponse.findings:type_name -> contentbackup.v1.LintFinding
+	11, // 7: contentbackup.v1.LintResponse.summary:type_name -> contentbackup.v1.LintSummary
+	1,  // 8: contentbackup.v1.LintFinding.kind:type_name -> contentbackup.v1.RecordKind
+	22, // 9: contentbackup.v1.LintFinding.consent_type:type_name -> xmtp.device_sync.consent_backup.ConsentTypeSave
+	13, // 10: contentbackup.v1.ImportRequest.start:type_name -> contentbackup.v1.ImportStart
+	23, // 11: contentbackup.v1.ImportResponse.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
+	14, // 12: contentbackup.v1.ImportResponse.groups:type_name -> contentbackup.v1.ElementCounts
+	14, // 13: contentbackup.v1.ImportResponse.messages:type_name -> contentbackup.v1.ElementCounts
+	14, // 14: contentbackup.v1.ImportResponse.consent:type_name -> contentbackup.v1.ElementCounts
+	23, // 15: contentbackup.v1.ReadMetadataResponse.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
+	2,  // 16: contentbackup.v1.ReadMetadataResponse.record0_nonce:type_name -> contentbackup.v1.NonceForm
+	23, // 17: contentbackup.v1.VerifyResponse.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
+	19, // 18: contentbackup.v1.VerifyResponse.problem:type_name -> contentbackup.v1.VerifyProblem
+	5,  // 19: contentbackup.v1.ArchiveService.Export:input_type -> contentbackup.v1.ExportRequest
+	12, // 20: contentbackup.v1.ArchiveService.Import:input_type -> contentbackup.v1.ImportRequest
+	16, // 21: contentbackup.v1.ArchiveService.ReadMetadata:input_type -> contentbackup.v1.ReadMetadataRequest
+	18, // 22: contentbackup.v1.ArchiveService.Verify:input_type -> contentbackup.v1.VerifyRequest
+	8,  // 23: contentbackup.v1.ArchiveService.Lint:input_type -> contentbackup.v1.LintRequest
+	3,  // 24: contentbackup.v1.ArchiveService.EstimateExport:input_type -> contentbackup.v1.EstimateExportRequest
+	6,  // 25: contentbackup.v1.ArchiveService.Export:output_type -> contentbackup.v1.ExportResponse
+	15, // 26: contentbackup.v1.ArchiveService.Import:output_type -> contentbackup.v1.ImportResponse
+	17, // 27: contentbackup.v1.ArchiveService.ReadMetadata:output_type -> contentbackup.v1.ReadMetadataResponse
+	20, // 28: contentbackup.v1.ArchiveService.Verify:output_type -> contentbackup.v1.VerifyResponse
+	9,  // 29: contentbackup.v1.ArchiveService.Lint:output_type -> contentbackup.v1.LintResponse
+	4,  // 30: contentbackup.v1.ArchiveService.EstimateExport:output_type -> contentbackup.v1.EstimateExportResponse
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_v1_archive_service_proto_init() }
@@ -1618,30 +1740,30 @@ func file_contentbackup_v1_archive_service_proto_init() {
 	if File_contentbackup_v1_archive_service_proto != nil {
 		return
 	}
-	file_contentbackup_v1_archive_service_proto_msgTypes[1].OneofWrappers = []any{
+	file_contentbackup_v1_archive_service_proto_msgTypes[3].OneofWrappers = []any{
 		(*ExportResponse_Chunk)(nil),
 		(*ExportResponse_Summary)(nil),
 	}
-	file_contentbackup_v1_archive_service_proto_msgTypes[7].OneofWrappers = []any{
+	file_contentbackup_v1_archive_service_proto_msgTypes[9].OneofWrappers = []any{
 		(*ImportRequest_Start)(nil),
 		(*ImportRequest_Chunk)(nil),
 	}
-	file_contentbackup_v1_archive_service_proto_msgTypes[11].OneofWrappers = []any{
+	file_contentbackup_v1_archive_service_proto_msgTypes[13].OneofWrappers = []any{
 		(*ReadMetadataRequest_Key)(nil),
 		(*ReadMetadataRequest_Chunk)(nil),
 	}
-	file_contentbackup_v1_archive_service_proto_msgTypes[13].OneofWrappers = []any{
+	file_contentbackup_v1_archive_service_proto_msgTypes[15].OneofWrappers = []any{
 		(*VerifyRequest_Key)(nil),
 		(*VerifyRequest_Chunk)(nil),
 	}
-	file_contentbackup_v1_archive_service_proto_msgTypes[14].OneofWrappers = []any{}
+	file_contentbackup_v1_archive_service_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_v1_archive_service_proto_rawDesc), len(file_contentbackup_v1_archive_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,11 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ArchiveService_Export_FullMethodName       = "/contentbackup.v1.ArchiveService/Export"
-	ArchiveService_Import_FullMethodName       = "/contentbackup.v1.ArchiveService/Import"
-	ArchiveService_ReadMetadata_FullMethodName = "/contentbackup.v1.ArchiveService/ReadMetadata"
-	ArchiveService_Verify_FullMethodName       = "/contentbackup.v1.ArchiveService/Verify"
-	ArchiveService_Lint_FullMethodName         = "/contentbackup.v1.ArchiveService/Lint"
+	ArchiveService_Export_FullMethodName         = "/contentbackup.v1.ArchiveService/Export"
+	ArchiveService_Import_FullMethodName         = "/contentbackup.v1.ArchiveService/Import"
+	ArchiveService_ReadMetadata_FullMethodName   = "/contentbackup.v1.ArchiveService/ReadMetadata"
+	ArchiveService_Verify_FullMethodName         = "/contentbackup.v1.ArchiveService/Verify"
+	ArchiveService_Lint_FullMethodName           = "/contentbackup.v1.ArchiveService/Lint"
+	ArchiveService_EstimateExport_FullMethodName = "/contentbackup.v1.ArchiveService/EstimateExport"
 )
 
 // ArchiveServiceClient is the client API for ArchiveService service.
@@ -65,6 +66,14 @@ type ArchiveServiceClient interface {
 	// of findings, then one summary. It reads as an export does and needs
 	// archive.export for the owner.
 	Lint(ctx context.Context, in *LintRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LintResponse], error)
+	// EstimateExport runs the export the request describes and writes it
+	// nowhere: the counts and the archive's exact length, as Export would
+	// report them now, at the cost of reading the owner's records once. A
+	// throwaway key seals what is thrown away, so it takes none. It needs
+	// archive.export for the owner, and is refused as Export is
+	// (FAILED_PRECONDITION naming a record the reference would refuse,
+	// unless nonconforming says otherwise).
+	EstimateExport(ctx context.Context, in *EstimateExportRequest, opts ...grpc.CallOption) (*EstimateExportResponse, error)
 }
 
 type archiveServiceClient struct {
@@ -152,6 +161,16 @@ func (c *archiveServiceClient) Lint(ctx context.Context, in *LintRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ArchiveService_LintClient = grpc.ServerStreamingClient[LintResponse]
 
+func (c *archiveServiceClient) EstimateExport(ctx context.Context, in *EstimateExportRequest, opts ...grpc.CallOption) (*EstimateExportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EstimateExportResponse)
+	err := c.cc.Invoke(ctx, ArchiveService_EstimateExport_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ArchiveServiceServer is the server API for ArchiveService service.
 // All implementations must embed UnimplementedArchiveServiceServer
 // for forward compatibility.
@@ -191,6 +210,14 @@ type ArchiveServiceServer interface {
 	// of findings, then one summary. It reads as an export does and needs
 	// archive.export for the owner.
 	Lint(*LintRequest, grpc.ServerStreamingServer[LintResponse]) error
+	// EstimateExport runs the export the request describes and writes it
+	// nowhere: the counts and the archive's exact length, as Export would
+	// report them now, at the cost of reading the owner's records once. A
+	// throwaway key seals what is thrown away, so it takes none. It needs
+	// archive.export for the owner, and is refused as Export is
+	// (FAILED_PRECONDITION naming a record the reference would refuse,
+	// unless nonconforming says otherwise).
+	EstimateExport(context.Context, *EstimateExportRequest) (*EstimateExportResponse, error)
 	mustEmbedUnimplementedArchiveServiceServer()
 }
 
@@ -215,6 +242,9 @@ func (UnimplementedArchiveServiceServer) Verify(grpc.ClientStreamingServer[Verif
 }
 func (UnimplementedArchiveServiceServer) Lint(*LintRequest, grpc.ServerStreamingServer[LintResponse]) error {
 	return status.Error(codes.Unimplemented, "method Lint not implemented")
+}
+func (UnimplementedArchiveServiceServer) EstimateExport(context.Context, *EstimateExportRequest) (*EstimateExportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EstimateExport not implemented")
 }
 func (UnimplementedArchiveServiceServer) mustEmbedUnimplementedArchiveServiceServer() {}
 func (UnimplementedArchiveServiceServer) testEmbeddedByValue()                        {}
@@ -280,13 +310,36 @@ func _ArchiveService_Lint_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ArchiveService_LintServer = grpc.ServerStreamingServer[LintResponse]
 
+func _ArchiveService_EstimateExport_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EstimateExportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ArchiveServiceServer).EstimateExport(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ArchiveService_EstimateExport_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ArchiveServiceServer).EstimateExport(ctx, req.(*EstimateExportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ArchiveService_ServiceDesc is the grpc.ServiceDesc for ArchiveService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var ArchiveService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "contentbackup.v1.ArchiveService",
 	HandlerType: (*ArchiveServiceServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "EstimateExport",
+			Handler:    _ArchiveService_EstimateExport_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Export",
