@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -68,12 +69,12 @@ func (l *listBackupsCmd) Run(ctx context.Context, c *cli) error {
 		return c.output(out, "")
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tSTATE\tCREATED\tGROUPS\tMESSAGES\tCONSENT\tBYTES\tBY\tLABEL")
+	fmt.Fprintln(w, "ID\tSTATE\tCREATED\tWINDOW\tGROUPS\tMESSAGES\tCONSENT\tBYTES\tVERIFIED\tBY\tLABEL")
 	for _, b := range all {
 		s := b.GetSummary()
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", b.GetId(), shortState(b.GetState()),
-			b.GetCreateTime().AsTime().UTC().Format("2006-01-02T15:04:05Z"), s.GetGroups(), s.GetMessages(),
-			s.GetConsentRecords(), s.GetArchiveBytes(), b.GetPrincipal(), b.GetLabel())
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", b.GetId(), shortState(b.GetState()),
+			b.GetCreateTime().AsTime().UTC().Format("2006-01-02T15:04:05Z"), window(b.GetOptions()), s.GetGroups(), s.GetMessages(),
+			s.GetConsentRecords(), s.GetArchiveBytes(), verified(b), b.GetPrincipal(), b.GetLabel())
 	}
 	return w.Flush()
 }
@@ -150,6 +151,34 @@ func (r *retentionCmd) Run(ctx context.Context, c *cli) error {
 	}
 	fmt.Printf("%d kept, %d to delete (dry run: nothing was deleted)\n", len(keep), len(remove))
 	return nil
+}
+
+// window is an export's time window as (start, end] in ns; "all" when
+// it has none.
+func window(o *ds.ArchiveOptions) string {
+	if o == nil || (o.StartNs == nil && o.EndNs == nil) {
+		return "all"
+	}
+	bound := func(v *int64) string {
+		if v == nil {
+			return ""
+		}
+		return fmt.Sprint(*v)
+	}
+	return "(" + bound(o.StartNs) + "," + bound(o.EndNs) + "]"
+}
+
+// verified is when the backup was last read back, and whether it was
+// sound: "-" when never.
+func verified(b *cb.Backup) string {
+	if b.GetVerifyTime() == nil {
+		return "-"
+	}
+	at := b.GetVerifyTime().AsTime().UTC().Format("2006-01-02T15:04:05Z")
+	if b.GetVerifyProblem() != "" {
+		return at + " DAMAGED"
+	}
+	return at + " ok"
 }
 
 func shortState(s cb.BackupState) string {

@@ -332,7 +332,8 @@ func TestArchivectlJobs(t *testing.T) {
 		t.Fatalf("jobs start-export --wait: %v\n%s%s", err, out, stderr)
 	}
 	out, stderr, err = ctl.run("backups", "list", "--owner", owner)
-	if err != nil || strings.Count(out, "\n") != 2 || !strings.Contains(out, "complete") || !strings.Contains(out, "first") {
+	if err != nil || strings.Count(out, "\n") != 2 || !strings.Contains(out, "complete") || !strings.Contains(out, "first") ||
+		!strings.Contains(out, "WINDOW") || !strings.Contains(out, " all ") || !strings.Contains(out, "VERIFIED") {
 		t.Fatalf("backups list: %v\n%s%s", err, out, stderr)
 	}
 	id := strings.Fields(strings.Split(out, "\n")[1])[0]
