@@ -14,6 +14,7 @@ import (
 	"gocloud.dev/gcerrors"
 
 	"github.com/contentbackup/contentbackup/internal/backup"
+	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
@@ -75,8 +76,12 @@ func (m *Manager) readBack(ctx context.Context, b store.Backup) (string, error) 
 		return "", fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
 	}
 	key, err := m.cfg.KEK.Unwrap(ctx, b.WrappedKey)
-	if err != nil {
+	if errors.Is(err, keyring.ErrUnwrap) || errors.Is(err, keyring.ErrNoKEK) {
 		return "its key does not unwrap under the server's key-encryption key", nil
+	}
+	if err != nil {
+		// The KMS did not answer: nothing is known about the backup.
+		return "", fmt.Errorf("backup %s: unwrap key: %w", b.ID, err)
 	}
 	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
 	if err != nil {
@@ -95,10 +100,15 @@ func (m *Manager) readBack(ctx context.Context, b store.Backup) (string, error) 
 	opts := m.cfg.Import.Reader
 	opts.Meter = readerBudget
 	digest := sha256.New()
-	counted := &countingReader{r: io.TeeReader(obj, digest), n: new(atomic.Uint64)}
+	source := &readFailure{r: obj}
+	counted := &countingReader{r: io.TeeReader(source, digest), n: new(atomic.Uint64)}
 	rep, err := backup.Verify(counted, key, opts)
 	if err != nil {
 		return "", err
+	}
+	if source.err != nil {
+		// The bucket failed mid-read: a transient fault, not damage.
+		return "", fmt.Errorf("backup %s: read object: %w", b.ID, source.err)
 	}
 	// The whole object is read, past a problem too, for its length and digest.
 	if _, err := io.Copy(io.Discard, counted); err != nil {
@@ -116,6 +126,22 @@ func (m *Manager) readBack(ctx context.Context, b store.Backup) (string, error) 
 			rep.Groups, rep.Messages, rep.Consent, b.Summary.Groups, b.Summary.Messages, b.Summary.Consent), nil
 	}
 	return "", nil
+}
+
+// readFailure remembers the first error other than io.EOF its reader
+// returned: the bucket's, as opposed to what the archive reader makes of
+// the bytes.
+type readFailure struct {
+	r   io.Reader
+	err error
+}
+
+func (f *readFailure) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if err != nil && err != io.EOF && f.err == nil {
+		f.err = err
+	}
+	return n, err
 }
 
 // VerifyOwner verifies up to sample (0: all) of owner's complete backups
