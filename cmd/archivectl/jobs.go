@@ -60,10 +60,11 @@ func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
 }
 
 type startImportJobCmd struct {
-	Owner       string `required:"" help:"Owner (inbox) to import into."`
-	Backup      string `required:"" help:"The backup's catalog id ('backups list')."`
-	SourceOwner string `name:"source-owner" help:"The backup's owner when it is not --owner (an account migration: needs archive.migrate)."`
-	Wait        bool   `help:"Wait for the job to end, as 'jobs wait' does."`
+	Owner        string `required:"" help:"Owner (inbox) to import into."`
+	Backup       string `required:"" help:"The backup's catalog id ('backups list')."`
+	SourceOwner  string `name:"source-owner" help:"The backup's owner when it is not --owner (an account migration: needs archive.migrate)."`
+	ValidateOnly bool   `name:"validate-only" help:"A dry run: read and authenticate the whole backup and report what the import would insert, update and leave unchanged, applying nothing."`
+	Wait         bool   `help:"Wait for the job to end, as 'jobs wait' does."`
 }
 
 func (s *startImportJobCmd) Run(ctx context.Context, c *cli) error {
@@ -73,7 +74,7 @@ func (s *startImportJobCmd) Run(ctx context.Context, c *cli) error {
 	}
 	defer conn.Close()
 	op, err := cb.NewBackupServiceClient(conn).StartImport(ctx, &cb.StartImportRequest{
-		Owner: s.Owner, Backup: s.Backup, SourceOwner: s.SourceOwner,
+		Owner: s.Owner, Backup: s.Backup, SourceOwner: s.SourceOwner, ValidateOnly: s.ValidateOnly,
 	})
 	if err != nil {
 		return fmt.Errorf("start import: %w", err)

@@ -46,6 +46,10 @@ type ImportOptions struct {
 	// included; they reach the store in batches), for a caller that reports
 	// progress while import runs.
 	Progress *atomic.Uint64
+	// ValidateOnly reads and authenticates the whole archive and reports
+	// what the import would insert, update and leave unchanged, by the
+	// store's own merge rules, writing nothing (AIP-163).
+	ValidateOnly bool
 }
 
 // ElementCounts is what an import did with one kind of element.
@@ -124,6 +128,9 @@ func Import(ctx context.Context, st store.Store, owner string, key []byte, r io.
 		return res, err
 	}
 	defer ar.Close()
+	if opts.ValidateOnly {
+		st = newPlanner(st)
+	}
 	im := &importer{ctx: ctx, st: st, owner: owner, res: &res, groups: make(map[string]bool), limits: opts.Limits, ahead: opts.ReadAhead}
 	if opts.ReadAhead != nil {
 		im.flushAt = opts.ReadAheadBytes / 2

@@ -622,6 +622,9 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req request
 		p.backup.JobID = id
 	case store.JobImport:
 		md.Kind = pv.JobKind_JOB_KIND_IMPORT
+		if ir, ok := req.(ImportRequest); ok {
+			md.ValidateOnly = ir.ValidateOnly
+		}
 		if p.sourceOwner != req.owner() {
 			md.SourceOwner = p.sourceOwner
 		}
@@ -648,7 +651,8 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req request
 	if kind == store.JobImport && p.sourceOwner != req.owner() {
 		m.cfg.Log.Info("audit: backup restored into another owner", zap.String("audit", "backup.migrate"),
 			zap.String("principal", principal), zap.String("source_owner", p.sourceOwner),
-			zap.String("owner", req.owner()), zap.String("backup", p.backup.ID), zap.String("job", id))
+			zap.String("owner", req.owner()), zap.String("backup", p.backup.ID), zap.String("job", id),
+			zap.Bool("validate_only", md.GetValidateOnly()))
 	}
 	r.job = job
 	runCtx, cancel := context.WithCancelCause(m.ctx)
@@ -1027,6 +1031,7 @@ func (m *Manager) importArchive(ctx context.Context, r *run, req ImportRequest, 
 	opts.Reader.Meter = readerBudget
 	opts.ReadAhead = ahead
 	opts.Progress = &r.records
+	opts.ValidateOnly = req.ValidateOnly
 	r.phase.Store(int32(pv.JobPhase_JOB_PHASE_TRANSFERRING))
 	res, err := backup.Import(ctx, m.cfg.Store, req.Owner, p.key, &countingReader{r: obj, n: &r.bytes}, opts)
 	if err != nil {

@@ -35,6 +35,10 @@ type ImportRequest struct {
 	SourceOwner string
 	Backup      string
 	RequestID   string
+	// ValidateOnly makes the job a dry run (AIP-163): it reads and
+	// authenticates the whole backup and reports what the import would
+	// do, applying nothing.
+	ValidateOnly bool
 }
 
 var nonconformingRows = map[backup.Nonconforming]pv.NonconformingRecords{
@@ -50,7 +54,8 @@ func (req ExportRequest) spec() ([]byte, error) {
 }
 
 func (req ImportRequest) spec() ([]byte, error) {
-	return proto.Marshal(&pv.ImportSpec{Owner: req.Owner, Backup: req.Backup, SourceOwner: req.SourceOwner, RequestId: req.RequestID})
+	return proto.Marshal(&pv.ImportSpec{Owner: req.Owner, Backup: req.Backup, SourceOwner: req.SourceOwner, RequestId: req.RequestID,
+		ValidateOnly: req.ValidateOnly})
 }
 
 // Progress is job j's last recorded progress.

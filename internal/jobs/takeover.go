@@ -137,7 +137,8 @@ func (m *Manager) prepareAgain(ctx context.Context, j store.Job) (*pv.JobProgres
 		if err := proto.Unmarshal(j.Spec, spec); err != nil {
 			return nil, nil, prepared{}, fmt.Errorf("job %s: spec: %w", j.ID, err)
 		}
-		req := ImportRequest{Owner: j.Owner, SourceOwner: spec.GetSourceOwner(), Backup: spec.GetBackup(), RequestID: spec.GetRequestId()}
+		req := ImportRequest{Owner: j.Owner, SourceOwner: spec.GetSourceOwner(), Backup: spec.GetBackup(), RequestID: spec.GetRequestId(),
+			ValidateOnly: spec.GetValidateOnly()}
 		source := req.SourceOwner
 		if source == "" {
 			source = req.Owner

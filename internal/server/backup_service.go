@@ -89,7 +89,7 @@ func (s *BackupService) StartImport(ctx context.Context, req *cb.StartImportRequ
 		return nil, status.Error(codes.InvalidArgument, "source: no longer accepted; name a backup by its catalog id")
 	}
 	j, err := s.jobs.StartImport(ctx, principalName(ctx), jobs.ImportRequest{Owner: req.GetOwner(), SourceOwner: req.GetSourceOwner(),
-		Backup: req.GetBackup(), RequestID: req.GetRequestId()})
+		Backup: req.GetBackup(), RequestID: req.GetRequestId(), ValidateOnly: req.GetValidateOnly()})
 	if err != nil {
 		return nil, jobStatus(err, req.GetBackup())
 	}

@@ -139,6 +139,25 @@ func TestBackupJobsOverTCP(t *testing.T) {
 		_, err = longrunningpb.NewOperationsClient(alice).CancelOperation(t.Context(), &longrunningpb.CancelOperationRequest{Name: op.GetName()})
 		wantStatus(t, "cancel of a finished job", err, codes.FailedPrecondition)
 
+		// A dry run first (AIP-163): the whole backup read, the import's
+		// counts predicted, nothing applied.
+		dry, err := cb.NewBackupServiceClient(ops).StartImport(t.Context(), &cb.StartImportRequest{Owner: "carol", SourceOwner: "alice", Backup: result.GetBackup(), ValidateOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dryDone := waitOp(t, ops, dry.GetName())
+		dryResult, dryMD := &cb.ImportJobResult{}, &cb.JobMetadata{}
+		if dryDone.GetError() != nil || dryDone.GetResponse().UnmarshalTo(dryResult) != nil || dryDone.GetMetadata().UnmarshalTo(dryMD) != nil ||
+			!dryMD.GetValidateOnly() || dryResult.GetCounts().GetMessages().GetInserted() != result.GetSummary().GetMessages() {
+			t.Fatalf("validate-only import: %v", dryDone)
+		}
+		if groups, err := cb.NewConversationServiceClient(ops).ListGroups(t.Context(), &cb.ListGroupsRequest{Owner: "carol"}); err != nil || len(groups.GetGroups()) != 0 {
+			t.Fatalf("carol after a dry run: %v, %v", groups, err)
+		}
+		if _, err := longrunningpb.NewOperationsClient(ops).DeleteOperation(t.Context(), &longrunningpb.DeleteOperationRequest{Name: dry.GetName()}); err != nil {
+			t.Fatal(err)
+		}
+
 		in, err := cb.NewBackupServiceClient(ops).StartImport(t.Context(), &cb.StartImportRequest{Owner: "carol", SourceOwner: "alice", Backup: result.GetBackup()})
 		if err != nil {
 			t.Fatal(err)
@@ -147,6 +166,9 @@ func TestBackupJobsOverTCP(t *testing.T) {
 		ir := &cb.ImportJobResult{}
 		if done.GetError() != nil || done.GetResponse().UnmarshalTo(ir) != nil {
 			t.Fatalf("import job: %v", done.GetError())
+		}
+		if !proto.Equal(ir, dryResult) {
+			t.Errorf("the import did %v; its dry run said %v", ir, dryResult)
 		}
 		if ir.GetCounts().GetMessages().GetInserted() != result.GetSummary().GetMessages() {
 			t.Errorf("imported %d messages of %d", ir.GetCounts().GetMessages().GetInserted(), result.GetSummary().GetMessages())

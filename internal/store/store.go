@@ -256,6 +256,9 @@ type Messages interface {
 	// nil; otherwise nothing changes and allow's error is returned. A
 	// message that does not exist in that group is ErrNotFound.
 	DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error
+	// MessagesExist reports, for each id in order, whether the owner
+	// stores a message with it (an import's dry run).
+	MessagesExist(ctx context.Context, owner string, ids [][]byte) ([]bool, error)
 }
 
 // Consent stores consent records, keyed by (entity_type, entity).
@@ -268,6 +271,8 @@ type Consent interface {
 	// ListConsent returns up to limit records after the key after (nil for
 	// the first page), ordered by entity type, then entity.
 	ListConsent(ctx context.Context, owner string, after *ConsentKey, limit int) ([]*cs.ConsentSave, error)
+	// GetConsent returns the owner's record for key, or ErrNotFound.
+	GetConsent(ctx context.Context, owner string, key ConsentKey) (*cs.ConsentSave, error)
 }
 
 // Snapshot is a consistent read-only view of one owner's records. Its

@@ -440,7 +440,12 @@ type StartImportRequest struct {
 	// both owners, and is logged as an audit event.
 	SourceOwner string `protobuf:"bytes,5,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
 	// As StartExportRequest.request_id, among the owner's import jobs.
-	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// validate_only (AIP-163) runs the import without writing: the job reads
+	// and authenticates the whole backup and its result counts what the
+	// import would insert, update and leave unchanged, by the store's own
+	// merge rules. Nothing is applied.
+	ValidateOnly  bool `protobuf:"varint,7,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -515,6 +520,13 @@ func (x *StartImportRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *StartImportRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
 }
 
 // Backup is one catalog row: an object the server wrote for an owner.
@@ -1027,7 +1039,10 @@ type JobMetadata struct {
 	// The job's run: 1, and one more each time another replica took the
 	// job over because the server running it stopped (an export starts
 	// again, an import runs again), up to the server's --job-attempts.
-	Attempt       uint32 `protobuf:"varint,16,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt uint32 `protobuf:"varint,16,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The job is a dry run (StartImportRequest.validate_only): it applies
+	// nothing.
+	ValidateOnly  bool `protobuf:"varint,17,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1174,6 +1189,13 @@ func (x *JobMetadata) GetAttempt() uint32 {
 	return 0
 }
 
+func (x *JobMetadata) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
 // ExportJobResult is a finished export job's response.
 type ExportJobResult struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1307,7 +1329,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x05label\x18\x06 \x01(\tR\x05label\x12L\n" +
 	"\rnonconforming\x18\a \x01(\x0e2&.contentbackup.v1.NonconformingRecordsR\rnonconforming\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\b \x01(\tR\trequestId\"\xd7\x01\n" +
+	"request_id\x18\b \x01(\tR\trequestId\"\xfc\x01\n" +
 	"\x12StartImportRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x128\n" +
@@ -1315,7 +1337,8 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x06backup\x18\x04 \x01(\tR\x06backup\x12!\n" +
 	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestId\"\xe4\x04\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\x12#\n" +
+	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnly\"\xe4\x04\n" +
 	"\x06Backup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x123\n" +
@@ -1352,7 +1375,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
 	"\x06backup\x18\x02 \x01(\tR\x06backup\"(\n" +
 	"\x14GetBackupKeyResponse\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\fR\x03key\"\xa2\x05\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\"\xc7\x05\n" +
 	"\vJobMetadata\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.contentbackup.v1.JobKindR\x04kind\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1c\n" +
@@ -1374,7 +1397,8 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x10cancel_requested\x18\r \x01(\bR\x0fcancelRequested\x12\x16\n" +
 	"\x06backup\x18\x0e \x01(\tR\x06backup\x12!\n" +
 	"\fsource_owner\x18\x0f \x01(\tR\vsourceOwner\x12\x18\n" +
-	"\aattempt\x18\x10 \x01(\rR\aattempt\"\xdc\x01\n" +
+	"\aattempt\x18\x10 \x01(\rR\aattempt\x12#\n" +
+	"\rvalidate_only\x18\x11 \x01(\bR\fvalidateOnly\"\xdc\x01\n" +
 	"\x0fExportJobResult\x129\n" +
 	"\asummary\x18\x01 \x01(\v2\x1f.contentbackup.v1.ExportSummaryR\asummary\x12:\n" +
 	"\aarchive\x18\x02 \x01(\v2 .contentbackup.v1.ObjectLocationR\aarchive\x12:\n" +

@@ -200,6 +200,16 @@ func (m *StartImportRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.ValidateOnly {
+		i--
+		if m.ValidateOnly {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x38
+	}
 	if len(m.RequestId) > 0 {
 		i -= len(m.RequestId)
 		copy(dAtA[i:], m.RequestId)
@@ -722,6 +732,18 @@ func (m *JobMetadata) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.ValidateOnly {
+		i--
+		if m.ValidateOnly {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x88
+	}
 	if m.Attempt != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Attempt))
 		i--
@@ -1048,6 +1070,9 @@ func (m *StartImportRequest) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.ValidateOnly {
+		n += 2
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -1293,6 +1318,9 @@ func (m *JobMetadata) SizeVT() (n int) {
 	}
 	if m.Attempt != 0 {
 		n += 2 + protohelpers.SizeOfVarint(uint64(m.Attempt))
+	}
+	if m.ValidateOnly {
+		n += 3
 	}
 	n += len(m.unknownFields)
 	return n

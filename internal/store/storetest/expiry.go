@@ -1,10 +1,13 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -85,5 +88,51 @@ func testPurgeExpired(t *testing.T, s store.Store) {
 	equal(t, "c's messages left", listed("c", 0), 1)
 	if oldest, err := s.OldestExpired(ctx(t), now); err != nil || !oldest.IsZero() {
 		t.Errorf("oldest expired after the purge: %v, %v; want none", oldest, err)
+	}
+}
+
+// testLookups: the reads an import's dry run makes answer for the owner
+// alone: which message ids it stores (in any batch size), and the consent
+// record of a key.
+func testLookups(t *testing.T, s store.Store) {
+	g := FullGroup("g")
+	if _, err := s.PutGroup(ctx(t), "alice", g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendMessages(ctx(t), "alice", Messages("m", g.GetId(), 1500, 1), store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ids [][]byte
+	for i := range 2000 {
+		ids = append(ids, []byte(fmt.Sprintf("m-%06d", i)))
+	}
+	exist, err := s.MessagesExist(ctx(t), "alice", ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i, ok := range exist {
+		if ok != (i < 1500) {
+			t.Fatalf("id %s: exists %v", ids[i], ok)
+		}
+		if ok {
+			n++
+		}
+	}
+	equal(t, "ids alice stores", n, 1500)
+	if other, err := s.MessagesExist(ctx(t), "bob", ids[:10]); err != nil || slices.Contains(other, true) {
+		t.Errorf("bob's view of alice's ids: %v, %v", other, err)
+	}
+	c := &cs.ConsentSave{EntityType: cs.ConsentTypeSave_CONSENT_TYPE_SAVE_INBOX_ID, State: cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED, Entity: "inbox-x", ConsentedAtNs: 42}
+	if _, err := s.MergeConsent(ctx(t), "alice", []*cs.ConsentSave{c}); err != nil {
+		t.Fatal(err)
+	}
+	key := store.ConsentKey{EntityType: c.EntityType, Entity: c.Entity}
+	got, err := s.GetConsent(ctx(t), "alice", key)
+	if err != nil || got.GetConsentedAtNs() != 42 || got.GetState() != c.State || got.GetEntity() != "inbox-x" {
+		t.Errorf("GetConsent: %v, %v", got, err)
+	}
+	if _, err := s.GetConsent(ctx(t), "bob", key); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("bob's GetConsent of alice's key: %v, want ErrNotFound", err)
 	}
 }

@@ -57,6 +57,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ExpiredJobsClaimed", testClaimJob},
 		{"ExpiredJobsClaimedOnce", testClaimJobOnce},
 		{"ExpiredMessagesHiddenThenPurged", testPurgeExpired},
+		{"DryRunLookups", testLookups},
 		{"ListJobsPages", testListJobs},
 		{"DeleteFinishedJobs", testDeleteFinishedJobs},
 		{"BackupCatalogIsOwnerBound", testBackupCatalog},

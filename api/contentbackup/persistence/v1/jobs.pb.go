@@ -294,6 +294,7 @@ type ImportSpec struct {
 	Backup        string                 `protobuf:"bytes,4,opt,name=backup,proto3" json:"backup,omitempty"`
 	SourceOwner   string                 `protobuf:"bytes,5,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
 	RequestId     string                 `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ValidateOnly  bool                   `protobuf:"varint,7,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -356,6 +357,13 @@ func (x *ImportSpec) GetRequestId() string {
 	return ""
 }
 
+func (x *ImportSpec) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
 // JobProgress is a job's last recorded progress (JobMetadata's wire form,
 // without the fields the row's own columns hold: state, times, the
 // cancel request and the attempt, which the edge adds).
@@ -371,6 +379,7 @@ type JobProgress struct {
 	BytesTotal    uint64                 `protobuf:"varint,9,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
 	Backup        string                 `protobuf:"bytes,14,opt,name=backup,proto3" json:"backup,omitempty"`
 	SourceOwner   string                 `protobuf:"bytes,15,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
+	ValidateOnly  bool                   `protobuf:"varint,17,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -473,6 +482,13 @@ func (x *JobProgress) GetSourceOwner() string {
 		return x.SourceOwner
 	}
 	return ""
+}
+
+func (x *JobProgress) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
 }
 
 // ObjectLocation is an object in a configured bucket.
@@ -911,14 +927,15 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\x05label\x18\x06 \x01(\tR\x05label\x12X\n" +
 	"\rnonconforming\x18\a \x01(\x0e22.contentbackup.persistence.v1.NonconformingRecordsR\rnonconforming\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\b \x01(\tR\trequestIdJ\x04\b\x02\x10\x03J\x04\b\x04\x10\x05R\akey_refR\vdestination\"\x99\x01\n" +
+	"request_id\x18\b \x01(\tR\trequestIdJ\x04\b\x02\x10\x03J\x04\b\x04\x10\x05R\akey_refR\vdestination\"\xbe\x01\n" +
 	"\n" +
 	"ImportSpec\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
 	"\x06backup\x18\x04 \x01(\tR\x06backup\x12!\n" +
 	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestIdJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\akey_refR\x06source\"\x88\x04\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\x12#\n" +
+	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnlyJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\akey_refR\x06source\"\xad\x04\n" +
 	"\vJobProgress\x129\n" +
 	"\x04kind\x18\x01 \x01(\x0e2%.contentbackup.persistence.v1.JobKindR\x04kind\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1c\n" +
@@ -931,7 +948,8 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\vbytes_total\x18\t \x01(\x04R\n" +
 	"bytesTotal\x12\x16\n" +
 	"\x06backup\x18\x0e \x01(\tR\x06backup\x12!\n" +
-	"\fsource_owner\x18\x0f \x01(\tR\vsourceOwnerJ\x04\b\x04\x10\x05J\x04\b\n" +
+	"\fsource_owner\x18\x0f \x01(\tR\vsourceOwner\x12#\n" +
+	"\rvalidate_only\x18\x11 \x01(\bR\fvalidateOnlyJ\x04\b\x04\x10\x05J\x04\b\n" +
 	"\x10\vJ\x04\b\v\x10\fJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11R\x05stateR\vcreate_timeR\vupdate_timeR\bend_timeR\x10cancel_requestedR\aattempt\":\n" +
 	"\x0eObjectLocation\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +

@@ -135,6 +135,16 @@ func (m *ImportSpec) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.ValidateOnly {
+		i--
+		if m.ValidateOnly {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x38
+	}
 	if len(m.RequestId) > 0 {
 		i -= len(m.RequestId)
 		copy(dAtA[i:], m.RequestId)
@@ -195,6 +205,18 @@ func (m *JobProgress) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.ValidateOnly {
+		i--
+		if m.ValidateOnly {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x88
 	}
 	if len(m.SourceOwner) > 0 {
 		i -= len(m.SourceOwner)
@@ -706,6 +728,9 @@ func (m *ImportSpec) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.ValidateOnly {
+		n += 2
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -750,6 +775,9 @@ func (m *JobProgress) SizeVT() (n int) {
 	l = len(m.SourceOwner)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.ValidateOnly {
+		n += 3
 	}
 	n += len(m.unknownFields)
 	return n
