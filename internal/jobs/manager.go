@@ -39,6 +39,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -286,10 +287,12 @@ var (
 // apply again (ARCH import is additive and idempotent).
 func ended(kind, what string) string {
 	if kind == store.JobImport {
-		return what + "; the records applied so far stay, and starting the import again completes it"
+		return what + importLeftBehind
 	}
 	return what + "; nothing was committed"
 }
+
+const importLeftBehind = "; the records applied so far stay, and starting the import again completes it"
 
 // run is one job this server is running.
 type run struct {
@@ -730,6 +733,10 @@ func (m *Manager) execute(ctx context.Context, r *run, req request, p prepared) 
 	if err != nil {
 		end.State, end.Result = store.JobFailed, nil
 		end.ErrorCode, end.ErrorMessage = m.describe(ctx, r.job.Kind, err, log)
+		if r.meta.GetValidateOnly() {
+			// A dry run applied nothing to leave behind.
+			end.ErrorMessage = strings.TrimSuffix(end.ErrorMessage, importLeftBehind) + "; a validate-only import applies nothing"
+		}
 		if end.ErrorCode == int32(fault.Canceled) {
 			end.State = store.JobCancelled
 		}

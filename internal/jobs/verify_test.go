@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -164,5 +165,22 @@ func TestFreshnessIsAnnounced(t *testing.T) {
 	}
 	if _, ok := events["success often "+owner]; ok {
 		t.Errorf("a schedule with no backup announced one: %v", events)
+	}
+}
+
+// TestValidateOnlyImportFailureSaysNothingApplied: a dry run that fails on
+// a bad archive says it applied nothing, not that applied records stay.
+func TestValidateOnlyImportFailureSaysNothingApplied(t *testing.T) {
+	st := enginetest.SQLite(t)
+	h := newHarness(t, st)
+	owner := storetest.Owner("dry")
+	b := catalogJunk(t, h, owner, bytes.Repeat([]byte("not an archive"), 100))
+	j, err := h.m.StartImport(t.Context(), "tester", ImportRequest{Owner: owner, Backup: b.ID, ValidateOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = waitDone(t, h.m, j.ID)
+	if j.State != store.JobFailed || !strings.HasSuffix(j.ErrorMessage, "a validate-only import applies nothing") || strings.Contains(j.ErrorMessage, "applied so far") {
+		t.Errorf("failed dry run: %s, %q", j.State, j.ErrorMessage)
 	}
 }
