@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -45,17 +46,9 @@ func (l *listBackupsCmd) Run(ctx context.Context, c *cli) error {
 		return err
 	}
 	defer conn.Close()
-	req := &cb.ListBackupsRequest{Owner: l.Owner, PageSize: 500}
-	var all []*cb.Backup
-	for {
-		resp, err := cb.NewBackupServiceClient(conn).ListBackups(ctx, req)
-		if err != nil {
-			return fmt.Errorf("list: %w", err)
-		}
-		all = append(all, resp.GetBackups()...)
-		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
-			break
-		}
+	all, err := allBackups(ctx, conn, l.Owner)
+	if err != nil {
+		return err
 	}
 	if c.JSON {
 		out := make([]json.RawMessage, 0, len(all))
@@ -104,22 +97,16 @@ func (r *retentionCmd) Run(ctx context.Context, c *cli) error {
 		return err
 	}
 	defer conn.Close()
-	req := &cb.ListBackupsRequest{Owner: r.Owner, PageSize: 500}
+	all, err := allBackups(ctx, conn, r.Owner)
+	if err != nil {
+		return err
+	}
 	var complete []store.Backup
 	labels := map[string]string{}
-	for {
-		resp, err := cb.NewBackupServiceClient(conn).ListBackups(ctx, req)
-		if err != nil {
-			return fmt.Errorf("list: %w", err)
-		}
-		for _, b := range resp.GetBackups() {
-			if b.GetSchedule() == r.Schedule && b.GetState() == cb.BackupState_BACKUP_STATE_COMPLETE {
-				complete = append(complete, store.Backup{ID: b.GetId(), Created: b.GetCreateTime().AsTime()})
-				labels[b.GetId()] = b.GetLabel()
-			}
-		}
-		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
-			break
+	for _, b := range all {
+		if b.GetSchedule() == r.Schedule && b.GetState() == cb.BackupState_BACKUP_STATE_COMPLETE {
+			complete = append(complete, store.Backup{ID: b.GetId(), Created: b.GetCreateTime().AsTime()})
+			labels[b.GetId()] = b.GetLabel()
 		}
 	}
 	keep, remove := sched.Policy().Apply(complete)
@@ -179,6 +166,23 @@ func verified(b *cb.Backup) string {
 		return at + " DAMAGED"
 	}
 	return at + " ok"
+}
+
+// allBackups is every backup of owner in the catalog, newest first, read
+// a page at a time.
+func allBackups(ctx context.Context, conn *grpc.ClientConn, owner string) ([]*cb.Backup, error) {
+	req := &cb.ListBackupsRequest{Owner: owner, PageSize: 500}
+	var all []*cb.Backup
+	for {
+		resp, err := cb.NewBackupServiceClient(conn).ListBackups(ctx, req)
+		if err != nil {
+			return nil, fmt.Errorf("list: %w", err)
+		}
+		all = append(all, resp.GetBackups()...)
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+			return all, nil
+		}
+	}
 }
 
 func shortState(s cb.BackupState) string {

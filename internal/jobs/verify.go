@@ -148,18 +148,9 @@ func (f *readFailure) Read(p []byte) (int, error) {
 // that schedule wrote, those verified longest ago first, and returns how
 // many it read and how many had a problem.
 func (m *Manager) VerifyOwner(ctx context.Context, schedule, owner string, sample int) (read, failed int, err error) {
-	var complete []store.Backup
-	before := ""
-	for {
-		page, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: schedule, State: store.BackupComplete, Before: before, Limit: 500})
-		if err != nil {
-			return 0, 0, fmt.Errorf("list backups: %w", err)
-		}
-		complete = append(complete, page...)
-		if len(page) < 500 {
-			break
-		}
-		before = page[len(page)-1].ID
+	complete, err := m.scheduledBackups(ctx, schedule, owner)
+	if err != nil {
+		return 0, 0, err
 	}
 	slices.SortStableFunc(complete, func(a, b store.Backup) int { return a.Verified.Compare(b.Verified) })
 	if sample > 0 && len(complete) > sample {
