@@ -28,7 +28,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build image breaking node tools generate lint test check fuzz check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -92,7 +92,15 @@ test: tools interop-deps lint check-generated breaking check-alerts
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
 	echo "go test -race -count=1 ./... (TEST_DATABASE_URL=$$url)"; \
 	TEST_DATABASE_URL="$$url" go test -race -count=1 ./...
+	$(MAKE) bench-smoke
 	$(MAKE) fuzz
+
+# bench-smoke runs each cheap benchmark once, so that one whose setup broke
+# (benchmarks compile with the tests but only run here) fails make test;
+# the figures come from make bench and its siblings.
+bench-smoke:
+	go test -count=1 -run '^$$' -bench . -benchtime 1x ./internal/codec ./internal/contentapi ./internal/archive ./internal/wire
+	go test -count=1 -run '^$$' -bench 'GRPCDecode' -benchtime 1x ./internal/server
 
 # check-alerts checks the Prometheus alert rules and runs their unit tests
 # with promtool, from Debian's prometheus package: installed here when

@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
@@ -38,68 +37,68 @@ type actionJSON struct {
 	ExpiresAt *string `json:"expiresAt,omitempty"`
 }
 
-var styleNames = map[cb.ActionStyle]string{
-	cb.ActionStyle_ACTION_STYLE_PRIMARY:   "primary",
-	cb.ActionStyle_ACTION_STYLE_SECONDARY: "secondary",
-	cb.ActionStyle_ACTION_STYLE_DANGER:    "danger",
+var styleNames = map[ActionStyle]string{
+	ActionStylePrimary:   "primary",
+	ActionStyleSecondary: "secondary",
+	ActionStyleDanger:    "danger",
 }
 
-var styleValues = map[string]cb.ActionStyle{
-	"primary":   cb.ActionStyle_ACTION_STYLE_PRIMARY,
-	"secondary": cb.ActionStyle_ACTION_STYLE_SECONDARY,
-	"danger":    cb.ActionStyle_ACTION_STYLE_DANGER,
+var styleValues = map[string]ActionStyle{
+	"primary":   ActionStylePrimary,
+	"secondary": ActionStyleSecondary,
+	"danger":    ActionStyleDanger,
 }
 
 func (ActionsCodec) Encode(v any) (*mc.EncodedContent, error) {
-	a, ok := v.(*cb.Actions)
+	a, ok := v.(*Actions)
 	if !ok || a == nil {
 		return nil, wrongValue("an *Actions", v)
 	}
-	if a.GetId() == "" {
+	if a.ID == "" {
 		return nil, encodeError("actions.id", "required")
 	}
-	if a.GetDescription() == "" {
+	if a.Description == "" {
 		return nil, encodeError("actions.description", "required")
 	}
-	if n := len(a.GetActions()); n < 1 || n > MaxActions {
+	if n := len(a.Actions); n < 1 || n > MaxActions {
 		return nil, encodeError("actions.actions", "must hold 1 through %d entries, got %d", MaxActions, n)
 	}
-	out := actionsJSON{ID: a.GetId(), Description: a.GetDescription()}
+	out := actionsJSON{ID: a.ID, Description: a.Description}
 	var err error
-	if out.ExpiresAt, err = encodeExpiry("actions.expires_at", a.GetExpiresAt()); err != nil {
+	if out.ExpiresAt, err = encodeExpiry("actions.expires_at", a.ExpiresAt); err != nil {
 		return nil, err
 	}
-	seen := make(map[string]bool, len(a.GetActions()))
+	seen := make(map[string]bool, len(a.Actions))
 	var fallback strings.Builder
-	fallback.WriteString(a.GetDescription() + "\n\n")
-	for i, act := range a.GetActions() {
+	fallback.WriteString(a.Description + "\n\n")
+	for i, act := range a.Actions {
 		path := indexPath("actions.actions", i)
-		if act.GetId() == "" {
+		if act.ID == "" {
 			return nil, encodeError(path+".id", "required")
 		}
-		if act.GetLabel() == "" {
+		if act.Label == "" {
 			return nil, encodeError(path+".label", "required")
 		}
-		if seen[act.GetId()] {
-			return nil, encodeError(path+".id", "duplicate action id %q", Abbrev(act.GetId()))
+		if seen[act.ID] {
+			return nil, encodeError(path+".id", "duplicate action id %q", Abbrev(act.ID))
 		}
-		seen[act.GetId()] = true
-		aj := actionJSON{ID: act.GetId(), Label: act.GetLabel(), ImageURL: act.ImageUrl}
-		if act.GetStyle() != cb.ActionStyle_ACTION_STYLE_UNSPECIFIED {
-			name, ok := styleNames[act.GetStyle()]
+		seen[act.ID] = true
+		aj := actionJSON{ID: act.ID, Label: act.Label, ImageURL: act.ImageURL}
+		if act.Style != ActionStyleUnspecified {
+			name, ok := styleNames[act.Style]
 			if !ok {
-				return nil, encodeError(path+".style", "unknown value %d", int32(act.GetStyle()))
+				return nil, encodeError(path+".style", "unknown value %d", int32(act.Style))
 			}
 			aj.Style = &name
 		}
-		if aj.ExpiresAt, err = encodeExpiry(path+".expires_at", act.GetExpiresAt()); err != nil {
+		if aj.ExpiresAt, err = encodeExpiry(path+".expires_at", act.ExpiresAt); err != nil {
 			return nil, err
 		}
 		out.Actions = append(out.Actions, aj)
 		if i > 0 {
 			fallback.WriteString("\n")
 		}
-		fallback.WriteString("[" + itoa(i+1) + "] " + act.GetLabel())
+		fallback.WriteString("[" + itoa(i+1) + "] " + act.Label)
 	}
 	fallback.WriteString("\n\nReply with the number to select")
 	b, err := marshalJSON(out)
@@ -137,13 +136,13 @@ func (ActionsCodec) Decode(ec *mc.EncodedContent, _ NestedDecoder) (any, error) 
 	return decodeActions(ec.GetContent())
 }
 
-func decodeActions(b []byte) (*cb.Actions, error) {
+func decodeActions(b []byte) (*Actions, error) {
 	o, err := parseJSONObject(b, "")
 	if err != nil {
 		return nil, err
 	}
-	a := new(cb.Actions)
-	if a.Id, err = o.requiredString("id"); err != nil {
+	a := new(Actions)
+	if a.ID, err = o.requiredString("id"); err != nil {
 		return nil, err
 	}
 	if a.Description, err = o.requiredString("description"); err != nil {
@@ -162,14 +161,14 @@ func decodeActions(b []byte) (*cb.Actions, error) {
 		if err != nil {
 			return nil, err
 		}
-		act := new(cb.Action)
-		if act.Id, err = ao.requiredString("id"); err != nil {
+		act := new(Action)
+		if act.ID, err = ao.requiredString("id"); err != nil {
 			return nil, err
 		}
 		if act.Label, err = ao.requiredString("label"); err != nil {
 			return nil, err
 		}
-		if act.ImageUrl, err = ao.optionalString("imageUrl", "image_url"); err != nil {
+		if act.ImageURL, err = ao.optionalString("imageUrl", "image_url"); err != nil {
 			return nil, err
 		}
 		style, err := ao.optionalString("style")

@@ -1,7 +1,6 @@
 package codec
 
 import (
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
@@ -21,19 +20,19 @@ const (
 )
 
 func (AttachmentCodec) Encode(v any) (*mc.EncodedContent, error) {
-	a, ok := v.(*cb.Attachment)
+	a, ok := v.(*Attachment)
 	if !ok || a == nil {
 		return nil, wrongValue("an *Attachment", v)
 	}
-	if a.GetMimeType() == "" {
+	if a.MimeType == "" {
 		return nil, encodeError("attachment.mime_type", "required")
 	}
-	params := map[string]string{paramMimeType: a.GetMimeType()}
+	params := map[string]string{paramMimeType: a.MimeType}
 	if a.Filename != nil {
-		params[paramFilename] = a.GetFilename()
+		params[paramFilename] = *a.Filename
 	}
 	fallback := "Can't display " + displayName(a.Filename) + ". This app doesn't support attachments."
-	return envelope(TypeAttachment, a.GetData(), params, &fallback), nil
+	return envelope(TypeAttachment, a.Data, params, &fallback), nil
 }
 
 func (AttachmentCodec) Decode(ec *mc.EncodedContent, _ NestedDecoder) (any, error) {
@@ -42,7 +41,7 @@ func (AttachmentCodec) Decode(ec *mc.EncodedContent, _ NestedDecoder) (any, erro
 	if !ok {
 		return nil, decodeError("parameters.mimeType", "required")
 	}
-	a := &cb.Attachment{MimeType: mime, Data: ec.GetContent()}
+	a := &Attachment{MimeType: mime, Data: ec.GetContent()}
 	if name, ok := params[paramFilename]; ok {
 		a.Filename = &name
 	}

@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 )
 
 // Errors of DecryptAttachment that callers must tell apart.
@@ -27,7 +25,7 @@ var (
 // associated data. It returns the payload to upload and a remote attachment
 // with every parameter but the URL, which the caller sets; contentLength and
 // filename are always set, since the Android SDK requires both.
-func EncryptAttachment(random io.Reader, a *cb.Attachment) ([]byte, *cb.RemoteAttachment, error) {
+func EncryptAttachment(random io.Reader, a *Attachment) ([]byte, *RemoteAttachment, error) {
 	secret := make([]byte, secretSize)
 	salt := make([]byte, saltSize)
 	nonce := make([]byte, nonceSize)
@@ -39,7 +37,7 @@ func EncryptAttachment(random io.Reader, a *cb.Attachment) ([]byte, *cb.RemoteAt
 	return encryptAttachmentWith(secret, salt, nonce, a)
 }
 
-func encryptAttachmentWith(secret, salt, nonce []byte, a *cb.Attachment) ([]byte, *cb.RemoteAttachment, error) {
+func encryptAttachmentWith(secret, salt, nonce []byte, a *Attachment) ([]byte, *RemoteAttachment, error) {
 	ec, err := AttachmentCodec{}.Encode(a)
 	if err != nil {
 		return nil, nil, withType(err, TypeAttachment)
@@ -59,8 +57,11 @@ func encryptAttachmentWith(secret, salt, nonce []byte, a *cb.Attachment) ([]byte
 	if uint64(len(payload)) > 1<<32-1 {
 		return nil, nil, encodeError("attachment.data", "encrypted payload of %d bytes exceeds the 4294967295-byte contentLength", len(payload))
 	}
-	filename := a.GetFilename()
-	return payload, &cb.RemoteAttachment{
+	filename := ""
+	if a.Filename != nil {
+		filename = *a.Filename
+	}
+	return payload, &RemoteAttachment{
 		ContentDigest: hex.EncodeToString(digest[:]),
 		Secret:        secret,
 		Salt:          salt,
@@ -73,15 +74,15 @@ func encryptAttachmentWith(secret, salt, nonce []byte, a *cb.Attachment) ([]byte
 
 // DecryptAttachment checks the payload's digest before anything else, then
 // opens it and decodes the attachment envelope inside (CTYPE-015).
-func DecryptAttachment(payload []byte, ra *cb.RemoteAttachment) (*cb.Attachment, error) {
-	if len(ra.GetSecret()) != secretSize || len(ra.GetSalt()) != saltSize || len(ra.GetNonce()) != nonceSize {
+func DecryptAttachment(payload []byte, ra *RemoteAttachment) (*Attachment, error) {
+	if len(ra.Secret) != secretSize || len(ra.Salt) != saltSize || len(ra.Nonce) != nonceSize {
 		return nil, decodeError("remote_attachment", "secret and salt must be 32 bytes and nonce 12 bytes")
 	}
 	sum := sha256.Sum256(payload)
-	if hex.EncodeToString(sum[:]) != ra.GetContentDigest() {
-		return nil, fmt.Errorf("%w: payload digest %x, remote attachment names %q", ErrDigestMismatch, sum, Abbrev(ra.GetContentDigest()))
+	if hex.EncodeToString(sum[:]) != ra.ContentDigest {
+		return nil, fmt.Errorf("%w: payload digest %x, remote attachment names %q", ErrDigestMismatch, sum, Abbrev(ra.ContentDigest))
 	}
-	key, err := attachmentKey(ra.GetSecret(), ra.GetSalt())
+	key, err := attachmentKey(ra.Secret, ra.Salt)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +90,7 @@ func DecryptAttachment(payload []byte, ra *cb.RemoteAttachment) (*cb.Attachment,
 	if err != nil {
 		return nil, err
 	}
-	plaintext, err := gcm.Open(nil, ra.GetNonce(), payload, nil)
+	plaintext, err := gcm.Open(nil, ra.Nonce, payload, nil)
 	if err != nil {
 		return nil, ErrAuthentication
 	}
@@ -104,7 +105,7 @@ func DecryptAttachment(payload []byte, ra *cb.RemoteAttachment) (*cb.Attachment,
 	if err != nil {
 		return nil, err
 	}
-	return v.(*cb.Attachment), nil
+	return v.(*Attachment), nil
 }
 
 func seal(secret, salt, nonce, plaintext []byte) ([]byte, error) {

@@ -7,9 +7,11 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 )
@@ -47,7 +49,7 @@ func TestGoldenEnvelopes(t *testing.T) {
 	}{
 		{"text Hello, World!", "0a120a08786d74702e6f7267120474657874180112110a08656e636f64696e6712055554462d38220d48656c6c6f2c20576f726c6421", TypeText, "Hello, World!"},
 		{"text hello", "0a120a08786d74702e6f7267120474657874180112110a08656e636f64696e6712055554462d38220568656c6c6f", TypeText, "hello"},
-		{"read receipt", "0a190a08786d74702e6f7267120b72656164526563656970741801", TypeReadReceipt, &cb.ReadReceipt{}},
+		{"read receipt", "0a190a08786d74702e6f7267120b72656164526563656970741801", TypeReadReceipt, &ReadReceipt{}},
 		{"reaction 2.0 added", "0a160a08786d74702e6f726712087265616374696f6e18021a295265616374656420776974682022f09f918d2220746f20616e206561726c696572206d657373616765220f0a0361626318012204f09f918d2801", TypeReaction,
 			&ct.ReactionV2{Reference: "abc", Action: ct.ReactionAction_REACTION_ACTION_ADDED, Content: "👍", Schema: ct.ReactionSchema_REACTION_SCHEMA_UNICODE}},
 		{"delete message", "0a1b0a08786d74702e6f7267120d64656c6574654d657373616765180122120a1030313233343536373839616263646566", TypeDeleteMessage,
@@ -74,15 +76,16 @@ func TestGoldenEnvelopes(t *testing.T) {
 
 func assertValueEqual(t *testing.T, got, want any) {
 	t.Helper()
-	if gm, ok := got.(proto.Message); ok {
-		if !proto.Equal(gm, want.(proto.Message)) {
-			t.Errorf("value\n got %v\nwant %v", got, want)
-		}
-		return
+	if d := valueDiff(got, want); d != "" {
+		t.Errorf("value (-got +want):\n%s", d)
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("value\n got %#v\nwant %#v", got, want)
-	}
+}
+
+// valueDiff compares two codec values: protobuf messages by proto.Equal's
+// rules, wherever they sit, and an empty slice or map as a nil one (the
+// wire cannot tell them apart).
+func valueDiff(got, want any) string {
+	return cmp.Diff(got, want, protocmp.Transform(), cmpopts.EquateEmpty())
 }
 
 func TestGoldenReactionRemovedShortcode(t *testing.T) {
@@ -159,7 +162,7 @@ func TestGoldenGroupUpdated(t *testing.T) {
 }
 
 func TestGoldenIntent(t *testing.T) {
-	ec, err := IntentCodec{}.Encode(&cb.Intent{Id: "a1", ActionId: "y"})
+	ec, err := IntentCodec{}.Encode(&Intent{ID: "a1", ActionID: "y"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +198,7 @@ func TestGoldenRemoteAttachmentCrypto(t *testing.T) {
 	secret := bytes.Repeat([]byte{1}, 32)
 	salt := bytes.Repeat([]byte{2}, 32)
 	nonce := bytes.Repeat([]byte{3}, 12)
-	att := &cb.Attachment{Filename: ptr("hello.txt"), MimeType: "text/plain", Data: []byte("Hello, XMTP!")}
+	att := &Attachment{Filename: ptr("hello.txt"), MimeType: "text/plain", Data: []byte("Hello, XMTP!")}
 
 	ec, _ := AttachmentCodec{}.Encode(att)
 	ec.Fallback = nil
@@ -214,11 +217,11 @@ func TestGoldenRemoteAttachmentCrypto(t *testing.T) {
 	if !bytes.Equal(payload, wantPayload) {
 		t.Errorf("payload\n got %x\nwant %x", payload, wantPayload)
 	}
-	if ra.GetContentDigest() != "9351c24ce85ea9957f3144cb660706f59e15bfe7b4dbc75dcd80dd204f61d821" {
-		t.Errorf("digest %s", ra.GetContentDigest())
+	if ra.ContentDigest != "9351c24ce85ea9957f3144cb660706f59e15bfe7b4dbc75dcd80dd204f61d821" {
+		t.Errorf("digest %s", ra.ContentDigest)
 	}
-	if ra.GetContentLength() != 103 || ra.GetFilename() != "hello.txt" {
-		t.Errorf("contentLength %d filename %q", ra.GetContentLength(), ra.GetFilename())
+	if *ra.ContentLength != 103 || *ra.Filename != "hello.txt" {
+		t.Errorf("contentLength %d filename %q", *ra.ContentLength, *ra.Filename)
 	}
 	got, err := DecryptAttachment(wantPayload, ra)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
@@ -29,19 +28,19 @@ type intentJSON struct {
 }
 
 func (IntentCodec) Encode(v any) (*mc.EncodedContent, error) {
-	in, ok := v.(*cb.Intent)
+	in, ok := v.(*Intent)
 	if !ok || in == nil {
 		return nil, wrongValue("an *Intent", v)
 	}
-	if in.GetId() == "" {
+	if in.ID == "" {
 		return nil, encodeError("intent.id", "required")
 	}
-	if in.GetActionId() == "" {
+	if in.ActionID == "" {
 		return nil, encodeError("intent.action_id", "required")
 	}
-	out := intentJSON{ID: in.GetId(), ActionID: in.GetActionId()}
-	if in.GetMetadata() != nil {
-		m, err := marshalJSON(in.GetMetadata().AsMap())
+	out := intentJSON{ID: in.ID, ActionID: in.ActionID}
+	if in.Metadata != nil {
+		m, err := marshalJSON(in.Metadata.AsMap())
 		if err != nil {
 			return nil, encodeError("intent.metadata", "%v", err)
 		}
@@ -54,23 +53,23 @@ func (IntentCodec) Encode(v any) (*mc.EncodedContent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return envelope(TypeIntent, b, nil, ptr("User selected action: "+in.GetActionId())), nil
+	return envelope(TypeIntent, b, nil, ptr("User selected action: "+in.ActionID)), nil
 }
 
 func (IntentCodec) Decode(ec *mc.EncodedContent, _ NestedDecoder) (any, error) {
 	return decodeIntent(ec.GetContent())
 }
 
-func decodeIntent(b []byte) (*cb.Intent, error) {
+func decodeIntent(b []byte) (*Intent, error) {
 	o, err := parseJSONObject(b, "")
 	if err != nil {
 		return nil, err
 	}
-	in := new(cb.Intent)
-	if in.Id, err = o.requiredString("id"); err != nil {
+	in := new(Intent)
+	if in.ID, err = o.requiredString("id"); err != nil {
 		return nil, err
 	}
-	if in.ActionId, err = o.requiredString("actionId", "action_id"); err != nil {
+	if in.ActionID, err = o.requiredString("actionId", "action_id"); err != nil {
 		return nil, err
 	}
 	raw, _, ok := o.lookup("metadata")

@@ -1,7 +1,6 @@
 package codec
 
 import (
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
@@ -15,7 +14,7 @@ func (ReadReceiptCodec) ContentType() TypeID { return TypeReadReceipt }
 func (ReadReceiptCodec) ShouldPush() bool    { return false }
 
 func (ReadReceiptCodec) Encode(v any) (*mc.EncodedContent, error) {
-	if _, ok := v.(*cb.ReadReceipt); !ok {
+	if _, ok := v.(*ReadReceipt); !ok {
 		return nil, wrongValue("a *ReadReceipt", v)
 	}
 	return envelope(TypeReadReceipt, nil, nil, nil), nil
@@ -24,5 +23,5 @@ func (ReadReceiptCodec) Encode(v any) (*mc.EncodedContent, error) {
 // Decode ignores the content: the type carries no members, and a later
 // minor version may add some (CTYPE-016).
 func (ReadReceiptCodec) Decode(*mc.EncodedContent, NestedDecoder) (any, error) {
-	return &cb.ReadReceipt{}, nil
+	return &ReadReceipt{}, nil
 }

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
@@ -39,36 +38,36 @@ const (
 )
 
 func (RemoteAttachmentCodec) Encode(v any) (*mc.EncodedContent, error) {
-	ra, ok := v.(*cb.RemoteAttachment)
+	ra, ok := v.(*RemoteAttachment)
 	if !ok || ra == nil {
 		return nil, wrongValue("a *RemoteAttachment", v)
 	}
 	if err := checkRemoteParams("remote_attachment", remoteFields{
-		url: ra.GetUrl(), digest: ra.GetContentDigest(), secret: ra.GetSecret(), salt: ra.GetSalt(),
-		nonce: ra.GetNonce(), scheme: ra.GetScheme(),
+		url: ra.URL, digest: ra.ContentDigest, secret: ra.Secret, salt: ra.Salt,
+		nonce: ra.Nonce, scheme: ra.Scheme,
 	}, encodeError); err != nil {
 		return nil, err
 	}
 	params := map[string]string{
-		paramContentDigest: ra.GetContentDigest(),
-		paramSecret:        hex.EncodeToString(ra.GetSecret()),
-		paramSalt:          hex.EncodeToString(ra.GetSalt()),
-		paramNonce:         hex.EncodeToString(ra.GetNonce()),
-		paramScheme:        ra.GetScheme(),
+		paramContentDigest: ra.ContentDigest,
+		paramSecret:        hex.EncodeToString(ra.Secret),
+		paramSalt:          hex.EncodeToString(ra.Salt),
+		paramNonce:         hex.EncodeToString(ra.Nonce),
+		paramScheme:        ra.Scheme,
 	}
 	if ra.ContentLength != nil {
-		params[paramContentLength] = strconv.FormatUint(uint64(ra.GetContentLength()), 10)
+		params[paramContentLength] = strconv.FormatUint(uint64(*ra.ContentLength), 10)
 	}
 	if ra.Filename != nil {
-		params[paramFilename] = ra.GetFilename()
+		params[paramFilename] = *ra.Filename
 	}
 	fallback := "Can't display " + displayName(ra.Filename) + ". This app doesn't support remote attachments."
-	return envelope(TypeRemoteAttachment, []byte(ra.GetUrl()), params, &fallback), nil
+	return envelope(TypeRemoteAttachment, []byte(ra.URL), params, &fallback), nil
 }
 
 func (RemoteAttachmentCodec) Decode(ec *mc.EncodedContent, _ NestedDecoder) (any, error) {
 	p := ec.GetParameters()
-	ra := &cb.RemoteAttachment{Url: string(ec.GetContent())}
+	ra := &RemoteAttachment{URL: string(ec.GetContent())}
 	for _, name := range []string{paramContentDigest, paramSecret, paramSalt, paramNonce, paramScheme} {
 		if _, ok := p[name]; !ok {
 			return nil, decodeError("parameters."+name, "required")
@@ -97,7 +96,7 @@ func (RemoteAttachmentCodec) Decode(ec *mc.EncodedContent, _ NestedDecoder) (any
 		ra.Filename = &name
 	}
 	if err := checkRemoteParams("parameters", remoteFields{
-		url: ra.Url, digest: ra.ContentDigest, secret: ra.Secret, salt: ra.Salt, nonce: ra.Nonce, scheme: ra.Scheme,
+		url: ra.URL, digest: ra.ContentDigest, secret: ra.Secret, salt: ra.Salt, nonce: ra.Nonce, scheme: ra.Scheme,
 	}, decodeError); err != nil {
 		return nil, err
 	}
@@ -229,8 +228,8 @@ func SchemeFor(rawURL string) (string, error) {
 // parameters table to a remote attachment given as a value, for example
 // before decrypting its payload. The URL is checked when it is set; the
 // legacy scheme forms are accepted.
-func CheckRemoteAttachment(ra *cb.RemoteAttachment) error {
-	f := remoteFields{digest: ra.GetContentDigest(), secret: ra.GetSecret(), salt: ra.GetSalt(), nonce: ra.GetNonce(), scheme: normalizeScheme(ra.GetScheme()), url: ra.GetUrl()}
+func CheckRemoteAttachment(ra *RemoteAttachment) error {
+	f := remoteFields{digest: ra.ContentDigest, secret: ra.Secret, salt: ra.Salt, nonce: ra.Nonce, scheme: normalizeScheme(ra.Scheme), url: ra.URL}
 	if f.url == "" {
 		// No location to check: only the cryptographic parameters matter.
 		return checkRemoteCrypto(remoteParamNames("remote_attachment"), f, decodeError)

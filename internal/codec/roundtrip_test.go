@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 )
 
@@ -28,13 +27,13 @@ func mustTimestamp(t *testing.T, s string) *timestamppb.Timestamp {
 	return timestamppb.New(tm)
 }
 
-func validActions() *cb.Actions {
-	return &cb.Actions{Id: "menu", Description: "Pick one", Actions: []*cb.Action{{Id: "1", Label: "Yes"}, {Id: "2", Label: "No", Style: cb.ActionStyle_ACTION_STYLE_DANGER}}}
+func validActions() *Actions {
+	return &Actions{ID: "menu", Description: "Pick one", Actions: []*Action{{ID: "1", Label: "Yes"}, {ID: "2", Label: "No", Style: ActionStyleDanger}}}
 }
 
-func validRemote() *cb.RemoteAttachment {
-	return &cb.RemoteAttachment{
-		Url: "https://files.example.com/abc", ContentDigest: sha256Hex([]byte("payload")),
+func validRemote() *RemoteAttachment {
+	return &RemoteAttachment{
+		URL: "https://files.example.com/abc", ContentDigest: sha256Hex([]byte("payload")),
 		Secret: make([]byte, 32), Salt: make([]byte, 32), Nonce: make([]byte, 12), Scheme: "https://",
 		ContentLength: ptr(uint32(7)), Filename: ptr("a.png"),
 	}
@@ -55,38 +54,38 @@ func roundTripValues() []typedValue {
 		{TypeMarkdown, "# Title\n\n*bold*"},
 		{TypeReaction, &ct.ReactionV2{Reference: "ab12", ReferenceInboxId: "inbox", Action: ct.ReactionAction_REACTION_ACTION_REMOVED, Content: ":+1:", Schema: ct.ReactionSchema_REACTION_SCHEMA_SHORTCODE}},
 		{TypeReply, &Reply{Reference: "ab12", ReferenceInboxID: ptr("inbox-9"), Content: textEnvelope(TypeText, "nested")}},
-		{TypeReadReceipt, &cb.ReadReceipt{}},
-		{TypeAttachment, &cb.Attachment{MimeType: "image/png", Data: []byte{0x89, 'P', 'N', 'G'}, Filename: ptr("a.png")}},
-		{TypeAttachment, &cb.Attachment{MimeType: "application/octet-stream"}},
+		{TypeReadReceipt, &ReadReceipt{}},
+		{TypeAttachment, &Attachment{MimeType: "image/png", Data: []byte{0x89, 'P', 'N', 'G'}, Filename: ptr("a.png")}},
+		{TypeAttachment, &Attachment{MimeType: "application/octet-stream"}},
 		{TypeRemoteAttachment, validRemote()},
-		{TypeRemoteAttachment, func() *cb.RemoteAttachment {
+		{TypeRemoteAttachment, func() *RemoteAttachment {
 			r := validRemote()
-			r.Url, r.Scheme, r.ContentLength, r.Filename = "http://127.0.0.1:8080/x", "http://", nil, nil
+			r.URL, r.Scheme, r.ContentLength, r.Filename = "http://127.0.0.1:8080/x", "http://", nil, nil
 			return r
 		}()},
 		{TypeMultiRemoteAttachment, &ct.MultiRemoteAttachment{Attachments: []*ct.RemoteAttachmentInfo{
 			{ContentDigest: sha256Hex([]byte("1")), Secret: make([]byte, 32), Nonce: make([]byte, 12), Salt: make([]byte, 32), Scheme: "https://", Url: "https://a.example/1", ContentLength: ptr(uint32(10)), Filename: ptr("one")},
 			{ContentDigest: sha256Hex([]byte("2")), Secret: make([]byte, 32), Nonce: make([]byte, 12), Salt: make([]byte, 32), Scheme: "http://", Url: "http://localhost/2"},
 		}}},
-		{TypeTransactionReference, &cb.TransactionReference{Namespace: ptr("eip155"), NetworkId: "8453", Reference: "0xabc", Metadata: &cb.TransactionMetadata{
+		{TypeTransactionReference, &TransactionReference{Namespace: ptr("eip155"), NetworkID: "8453", Reference: "0xabc", Metadata: &TransactionMetadata{
 			TransactionType: "transfer", Currency: "USDC", Amount: 100000.5, Decimals: 6, FromAddress: "0x1", ToAddress: "0x2"}}},
-		{TypeTransactionReference, &cb.TransactionReference{NetworkId: "1", Reference: ""}},
-		{TypeWalletSendCalls, &cb.WalletSendCalls{Version: "1.0", ChainId: "0x2105", From: "0xfrom", Capabilities: &cb.StringMap{Values: map[string]string{"paymasterService": "x"}},
-			Calls: []*cb.WalletCall{
-				{To: ptr("0xto"), Data: ptr("0xdata"), Value: ptr("0x0"), Gas: ptr("0x5208"), Metadata: &cb.WalletCallMetadata{Description: "Send", TransactionType: "transfer", Additional: map[string]string{"currency": "USDC"}}},
+		{TypeTransactionReference, &TransactionReference{NetworkID: "1", Reference: ""}},
+		{TypeWalletSendCalls, &WalletSendCalls{Version: "1.0", ChainID: "0x2105", From: "0xfrom", Capabilities: map[string]string{"paymasterService": "x"},
+			Calls: []*WalletCall{
+				{To: ptr("0xto"), Data: ptr("0xdata"), Value: ptr("0x0"), Gas: ptr("0x5208"), Metadata: &WalletCallMetadata{Description: "Send", TransactionType: "transfer", Additional: map[string]string{"currency": "USDC"}}},
 				{},
 			}}},
-		{TypeWalletSendCalls, &cb.WalletSendCalls{Version: "1.0", ChainId: "1", From: "0xf"}},
-		{TypeActions, func() *cb.Actions {
+		{TypeWalletSendCalls, &WalletSendCalls{Version: "1.0", ChainID: "1", From: "0xf"}},
+		{TypeActions, func() *Actions {
 			a := validActions()
 			a.ExpiresAt = timestamppb.New(time.Date(2023, 11, 14, 22, 13, 20, 0, time.UTC))
-			a.Actions[0].ImageUrl = ptr("https://img.example/1.png")
+			a.Actions[0].ImageURL = ptr("https://img.example/1.png")
 			a.Actions[0].ExpiresAt = timestamppb.New(time.Date(2030, 1, 2, 3, 4, 5, 6e6, time.UTC))
-			a.Actions[1].Style = cb.ActionStyle_ACTION_STYLE_SECONDARY
+			a.Actions[1].Style = ActionStyleSecondary
 			return a
 		}()},
-		{TypeIntent, &cb.Intent{Id: "menu", ActionId: "1", Metadata: meta}},
-		{TypeIntent, &cb.Intent{Id: "menu", ActionId: "2"}},
+		{TypeIntent, &Intent{ID: "menu", ActionID: "1", Metadata: meta}},
+		{TypeIntent, &Intent{ID: "menu", ActionID: "2"}},
 		{TypeLeaveRequest, &ct.LeaveRequest{AuthenticatedNote: []byte{1, 2}}},
 		{TypeLeaveRequest, &ct.LeaveRequest{}},
 		{TypeDeleteMessage, &ct.DeleteMessage{MessageId: "00ff"}},
@@ -139,7 +138,7 @@ func TestCTYPE007_ActionTimestampEquality(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := a.ExpiresAt.AsTime().UTC().Truncate(time.Millisecond)
-	if !got.(*cb.Actions).GetExpiresAt().AsTime().Equal(want) {
-		t.Errorf("expiry %v, want %v", got.(*cb.Actions).GetExpiresAt().AsTime(), want)
+	if !got.(*Actions).ExpiresAt.AsTime().Equal(want) {
+		t.Errorf("expiry %v, want %v", got.(*Actions).ExpiresAt.AsTime(), want)
 	}
 }

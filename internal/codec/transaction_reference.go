@@ -6,7 +6,6 @@ import (
 	"math/big"
 	"strconv"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
@@ -37,29 +36,29 @@ type transactionMetadataJSON struct {
 }
 
 func (TransactionReferenceCodec) Encode(v any) (*mc.EncodedContent, error) {
-	tr, ok := v.(*cb.TransactionReference)
+	tr, ok := v.(*TransactionReference)
 	if !ok || tr == nil {
 		return nil, wrongValue("a *TransactionReference", v)
 	}
-	if tr.GetNetworkId() == "" {
+	if tr.NetworkID == "" {
 		return nil, encodeError("transaction_reference.network_id", "required")
 	}
-	out := transactionReferenceJSON{Namespace: tr.Namespace, NetworkID: tr.GetNetworkId(), Reference: tr.GetReference()}
-	if m := tr.GetMetadata(); m != nil {
+	out := transactionReferenceJSON{Namespace: tr.Namespace, NetworkID: tr.NetworkID, Reference: tr.Reference}
+	if m := tr.Metadata; m != nil {
 		for _, f := range []struct{ name, value string }{
-			{"transaction_type", m.GetTransactionType()}, {"currency", m.GetCurrency()},
-			{"from_address", m.GetFromAddress()}, {"to_address", m.GetToAddress()},
+			{"transaction_type", m.TransactionType}, {"currency", m.Currency},
+			{"from_address", m.FromAddress}, {"to_address", m.ToAddress},
 		} {
 			if f.value == "" {
 				return nil, encodeError("transaction_reference.metadata."+f.name, "required")
 			}
 		}
-		if math.IsNaN(m.GetAmount()) || math.IsInf(m.GetAmount(), 0) {
+		if math.IsNaN(m.Amount) || math.IsInf(m.Amount, 0) {
 			return nil, encodeError("transaction_reference.metadata.amount", "must be a finite number")
 		}
 		out.Metadata = &transactionMetadataJSON{
-			TransactionType: m.GetTransactionType(), Currency: m.GetCurrency(), Amount: m.GetAmount(),
-			Decimals: m.GetDecimals(), FromAddress: m.GetFromAddress(), ToAddress: m.GetToAddress(),
+			TransactionType: m.TransactionType, Currency: m.Currency, Amount: m.Amount,
+			Decimals: m.Decimals, FromAddress: m.FromAddress, ToAddress: m.ToAddress,
 		}
 	}
 	b, err := marshalJSON(out)
@@ -67,8 +66,8 @@ func (TransactionReferenceCodec) Encode(v any) (*mc.EncodedContent, error) {
 		return nil, err
 	}
 	fallback := "Crypto transaction"
-	if tr.GetReference() != "" {
-		fallback = "[Crypto transaction] Use a blockchain explorer to learn more using the transaction hash: " + tr.GetReference()
+	if tr.Reference != "" {
+		fallback = "[Crypto transaction] Use a blockchain explorer to learn more using the transaction hash: " + tr.Reference
 	}
 	return envelope(TypeTransactionReference, b, nil, &fallback), nil
 }
@@ -77,16 +76,16 @@ func (TransactionReferenceCodec) Decode(ec *mc.EncodedContent, _ NestedDecoder) 
 	return decodeTransactionReference(ec.GetContent())
 }
 
-func decodeTransactionReference(b []byte) (*cb.TransactionReference, error) {
+func decodeTransactionReference(b []byte) (*TransactionReference, error) {
 	o, err := parseJSONObject(b, "")
 	if err != nil {
 		return nil, err
 	}
-	tr := new(cb.TransactionReference)
+	tr := new(TransactionReference)
 	if tr.Namespace, err = o.optionalString("namespace"); err != nil {
 		return nil, err
 	}
-	if tr.NetworkId, err = networkID(o); err != nil {
+	if tr.NetworkID, err = networkID(o); err != nil {
 		return nil, err
 	}
 	if tr.Reference, err = o.requiredString("reference"); err != nil {
@@ -96,7 +95,7 @@ func decodeTransactionReference(b []byte) (*cb.TransactionReference, error) {
 	if err != nil || !ok {
 		return tr, err
 	}
-	m := new(cb.TransactionMetadata)
+	m := new(TransactionMetadata)
 	for _, f := range []struct {
 		name string
 		dst  *string

@@ -6,10 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
@@ -55,20 +53,20 @@ func TestCTYPE019_TextEncoding(t *testing.T) {
 }
 
 func TestCTYPE019_JSONMembersEncodeOmitsAbsentOptional(t *testing.T) {
-	ec, _ := TransactionReferenceCodec{}.Encode(&cb.TransactionReference{NetworkId: "1", Reference: "0x"})
+	ec, _ := TransactionReferenceCodec{}.Encode(&TransactionReference{NetworkID: "1", Reference: "0x"})
 	if m := jsonMembers(t, ec.GetContent()); len(m) != 2 || m["networkId"] != "1" || m["reference"] != "0x" {
 		t.Errorf("transaction reference members %v", m)
 	}
-	ec, _ = ActionsCodec{}.Encode(&cb.Actions{Id: "a", Description: "d", Actions: []*cb.Action{{Id: "1", Label: "L"}}})
+	ec, _ = ActionsCodec{}.Encode(&Actions{ID: "a", Description: "d", Actions: []*Action{{ID: "1", Label: "L"}}})
 	m := jsonMembers(t, ec.GetContent())
 	if _, ok := m["expiresAt"]; ok || len(m["actions"].([]any)[0].(map[string]any)) != 2 {
 		t.Errorf("actions members %s", ec.GetContent())
 	}
-	ec, _ = WalletSendCallsCodec{}.Encode(&cb.WalletSendCalls{Version: "1", ChainId: "1", From: "f", Calls: []*cb.WalletCall{{}}})
+	ec, _ = WalletSendCallsCodec{}.Encode(&WalletSendCalls{Version: "1", ChainID: "1", From: "f", Calls: []*WalletCall{{}}})
 	if string(ec.GetContent()) != `{"version":"1","chainId":"1","from":"f","calls":[{}]}` {
 		t.Errorf("wallet send calls %s", ec.GetContent())
 	}
-	ec, _ = IntentCodec{}.Encode(&cb.Intent{Id: "i", ActionId: "a"})
+	ec, _ = IntentCodec{}.Encode(&Intent{ID: "i", ActionID: "a"})
 	if m := jsonMembers(t, ec.GetContent()); len(m) != 2 {
 		t.Errorf("intent members %v", m)
 	}
@@ -79,19 +77,19 @@ func TestCTYPE019_JSONMembersEncodeRequired(t *testing.T) {
 		c Codec
 		v any
 	}{
-		"transaction networkId":     {TransactionReferenceCodec{}, &cb.TransactionReference{Reference: "0x"}},
-		"transaction metadata type": {TransactionReferenceCodec{}, &cb.TransactionReference{NetworkId: "1", Metadata: &cb.TransactionMetadata{Currency: "c", FromAddress: "f", ToAddress: "t"}}},
-		"transaction amount NaN":    {TransactionReferenceCodec{}, &cb.TransactionReference{NetworkId: "1", Metadata: &cb.TransactionMetadata{TransactionType: "x", Currency: "c", FromAddress: "f", ToAddress: "t", Amount: nan()}}},
-		"wallet version":            {WalletSendCallsCodec{}, &cb.WalletSendCalls{ChainId: "1", From: "f"}},
-		"wallet chainId":            {WalletSendCallsCodec{}, &cb.WalletSendCalls{Version: "1", From: "f"}},
-		"wallet from":               {WalletSendCallsCodec{}, &cb.WalletSendCalls{Version: "1", ChainId: "1"}},
-		"wallet call metadata":      {WalletSendCallsCodec{}, &cb.WalletSendCalls{Version: "1", ChainId: "1", From: "f", Calls: []*cb.WalletCall{{Metadata: &cb.WalletCallMetadata{Description: "d"}}}}},
-		"actions id":                {ActionsCodec{}, &cb.Actions{Description: "d", Actions: []*cb.Action{{Id: "1", Label: "L"}}}},
-		"actions description":       {ActionsCodec{}, &cb.Actions{Id: "a", Actions: []*cb.Action{{Id: "1", Label: "L"}}}},
-		"action label":              {ActionsCodec{}, &cb.Actions{Id: "a", Description: "d", Actions: []*cb.Action{{Id: "1"}}}},
-		"action style":              {ActionsCodec{}, &cb.Actions{Id: "a", Description: "d", Actions: []*cb.Action{{Id: "1", Label: "L", Style: 9}}}},
-		"intent id":                 {IntentCodec{}, &cb.Intent{ActionId: "a"}},
-		"intent actionId":           {IntentCodec{}, &cb.Intent{Id: "i"}},
+		"transaction networkId":     {TransactionReferenceCodec{}, &TransactionReference{Reference: "0x"}},
+		"transaction metadata type": {TransactionReferenceCodec{}, &TransactionReference{NetworkID: "1", Metadata: &TransactionMetadata{Currency: "c", FromAddress: "f", ToAddress: "t"}}},
+		"transaction amount NaN":    {TransactionReferenceCodec{}, &TransactionReference{NetworkID: "1", Metadata: &TransactionMetadata{TransactionType: "x", Currency: "c", FromAddress: "f", ToAddress: "t", Amount: nan()}}},
+		"wallet version":            {WalletSendCallsCodec{}, &WalletSendCalls{ChainID: "1", From: "f"}},
+		"wallet chainId":            {WalletSendCallsCodec{}, &WalletSendCalls{Version: "1", From: "f"}},
+		"wallet from":               {WalletSendCallsCodec{}, &WalletSendCalls{Version: "1", ChainID: "1"}},
+		"wallet call metadata":      {WalletSendCallsCodec{}, &WalletSendCalls{Version: "1", ChainID: "1", From: "f", Calls: []*WalletCall{{Metadata: &WalletCallMetadata{Description: "d"}}}}},
+		"actions id":                {ActionsCodec{}, &Actions{Description: "d", Actions: []*Action{{ID: "1", Label: "L"}}}},
+		"actions description":       {ActionsCodec{}, &Actions{ID: "a", Actions: []*Action{{ID: "1", Label: "L"}}}},
+		"action label":              {ActionsCodec{}, &Actions{ID: "a", Description: "d", Actions: []*Action{{ID: "1"}}}},
+		"action style":              {ActionsCodec{}, &Actions{ID: "a", Description: "d", Actions: []*Action{{ID: "1", Label: "L", Style: 9}}}},
+		"intent id":                 {IntentCodec{}, &Intent{ActionID: "a"}},
+		"intent actionId":           {IntentCodec{}, &Intent{ID: "i"}},
 		"wrong value type":          {IntentCodec{}, "a string"},
 	}
 	for name, tc := range cases {
@@ -138,41 +136,41 @@ func TestCTYPE019_JSONMembersDecodeTypes(t *testing.T) {
 
 func TestCTYPE019_JSONMembersDecodeOptionalNullAndUnknown(t *testing.T) {
 	v, err := decodeJSON(t, TransactionReferenceCodec{}, `{"namespace":null,"networkId":"1","reference":"r","metadata":null,"extra":{"deep":[1]}}`)
-	if err != nil || !proto.Equal(v.(proto.Message), &cb.TransactionReference{NetworkId: "1", Reference: "r"}) {
+	if err != nil || valueDiff(v, &TransactionReference{NetworkID: "1", Reference: "r"}) != "" {
 		t.Errorf("transaction reference: %v, %v", v, err)
 	}
 	v, err = decodeJSON(t, ActionsCodec{}, `{"id":"a","description":"d","actions":[{"id":"1","label":"L","imageUrl":null,"style":null,"expiresAt":null,"x":1}],"expiresAt":null,"unknown":true}`)
-	if err != nil || !proto.Equal(v.(proto.Message), &cb.Actions{Id: "a", Description: "d", Actions: []*cb.Action{{Id: "1", Label: "L"}}}) {
+	if err != nil || valueDiff(v, &Actions{ID: "a", Description: "d", Actions: []*Action{{ID: "1", Label: "L"}}}) != "" {
 		t.Errorf("actions: %v, %v", v, err)
 	}
 	v, err = decodeJSON(t, WalletSendCallsCodec{}, `{"version":"1","chainId":"1","from":"f","calls":[{"to":null,"metadata":{"description":"d","transactionType":"t","currency":"USDC","note":"n"}}],"capabilities":null,"x":[]}`)
-	want := &cb.WalletSendCalls{Version: "1", ChainId: "1", From: "f", Calls: []*cb.WalletCall{{Metadata: &cb.WalletCallMetadata{Description: "d", TransactionType: "t", Additional: map[string]string{"currency": "USDC", "note": "n"}}}}}
-	if err != nil || !proto.Equal(v.(proto.Message), want) {
+	want := &WalletSendCalls{Version: "1", ChainID: "1", From: "f", Calls: []*WalletCall{{Metadata: &WalletCallMetadata{Description: "d", TransactionType: "t", Additional: map[string]string{"currency": "USDC", "note": "n"}}}}}
+	if err != nil || valueDiff(v, want) != "" {
 		t.Errorf("wallet send calls: %v, %v", v, err)
 	}
 	v, err = decodeJSON(t, IntentCodec{}, `{"id":"i","actionId":"a","metadata":null,"other":1}`)
-	if err != nil || v.(*cb.Intent).Metadata != nil {
+	if err != nil || v.(*Intent).Metadata != nil {
 		t.Errorf("intent: %v, %v", v, err)
 	}
 }
 
 func TestCTYPE019_NetworkID(t *testing.T) {
-	ec, _ := TransactionReferenceCodec{}.Encode(&cb.TransactionReference{NetworkId: "8453", Reference: "r"})
+	ec, _ := TransactionReferenceCodec{}.Encode(&TransactionReference{NetworkID: "8453", Reference: "r"})
 	if jsonMembers(t, ec.GetContent())["networkId"] != "8453" {
 		t.Errorf("networkId not written as a string: %s", ec.GetContent())
 	}
 	for in, want := range map[string]string{`"8453"`: "8453", `1`: "1", `8453`: "8453", `1e3`: "1000", `-2`: "-2", `"0x2105"`: "0x2105"} {
 		v, err := decodeJSON(t, TransactionReferenceCodec{}, `{"networkId":`+in+`,"reference":"r"}`)
-		if err != nil || v.(*cb.TransactionReference).GetNetworkId() != want {
+		if err != nil || v.(*TransactionReference).NetworkID != want {
 			t.Errorf("networkId %s: %v, %v; want %q", in, v, err, want)
 		}
 	}
 }
 
 func TestCTYPE019_ActionsCount(t *testing.T) {
-	many := &cb.Actions{Id: "a", Description: "d"}
+	many := &Actions{ID: "a", Description: "d"}
 	for i := 0; i < 11; i++ {
-		many.Actions = append(many.Actions, &cb.Action{Id: strings.Repeat("x", i+1), Label: "L"})
+		many.Actions = append(many.Actions, &Action{ID: strings.Repeat("x", i+1), Label: "L"})
 	}
 	if _, err := (ActionsCodec{}).Encode(many); kindOf(err) != KindEncodeFailed {
 		t.Errorf("11 actions: %v", err)
@@ -181,10 +179,10 @@ func TestCTYPE019_ActionsCount(t *testing.T) {
 	if _, err := (ActionsCodec{}).Encode(many); err != nil {
 		t.Errorf("10 actions: %v", err)
 	}
-	if _, err := (ActionsCodec{}).Encode(&cb.Actions{Id: "a", Description: "d"}); kindOf(err) != KindEncodeFailed {
+	if _, err := (ActionsCodec{}).Encode(&Actions{ID: "a", Description: "d"}); kindOf(err) != KindEncodeFailed {
 		t.Errorf("0 actions: %v", err)
 	}
-	dup := &cb.Actions{Id: "a", Description: "d", Actions: []*cb.Action{{Id: "1", Label: "A"}, {Id: "1", Label: "B"}}}
+	dup := &Actions{ID: "a", Description: "d", Actions: []*Action{{ID: "1", Label: "A"}, {ID: "1", Label: "B"}}}
 	if _, err := (ActionsCodec{}).Encode(dup); kindOf(err) != KindEncodeFailed {
 		t.Errorf("duplicate ids: %v", err)
 	}
@@ -223,8 +221,8 @@ func TestCTYPE019_ExpiresAt(t *testing.T) {
 			t.Fatalf("%s: %v", doc, err)
 		}
 		want := time.Date(2023, 11, 14, 22, 13, 20, 5e8, time.UTC)
-		got := v.(*cb.Actions)
-		if !got.GetExpiresAt().AsTime().Equal(want) || !got.GetActions()[0].GetExpiresAt().AsTime().Equal(want) {
+		got := v.(*Actions)
+		if !got.ExpiresAt.AsTime().Equal(want) || !got.Actions[0].ExpiresAt.AsTime().Equal(want) {
 			t.Errorf("%s: %v", doc, got)
 		}
 	}
@@ -232,21 +230,21 @@ func TestCTYPE019_ExpiresAt(t *testing.T) {
 
 func TestCTYPE019_CamelCaseAndAliases(t *testing.T) {
 	a := validActions()
-	a.Actions[0].ImageUrl = ptr("https://i.example/x.png")
+	a.Actions[0].ImageURL = ptr("https://i.example/x.png")
 	ec, _ := ActionsCodec{}.Encode(a)
 	if first := jsonMembers(t, ec.GetContent())["actions"].([]any)[0].(map[string]any); first["imageUrl"] != "https://i.example/x.png" {
 		t.Errorf("imageUrl not camel case: %s", ec.GetContent())
 	}
-	ec, _ = IntentCodec{}.Encode(&cb.Intent{Id: "i", ActionId: "a"})
+	ec, _ = IntentCodec{}.Encode(&Intent{ID: "i", ActionID: "a"})
 	if jsonMembers(t, ec.GetContent())["actionId"] != "a" {
 		t.Errorf("actionId not camel case: %s", ec.GetContent())
 	}
 	v, err := decodeJSON(t, ActionsCodec{}, `{"id":"a","description":"d","actions":[{"id":"1","label":"L","image_url":"u"}]}`)
-	if err != nil || v.(*cb.Actions).GetActions()[0].GetImageUrl() != "u" {
+	if err != nil || *v.(*Actions).Actions[0].ImageURL != "u" {
 		t.Errorf("image_url alias: %v, %v", v, err)
 	}
 	v, err = decodeJSON(t, IntentCodec{}, `{"id":"i","action_id":"b"}`)
-	if err != nil || v.(*cb.Intent).GetActionId() != "b" {
+	if err != nil || v.(*Intent).ActionID != "b" {
 		t.Errorf("action_id alias: %v, %v", v, err)
 	}
 }
@@ -254,11 +252,11 @@ func TestCTYPE019_CamelCaseAndAliases(t *testing.T) {
 func TestCTYPE019_IntentMetadataSize(t *testing.T) {
 	// {"k":"…"} is 8 bytes of framing around the value.
 	fits, _ := structpb.NewStruct(map[string]any{"k": strings.Repeat("x", MaxIntentMetadataSize-8)})
-	if _, err := (IntentCodec{}).Encode(&cb.Intent{Id: "i", ActionId: "a", Metadata: fits}); err != nil {
+	if _, err := (IntentCodec{}).Encode(&Intent{ID: "i", ActionID: "a", Metadata: fits}); err != nil {
 		t.Errorf("10240-byte metadata: %v", err)
 	}
 	over, _ := structpb.NewStruct(map[string]any{"k": strings.Repeat("x", MaxIntentMetadataSize-7)})
-	if _, err := (IntentCodec{}).Encode(&cb.Intent{Id: "i", ActionId: "a", Metadata: over}); kindOf(err) != KindEncodeFailed {
+	if _, err := (IntentCodec{}).Encode(&Intent{ID: "i", ActionID: "a", Metadata: over}); kindOf(err) != KindEncodeFailed {
 		t.Errorf("10241-byte metadata: %v", err)
 	}
 	big := `{"id":"i","actionId":"a","metadata":{"k":"` + strings.Repeat("x", 3*MaxIntentMetadataSize) + `"}}`
@@ -269,17 +267,17 @@ func TestCTYPE019_IntentMetadataSize(t *testing.T) {
 
 // The Remote attachment parameters table (section 7.1), both directions.
 func TestCTYPE014_RemoteAttachmentScheme(t *testing.T) {
-	encodeCases := map[string]func(*cb.RemoteAttachment){
-		"http to a public host":  func(r *cb.RemoteAttachment) { r.Url, r.Scheme = "http://files.example.com/x", "http://" },
-		"legacy https on encode": func(r *cb.RemoteAttachment) { r.Scheme = "https" },
-		"URL scheme mismatch":    func(r *cb.RemoteAttachment) { r.Url = "http://localhost/x" },
-		"ftp":                    func(r *cb.RemoteAttachment) { r.Url, r.Scheme = "ftp://x/y", "ftp://" },
-		"relative URL":           func(r *cb.RemoteAttachment) { r.Url = "/x" },
-		"short secret":           func(r *cb.RemoteAttachment) { r.Secret = make([]byte, 31) },
-		"short salt":             func(r *cb.RemoteAttachment) { r.Salt = nil },
-		"long nonce":             func(r *cb.RemoteAttachment) { r.Nonce = make([]byte, 16) },
-		"uppercase digest":       func(r *cb.RemoteAttachment) { r.ContentDigest = strings.ToUpper(r.ContentDigest) },
-		"short digest":           func(r *cb.RemoteAttachment) { r.ContentDigest = "abcd" },
+	encodeCases := map[string]func(*RemoteAttachment){
+		"http to a public host":  func(r *RemoteAttachment) { r.URL, r.Scheme = "http://files.example.com/x", "http://" },
+		"legacy https on encode": func(r *RemoteAttachment) { r.Scheme = "https" },
+		"URL scheme mismatch":    func(r *RemoteAttachment) { r.URL = "http://localhost/x" },
+		"ftp":                    func(r *RemoteAttachment) { r.URL, r.Scheme = "ftp://x/y", "ftp://" },
+		"relative URL":           func(r *RemoteAttachment) { r.URL = "/x" },
+		"short secret":           func(r *RemoteAttachment) { r.Secret = make([]byte, 31) },
+		"short salt":             func(r *RemoteAttachment) { r.Salt = nil },
+		"long nonce":             func(r *RemoteAttachment) { r.Nonce = make([]byte, 16) },
+		"uppercase digest":       func(r *RemoteAttachment) { r.ContentDigest = strings.ToUpper(r.ContentDigest) },
+		"short digest":           func(r *RemoteAttachment) { r.ContentDigest = "abcd" },
 	}
 	for name, mutate := range encodeCases {
 		r := validRemote()
@@ -290,7 +288,7 @@ func TestCTYPE014_RemoteAttachmentScheme(t *testing.T) {
 	}
 	for _, host := range []string{"localhost", "127.0.0.1", "127.1.2.3", "[::1]"} {
 		r := validRemote()
-		r.Url, r.Scheme = "http://"+host+":9000/x", "http://"
+		r.URL, r.Scheme = "http://"+host+":9000/x", "http://"
 		if _, err := (RemoteAttachmentCodec{}).Encode(r); err != nil {
 			t.Errorf("http to %s: %v", host, err)
 		}
@@ -301,13 +299,13 @@ func TestCTYPE014_RemoteAttachmentScheme(t *testing.T) {
 	for legacy, want := range map[string]string{"https": "https://", "http": "http://"} {
 		r := validRemote()
 		if want == "http://" {
-			r.Url, r.Scheme = "http://localhost/x", "http://"
+			r.URL, r.Scheme = "http://localhost/x", "http://"
 		}
 		ec, _ := RemoteAttachmentCodec{}.Encode(r)
 		ec.Parameters["scheme"] = legacy
 		raw := mustMarshal(t, ec)
 		d, _, err := reg.Decode(raw, DecodeOptions{})
-		if got, _ := d.Value.(*cb.RemoteAttachment); err != nil || got.GetScheme() != want {
+		if got, _ := d.Value.(*RemoteAttachment); err != nil || got.Scheme != want {
 			t.Errorf("legacy %q: %v, %v", legacy, d.Value, err)
 		}
 		if ec.Parameters["scheme"] != legacy {
@@ -351,7 +349,7 @@ func TestRemoteAttachmentFallbacks(t *testing.T) {
 	if ec.GetFallback() != "Can't display this content. This app doesn't support remote attachments." {
 		t.Errorf("fallback %q", ec.GetFallback())
 	}
-	att, _ := AttachmentCodec{}.Encode(&cb.Attachment{MimeType: "a/b", Filename: ptr("")})
+	att, _ := AttachmentCodec{}.Encode(&Attachment{MimeType: "a/b", Filename: ptr("")})
 	if att.GetFallback() != "Can't display this content. This app doesn't support attachments." {
 		t.Errorf("fallback %q", att.GetFallback())
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"sort"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
@@ -86,39 +85,34 @@ const (
 )
 
 func (WalletSendCallsCodec) Encode(v any) (*mc.EncodedContent, error) {
-	w, ok := v.(*cb.WalletSendCalls)
+	w, ok := v.(*WalletSendCalls)
 	if !ok || w == nil {
 		return nil, wrongValue("a *WalletSendCalls", v)
 	}
-	for _, f := range []struct{ name, value string }{{"version", w.GetVersion()}, {"chain_id", w.GetChainId()}, {"from", w.GetFrom()}} {
+	for _, f := range []struct{ name, value string }{{"version", w.Version}, {"chain_id", w.ChainID}, {"from", w.From}} {
 		if f.value == "" {
 			return nil, encodeError("wallet_send_calls."+f.name, "required")
 		}
 	}
-	out := walletSendCallsJSON{Version: w.GetVersion(), ChainID: w.GetChainId(), From: w.GetFrom(), Calls: []walletCallJSON{}}
-	if c := w.GetCapabilities(); c != nil {
-		// An empty map is still a present member.
-		out.Capabilities = c.GetValues()
-		if out.Capabilities == nil {
-			out.Capabilities = map[string]string{}
-		}
-	}
-	for i, c := range w.GetCalls() {
+	out := walletSendCallsJSON{Version: w.Version, ChainID: w.ChainID, From: w.From, Calls: []walletCallJSON{}}
+	// omitempty leaves an empty map out, as before values were the codec's.
+	out.Capabilities = w.Capabilities
+	for i, c := range w.Calls {
 		call := walletCallJSON{To: c.To, Data: c.Data, Value: c.Value, Gas: c.Gas}
-		if m := c.GetMetadata(); m != nil {
+		if m := c.Metadata; m != nil {
 			path := indexPath("wallet_send_calls.calls", i) + ".metadata"
-			if m.GetDescription() == "" {
+			if m.Description == "" {
 				return nil, encodeError(path+".description", "required")
 			}
-			if m.GetTransactionType() == "" {
+			if m.TransactionType == "" {
 				return nil, encodeError(path+".transaction_type", "required")
 			}
-			for k := range m.GetAdditional() {
+			for k := range m.Additional {
 				if k == memberDescription || k == memberTransactionType {
 					return nil, encodeError(path+".additional", "member %q collides with a named member", Abbrev(k))
 				}
 			}
-			call.Metadata = &walletCallMetadataJSON{m.GetDescription(), m.GetTransactionType(), m.GetAdditional()}
+			call.Metadata = &walletCallMetadataJSON{m.Description, m.TransactionType, m.Additional}
 		}
 		out.Calls = append(out.Calls, call)
 	}
@@ -134,16 +128,16 @@ func (WalletSendCallsCodec) Decode(ec *mc.EncodedContent, _ NestedDecoder) (any,
 	return decodeWalletSendCalls(ec.GetContent())
 }
 
-func decodeWalletSendCalls(b []byte) (*cb.WalletSendCalls, error) {
+func decodeWalletSendCalls(b []byte) (*WalletSendCalls, error) {
 	o, err := parseJSONObject(b, "")
 	if err != nil {
 		return nil, err
 	}
-	w := new(cb.WalletSendCalls)
+	w := new(WalletSendCalls)
 	if w.Version, err = o.requiredString("version"); err != nil {
 		return nil, err
 	}
-	if w.ChainId, err = o.requiredString("chainId"); err != nil {
+	if w.ChainID, err = o.requiredString("chainId"); err != nil {
 		return nil, err
 	}
 	if w.From, err = o.requiredString("from"); err != nil {
@@ -158,7 +152,7 @@ func decodeWalletSendCalls(b []byte) (*cb.WalletSendCalls, error) {
 		if err != nil {
 			return nil, err
 		}
-		c := new(cb.WalletCall)
+		c := new(WalletCall)
 		for _, f := range []struct {
 			name string
 			dst  **string
@@ -172,7 +166,7 @@ func decodeWalletSendCalls(b []byte) (*cb.WalletSendCalls, error) {
 			return nil, err
 		}
 		if ok {
-			m := new(cb.WalletCallMetadata)
+			m := new(WalletCallMetadata)
 			if m.Description, err = mo.requiredString(memberDescription); err != nil {
 				return nil, err
 			}
@@ -195,7 +189,7 @@ func decodeWalletSendCalls(b []byte) (*cb.WalletSendCalls, error) {
 		if err != nil {
 			return nil, err
 		}
-		w.Capabilities = &cb.StringMap{Values: values}
+		w.Capabilities = values
 	}
 	return w, nil
 }

@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/codec"
 )
 
@@ -17,7 +16,7 @@ func BenchmarkDecodeResponseText200(b *testing.B) {
 }
 
 func BenchmarkDecodeAttachment1MiB(b *testing.B) {
-	benchDecodeResponse(b, codec.TypeAttachment, &cb.Attachment{MimeType: "application/octet-stream", Filename: ptr("blob.bin"), Data: bytes.Repeat([]byte{7}, 1<<20)})
+	benchDecodeResponse(b, codec.TypeAttachment, &codec.Attachment{MimeType: "application/octet-stream", Filename: ptr("blob.bin"), Data: bytes.Repeat([]byte{7}, 1<<20)})
 }
 
 func benchDecodeResponse(b *testing.B, t codec.TypeID, value any) {

@@ -9,8 +9,9 @@ import (
 
 // member is one content type's place in the API: its member of Content,
 // and how that member's message becomes the codec's value and back. The
-// codec's value for a type is the member's message (a string for text and
-// markdown, a codec.Reply for replies).
+// codec's value for a type is the wire message of its content format, a
+// string for text and markdown, a codec.Reply for replies, or the codec's
+// own value (values.go maps it).
 type member struct {
 	Type codec.TypeID
 	// fromContent is the value to encode when c holds this type.
@@ -85,17 +86,19 @@ var members = []member{
 			})
 		}},
 	{Type: codec.TypeReadReceipt,
-		fromContent: valueMember(func(w *cb.Content_ReadReceipt) any { return w.ReadReceipt }),
-		toContent: content(func(v *cb.ReadReceipt) *cb.Content {
-			return &cb.Content{Value: &cb.Content_ReadReceipt{ReadReceipt: v}}
+		fromContent: valueMember(func(w *cb.Content_ReadReceipt) any { return readReceiptValue(w.ReadReceipt) }),
+		toContent: content(func(*codec.ReadReceipt) *cb.Content {
+			return &cb.Content{Value: &cb.Content_ReadReceipt{ReadReceipt: &cb.ReadReceipt{}}}
 		})},
 	{Type: codec.TypeAttachment,
-		fromContent: valueMember(func(w *cb.Content_Attachment) any { return w.Attachment }),
-		toContent:   content(func(v *cb.Attachment) *cb.Content { return &cb.Content{Value: &cb.Content_Attachment{Attachment: v}} })},
+		fromContent: valueMember(func(w *cb.Content_Attachment) any { return AttachmentValue(w.Attachment) }),
+		toContent: content(func(v *codec.Attachment) *cb.Content {
+			return &cb.Content{Value: &cb.Content_Attachment{Attachment: AttachmentMessage(v)}}
+		})},
 	{Type: codec.TypeRemoteAttachment,
-		fromContent: valueMember(func(w *cb.Content_RemoteAttachment) any { return w.RemoteAttachment }),
-		toContent: content(func(v *cb.RemoteAttachment) *cb.Content {
-			return &cb.Content{Value: &cb.Content_RemoteAttachment{RemoteAttachment: v}}
+		fromContent: valueMember(func(w *cb.Content_RemoteAttachment) any { return RemoteAttachmentValue(w.RemoteAttachment) }),
+		toContent: content(func(v *codec.RemoteAttachment) *cb.Content {
+			return &cb.Content{Value: &cb.Content_RemoteAttachment{RemoteAttachment: RemoteAttachmentMessage(v)}}
 		})},
 	{Type: codec.TypeMultiRemoteAttachment,
 		fromContent: valueMember(func(w *cb.Content_MultiRemoteAttachment) any { return w.MultiRemoteAttachment }),
@@ -103,21 +106,25 @@ var members = []member{
 			return &cb.Content{Value: &cb.Content_MultiRemoteAttachment{MultiRemoteAttachment: v}}
 		})},
 	{Type: codec.TypeTransactionReference,
-		fromContent: valueMember(func(w *cb.Content_TransactionReference) any { return w.TransactionReference }),
-		toContent: content(func(v *cb.TransactionReference) *cb.Content {
-			return &cb.Content{Value: &cb.Content_TransactionReference{TransactionReference: v}}
+		fromContent: valueMember(func(w *cb.Content_TransactionReference) any { return transactionReferenceValue(w.TransactionReference) }),
+		toContent: content(func(v *codec.TransactionReference) *cb.Content {
+			return &cb.Content{Value: &cb.Content_TransactionReference{TransactionReference: transactionReferenceMessage(v)}}
 		})},
 	{Type: codec.TypeWalletSendCalls,
-		fromContent: valueMember(func(w *cb.Content_WalletSendCalls) any { return w.WalletSendCalls }),
-		toContent: content(func(v *cb.WalletSendCalls) *cb.Content {
-			return &cb.Content{Value: &cb.Content_WalletSendCalls{WalletSendCalls: v}}
+		fromContent: valueMember(func(w *cb.Content_WalletSendCalls) any { return walletSendCallsValue(w.WalletSendCalls) }),
+		toContent: content(func(v *codec.WalletSendCalls) *cb.Content {
+			return &cb.Content{Value: &cb.Content_WalletSendCalls{WalletSendCalls: walletSendCallsMessage(v)}}
 		})},
 	{Type: codec.TypeActions,
-		fromContent: valueMember(func(w *cb.Content_Actions) any { return w.Actions }),
-		toContent:   content(func(v *cb.Actions) *cb.Content { return &cb.Content{Value: &cb.Content_Actions{Actions: v}} })},
+		fromContent: valueMember(func(w *cb.Content_Actions) any { return actionsValue(w.Actions) }),
+		toContent: content(func(v *codec.Actions) *cb.Content {
+			return &cb.Content{Value: &cb.Content_Actions{Actions: actionsMessage(v)}}
+		})},
 	{Type: codec.TypeIntent,
-		fromContent: valueMember(func(w *cb.Content_Intent) any { return w.Intent }),
-		toContent:   content(func(v *cb.Intent) *cb.Content { return &cb.Content{Value: &cb.Content_Intent{Intent: v}} })},
+		fromContent: valueMember(func(w *cb.Content_Intent) any { return intentValue(w.Intent) }),
+		toContent: content(func(v *codec.Intent) *cb.Content {
+			return &cb.Content{Value: &cb.Content_Intent{Intent: intentMessage(v)}}
+		})},
 	{Type: codec.TypeGroupUpdated,
 		fromContent: valueMember(func(w *cb.Content_GroupUpdated) any { return w.GroupUpdated }),
 		toContent: content(func(v *mc.GroupUpdated) *cb.Content {

@@ -76,7 +76,10 @@ func BenchmarkGRPCDecodeBatch1000(b *testing.B) {
 
 func BenchmarkGRPCDecodeAttachment1MiB(b *testing.B) {
 	client := cb.NewContentServiceClient(startTCP(b, Config{}))
-	ec, _ := codec.NewRegistry().Encode(codec.TypeAttachment, &cb.Attachment{MimeType: "application/octet-stream", Data: bytes.Repeat([]byte{7}, 1<<20)})
+	ec, err := codec.NewRegistry().Encode(codec.TypeAttachment, &codec.Attachment{MimeType: "application/octet-stream", Data: bytes.Repeat([]byte{7}, 1<<20)})
+	if err != nil {
+		b.Fatal(err)
+	}
 	raw, _ := proto.Marshal(ec)
 	req := &cb.DecodeRequest{EncodedContent: raw}
 	b.SetBytes(int64(len(raw)))

@@ -144,21 +144,21 @@ func (s *ContentService) EncryptAttachment(_ context.Context, req *cb.EncryptAtt
 	if req.GetAttachment() == nil {
 		return nil, status.Error(codes.InvalidArgument, "attachment: required")
 	}
-	payload, ra, err := codec.EncryptAttachment(rand.Reader, req.GetAttachment())
+	payload, ra, err := codec.EncryptAttachment(rand.Reader, contentapi.AttachmentValue(req.GetAttachment()))
 	if err != nil {
 		return nil, invalidArgument("", err)
 	}
 	if req.GetUrl() != "" {
-		ra.Url = req.GetUrl()
-		if ra.Scheme, err = codec.SchemeFor(ra.Url); err != nil {
+		ra.URL = req.GetUrl()
+		if ra.Scheme, err = codec.SchemeFor(ra.URL); err != nil {
 			return nil, invalidArgument("url", err)
 		}
 	}
-	return &cb.EncryptAttachmentResponse{Payload: payload, RemoteAttachment: ra}, nil
+	return &cb.EncryptAttachmentResponse{Payload: payload, RemoteAttachment: contentapi.RemoteAttachmentMessage(ra)}, nil
 }
 
 func (s *ContentService) DecryptAttachment(_ context.Context, req *cb.DecryptAttachmentRequest) (*cb.DecryptAttachmentResponse, error) {
-	ra := req.GetRemoteAttachment()
+	ra := contentapi.RemoteAttachmentValue(req.GetRemoteAttachment())
 	if ra == nil {
 		return nil, status.Error(codes.InvalidArgument, "remote_attachment: required")
 	}
@@ -174,7 +174,7 @@ func (s *ContentService) DecryptAttachment(_ context.Context, req *cb.DecryptAtt
 	case err != nil:
 		return nil, invalidArgument("payload", err)
 	}
-	return &cb.DecryptAttachmentResponse{Attachment: att}, nil
+	return &cb.DecryptAttachmentResponse{Attachment: contentapi.AttachmentMessage(att)}, nil
 }
 
 // invalidArgument maps a codec error to INVALID_ARGUMENT; the codec's

@@ -1,7 +1,7 @@
 // Package layers holds the repository's layering to account: each package
 // sits on one floor and imports only from its own floor or below, and
 // below the gRPC edge no package speaks the API (contentbackup.v1) or
-// gRPC, except where the exceptions below say why, until they are gone.
+// gRPC.
 package layers
 
 import (
@@ -34,12 +34,6 @@ const edge = 6
 // speaksAPI: imports that belong to the edge alone.
 func speaksAPI(imp string) bool {
 	return imp == module+"api/contentbackup/v1" || imp == "google.golang.org/grpc" || strings.HasPrefix(imp, "google.golang.org/grpc/")
-}
-
-// exceptions: packages below the edge that still speak the API, and why.
-// Each is open work; removing one's cause and not its entry fails the test.
-var exceptions = map[string]string{
-	"internal/codec": "decoded values are the API's content messages (content.proto): the codecs need values of their own",
 }
 
 type pkg struct {
@@ -84,13 +78,6 @@ func TestLayers(t *testing.T) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if _, ok := exceptions[name]; !ok {
-			t.Errorf("%s is below the gRPC edge and imports %v: map to domain types and errors at the edge instead", name, spoke[name])
-		}
-	}
-	for name, why := range exceptions {
-		if _, ok := spoke[name]; !ok {
-			t.Errorf("%s no longer speaks the API (%s): remove its exception", name, why)
-		}
+		t.Errorf("%s is below the gRPC edge and imports %v: map to domain types and errors at the edge instead", name, spoke[name])
 	}
 }

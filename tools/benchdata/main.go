@@ -34,7 +34,7 @@ func write(dir string) error {
 		return err
 	}
 	textBytes, _ := proto.Marshal(textEC)
-	att := &cb.Attachment{MimeType: "application/octet-stream", Filename: proto.String("blob.bin"), Data: bytes.Repeat([]byte{7}, 1<<20)}
+	att := &codec.Attachment{MimeType: "application/octet-stream", Filename: proto.String("blob.bin"), Data: bytes.Repeat([]byte{7}, 1<<20)}
 	attEC, err := reg.Encode(codec.TypeAttachment, att)
 	if err != nil {
 		return err
