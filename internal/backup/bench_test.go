@@ -125,7 +125,7 @@ func BenchmarkImportCopyFrom(b *testing.B) {
 		rows := make([][]any, len(msgs))
 		for j, m := range msgs {
 			m.DecryptedMessageBytes = body
-			rows[j] = append([]any{owner}, store.MessageInsertArgs(m, true)...)
+			rows[j] = append([]any{owner}, store.MessageInsertArgs(m, true, 1)...)
 		}
 		if _, err := s.Pool().CopyFrom(b.Context(), pgx.Identifier{"messages"}, columns, pgx.CopyFromRows(rows)); err != nil {
 			b.Fatal(err)

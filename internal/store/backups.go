@@ -24,7 +24,8 @@ type Backups interface {
 	// first, before q.Before (an id) when set.
 	ListBackups(ctx context.Context, q BackupQuery) ([]Backup, error)
 	// DeleteBackup removes one of the owner's backups from the catalog
-	// (the caller deletes its object first). A missing one is ErrNotFound.
+	// (the caller deletes its object first). A missing one is ErrNotFound;
+	// one that another backup is an increment of, ErrFailedPrecondition.
 	DeleteBackup(ctx context.Context, owner, id string) error
 	// RecordVerification records that one of the owner's complete
 	// backups was read back at "at": problem is empty when every record
@@ -60,6 +61,10 @@ type Backup struct {
 	// VerifyProblem what that found wrong ("" when nothing).
 	Verified      time.Time
 	VerifyProblem string
+	// Base is the backup this one holds the changes since: "" for a full
+	// backup, the id of the owner's previous backup in the chain for an
+	// increment. Restoring an increment is restoring its base first.
+	Base string
 }
 
 // BackupSummary is what a complete backup holds.
@@ -68,6 +73,11 @@ type BackupSummary struct {
 	SHA256                            []byte
 	ExportedAtNs                      int64
 	At                                time.Time
+	// ChangeSeq is the owner's change sequence the export's snapshot saw:
+	// an increment built on this backup holds what was written after it.
+	// -1 for a backup written before changes were tracked, which no
+	// increment can build on.
+	ChangeSeq int64
 }
 
 // BackupQuery selects a page of one owner's backups.
@@ -77,6 +87,8 @@ type BackupQuery struct {
 	Schedule string
 	// State, when set, keeps only backups in that state.
 	State string
+	// Base, when set, keeps only the increments built on that backup.
+	Base string
 	// Before is the last id of the previous page; empty for the first.
 	Before string
 	Limit  int

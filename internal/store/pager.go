@@ -18,25 +18,46 @@ const SnapshotPageSize = 1000
 // messages inside its group loop); a group's messages come from one
 // streaming query, the database sending rows ahead while they are written
 // out, so the function called for each message must not read the snapshot.
+//
+// The page reads take changedAfter: nil for every record, or the point of
+// the owner's change sequence after which a record must have been written
+// (Snapshot.ChangedAfter).
 type Pager struct {
-	Groups   func(ctx context.Context, after []byte, limit int) ([]*gb.GroupSave, error)
-	Messages func(ctx context.Context, q MessageQuery, fn func(*mb.GroupMessageSave) error) error
-	Consent  func(ctx context.Context, after *ConsentKey, limit int) ([]*cs.ConsentSave, error)
+	Groups    func(ctx context.Context, after []byte, limit int, changedAfter *int64) ([]*gb.GroupSave, error)
+	Messages  func(ctx context.Context, q MessageQuery, fn func(*mb.GroupMessageSave) error) error
+	Consent   func(ctx context.Context, after *ConsentKey, limit int, changedAfter *int64) ([]*cs.ConsentSave, error)
+	// Seq reads the owner's change sequence in the snapshot.
+	Seq func(ctx context.Context) (int64, error)
+	// changedAfter is the filter ChangedAfter set.
+	changedAfter *int64
 }
 
 var _ Snapshot = Pager{}
 
+func (p Pager) ChangeSeq(ctx context.Context) (int64, error) { return p.Seq(ctx) }
+
+func (p Pager) ChangedAfter(seq int64) Snapshot {
+	p.changedAfter = &seq
+	return p
+}
+
 func (p Pager) EachGroup(ctx context.Context, fn func(*gb.GroupSave) error) error {
-	return eachPage(ctx, p.Groups, func(g *gb.GroupSave) []byte { return g.GetId() }, fn)
+	read := func(ctx context.Context, after []byte, limit int) ([]*gb.GroupSave, error) {
+		return p.Groups(ctx, after, limit, p.changedAfter)
+	}
+	return eachPage(ctx, read, func(g *gb.GroupSave) []byte { return g.GetId() }, fn)
 }
 
 func (p Pager) EachMessage(ctx context.Context, q MessageQuery, fn func(*mb.GroupMessageSave) error) error {
-	q.After, q.Limit = nil, 0
+	q.After, q.Limit, q.ChangedAfter = nil, 0, p.changedAfter
 	return p.Messages(ctx, q, fn)
 }
 
 func (p Pager) EachConsent(ctx context.Context, fn func(*cs.ConsentSave) error) error {
-	return eachPage(ctx, p.Consent, func(r *cs.ConsentSave) *ConsentKey {
+	read := func(ctx context.Context, after *ConsentKey, limit int) ([]*cs.ConsentSave, error) {
+		return p.Consent(ctx, after, limit, p.changedAfter)
+	}
+	return eachPage(ctx, read, func(r *cs.ConsentSave) *ConsentKey {
 		return &ConsentKey{EntityType: r.GetEntityType(), Entity: r.GetEntity()}
 	}, fn)
 }

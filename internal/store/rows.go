@@ -37,9 +37,25 @@ const MessageColumns = `id, group_id, decrypted_message_bytes, sent_at_ns, kind,
 // MessageColumnCount is how many columns MessageColumns names.
 const MessageColumnCount = 18
 
-// MessageInsertColumns are what an append writes: MessageColumns and
-// whether the message came in by archive import (ARCH-009).
-const MessageInsertColumns = MessageColumns + `, restored`
+// MessageInsertColumns are what an append writes: MessageColumns,
+// whether the message came in by archive import (ARCH-009), and the
+// owner's change sequence the write stamps it with.
+const MessageInsertColumns = MessageColumns + `, restored, change_seq`
+
+// MessageInsertColumnCount is how many columns MessageInsertColumns names.
+const MessageInsertColumnCount = MessageColumnCount + 2
+
+// NextChangeSQL raises the owner's change sequence and returns its new
+// value: the first statement of every write transaction that adds or
+// changes a group, message or consent record, whose rows it then stamps
+// (migrations' change_sequence explains why first). Its one parameter is
+// the owner, written "?".
+const NextChangeSQL = `INSERT INTO owner_changes (owner, seq) VALUES (?, 1)
+	ON CONFLICT (owner) DO UPDATE SET seq = owner_changes.seq + 1 RETURNING seq`
+
+// ChangeSeqSQL reads the owner's change sequence (no row: 0), with the
+// owner as its one parameter, written "?".
+const ChangeSeqSQL = `SELECT seq FROM owner_changes WHERE owner = ?`
 
 // GroupArgs returns the column values of g, in GroupColumns order.
 // An absent metadata message is a NULL creator; an absent mutable metadata
@@ -159,8 +175,8 @@ func MessageArgs(m *mb.GroupMessageSave) []any {
 }
 
 // MessageInsertArgs are the values of MessageInsertColumns.
-func MessageInsertArgs(m *mb.GroupMessageSave, restored bool) []any {
-	return append(MessageArgs(m), restored)
+func MessageInsertArgs(m *mb.GroupMessageSave, restored bool, changeSeq int64) []any {
+	return append(MessageArgs(m), restored, changeSeq)
 }
 
 // notNil makes a NOT NULL bytes column's value an empty slice, never NULL.
@@ -249,6 +265,9 @@ func MessageSelect(owner string, q MessageQuery, placeholder func(int) string) (
 	if q.LiveAtNs != 0 {
 		b.WriteString(` AND (expires_at_ns IS NULL OR expires_at_ns > ` + arg(q.LiveAtNs) + `)`)
 	}
+	if q.ChangedAfter != nil {
+		b.WriteString(` AND change_seq > ` + arg(*q.ChangedAfter))
+	}
 	b.WriteString(` ORDER BY sent_at_ns, id`)
 	if q.Limit > 0 {
 		b.WriteString(` LIMIT ` + arg(q.Limit))
@@ -258,13 +277,22 @@ func MessageSelect(owner string, q MessageQuery, placeholder func(int) string) (
 
 // GroupSelect is the query of a ListGroups page (the owner's groups after
 // id after, in id order), with placeholder(i) writing the i-th parameter.
-func GroupSelect(owner string, after []byte, limit int, placeholder func(int) string) (string, []any) {
+// With changedAfter set it keeps the groups changed after that point of
+// the owner's change sequence, and those holding a message that was: an
+// increment carries the group of every message it carries, since an
+// importer refuses a message whose group it lacks.
+func GroupSelect(owner string, after []byte, limit int, changedAfter *int64, placeholder func(int) string) (string, []any) {
 	args := []any{owner}
 	var b strings.Builder
 	b.WriteString(`SELECT ` + GroupColumns + ` FROM groups WHERE owner = ` + placeholder(1))
 	if after != nil {
 		args = append(args, after)
 		b.WriteString(` AND id > ` + placeholder(len(args)))
+	}
+	if changedAfter != nil {
+		// Twice: "?" placeholders are positional.
+		args = append(args, *changedAfter, *changedAfter)
+		b.WriteString(` AND (change_seq > ` + placeholder(len(args)-1) + ` OR EXISTS (SELECT 1 FROM messages m WHERE m.owner = groups.owner AND m.group_id = groups.id AND m.change_seq > ` + placeholder(len(args)) + `))`)
 	}
 	args = append(args, limit)
 	b.WriteString(` ORDER BY id LIMIT ` + placeholder(len(args)))

@@ -279,6 +279,14 @@ type Consent interface {
 // iterators stream: they hold one page or one row at a time, never a whole
 // table.
 type Snapshot interface {
+	// ChangeSeq is the owner's change sequence as the snapshot sees it:
+	// every record it holds was written at or before this point, and every
+	// record written later is above it.
+	ChangeSeq(ctx context.Context) (int64, error)
+	// ChangedAfter is the same snapshot seen through a filter: only the
+	// groups, messages and consent records written after seq, and the
+	// groups of those messages (an incremental export).
+	ChangedAfter(seq int64) Snapshot
 	// EachGroup calls fn for every group in id order.
 	EachGroup(ctx context.Context, fn func(*gb.GroupSave) error) error
 	// EachMessage calls fn for every message of the group, in send order,
@@ -342,6 +350,9 @@ type MessageQuery struct {
 	// then (expires_at_ns at or before it): an expired message is never
 	// listed nor exported, whether or not the purge has deleted it yet.
 	LiveAtNs int64
+	// ChangedAfter, when set, keeps only the messages written after that
+	// point of the owner's change sequence (Snapshot.ChangeSeq).
+	ChangedAfter *int64
 	// MaxBytes, when set, ends a page (ListMessages only) before the
 	// content it holds would pass MaxBytes; its first message is always
 	// included, so every message can be read.

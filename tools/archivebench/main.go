@@ -95,7 +95,7 @@ func message(i int, group, body []byte) *mb.GroupMessageSave {
 var copyColumns = []string{"owner", "id", "group_id", "decrypted_message_bytes", "sent_at_ns", "kind",
 	"sender_installation_id", "sender_inbox_id", "delivery_status", "content_type_save", "version_major",
 	"version_minor", "authority_id", "reference_id", "sequence_id", "originator_id", "content_type",
-	"expires_at_ns", "expiry_known", "restored"}
+	"expires_at_ns", "expiry_known", "restored", "change_seq"}
 
 // messageRows feeds COPY FROM without holding the rows in memory.
 type messageRows struct {
@@ -107,7 +107,7 @@ type messageRows struct {
 
 func (r *messageRows) Next() bool { r.i++; return r.i <= r.n }
 func (r *messageRows) Values() ([]any, error) {
-	return append([]any{r.owner}, store.MessageInsertArgs(message(r.i, r.group, r.body), false)...), nil
+	return append([]any{r.owner}, store.MessageInsertArgs(message(r.i, r.group, r.body), false, 0)...), nil
 }
 func (r *messageRows) Err() error { return nil }
 

@@ -219,7 +219,7 @@ var (
 	// messageAppend inserts a batch given as one array per column, in
 	// input order, and returns the ids it stored.
 	messageAppend = `INSERT INTO messages (owner, ` + store.MessageInsertColumns + `)
-		SELECT $1, ` + prefixed("u.", store.MessageColumns) + `, $20 FROM unnest($2::bytea[], $3::bytea[], $4::bytea[], $5::bigint[], $6::smallint[],
+		SELECT $1, ` + prefixed("u.", store.MessageColumns) + `, $20, $21 FROM unnest($2::bytea[], $3::bytea[], $4::bytea[], $5::bigint[], $6::smallint[],
 			$7::bytea[], $8::text[], $9::smallint[], $10::smallint[], $11::integer[], $12::integer[], $13::text[],
 			$14::bytea[], $15::bigint[], $16::bigint[], $17::text[], $18::bigint[], $19::boolean[])
 			WITH ORDINALITY AS u(` + store.MessageColumns + `, ord)
@@ -227,6 +227,19 @@ var (
 		ON CONFLICT (owner, id) DO NOTHING
 		RETURNING id`
 )
+
+// nextChange is store.NextChangeSQL in Postgres' placeholders.
+var nextChange = strings.Replace(store.NextChangeSQL, "?", "$1", 1)
+
+// nextChangeIn raises owner's change sequence first thing in tx (see
+// sqlstore.NextChange for why first).
+func nextChangeIn(ctx context.Context, tx pgx.Tx, owner string) (int64, error) {
+	var seq int64
+	if err := tx.QueryRow(ctx, nextChange, owner).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("postgres: next change: %w", err)
+	}
+	return seq, nil
+}
 
 // prefixed qualifies every column of a column list.
 func prefixed(prefix, columns string) string {
@@ -253,13 +266,16 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 	store.Derive(msgs)
 	var out []store.Outcome
 	err := inTx(ctx, s.pool, s.space, func(tx pgx.Tx) error {
+		seq, err := nextChangeIn(ctx, tx, owner)
+		if err != nil {
+			return err
+		}
 		if err := checkGroups(ctx, tx, owner, msgs, opts); err != nil {
 			return err
 		}
-		var err error
-		out, err = copyNew(ctx, tx, owner, msgs, opts)
+		out, err = copyNew(ctx, tx, owner, msgs, opts, seq)
 		if errors.Is(err, errIDStored) {
-			out, err = insertNew(ctx, tx, owner, msgs, opts.AllowRestored)
+			out, err = insertNew(ctx, tx, owner, msgs, opts.AllowRestored, seq)
 		}
 		return err
 	})
@@ -282,7 +298,7 @@ var errIDStored = errors.New("a message id was inserted concurrently")
 // not have probes the primary key at random, which for an import into a
 // new owner cost Postgres as much as the COPY. A stored id then fails the
 // COPY like a concurrent insert does, and insertNew sorts the batch out.
-func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessageSave, opts store.AppendOptions) ([]store.Outcome, error) {
+func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessageSave, opts store.AppendOptions, seq int64) ([]store.Outcome, error) {
 	known := make(map[string]bool, len(msgs))
 	if !opts.MostlyNew {
 		ids := make([][]byte, len(msgs))
@@ -317,7 +333,7 @@ func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessa
 		return nil, fmt.Errorf("postgres: savepoint: %w", err)
 	}
 	_, err = sp.CopyFrom(ctx, pgx.Identifier{"messages"}, copyColumns, pgx.CopyFromSlice(len(fresh), func(i int) ([]any, error) {
-		return append([]any{owner}, store.MessageInsertArgs(fresh[i], restored)...), nil
+		return append([]any{owner}, store.MessageInsertArgs(fresh[i], restored, seq)...), nil
 	}))
 	var pgErr *pgconn.PgError
 	switch {
@@ -337,8 +353,8 @@ func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessa
 
 // insertNew inserts the batch in one statement that leaves stored ids
 // alone and returns the ids it stored.
-func insertNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessageSave, restored bool) ([]store.Outcome, error) {
-	rows, err := tx.Query(ctx, messageAppend, append(append([]any{owner}, columnsOf(msgs)...), restored)...)
+func insertNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessageSave, restored bool, seq int64) ([]store.Outcome, error) {
+	rows, err := tx.Query(ctx, messageAppend, append(append([]any{owner}, columnsOf(msgs)...), restored, seq)...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: append messages: %w", err)
 	}
@@ -436,15 +452,19 @@ func checkGroups(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupM
 func (s *Store) MergeConsent(ctx context.Context, owner string, records []*cs.ConsentSave) ([]store.Outcome, error) {
 	out := make([]store.Outcome, len(records))
 	err := inTx(ctx, s.pool, s.space, func(tx pgx.Tx) error {
+		seq, err := nextChangeIn(ctx, tx, owner)
+		if err != nil {
+			return err
+		}
 		for i, r := range records {
 			// One statement decides and writes: xmax = 0 tells an insert
 			// from an update, and no row back means the stored record won.
 			var inserted bool
-			err := tx.QueryRow(ctx, `INSERT INTO consent AS c (owner, entity_type, entity, state, consented_at_ns) VALUES ($1, $2, $3, $4, $5)
-				ON CONFLICT (owner, entity_type, entity) DO UPDATE SET state = excluded.state, consented_at_ns = excluded.consented_at_ns
+			err := tx.QueryRow(ctx, `INSERT INTO consent AS c (owner, entity_type, entity, state, consented_at_ns, change_seq) VALUES ($1, $2, $3, $4, $5, $6)
+				ON CONFLICT (owner, entity_type, entity) DO UPDATE SET state = excluded.state, consented_at_ns = excluded.consented_at_ns, change_seq = excluded.change_seq
 				WHERE excluded.consented_at_ns > c.consented_at_ns
 				RETURNING (xmax = 0)`,
-				owner, int16(r.GetEntityType()), r.GetEntity(), int16(r.GetState()), r.GetConsentedAtNs()).Scan(&inserted)
+				owner, int16(r.GetEntityType()), r.GetEntity(), int16(r.GetState()), r.GetConsentedAtNs(), seq).Scan(&inserted)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				out[i] = store.Unchanged

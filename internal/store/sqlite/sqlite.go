@@ -219,7 +219,7 @@ const appendChunk = 64
 
 // messageInsert inserts n rows.
 func messageInsert(n int) string {
-	row := "(" + placeholders(store.MessageColumnCount+2) + ")"
+	row := "(" + placeholders(store.MessageInsertColumnCount+1) + ")"
 	return `INSERT INTO messages (owner, ` + store.MessageInsertColumns + `) VALUES ` + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
 }
 
@@ -231,6 +231,10 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 	store.Derive(msgs)
 	out := make([]store.Outcome, len(msgs))
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		seq, err := nextChangeIn(ctx, tx, owner)
+		if err != nil {
+			return err
+		}
 		if err := checkGroups(ctx, tx, owner, msgs, opts); err != nil {
 			return err
 		}
@@ -251,13 +255,13 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 				fresh = append(fresh, m)
 			}
 		}
-		args := make([]any, 0, appendChunk*(store.MessageColumnCount+2))
+		args := make([]any, 0, appendChunk*(store.MessageInsertColumnCount+1))
 		var full *sql.Stmt
 		for start := 0; start < len(fresh); start += appendChunk {
 			chunk := fresh[start:min(start+appendChunk, len(fresh))]
 			args = args[:0]
 			for _, m := range chunk {
-				args = append(append(args, owner), store.MessageInsertArgs(m, opts.AllowRestored)...)
+				args = append(append(args, owner), store.MessageInsertArgs(m, opts.AllowRestored, seq)...)
 			}
 			if len(chunk) == appendChunk {
 				if full == nil {
@@ -280,6 +284,16 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 		return nil, err
 	}
 	return out, nil
+}
+
+// nextChangeIn raises owner's change sequence first thing in tx (see
+// sqlstore.NextChange for why first).
+func nextChangeIn(ctx context.Context, tx *sql.Tx, owner string) (int64, error) {
+	var seq int64
+	if err := tx.QueryRowContext(ctx, store.NextChangeSQL, owner).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("sqlite: next change: %w", err)
+	}
+	return seq, nil
 }
 
 // storedIDs returns which of the messages' ids the owner already has.
@@ -339,6 +353,10 @@ func checkGroups(ctx context.Context, tx *sql.Tx, owner string, msgs []*mb.Group
 func (s *Store) MergeConsent(ctx context.Context, owner string, records []*cs.ConsentSave) ([]store.Outcome, error) {
 	out := make([]store.Outcome, len(records))
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		seq, err := nextChangeIn(ctx, tx, owner)
+		if err != nil {
+			return err
+		}
 		for i, r := range records {
 			var at int64
 			err := tx.QueryRowContext(ctx, `SELECT consented_at_ns FROM consent WHERE owner = ? AND entity_type = ? AND entity = ?`,
@@ -354,9 +372,9 @@ func (s *Store) MergeConsent(ctx context.Context, owner string, records []*cs.Co
 				out[i] = store.Unchanged
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO consent (owner, entity_type, entity, state, consented_at_ns) VALUES (?, ?, ?, ?, ?)
-				ON CONFLICT (owner, entity_type, entity) DO UPDATE SET state = excluded.state, consented_at_ns = excluded.consented_at_ns`,
-				owner, int32(r.GetEntityType()), r.GetEntity(), int32(r.GetState()), r.GetConsentedAtNs()); err != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO consent (owner, entity_type, entity, state, consented_at_ns, change_seq) VALUES (?, ?, ?, ?, ?, ?)
+				ON CONFLICT (owner, entity_type, entity) DO UPDATE SET state = excluded.state, consented_at_ns = excluded.consented_at_ns, change_seq = excluded.change_seq`,
+				owner, int32(r.GetEntityType()), r.GetEntity(), int32(r.GetState()), r.GetConsentedAtNs(), seq); err != nil {
 				return fmt.Errorf("sqlite: write consent %s: %w", r.GetEntity(), err)
 			}
 		}

@@ -124,3 +124,47 @@ func testProbeWrite(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testBackupChains: an increment names its base and records the change
+// sequence its snapshot saw; the catalog lists a base's increments and
+// refuses to delete a base while an increment needs it.
+func testBackupChains(t *testing.T, s store.Store) {
+	owner := Owner("chains")
+	full := writingBackup(owner, "00000000000000010000000000000000", "nightly")
+	inc := writingBackup(owner, "00000000000000020000000000000000", "nightly")
+	inc.Base = full.ID
+	for _, b := range []store.Backup{full, inc} {
+		if err := s.CreateBackup(ctx(t), b); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CompleteBackup(ctx(t), owner, b.ID, store.BackupSummary{SHA256: make([]byte, 32), At: time.Now(), ChangeSeq: 41}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.GetBackup(ctx(t), owner, inc.ID)
+	if err != nil || got.Base != full.ID || got.Summary.ChangeSeq != 41 {
+		t.Fatalf("increment reads back base %q, change sequence %d (%v); want %q, 41", got.Base, got.Summary.ChangeSeq, err, full.ID)
+	}
+	if got, _ := s.GetBackup(ctx(t), owner, full.ID); got.Base != "" {
+		t.Errorf("a full backup reads back base %q", got.Base)
+	}
+	deps, err := s.ListBackups(ctx(t), store.BackupQuery{Owner: owner, Base: full.ID, Limit: 10})
+	if err != nil || len(deps) != 1 || deps[0].ID != inc.ID {
+		t.Fatalf("increments of the full: %v, %v; want the one", deps, err)
+	}
+	// Another owner naming the id sees none of it.
+	if deps, _ := s.ListBackups(ctx(t), store.BackupQuery{Owner: "bob", Base: full.ID, Limit: 10}); len(deps) != 0 {
+		t.Errorf("another owner lists %d increments", len(deps))
+	}
+	if err := s.DeleteBackup(ctx(t), owner, full.ID); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Fatalf("deleting a base an increment needs: %v, want ErrFailedPrecondition", err)
+	}
+	if _, err := s.GetBackup(ctx(t), owner, full.ID); err != nil {
+		t.Fatalf("the refused delete removed the base: %v", err)
+	}
+	for _, id := range []string{inc.ID, full.ID} {
+		if err := s.DeleteBackup(ctx(t), owner, id); err != nil {
+			t.Fatalf("delete %s, newest first: %v", id, err)
+		}
+	}
+}

@@ -61,9 +61,12 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ListJobsPages", testListJobs},
 		{"DeleteFinishedJobs", testDeleteFinishedJobs},
 		{"BackupCatalogIsOwnerBound", testBackupCatalog},
+		{"BackupChains", testBackupChains},
 		{"ProbeWrite", testProbeWrite},
 		{"ScheduleTickClaimedOnce", testScheduleTicks},
 		{"JobRequestIDs", testJobRequestIDs},
+		{"ChangesSinceASnapshot", testChangesSince},
+		{"ChangesUnderConcurrentWriters", testChangesUnderConcurrentWriters},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

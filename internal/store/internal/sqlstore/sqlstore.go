@@ -91,32 +91,59 @@ type statements struct {
 	groupByID, groupInsert, groupUpsert, groupInsertNew       string
 	groupLastMessage, groupSetLastMessage, groupSetState      string
 	messageByID, messageDelete, consentPage, consentPageAfter string
+	nextChange, changeSeq                                     string
 }
 
 // NewSQLStore shares SQL over an engine's connections.
 func NewSQLStore(db DB, d Dialect) SQLStore {
-	values := "(" + strings.TrimSuffix(strings.Repeat("?, ", store.GroupColumnCount+1), ", ") + ")"
-	insert := `INSERT INTO groups (owner, ` + store.GroupColumns + `) VALUES ` + values
+	values := "(" + strings.TrimSuffix(strings.Repeat("?, ", store.GroupColumnCount+2), ", ") + ")"
+	insert := `INSERT INTO groups (owner, ` + store.GroupColumns + `, change_seq) VALUES ` + values
 	consent := `SELECT entity_type, state, entity, consented_at_ns FROM consent WHERE owner = ?`
 	return SQLStore{db: db, d: d, q: statements{
 		groupByID:   d.bind(`SELECT ` + store.GroupColumns + ` FROM groups WHERE owner = ? AND id = ?`),
 		groupInsert: d.bind(insert),
-		groupUpsert: d.bind(insert + ` ON CONFLICT (owner, id) DO UPDATE SET ` + store.UpsertSet(store.GroupColumns)),
+		groupUpsert: d.bind(insert + ` ON CONFLICT (owner, id) DO UPDATE SET ` + store.UpsertSet(store.GroupColumns+`, change_seq`)),
 		// Two imports of the same group at once: the second one's insert
 		// finds the first one's row and leaves it.
 		groupInsertNew:      d.bind(insert + ` ON CONFLICT (owner, id) DO NOTHING`),
 		groupLastMessage:    d.bind(`SELECT last_message_ns FROM groups WHERE owner = ? AND id = ?` + d.ForUpdate),
-		groupSetLastMessage: d.bind(`UPDATE groups SET last_message_ns = ? WHERE owner = ? AND id = ?`),
-		groupSetState:       d.bind(`UPDATE groups SET membership_state = ? WHERE owner = ? AND id = ?`),
+		groupSetLastMessage: d.bind(`UPDATE groups SET last_message_ns = ?, change_seq = ? WHERE owner = ? AND id = ?`),
+		groupSetState:       d.bind(`UPDATE groups SET membership_state = ?, change_seq = ? WHERE owner = ? AND id = ?`),
 		messageByID:         d.bind(`SELECT ` + store.MessageColumns + ` FROM messages WHERE owner = ? AND group_id = ? AND id = ?` + d.ForUpdate),
 		messageDelete:       d.bind(`DELETE FROM messages WHERE owner = ? AND id = ?`),
-		consentPage:         d.bind(consent + ` ORDER BY entity_type, entity LIMIT ?`),
-		consentPageAfter:    d.bind(consent + ` AND (entity_type, entity) > (?, ?) ORDER BY entity_type, entity LIMIT ?`),
+		consentPage:         d.bind(consent + ` AND change_seq > ? ORDER BY entity_type, entity LIMIT ?`),
+		consentPageAfter:    d.bind(consent + ` AND change_seq > ? AND (entity_type, entity) > (?, ?) ORDER BY entity_type, entity LIMIT ?`),
+		nextChange:          d.bind(store.NextChangeSQL),
+		changeSeq:           d.bind(store.ChangeSeqSQL),
 	}}
 }
 
 // Dialect returns the dialect the store writes.
 func (s SQLStore) Dialect() Dialect { return s.d }
+
+// NextChange raises owner's change sequence in tx and returns the value
+// to stamp the transaction's rows with. It must come before the
+// transaction locks any of the owner's rows: every writer takes the
+// counter first, so none waits for it while holding what another needs.
+func (s SQLStore) NextChange(ctx context.Context, tx Conn, owner string) (int64, error) {
+	var seq int64
+	if err := tx.QueryRow(ctx, s.q.nextChange, owner).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("%s: next change: %w", s.d.Name, err)
+	}
+	return seq, nil
+}
+
+func (s SQLStore) changeSeqOf(ctx context.Context, c Conn, owner string) (int64, error) {
+	var seq int64
+	err := c.QueryRow(ctx, s.q.changeSeq, owner).Scan(&seq)
+	if errors.Is(err, s.d.NoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: read change sequence: %w", s.d.Name, err)
+	}
+	return seq, nil
+}
 
 func (s SQLStore) getGroup(ctx context.Context, c Conn, owner string, id []byte, lock string) (*gb.GroupSave, error) {
 	var row store.GroupRow
@@ -140,6 +167,10 @@ func (s SQLStore) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (
 		return false, err
 	}
 	err = s.db.Write(ctx, func(tx Conn) error {
+		seq, err := s.NextChange(ctx, tx, owner)
+		if err != nil {
+			return err
+		}
 		old, err := s.getGroup(ctx, tx, owner, g.GetId(), s.d.ForUpdate)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
@@ -148,7 +179,7 @@ func (s SQLStore) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (
 			return err
 		}
 		created = old == nil
-		if _, err := tx.Exec(ctx, s.q.groupUpsert, append([]any{owner}, args...)...); err != nil {
+		if _, err := tx.Exec(ctx, s.q.groupUpsert, append(append([]any{owner}, args...), seq)...); err != nil {
 			return fmt.Errorf("%s: write group %x: %w", s.d.Name, g.GetId(), err)
 		}
 		return nil
@@ -157,11 +188,11 @@ func (s SQLStore) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (
 }
 
 func (s SQLStore) ListGroups(ctx context.Context, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
-	return s.listGroups(ctx, s.db.Read(), owner, after, limit)
+	return s.listGroups(ctx, s.db.Read(), owner, after, limit, nil)
 }
 
-func (s SQLStore) listGroups(ctx context.Context, c Conn, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
-	query, args := store.GroupSelect(owner, after, limit, s.d.Placeholder)
+func (s SQLStore) listGroups(ctx context.Context, c Conn, owner string, after []byte, limit int, changedAfter *int64) ([]*gb.GroupSave, error) {
+	query, args := store.GroupSelect(owner, after, limit, changedAfter, s.d.Placeholder)
 	var out []*gb.GroupSave
 	err := c.Query(ctx, query, args, func(rows Rows) (err error) {
 		out, err = collectGroups(rows)
@@ -175,13 +206,17 @@ func (s SQLStore) listGroups(ctx context.Context, c Conn, owner string, after []
 
 func (s SQLStore) ActivateGroup(ctx context.Context, owner string, id []byte) (g *gb.GroupSave, activated bool, err error) {
 	err = s.db.Write(ctx, func(tx Conn) error {
+		seq, err := s.NextChange(ctx, tx, owner)
+		if err != nil {
+			return err
+		}
 		if g, err = s.getGroup(ctx, tx, owner, id, s.d.ForUpdate); err != nil {
 			return err
 		}
 		if activated, err = store.Activate(g); err != nil || !activated {
 			return err
 		}
-		if _, err := tx.Exec(ctx, s.q.groupSetState, int32(g.MembershipState), owner, id); err != nil {
+		if _, err := tx.Exec(ctx, s.q.groupSetState, int32(g.MembershipState), seq, owner, id); err != nil {
 			return fmt.Errorf("%s: activate group %x: %w", s.d.Name, id, err)
 		}
 		return nil
@@ -195,9 +230,12 @@ func (s SQLStore) ActivateGroup(ctx context.Context, owner string, id []byte) (g
 func (s SQLStore) MergeGroups(ctx context.Context, owner string, groups []*gb.GroupSave) ([]store.Outcome, error) {
 	out := make([]store.Outcome, len(groups))
 	err := s.db.Write(ctx, func(tx Conn) error {
+		seq, err := s.NextChange(ctx, tx, owner)
+		if err != nil {
+			return err
+		}
 		for i, g := range groups {
-			var err error
-			if out[i], err = s.mergeGroup(ctx, tx, owner, g); err != nil {
+			if out[i], err = s.mergeGroup(ctx, tx, owner, g, seq); err != nil {
 				return err
 			}
 		}
@@ -211,7 +249,7 @@ func (s SQLStore) MergeGroups(ctx context.Context, owner string, groups []*gb.Gr
 
 // mergeGroup applies one imported group (ARCH-013, ARCH-014): a new group
 // is inserted store.Restored; a known one only moves its last message time on.
-func (s SQLStore) mergeGroup(ctx context.Context, tx Conn, owner string, g *gb.GroupSave) (store.Outcome, error) {
+func (s SQLStore) mergeGroup(ctx context.Context, tx Conn, owner string, g *gb.GroupSave, seq int64) (store.Outcome, error) {
 	var last *int64
 	err := tx.QueryRow(ctx, s.q.groupLastMessage, owner, g.GetId()).Scan(&last)
 	switch {
@@ -220,7 +258,7 @@ func (s SQLStore) mergeGroup(ctx context.Context, tx Conn, owner string, g *gb.G
 		if err != nil {
 			return 0, fmt.Errorf("group %x: %w", g.GetId(), err)
 		}
-		n, err := tx.Exec(ctx, s.q.groupInsertNew, append([]any{owner}, args...)...)
+		n, err := tx.Exec(ctx, s.q.groupInsertNew, append(append([]any{owner}, args...), seq)...)
 		if err != nil {
 			return 0, fmt.Errorf("%s: insert group %x: %w", s.d.Name, g.GetId(), err)
 		}
@@ -231,7 +269,7 @@ func (s SQLStore) mergeGroup(ctx context.Context, tx Conn, owner string, g *gb.G
 	case err != nil:
 		return 0, fmt.Errorf("%s: read group %x: %w", s.d.Name, g.GetId(), err)
 	case store.Later(g.LastMessageNs, last):
-		if _, err := tx.Exec(ctx, s.q.groupSetLastMessage, g.GetLastMessageNs(), owner, g.GetId()); err != nil {
+		if _, err := tx.Exec(ctx, s.q.groupSetLastMessage, g.GetLastMessageNs(), seq, owner, g.GetId()); err != nil {
 			return 0, fmt.Errorf("%s: update group %x: %w", s.d.Name, g.GetId(), err)
 		}
 		return store.Updated, nil
@@ -303,13 +341,18 @@ func (s SQLStore) DeleteMessage(ctx context.Context, owner string, groupID, id [
 }
 
 func (s SQLStore) ListConsent(ctx context.Context, owner string, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
-	return s.listConsent(ctx, s.db.Read(), owner, after, limit)
+	return s.listConsent(ctx, s.db.Read(), owner, after, limit, nil)
 }
 
-func (s SQLStore) listConsent(ctx context.Context, c Conn, owner string, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
-	query, args := s.q.consentPage, []any{owner, limit}
+func (s SQLStore) listConsent(ctx context.Context, c Conn, owner string, after *store.ConsentKey, limit int, changedAfter *int64) ([]*cs.ConsentSave, error) {
+	// Every stamp is at least 0: -1 keeps every record.
+	since := int64(-1)
+	if changedAfter != nil {
+		since = *changedAfter
+	}
+	query, args := s.q.consentPage, []any{owner, since, limit}
 	if after != nil {
-		query, args = s.q.consentPageAfter, []any{owner, int32(after.EntityType), after.Entity, limit}
+		query, args = s.q.consentPageAfter, []any{owner, since, int32(after.EntityType), after.Entity, limit}
 	}
 	var out []*cs.ConsentSave
 	err := c.Query(ctx, query, args, func(rows Rows) error {
@@ -333,15 +376,16 @@ func (s SQLStore) listConsent(ctx context.Context, c Conn, owner string, after *
 func (s SQLStore) Snapshot(ctx context.Context, owner string, fn func(store.Snapshot) error) error {
 	return s.db.ReadSnapshot(ctx, func(tx Conn) error {
 		return fn(store.Pager{
-			Groups: func(ctx context.Context, after []byte, limit int) ([]*gb.GroupSave, error) {
-				return s.listGroups(ctx, tx, owner, after, limit)
+			Groups: func(ctx context.Context, after []byte, limit int, changedAfter *int64) ([]*gb.GroupSave, error) {
+				return s.listGroups(ctx, tx, owner, after, limit, changedAfter)
 			},
 			Messages: func(ctx context.Context, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
 				return s.eachMessage(ctx, tx, owner, q, fn)
 			},
-			Consent: func(ctx context.Context, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
-				return s.listConsent(ctx, tx, owner, after, limit)
+			Consent: func(ctx context.Context, after *store.ConsentKey, limit int, changedAfter *int64) ([]*cs.ConsentSave, error) {
+				return s.listConsent(ctx, tx, owner, after, limit, changedAfter)
 			},
+			Seq: func(ctx context.Context) (int64, error) { return s.changeSeqOf(ctx, tx, owner) },
 		})
 	})
 }
