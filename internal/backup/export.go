@@ -72,6 +72,9 @@ func Resolve(opts *ds.ArchiveOptions) (*ds.ArchiveOptions, error) {
 type Counts struct {
 	Groups, Messages, Consent uint64
 	Excluded, Repaired        uint64
+	// ChangeSeq is the owner's change sequence the export's snapshot saw:
+	// an increment built on this export starts after it.
+	ChangeSeq int64
 }
 
 // Nonconforming is what an export does with a stored record the
@@ -97,6 +100,12 @@ type ExportConfig struct {
 	// Written, when set, counts the records written so far (the metadata
 	// included), for a caller that reports progress while the export runs.
 	Written *atomic.Uint64
+	// ChangedAfter, when set, makes the export an increment: only what
+	// was written after that point of the owner's change sequence (the
+	// base's Counts.ChangeSeq), under the same rules, with the group of
+	// every message it holds, so that it imports on its own. Import being
+	// additive, restoring the base and then the increment restores both.
+	ChangedAfter *int64
 }
 
 // Export writes the owner's archive to w under key: the metadata element,
@@ -130,7 +139,7 @@ func Export(ctx context.Context, st store.Store, owner string, key []byte, opts 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rd := &exportReader{opts: opts, exportedAtNs: exportedAtNs, nonconforming: cfg.Nonconforming, out: make(chan exportBatch, exportBatchesAhead),
-		ahead: semaphore.NewWeighted(ExportReadAhead)}
+		ahead: semaphore.NewWeighted(ExportReadAhead), changedAfter: cfg.ChangedAfter}
 	read := make(chan error, 1)
 	go func() {
 		defer close(rd.out)
@@ -200,6 +209,7 @@ type exportReader struct {
 	opts          *ds.ArchiveOptions
 	exportedAtNs  int64
 	nonconforming Nonconforming
+	changedAfter  *int64
 	out           chan exportBatch
 	ahead         *semaphore.Weighted // bytes handed on and not yet written
 	batch         exportBatch
@@ -213,6 +223,14 @@ type exportBatch struct {
 }
 
 func (rd *exportReader) run(ctx context.Context, snap store.Snapshot) error {
+	seq, err := snap.ChangeSeq(ctx)
+	if err != nil {
+		return err
+	}
+	rd.counts.ChangeSeq = seq
+	if rd.changedAfter != nil {
+		snap = snap.ChangedAfter(*rd.changedAfter)
+	}
 	if slices.Contains(rd.opts.Elements, selMessages) {
 		if err := rd.conversations(ctx, snap); err != nil {
 			return err

@@ -82,6 +82,7 @@ func TestExportNonconformingRecords(t *testing.T) {
 			if err != nil {
 				t.Fatalf("mode %d: %v", c.mode, err)
 			}
+			counts.ChangeSeq = 0 // the fixture's writes, not this test's concern
 			if counts != c.want {
 				t.Errorf("mode %d: counts %+v; want %+v", c.mode, counts, c.want)
 			}

@@ -53,6 +53,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
+	dsb "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/fault"
@@ -76,6 +77,12 @@ var (
 	// ErrBackupDamaged: the backup's object or key no longer matches its
 	// catalog row; no retry helps.
 	ErrBackupDamaged = fault.New(fault.FailedPrecondition, "the backup's object or key does not match the catalog")
+	// ErrNoChangeSequence: an increment names a base written before the
+	// store tracked changes, so what changed since it is unknown.
+	ErrNoChangeSequence = fault.New(fault.FailedPrecondition, "the backup was written before changes were tracked; take a full backup to build increments on")
+	// ErrBaseNeeded: the backup is the base of an increment, which cannot
+	// be restored without it.
+	ErrBaseNeeded = fault.New(fault.FailedPrecondition, "an increment is built on the backup; delete the increment first")
 	// ErrShuttingDown: the server is stopping and starts no job.
 	ErrShuttingDown = fault.New(fault.Unavailable, "the server is shutting down")
 )
@@ -363,6 +370,9 @@ type prepared struct {
 	schedule *Schedule
 	// sourceOwner is an import's backup owner.
 	sourceOwner string
+	// changedAfter makes an export an increment: its base's change
+	// sequence.
+	changedAfter *int64
 }
 
 // openBucket opens a configured bucket; an unknown name is invalid, and
@@ -395,6 +405,14 @@ func (m *Manager) startExport(ctx context.Context, principal string, req ExportR
 	if _, err := backup.Resolve(req.Options); err != nil {
 		return store.Job{}, invalid(err)
 	}
+	var changedAfter *int64
+	if req.Since != "" {
+		base, opts, err := m.chainBase(ctx, owner, req.Since, req.Options)
+		if err != nil {
+			return store.Job{}, err
+		}
+		req.Options, changedAfter = opts, &base.Summary.ChangeSeq
+	}
 	bucketName := req.Bucket
 	if bucketName == "" {
 		bucketName = m.cfg.Buckets.Default()
@@ -419,8 +437,42 @@ func (m *Manager) startExport(ctx context.Context, principal string, req ExportR
 	}
 	b := store.Backup{Owner: owner, ID: id, State: store.BackupWriting, Label: req.Label,
 		Bucket: bucketName, ObjectKey: ownerDir(prefix, owner) + id + ArchiveSuffix,
-		Schedule: schedule, Principal: principal, Options: options, WrappedKey: wrapped, Created: now}
-	return m.start(ctx, store.JobExport, principal, req, prepared{key: key, bucket: bucket, backup: b, schedule: sched})
+		Schedule: schedule, Principal: principal, Options: options, WrappedKey: wrapped, Created: now, Base: req.Since}
+	return m.start(ctx, store.JobExport, principal, req, prepared{key: key, bucket: bucket, backup: b, schedule: sched, changedAfter: changedAfter})
+}
+
+// chainBase reads the base an increment of owner names: one of the
+// owner's complete backups whose change sequence is known (another
+// owner's reads as missing). The increment keeps the base's options:
+// given none it takes them, given others it is refused, since a chain
+// whose members select differently restores to neither selection.
+func (m *Manager) chainBase(ctx context.Context, owner, id string, opts *dsb.ArchiveOptions) (store.Backup, *dsb.ArchiveOptions, error) {
+	base, err := m.Backup(ctx, owner, id)
+	if err != nil {
+		return store.Backup{}, nil, fmt.Errorf("since_backup: %w", err)
+	}
+	if base.State != store.BackupComplete {
+		return store.Backup{}, nil, fmt.Errorf("since_backup %s: %w", base.ID, ErrBackupNotComplete)
+	}
+	if base.Summary.ChangeSeq < 0 {
+		return store.Backup{}, nil, fmt.Errorf("since_backup %s: %w", base.ID, ErrNoChangeSequence)
+	}
+	var baseOpts *dsb.ArchiveOptions
+	if len(base.Options) > 0 {
+		baseOpts = &dsb.ArchiveOptions{}
+		if err := proto.Unmarshal(base.Options, baseOpts); err != nil {
+			return store.Backup{}, nil, fmt.Errorf("since_backup %s: options: %w", base.ID, err)
+		}
+	}
+	if opts == nil {
+		return base, baseOpts, nil
+	}
+	want, _ := backup.Resolve(baseOpts)
+	got, _ := backup.Resolve(opts)
+	if !proto.Equal(want, got) {
+		return store.Backup{}, nil, invalid(fmt.Errorf("options: an increment keeps the options of its base %s; omit them", base.ID))
+	}
+	return base, opts, nil
 }
 
 // StartImport starts an import job for principal: a complete backup of
@@ -535,6 +587,15 @@ func (m *Manager) DeleteBackup(ctx context.Context, principal, owner, id string)
 }
 
 func (m *Manager) deleteBackup(ctx context.Context, b store.Backup) error {
+	// Checked before the object goes: the catalog refuses the row too, but
+	// by then the object would be deleted.
+	deps, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: b.Owner, Base: b.ID, Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(deps) > 0 {
+		return fmt.Errorf("backup %s is the base of backup %s: %w", b.ID, deps[0].ID, ErrBaseNeeded)
+	}
 	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
 	if err != nil {
 		return fmt.Errorf("backup %s: %w", b.ID, err)
@@ -927,7 +988,7 @@ func (m *Manager) export(ctx context.Context, r *run, req ExportRequest, p prepa
 	out := &countingWriter{w: w, hash: sha256.New(), n: &r.bytes}
 	exportedAt := time.Now().UnixNano()
 	counts, err := backup.Export(ctx, m.cfg.Store, req.Owner, p.key, req.Options, exportedAt, out,
-		backup.ExportConfig{Nonconforming: req.Nonconforming, Written: &r.records})
+		backup.ExportConfig{Nonconforming: req.Nonconforming, Written: &r.records, ChangedAfter: p.changedAfter})
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -952,7 +1013,7 @@ func (m *Manager) export(ctx context.Context, r *run, req ExportRequest, p prepa
 	if err == nil {
 		err = m.cfg.Store.CompleteBackup(ctx, p.backup.Owner, p.backup.ID, store.BackupSummary{
 			Groups: counts.Groups, Messages: counts.Messages, Consent: counts.Consent,
-			Length: summary.ArchiveBytes, SHA256: summary.Sha256, ExportedAtNs: exportedAt, At: time.Now()})
+			Length: summary.ArchiveBytes, SHA256: summary.Sha256, ExportedAtNs: exportedAt, At: time.Now(), ChangeSeq: counts.ChangeSeq})
 	}
 	if err != nil {
 		// Whatever was committed goes: an export that did not end well

@@ -26,6 +26,10 @@ type ExportRequest struct {
 	// RequestID, when set, makes the start idempotent (AIP-155): a start
 	// repeating it returns the job the first one started.
 	RequestID string
+	// Since, when set, is the catalog id of an earlier complete backup of
+	// the owner: the export is an increment of it, holding only what was
+	// written after its snapshot.
+	Since string
 }
 
 // ImportRequest is what an import job is asked to do: read a complete
@@ -50,7 +54,7 @@ var nonconformingRows = map[backup.Nonconforming]pv.NonconformingRecords{
 // spec is the job row's spec column for req.
 func (req ExportRequest) spec() ([]byte, error) {
 	return proto.Marshal(&pv.ExportSpec{Owner: req.Owner, Options: req.Options, Bucket: req.Bucket, Label: req.Label,
-		Nonconforming: nonconformingRows[req.Nonconforming], RequestId: req.RequestID})
+		Nonconforming: nonconformingRows[req.Nonconforming], RequestId: req.RequestID, SinceBackup: req.Since})
 }
 
 func (req ImportRequest) spec() ([]byte, error) {

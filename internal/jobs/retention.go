@@ -85,5 +85,43 @@ func (r Retention) Apply(backups []store.Backup) (keep []Kept, remove []store.Ba
 			remove = append(remove, b)
 		}
 	}
+	return keepChains(list, keep, remove)
+}
+
+// keepChains moves every base a kept increment is built on, directly or
+// through other increments, from remove to keep (rule "chain"): an
+// increment restores only after its base, so retention never breaks a
+// chain it keeps any part of. list is every backup, newest first.
+func keepChains(list []store.Backup, keep []Kept, remove []store.Backup) ([]Kept, []store.Backup) {
+	byID := make(map[string]store.Backup, len(list))
+	for _, b := range list {
+		byID[b.ID] = b
+	}
+	why := make(map[string][]string, len(list))
+	for _, k := range keep {
+		why[k.Backup.ID] = k.Rules
+	}
+	for _, k := range keep {
+		for base := k.Backup.Base; base != ""; base = byID[base].Base {
+			if _, ok := byID[base]; !ok {
+				break // not this schedule's, or gone: nothing here to keep
+			}
+			if _, kept := why[base]; kept {
+				break // its own chain is walked from it
+			}
+			why[base] = []string{"chain"}
+		}
+	}
+	if len(why) == len(keep) {
+		return keep, remove
+	}
+	keep, remove = keep[:0], remove[:0]
+	for _, b := range list {
+		if rules, ok := why[b.ID]; ok {
+			keep = append(keep, Kept{Backup: b, Rules: rules})
+		} else {
+			remove = append(remove, b)
+		}
+	}
 	return keep, remove
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,6 +170,64 @@ func TestRetentionRefusesNothingKept(t *testing.T) {
 	for _, r := range []Retention{{}, {Daily: -2}} {
 		if r.check() == nil {
 			t.Errorf("%+v accepted", r)
+		}
+	}
+}
+
+// TestRetentionNeverBreaksAChain: the simulated year as a schedule with a
+// full backup every 7 and increments between (each built on the one
+// before). Under each of restic's rule sets, retention keeps restic's set
+// and, beyond it, exactly the bases those backups need: every kept
+// increment's chain down to its full, nothing else.
+func TestRetentionNeverBreaksAChain(t *testing.T) {
+	raw, err := os.ReadFile(resticGolden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var golden map[string][]string
+	if err := json.Unmarshal(raw, &golden); err != nil {
+		t.Fatal(err)
+	}
+	var backups []store.Backup
+	for i, at := range simulatedYear() {
+		b := store.Backup{ID: fmt.Sprintf("%04d", i), Created: at}
+		if i%7 != 0 {
+			b.Base = backups[i-1].ID
+		}
+		backups = append(backups, b)
+	}
+	byID := map[string]store.Backup{}
+	for _, b := range backups {
+		byID[b.ID] = b
+	}
+	for _, c := range retentionCases {
+		keep, remove := c.r.Apply(backups)
+		kept := map[string]bool{}
+		for _, k := range keep {
+			kept[k.Backup.ID] = true
+		}
+		// restic's set, widened by the chains of its members.
+		want := map[string]bool{}
+		for _, at := range golden[c.name] {
+			for _, b := range backups {
+				if b.Created.UTC().Format(time.RFC3339) != at {
+					continue
+				}
+				for id := b.ID; id != ""; id = byID[id].Base {
+					want[id] = true
+				}
+			}
+		}
+		if !maps.Equal(kept, want) {
+			t.Errorf("%s: kept %d, restic's set with its chains is %d", c.name, len(kept), len(want))
+		}
+		for _, k := range keep {
+			if k.Backup.Base != "" && !kept[k.Backup.Base] {
+				t.Errorf("%s: kept increment %s without its base %s", c.name, k.Backup.ID, k.Backup.Base)
+			}
+		}
+		if len(keep)+len(remove) != len(backups) {
+			t.Errorf("%s: %d kept + %d removed of %d", c.name, len(keep), len(remove), len(backups))
 		}
 	}
 }

@@ -44,6 +44,13 @@ type Schedule struct {
 	// Verify, when set, reads the schedule's backups back on a schedule
 	// of its own.
 	Verify *VerifyPolicy `yaml:"verify"`
+	// FullEvery, above 1, makes every FullEvery-th backup of an owner a
+	// full one and those between increments, each of the owner's newest
+	// backup of the schedule (a chain: full, increment, increment...).
+	// 0 or 1: every backup is full. A full is taken instead of an
+	// increment whenever the newest backup cannot be built on (written
+	// before changes were tracked, or its last verification failed).
+	FullEvery int `yaml:"full_every"`
 
 	spec cron.Schedule
 	// verifySpec and verifyGrain are Verify.Cron's, as spec and grain.
@@ -152,6 +159,9 @@ func ParseSchedules(b []byte) (*SchedulePolicy, error) {
 			if s.Verify.Sample < 0 {
 				return nil, fmt.Errorf("%s.verify.sample: %d; 0 (all) or more", at, s.Verify.Sample)
 			}
+		}
+		if s.FullEvery < 0 {
+			return nil, fmt.Errorf("%s.full_every: %d; 0 (every backup full) or more", at, s.FullEvery)
 		}
 		switch {
 		case s.Retention != nil && s.Keep != 0:
@@ -279,6 +289,12 @@ func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []stri
 			}
 		}
 		req := ExportRequest{Owner: owner, Bucket: s.Bucket, Label: s.Name + " " + at.UTC().Format(time.RFC3339)}
+		since, err := sc.m.nextBase(ctx, s, owner)
+		if err != nil {
+			// A full backup is never wrong: take one.
+			sc.log.Warn("schedule's chain unreadable: taking a full backup", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
+		}
+		req.Since = since
 		j, err := sc.m.startExport(ctx, "schedule:"+s.Name, req, s)
 		if err != nil {
 			sc.m.scheduleRun(s.Name, "skipped")
@@ -336,6 +352,42 @@ func (s *Schedule) Policy() Retention {
 		return *s.Retention
 	}
 	return Retention{Last: s.Keep}
+}
+
+// nextBase is what s's next backup of owner builds on: "" for a full
+// backup, or the id of the owner's newest backup of s when s.FullEvery
+// leaves room in its chain for another increment.
+func (m *Manager) nextBase(ctx context.Context, s *Schedule, owner string) (string, error) {
+	if s.FullEvery <= 1 {
+		return "", nil
+	}
+	page, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: s.Name, State: store.BackupComplete, Limit: s.FullEvery})
+	if err != nil || len(page) == 0 {
+		return "", err
+	}
+	newest := page[0]
+	if newest.Summary.ChangeSeq < 0 || newest.VerifyProblem != "" {
+		return "", nil
+	}
+	// The chain's length so far: the newest and the increments below it,
+	// down to its full, among the schedule's last FullEvery backups.
+	byID := make(map[string]store.Backup, len(page))
+	for _, b := range page {
+		byID[b.ID] = b
+	}
+	length := 1
+	for b := newest; b.Base != ""; length++ {
+		base, ok := byID[b.Base]
+		if !ok {
+			// The full lies further back than FullEvery backups.
+			return "", nil
+		}
+		b = base
+	}
+	if length >= s.FullEvery {
+		return "", nil
+	}
+	return newest.ID, nil
 }
 
 // scheduledBackups is every complete backup of owner that schedule wrote,

@@ -129,7 +129,7 @@ func (m *Manager) prepareAgain(ctx context.Context, j store.Job) (*pv.JobProgres
 			return nil, nil, prepared{}, fmt.Errorf("job %s: spec: %w", j.ID, err)
 		}
 		req := ExportRequest{Owner: j.Owner, Bucket: spec.GetBucket(), Label: spec.GetLabel(), Options: spec.GetOptions(),
-			Nonconforming: nonconformingOf(spec.GetNonconforming()), RequestID: spec.GetRequestId()}
+			Nonconforming: nonconformingOf(spec.GetNonconforming()), RequestID: spec.GetRequestId(), Since: spec.GetSinceBackup()}
 		p, err := m.exportAgain(ctx, j, md.GetBackup())
 		return md, req, p, err
 	case store.JobImport:
@@ -181,7 +181,15 @@ func (m *Manager) exportAgain(ctx context.Context, j store.Job, backupID string)
 			return prepared{}, fmt.Errorf("backup %s: clear the dead attempt's object: %w", b.ID, err)
 		}
 	}
-	return prepared{key: key, bucket: bucket, backup: b}, nil
+	p := prepared{key: key, bucket: bucket, backup: b}
+	if b.Base != "" {
+		base, err := m.cfg.Store.GetBackup(ctx, j.Owner, b.Base)
+		if err != nil {
+			return prepared{}, fmt.Errorf("backup %s: its base %s: %w", b.ID, b.Base, err)
+		}
+		p.changedAfter = &base.Summary.ChangeSeq
+	}
+	return p, nil
 }
 
 // nonconformingOf reads a spec's export rule back.

@@ -74,7 +74,8 @@ func (s *BackupService) StartExport(ctx context.Context, req *cb.StartExportRequ
 		return nil, status.Error(codes.InvalidArgument, "destination: no longer accepted; the server chooses where a backup is stored: name a bucket (and a label) instead")
 	}
 	j, err := s.jobs.StartExport(ctx, principalName(ctx), jobs.ExportRequest{Owner: req.GetOwner(), Bucket: req.GetBucket(), Label: req.GetLabel(),
-		Options: req.GetOptions(), Nonconforming: nonconformingOf(req.GetNonconforming()), RequestID: req.GetRequestId()})
+		Options: req.GetOptions(), Nonconforming: nonconformingOf(req.GetNonconforming()), RequestID: req.GetRequestId(),
+		Since: req.GetSinceBackup()})
 	if err != nil {
 		return nil, jobStatus(err, "")
 	}
@@ -156,7 +157,7 @@ var backupStates = map[string]cb.BackupState{
 // backupOf is a catalog row as the API shows it: never its wrapped key.
 func backupOf(b store.Backup) *cb.Backup {
 	out := &cb.Backup{Id: b.ID, Owner: b.Owner, State: backupStates[b.State], Label: b.Label,
-		Object: &cb.ObjectLocation{Bucket: b.Bucket, Key: b.ObjectKey}, Principal: b.Principal, Schedule: b.Schedule,
+		Object: &cb.ObjectLocation{Bucket: b.Bucket, Key: b.ObjectKey}, Principal: b.Principal, Schedule: b.Schedule, BaseBackup: b.Base,
 		CreateTime: timestamppb.New(b.Created)}
 	if b.JobID != "" {
 		out.Operation = operationName(b.JobID)

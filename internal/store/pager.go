@@ -23,9 +23,9 @@ const SnapshotPageSize = 1000
 // the owner's change sequence after which a record must have been written
 // (Snapshot.ChangedAfter).
 type Pager struct {
-	Groups    func(ctx context.Context, after []byte, limit int, changedAfter *int64) ([]*gb.GroupSave, error)
-	Messages  func(ctx context.Context, q MessageQuery, fn func(*mb.GroupMessageSave) error) error
-	Consent   func(ctx context.Context, after *ConsentKey, limit int, changedAfter *int64) ([]*cs.ConsentSave, error)
+	Groups   func(ctx context.Context, after []byte, limit int, changedAfter *int64) ([]*gb.GroupSave, error)
+	Messages func(ctx context.Context, q MessageQuery, fn func(*mb.GroupMessageSave) error) error
+	Consent  func(ctx context.Context, after *ConsentKey, limit int, changedAfter *int64) ([]*cs.ConsentSave, error)
 	// Seq reads the owner's change sequence in the snapshot.
 	Seq func(ctx context.Context) (int64, error)
 	// changedAfter is the filter ChangedAfter set.

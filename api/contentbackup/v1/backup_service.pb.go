@@ -333,7 +333,18 @@ type StartExportRequest struct {
 	// returns that job's operation and starts nothing, so a start retried
 	// after an error that hid its outcome (UNAVAILABLE, a deadline) never
 	// writes a second backup.
-	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The catalog id of an earlier complete backup of the same owner: the
+	// export is then an increment, holding only the groups, messages and
+	// consent records written after that backup's snapshot (by the owner's
+	// change sequence, not by sent_at: a message imported late with an old
+	// send time is in the next increment), with the group of every message
+	// it holds. Each increment is a complete archive that imports on its
+	// own; restoring a chain is importing its members oldest first
+	// (archivectl restore --chain). Absent options take the base's; given
+	// options must equal them. A backup written before v0.6 (which recorded
+	// no change sequence) is FAILED_PRECONDITION: take a full one.
+	SinceBackup   string `protobuf:"bytes,9,opt,name=since_backup,json=sinceBackup,proto3" json:"since_backup,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -420,6 +431,13 @@ func (x *StartExportRequest) GetNonconforming() NonconformingRecords {
 func (x *StartExportRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
+	}
+	return ""
+}
+
+func (x *StartExportRequest) GetSinceBackup() string {
+	if x != nil {
+		return x.SinceBackup
 	}
 	return ""
 }
@@ -555,6 +573,10 @@ type Backup struct {
 	// authenticated, and the object's length, SHA-256 and counts matched).
 	VerifyTime    *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=verify_time,json=verifyTime,proto3" json:"verify_time,omitempty"`
 	VerifyProblem string                 `protobuf:"bytes,14,opt,name=verify_problem,json=verifyProblem,proto3" json:"verify_problem,omitempty"`
+	// The backup this one is an increment of (StartExportRequest.since_backup);
+	// empty for a full backup. A backup that is the base of another cannot
+	// be deleted before it.
+	BaseBackup    string `protobuf:"bytes,15,opt,name=base_backup,json=baseBackup,proto3" json:"base_backup,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -683,6 +705,13 @@ func (x *Backup) GetVerifyTime() *timestamppb.Timestamp {
 func (x *Backup) GetVerifyProblem() string {
 	if x != nil {
 		return x.VerifyProblem
+	}
+	return ""
+}
+
+func (x *Backup) GetBaseBackup() string {
+	if x != nil {
+		return x.BaseBackup
 	}
 	return ""
 }
@@ -1319,7 +1348,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"%contentbackup/v1/backup_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/archive_service.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%xmtp/device_sync/backup_element.proto\":\n" +
 	"\x0eObjectLocation\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xde\x02\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\x81\x03\n" +
 	"\x12StartExportRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x12:\n" +
@@ -1329,7 +1358,8 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x05label\x18\x06 \x01(\tR\x05label\x12L\n" +
 	"\rnonconforming\x18\a \x01(\x0e2&.contentbackup.v1.NonconformingRecordsR\rnonconforming\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\b \x01(\tR\trequestId\"\xfc\x01\n" +
+	"request_id\x18\b \x01(\tR\trequestId\x12!\n" +
+	"\fsince_backup\x18\t \x01(\tR\vsinceBackup\"\xfc\x01\n" +
 	"\x12StartImportRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x128\n" +
@@ -1338,7 +1368,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\x12#\n" +
-	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnly\"\xe4\x04\n" +
+	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnly\"\x85\x05\n" +
 	"\x06Backup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x123\n" +
@@ -1356,7 +1386,9 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12;\n" +
 	"\vverify_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"verifyTime\x12%\n" +
-	"\x0everify_problem\x18\x0e \x01(\tR\rverifyProblem\"f\n" +
+	"\x0everify_problem\x18\x0e \x01(\tR\rverifyProblem\x12\x1f\n" +
+	"\vbase_backup\x18\x0f \x01(\tR\n" +
+	"baseBackup\"f\n" +
 	"\x12ListBackupsRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +

@@ -95,6 +95,13 @@ func (m *StartExportRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.SinceBackup) > 0 {
+		i -= len(m.SinceBackup)
+		copy(dAtA[i:], m.SinceBackup)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.SinceBackup)))
+		i--
+		dAtA[i] = 0x4a
+	}
 	if len(m.RequestId) > 0 {
 		i -= len(m.RequestId)
 		copy(dAtA[i:], m.RequestId)
@@ -287,6 +294,13 @@ func (m *Backup) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if len(m.BaseBackup) > 0 {
+		i -= len(m.BaseBackup)
+		copy(dAtA[i:], m.BaseBackup)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.BaseBackup)))
+		i--
+		dAtA[i] = 0x7a
 	}
 	if len(m.VerifyProblem) > 0 {
 		i -= len(m.VerifyProblem)
@@ -1036,6 +1050,10 @@ func (m *StartExportRequest) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	l = len(m.SinceBackup)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -1141,6 +1159,10 @@ func (m *Backup) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.VerifyProblem)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	l = len(m.BaseBackup)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}

@@ -47,6 +47,13 @@ func (m *ExportSpec) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.SinceBackup) > 0 {
+		i -= len(m.SinceBackup)
+		copy(dAtA[i:], m.SinceBackup)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.SinceBackup)))
+		i--
+		dAtA[i] = 0x4a
+	}
 	if len(m.RequestId) > 0 {
 		i -= len(m.RequestId)
 		copy(dAtA[i:], m.RequestId)
@@ -699,6 +706,10 @@ func (m *ExportSpec) SizeVT() (n int) {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Nonconforming))
 	}
 	l = len(m.RequestId)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	l = len(m.SinceBackup)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
