@@ -62,10 +62,10 @@ func (l *listBackupsCmd) Run(ctx context.Context, c *cli) error {
 		return c.output(out, "")
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tSTATE\tCREATED\tWINDOW\tGROUPS\tMESSAGES\tCONSENT\tBYTES\tVERIFIED\tBY\tLABEL")
+	fmt.Fprintln(w, "ID\tSTATE\tKIND\tCREATED\tWINDOW\tGROUPS\tMESSAGES\tCONSENT\tBYTES\tVERIFIED\tBY\tLABEL")
 	for _, b := range all {
 		s := b.GetSummary()
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", b.GetId(), shortState(b.GetState()),
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", b.GetId(), shortState(b.GetState()), kind(b),
 			b.GetCreateTime().AsTime().UTC().Format("2006-01-02T15:04:05Z"), window(b.GetOptions()), s.GetGroups(), s.GetMessages(),
 			s.GetConsentRecords(), s.GetArchiveBytes(), verified(b), b.GetPrincipal(), b.GetLabel())
 	}
@@ -142,6 +142,14 @@ func (r *retentionCmd) Run(ctx context.Context, c *cli) error {
 
 // window is an export's time window as (start, end] in ns; "all" when
 // it has none.
+// kind is "full", or "+<base>" for an increment of base.
+func kind(b *cb.Backup) string {
+	if b.GetBaseBackup() == "" {
+		return "full"
+	}
+	return "+" + b.GetBaseBackup()
+}
+
 func window(o *ds.ArchiveOptions) string {
 	if o == nil || (o.StartNs == nil && o.EndNs == nil) {
 		return "all"

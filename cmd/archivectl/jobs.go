@@ -40,6 +40,7 @@ type startExportJobCmd struct {
 	EndNs               *int64   `name:"end-ns" help:"Export messages sent up to this time (ns, inclusive)."`
 	ExcludeDisappearing bool     `help:"Leave out messages with an expiry, or whose expiry is unknown."`
 	Nonconforming       string   `enum:"fail,exclude,repair" default:"fail" help:"As for export: fail, exclude or repair a stored record the reference would refuse."`
+	Since               string   `help:"An earlier complete backup of the owner (catalog id): write an increment holding only what changed since it. Restore with 'restore --chain'."`
 }
 
 func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
@@ -51,7 +52,7 @@ func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
 	sel := selectionFlags{Elements: s.Elements, StartNs: s.StartNs, EndNs: s.EndNs, ExcludeDisappearing: s.ExcludeDisappearing}
 	op, err := cb.NewBackupServiceClient(conn).StartExport(ctx, &cb.StartExportRequest{
 		Owner: s.Owner, Options: sel.options(), Bucket: s.Bucket, Label: s.Label,
-		Nonconforming: nonconformingModes[s.Nonconforming],
+		Nonconforming: nonconformingModes[s.Nonconforming], SinceBackup: s.Since,
 	})
 	if err != nil {
 		return fmt.Errorf("start export: %w", err)

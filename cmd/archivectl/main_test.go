@@ -523,3 +523,67 @@ func fileSize(t *testing.T, path string) int64 {
 	}
 	return st.Size()
 }
+
+// TestArchivectlChain: jobs start-export --since writes increments, backups
+// list shows each one's base, restore --chain restores full and increments
+// oldest first into an empty owner, and a base an increment needs refuses
+// to be deleted (FAILED_PRECONDITION, the base kept).
+func TestArchivectlChain(t *testing.T) {
+	bin := build(t)
+	addr, s, _ := serveJobs(t, nil)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	owner, copyOwner := storetest.Owner("chain"), storetest.Owner("chain")+"-copy"
+	g := storetest.FullGroup("g")
+	if _, err := s.PutGroup(t.Context(), owner, g); err != nil {
+		t.Fatal(err)
+	}
+	newest := func() string {
+		t.Helper()
+		out, stderr, err := ctl.run("--json", "backups", "list", "--owner", owner)
+		if err != nil {
+			t.Fatalf("backups list: %v %s", err, stderr)
+		}
+		var list []struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) == 0 {
+			t.Fatalf("backups list --json: %v\n%s", err, out)
+		}
+		return list[0].ID
+	}
+	var ids []string
+	for i := range 4 {
+		// Each member adds 5 messages, the last sent before all others.
+		msgs := storetest.Messages(fmt.Sprintf("m%d-", i), g.Id, 5, int64(1000*(4-i)))
+		if _, err := s.AppendMessages(t.Context(), owner, msgs, store.AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"jobs", "start-export", "--owner", owner, "--wait"}
+		if i > 0 {
+			args = append(args, "--since", ids[i-1])
+		}
+		if out, stderr, err := ctl.run(args...); err != nil || !regexp.MustCompile(`"messages":\s*"5"`).MatchString(out) {
+			t.Fatalf("export %d: %v\n%s%s", i, err, out, stderr)
+		}
+		ids = append(ids, newest())
+	}
+	out, _, err := ctl.run("backups", "list", "--owner", owner)
+	if err != nil || !strings.Contains(out, "KIND") || !strings.Contains(out, " full ") || strings.Count(out, " +") != 3 || !strings.Contains(out, "+"+ids[2]) {
+		t.Fatalf("backups list shows no chain: %v\n%s", err, out)
+	}
+	out, stderr, err := ctl.run("restore", "--owner", copyOwner, "--source-owner", owner, "--chain", ids[3])
+	if err != nil || strings.Count(out, "import succeeded") != 4 || !strings.Contains(stderr, "chain of 4") {
+		t.Fatalf("restore --chain: %v\n%s%s", err, out, stderr)
+	}
+	page, err := s.ListMessages(t.Context(), copyOwner, store.MessageQuery{GroupID: g.Id, Limit: 100})
+	if err != nil || len(page.Messages) != 20 {
+		t.Fatalf("restored %d messages (%v), want 20", len(page.Messages), err)
+	}
+	_, stderr, err = ctl.run("backups", "delete", "--owner", owner, ids[2])
+	if err == nil || !strings.Contains(stderr, "FailedPrecondition") || !strings.Contains(stderr, ids[3]) {
+		t.Errorf("delete of a base: %v %s", err, stderr)
+	}
+	if _, stderr, err := ctl.run("backups", "show", "--owner", owner, ids[2]); err != nil {
+		t.Errorf("the refused delete removed the base: %s", stderr)
+	}
+}
