@@ -348,6 +348,10 @@ func TestJobsAgainstS3(t *testing.T) {
 		ownerBoundAgainstS3(t, srv, gw, result)
 	})
 
+	t.Run("a full and three increments restore the owner", func(t *testing.T) {
+		chainAgainstS3(t, conn, gw)
+	})
+
 	t.Run("cancel mid-way commits nothing", func(t *testing.T) {
 		th.rate.Store(1 << 20)
 		defer th.rate.Store(0)
@@ -419,6 +423,71 @@ func TestJobsAgainstS3(t *testing.T) {
 			t.Fatalf("export after the kill: %v", again.GetError())
 		}
 	})
+}
+
+// chainAgainstS3: increments written to S3 over gRPC, each holding only
+// what changed since its base (a message sent before all others but
+// stored late among it), restored oldest first into an empty owner, give
+// it the source owner's messages.
+func chainAgainstS3(t *testing.T, conn *grpc.ClientConn, gw gateway) {
+	bs, conv := cb.NewBackupServiceClient(conn), cb.NewConversationServiceClient(conn)
+	g := storetest.FullGroup("big")
+	if _, err := conv.PutGroup(t.Context(), &cb.PutGroupRequest{Owner: "erin", Group: g}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 4 {
+		var msgs []*mb.GroupMessageSave
+		for j := range 3 {
+			m := storetest.Message(fmt.Sprintf("chain-%d-%d", i, j), g.GetId(), int64(10_000-i*100+j))
+			m.SenderInboxId = "erin"
+			msgs = append(msgs, m)
+		}
+		if _, err := conv.AppendMessages(t.Context(), &cb.AppendMessagesRequest{Owner: "erin", Messages: msgs}); err != nil {
+			t.Fatal(err)
+		}
+		req := &cb.StartExportRequest{Owner: "erin", Bucket: "s3", Label: fmt.Sprint("chain ", i)}
+		if i > 0 {
+			req.SinceBackup = ids[i-1]
+		}
+		op, err := bs.StartExport(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := waitJob(t, conn, op.GetName())
+		result := &cb.ExportJobResult{}
+		if done.GetError() != nil || done.GetResponse().UnmarshalTo(result) != nil {
+			t.Fatalf("export %d: %v", i, done.GetError())
+		}
+		if result.GetSummary().GetMessages() != 3 {
+			t.Errorf("member %d holds %d messages, want the 3 new ones", i, result.GetSummary().GetMessages())
+		}
+		if _, err := os.Stat(gw.object(result.GetArchive().GetKey())); err != nil {
+			t.Errorf("member %d's object: %v", i, err)
+		}
+		ids = append(ids, result.GetBackup())
+	}
+	b, err := bs.GetBackup(t.Context(), &cb.GetBackupRequest{Owner: "erin", Backup: ids[3]})
+	if err != nil || b.GetBaseBackup() != ids[2] {
+		t.Fatalf("the last increment names base %q (%v), want %s", b.GetBaseBackup(), err, ids[2])
+	}
+	for _, id := range ids {
+		op, err := bs.StartImport(t.Context(), &cb.StartImportRequest{Owner: "frank", SourceOwner: "erin", Backup: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done := waitJob(t, conn, op.GetName()); done.GetError() != nil {
+			t.Fatalf("import %s: %v", id, done.GetError())
+		}
+	}
+	if e, f := messagesOf(t, conn, "erin"), messagesOf(t, conn, "frank"); e != f || strings.Count(e, "\n") != 12 {
+		t.Errorf("the restored chain holds\n%s\nthe source\n%s", f, e)
+	}
+	// Another owner cannot build on erin's backup: it reads as missing.
+	_, err = bs.StartExport(t.Context(), &cb.StartExportRequest{Owner: "alice", Bucket: "s3", SinceBackup: ids[0]})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("an increment of another owner's backup: %v, want NotFound", err)
+	}
 }
 
 // messagesOf is every message of the owner's group "big", as a string to
