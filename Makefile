@@ -28,7 +28,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build image breaking node tools generate lint test check fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -228,6 +228,20 @@ bench-container:
 	TEST_DATABASE_URL="$$url" go run ./tools/benchratio -pkg ./internal/backup -rounds 3 -benchtime 5x \
 		-ratio 'Export/postgres,ExportCopyTo,msgs/s,0.7' \
 		-ratio 'Import/postgres,ImportCopyFrom,msgs/s,0.5'
+
+# bench-chain: what an increment saves. A 1,000,000-message owner (1 KiB
+# each, by COPY), a full backup job, then three rounds of 1% new messages
+# through the store's append, each timed as an increment of the newest
+# backup beside a full backup of the same owner (BENCHMARKS.md). Needs
+# about 5 GB of disk and 5 minutes; by hand, not in CI.
+CHAINBENCH_FLAGS ?= --messages 1000000 --share 0.01 --rounds 3
+bench-chain:
+	@url="$${TEST_DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+	db="chainbench_$$(date +%s)"; \
+	psql "$$url" -qc "CREATE DATABASE $$db" && \
+	go run ./tools/chainbench $(CHAINBENCH_FLAGS) --database-url "$$(echo $$url | sed "s|/postgres?|/$$db?|")"; \
+	rc=$$?; psql "$$url" -qc "DROP DATABASE $$db"; exit $$rc
 
 # bench-archive: three rounds of export and import of 1,000,000 messages
 # of 1 KiB on Postgres, each beside its own COPY TO / COPY FROM and raw

@@ -38,11 +38,10 @@ import (
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
-	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
-	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/transport"
+	"github.com/contentbackup/contentbackup/tools/internal/benchrows"
 	"github.com/contentbackup/contentbackup/tools/internal/roundtable"
 )
 
@@ -68,48 +67,6 @@ const (
 	importTarget = 0.5
 	rssTargetMiB = 200
 )
-
-// content is a 1 KiB text envelope.
-func content() []byte {
-	text := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 30)
-	ec := &mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "text", VersionMajor: 1},
-		Parameters: map[string]string{"encoding": "UTF-8"}}
-	head, _ := proto.Marshal(ec)
-	ec.Content = []byte(text[:1024-len(head)-3])
-	b, _ := proto.Marshal(ec)
-	return b
-}
-
-func message(i int, group, body []byte) *mb.GroupMessageSave {
-	id := make([]byte, 32)
-	binary.BigEndian.PutUint64(id, uint64(i))
-	copy(id[8:], group)
-	return &mb.GroupMessageSave{
-		Id: id, GroupId: group, DecryptedMessageBytes: body, SentAtNs: 1_700_000_000_000_000_000 + int64(i),
-		Kind: mb.GroupMessageKindSave_GROUP_MESSAGE_KIND_SAVE_APPLICATION, SenderInstallationId: bytes.Repeat([]byte{7}, 32),
-		SenderInboxId: strings.Repeat("ab", 32), DeliveryStatus: mb.DeliveryStatusSave_DELIVERY_STATUS_SAVE_PUBLISHED,
-		AuthorityId: "xmtp.org", ContentType: "text", VersionMajor: 1, ExpiryKnown: proto.Bool(true),
-	}
-}
-
-var copyColumns = []string{"owner", "id", "group_id", "decrypted_message_bytes", "sent_at_ns", "kind",
-	"sender_installation_id", "sender_inbox_id", "delivery_status", "content_type_save", "version_major",
-	"version_minor", "authority_id", "reference_id", "sequence_id", "originator_id", "content_type",
-	"expires_at_ns", "expiry_known", "restored", "change_seq"}
-
-// messageRows feeds COPY FROM without holding the rows in memory.
-type messageRows struct {
-	owner string
-	group []byte
-	body  []byte
-	i, n  int
-}
-
-func (r *messageRows) Next() bool { r.i++; return r.i <= r.n }
-func (r *messageRows) Values() ([]any, error) {
-	return append([]any{r.owner}, store.MessageInsertArgs(message(r.i, r.group, r.body), false, 0)...), nil
-}
-func (r *messageRows) Err() error { return nil }
 
 type figure struct {
 	name    string
@@ -206,7 +163,7 @@ func run(dbURL, serverBin string, small, big, runs int, profileDir string) error
 	if err != nil {
 		return err
 	}
-	b := &bench{ctx: ctx, st: st, body: content()}
+	b := &bench{ctx: ctx, st: st, body: benchrows.Content()}
 	b.rowBytes = int64(len(b.body) + 32 + 16 + 32 + 64 + 40)
 	if b.srv, err = startServer(serverBin, dbURL, profileDir != ""); err != nil {
 		return err
@@ -399,7 +356,7 @@ func (b *bench) fill(owner string, n int) (figure, error) {
 		return figure{}, err
 	}
 	start := time.Now()
-	got, err := b.st.Pool().CopyFrom(b.ctx, pgx.Identifier{"messages"}, copyColumns, &messageRows{owner: owner, group: group, body: b.body, n: n})
+	got, err := b.st.Pool().CopyFrom(b.ctx, pgx.Identifier{"messages"}, benchrows.CopyColumns, &benchrows.Rows{Owner: owner, Group: group, Body: b.body, N: n})
 	if err != nil || int(got) != n {
 		return figure{}, fmt.Errorf("copy from: %d rows, %v", got, err)
 	}
@@ -519,7 +476,7 @@ func (b *bench) importFile(file *os.File, owner string, n int, profile string) (
 // marshal is excluded; sealing, and framing the ciphertext into
 // raw zstd blocks of 32 KiB (copying it once), included.
 func rawSealCompress(n int, body []byte) (figure, error) {
-	el, _ := proto.Marshal(&ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: message(1, []byte("0123456789abcdef"), body)}})
+	el, _ := proto.Marshal(&ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: benchrows.Message(1, []byte("0123456789abcdef"), body)}})
 	block, _ := aes.NewCipher(key)
 	aead, _ := cipher.NewGCM(block)
 	var nonce [12]byte

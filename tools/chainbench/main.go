@@ -1,0 +1,159 @@
+// Command chainbench measures what an incremental backup saves: it fills a
+// Postgres owner with messages of 1 KiB (by COPY), takes a full backup
+// job to a file bucket, then, each round, appends a share of new messages
+// through the store's own append (stamped with the change sequence as any
+// write is) and times an increment of the newest backup beside a full
+// backup of the same owner at the same moment. It reports each
+// increment's time and bytes as a fraction of the full's. Run by
+// `make bench-chain`; figures go to BENCHMARKS.md.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
+
+	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/backup"
+	"github.com/contentbackup/contentbackup/internal/budget"
+	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/keyring"
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/postgres"
+	"github.com/contentbackup/contentbackup/tools/internal/benchrows"
+)
+
+func main() {
+	dbURL := flag.String("database-url", os.Getenv("DATABASE_URL"), "Postgres URL of an empty database")
+	n := flag.Int("messages", 1_000_000, "messages of the owner before the first round")
+	share := flag.Float64("share", 0.01, "new messages each round, as a share of --messages")
+	rounds := flag.Int("rounds", 3, "rounds of append, increment and full")
+	flag.Parse()
+	if err := run(*dbURL, *n, *share, *rounds); err != nil {
+		fmt.Fprintln(os.Stderr, "chainbench:", err)
+		os.Exit(1)
+	}
+}
+
+type result struct {
+	messages uint64
+	bytes    uint64
+	took     time.Duration
+	id       string
+}
+
+func run(dbURL string, n int, share float64, rounds int) error {
+	if dbURL == "" {
+		return errors.New("--database-url (or DATABASE_URL) is required")
+	}
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, dbURL, postgres.Options{Migrate: true})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	kek, err := keyring.Open(ctx, "base64key://"+base64.URLEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32)), "")
+	if err != nil {
+		return err
+	}
+	defer kek.Close()
+	dir, err := os.MkdirTemp("", "chainbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	buckets := jobs.NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
+	defer buckets.Close()
+	m := jobs.New(jobs.Config{Store: st, KEK: kek, Buckets: buckets, Pool: budget.NewPool(1 << 30),
+		Import: backup.ImportOptions{ReadAheadBytes: 64 << 20, Reader: archive.ReaderOptions{MaxRecordSize: 17 << 20, MaxWindow: 8 << 20}},
+		Lease:  time.Minute, Renew: 10 * time.Second})
+	defer m.Close(ctx)
+
+	owner := fmt.Sprintf("chainbench-%d", time.Now().UnixNano())
+	group := []byte(owner)[:16]
+	body := benchrows.Content()
+	if _, err := st.PutGroup(ctx, owner, &gb.GroupSave{Id: group, MembershipState: gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED,
+		ConversationType: gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP}); err != nil {
+		return err
+	}
+	start := time.Now()
+	if got, err := st.Pool().CopyFrom(ctx, pgx.Identifier{"messages"}, benchrows.CopyColumns, &benchrows.Rows{Owner: owner, Group: group, Body: body, N: n}); err != nil || int(got) != n {
+		return fmt.Errorf("copy from: %d rows, %v", got, err)
+	}
+	fmt.Printf("filled %d messages of 1 KiB in %s\n", n, time.Since(start).Round(time.Millisecond))
+	if _, err := st.Pool().Exec(ctx, "VACUUM ANALYZE messages"); err != nil {
+		return err
+	}
+	base, err := export(ctx, m, owner, "")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("full backup: %d messages, %d bytes, %s\n\n", base.messages, base.bytes, base.took.Round(time.Millisecond))
+	fmt.Println("| round | new messages | increment | full | time ratio | bytes ratio |")
+	fmt.Println("|---|---|---|---|---|---|")
+	next, add := n+1, int(float64(n)*share)
+	for r := 1; r <= rounds; r++ {
+		for done := 0; done < add; {
+			batch := make([]*mb.GroupMessageSave, 0, 1000)
+			for ; len(batch) < 1000 && done < add; done++ {
+				batch = append(batch, benchrows.Message(next, group, body))
+				next++
+			}
+			if _, err := st.AppendMessages(ctx, owner, batch, store.AppendOptions{MostlyNew: true}); err != nil {
+				return err
+			}
+		}
+		if _, err := st.Pool().Exec(ctx, "VACUUM ANALYZE messages"); err != nil {
+			return err
+		}
+		inc, err := export(ctx, m, owner, base.id)
+		if err != nil {
+			return err
+		}
+		full, err := export(ctx, m, owner, "")
+		if err != nil {
+			return err
+		}
+		if inc.messages != uint64(add) {
+			return fmt.Errorf("round %d: the increment holds %d messages, want the %d new", r, inc.messages, add)
+		}
+		fmt.Printf("| %d | %d | %s, %d B | %s (%d msgs), %d B | %.4f | %.4f |\n", r, add,
+			inc.took.Round(time.Millisecond), inc.bytes, full.took.Round(time.Millisecond), full.messages, full.bytes,
+			inc.took.Seconds()/full.took.Seconds(), float64(inc.bytes)/float64(full.bytes))
+		base = inc
+	}
+	return nil
+}
+
+// export runs one export job to its end: an increment of since, or a full
+// backup when since is "".
+func export(ctx context.Context, m *jobs.Manager, owner, since string) (result, error) {
+	start := time.Now()
+	j, err := m.StartExport(ctx, "chainbench", jobs.ExportRequest{Owner: owner, Since: since})
+	if err != nil {
+		return result{}, err
+	}
+	if j, err = m.Wait(ctx, j.ID, 20*time.Millisecond); err != nil {
+		return result{}, err
+	}
+	took := time.Since(start)
+	if j.State != store.JobSucceeded {
+		return result{}, fmt.Errorf("export since %q: %s: %s", since, j.State, j.ErrorMessage)
+	}
+	r := &pv.ExportJobResult{}
+	if err := proto.Unmarshal(j.Result, r); err != nil {
+		return result{}, err
+	}
+	return result{messages: r.GetSummary().GetMessages(), bytes: r.GetSummary().GetArchiveBytes(), took: took, id: r.GetBackup()}, nil
+}
