@@ -342,7 +342,7 @@ type StartExportRequest struct {
 	// it holds. Each increment is a complete archive that imports on its
 	// own; restoring a chain is importing its members oldest first
 	// (archivectl restore --chain). Absent options take the base's; given
-	// options must equal them. A backup written before v0.6 (which recorded
+	// options must equal them. A backup written before v0.3.0 (which recorded
 	// no change sequence) is FAILED_PRECONDITION: take a full one.
 	SinceBackup   string `protobuf:"bytes,9,opt,name=since_backup,json=sinceBackup,proto3" json:"since_backup,omitempty"`
 	unknownFields protoimpl.UnknownFields
