@@ -40,7 +40,9 @@ func TestReferenceImportsEachIncrement(t *testing.T) {
 	dir := t.TempDir()
 	buckets := jobs.NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
 	t.Cleanup(func() { buckets.Close() })
-	conn := serve(t, server.Config{Store: enginetest.SQLite(t), Jobs: &server.JobsConfig{KEK: kek, Buckets: buckets}})
+	cfg := server.Config{Store: enginetest.SQLite(t)}
+	server.AttachJobs(&cfg, jobs.Config{KEK: kek, Buckets: buckets})
+	conn := serve(t, cfg)
 	ctx := t.Context()
 	owner := inboxID("chain owner")
 	conv := cb.NewConversationServiceClient(conn)

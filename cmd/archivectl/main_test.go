@@ -93,8 +93,9 @@ func serveJobs(t *testing.T, creds credentials.TransportCredentials) (string, st
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.Config{Store: s, Auth: authn, Credentials: creds,
-		Jobs: &server.JobsConfig{KEK: kek, Buckets: buckets}}, zap.NewNop())
+	cfg := server.Config{Store: s, Auth: authn, Credentials: creds}
+	server.AttachJobs(&cfg, jobs.Config{KEK: kek, Buckets: buckets})
+	srv := server.New(cfg, zap.NewNop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis, time.Second) }()

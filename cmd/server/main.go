@@ -184,7 +184,7 @@ type jobFlags struct {
 
 // jobs opens the keys and buckets jobs use, creating the embedded
 // defaults under the data directory.
-func (f jobFlags) jobs(ctx context.Context, dataDir string) (*server.JobsConfig, func(), error) {
+func (f jobFlags) jobs(ctx context.Context, dataDir string) (*jobs.Config, func(), error) {
 	urls := f.JobBuckets
 	if len(urls) == 0 {
 		abs, err := filepath.Abs(filepath.Join(dataDir, "backups"))
@@ -210,9 +210,10 @@ func (f jobFlags) jobs(ctx context.Context, dataDir string) (*server.JobsConfig,
 		return nil, nil, err
 	}
 	b := jobs.NewBuckets(buckets)
-	cfg := &server.JobsConfig{KEK: kek, Buckets: b, MaxRunning: f.MaxJobs, MaxRunningPerOwner: f.MaxJobsPerOwner,
+	offset := f.ScheduleClockOffset
+	cfg := &jobs.Config{KEK: kek, Buckets: b, MaxRunning: f.MaxJobs, MaxRunningPerOwner: f.MaxJobsPerOwner,
 		MaxQueuedPerOwner: f.MaxQueuedJobsPerOwner, KeepFinished: f.KeepFinishedJobs, Lease: f.JobLease, MaxAttempts: f.JobAttempts,
-		ScheduleClockOffset: f.ScheduleClockOffset}
+		ScheduleClock: func() time.Time { return time.Now().Add(offset) }}
 	return cfg, func() { _ = b.Close(); _ = kek.Close() }, nil
 }
 
@@ -317,7 +318,6 @@ func (c *serveCmd) Run() error {
 		}
 	}
 	cfg := server.Config{
-		Jobs:               jobsCfg,
 		Auth:               perimeter.auth,
 		Credentials:        perimeter.creds,
 		PublicReflection:   c.PublicReflection,
@@ -340,6 +340,12 @@ func (c *serveCmd) Run() error {
 		registerPolicyMetrics(reg, perimeter.policy)
 		cfg.Metrics = reg
 	}
+	// The jobs manager: its metrics here, its budget and limits the
+	// server's.
+	jobsCfg.Log = log.Named("jobs")
+	jobMetrics := telemetry.NewJobMetrics(cfg.Metrics)
+	jobMetrics.Instrument(jobsCfg)
+	jobMetrics.Watch(server.AttachJobs(&cfg, *jobsCfg))
 	srv := server.New(cfg, log)
 	c.startPurge(ctx, st, cfg.Metrics, log)
 	if reg != nil {

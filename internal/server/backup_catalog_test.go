@@ -166,7 +166,7 @@ func TestBackupJobsFairAcrossOwners(t *testing.T) {
 	held := &importHeld{Store: enginetest.SQLite(t), owner: "alice", reached: make(chan struct{}), release: make(chan struct{})}
 	jobsCfg, _ := testJobs(t)
 	jobsCfg.MaxRunning, jobsCfg.MaxRunningPerOwner, jobsCfg.MaxQueuedPerOwner = 2, 1, 4
-	addr := serveTCP(t, Config{Store: held, Jobs: jobsCfg}, nil)
+	addr := serveTCP(t, withJobs(Config{Store: held}, jobsCfg), nil)
 	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
 	populate(t, cb.NewConversationServiceClient(conn), "alice")
 	populate(t, cb.NewConversationServiceClient(conn), "bob")

@@ -25,6 +25,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
+	"github.com/contentbackup/contentbackup/internal/telemetry"
 	"github.com/contentbackup/contentbackup/internal/transport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -32,7 +33,7 @@ import (
 
 // testJobs is a jobs configuration over temporary directories: a local
 // key-encryption key and the file bucket "local"; dir is the bucket's.
-func testJobs(t testing.TB) (cfg *JobsConfig, dir string) {
+func testJobs(t testing.TB) (cfg *jobs.Config, dir string) {
 	t.Helper()
 	kek, err := keyring.Open(t.Context(), "", t.TempDir())
 	if err != nil {
@@ -42,7 +43,16 @@ func testJobs(t testing.TB) (cfg *JobsConfig, dir string) {
 	dir = t.TempDir()
 	buckets := jobs.NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
 	t.Cleanup(func() { buckets.Close() })
-	return &JobsConfig{KEK: kek, Buckets: buckets, Lease: 2 * time.Second, Renew: 100 * time.Millisecond}, dir
+	return &jobs.Config{KEK: kek, Buckets: buckets, Lease: 2 * time.Second, Renew: 100 * time.Millisecond}, dir
+}
+
+// withJobs is cfg serving jobs built from jc as cmd/server builds them,
+// with their metrics when cfg has a registry.
+func withJobs(cfg Config, jc *jobs.Config) Config {
+	m := telemetry.NewJobMetrics(cfg.Metrics)
+	m.Instrument(jc)
+	m.Watch(AttachJobs(&cfg, *jc))
+	return cfg
 }
 
 func exportJob(owner, label string) *cb.StartExportRequest {
@@ -274,7 +284,7 @@ func TestJobMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	jobsCfg, _ := testJobs(t)
 	st := enginetest.SQLite(t)
-	addr := serveTCP(t, Config{Store: st, Jobs: jobsCfg, Metrics: reg}, nil)
+	addr := serveTCP(t, withJobs(Config{Store: st, Metrics: reg}, jobsCfg), nil)
 	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
 	populate(t, cb.NewConversationServiceClient(conn), "alice")
 	op, err := cb.NewBackupServiceClient(conn).StartExport(t.Context(), exportJob("alice", "m.xmtpbak"))
@@ -333,7 +343,7 @@ func TestBackupJobsPastMaxRunning(t *testing.T) {
 	held := &heldStore{Store: enginetest.SQLite(t), reached: make(chan struct{}), release: make(chan struct{})}
 	jobsCfg, _ := testJobs(t)
 	jobsCfg.MaxRunning, jobsCfg.MaxQueuedPerOwner = 1, 1
-	addr := serveTCP(t, Config{Store: held, Jobs: jobsCfg}, nil)
+	addr := serveTCP(t, withJobs(Config{Store: held}, jobsCfg), nil)
 	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
 	populate(t, cb.NewConversationServiceClient(conn), "alice")
 	populate(t, cb.NewConversationServiceClient(conn), "bob")

@@ -232,7 +232,7 @@ func startPerimeter(t testing.TB, s store.Store, mtls bool, log *zap.Logger) *pe
 	t.Cleanup(stop)
 	jobsCfg, jobsDir := testJobs(t)
 	p.jobsDir = jobsDir
-	p.addr = serveTCP(t, Config{Store: s, Auth: authn, Credentials: creds, Jobs: jobsCfg}, log)
+	p.addr = serveTCP(t, withJobs(Config{Store: s, Auth: authn, Credentials: creds}, jobsCfg), log)
 	return p
 }
 
@@ -557,7 +557,7 @@ func forgedArchive(t *testing.T) []byte {
 // ownerCalls lacks one: a new RPC cannot escape the cross-owner test.
 func TestPerimeterEveryOwnerRPCHasARow(t *testing.T) {
 	jobsCfg, _ := testJobs(t)
-	srv := New(Config{Store: enginetest.SQLite(t), Auth: adminPolicy(t), Jobs: jobsCfg}, zap.NewNop())
+	srv := New(withJobs(Config{Store: enginetest.SQLite(t), Auth: adminPolicy(t)}, jobsCfg), zap.NewNop())
 	calls := ownerCalls(t)
 	found := 0
 	for _, method := range ownerNamingMethods(t, srv.GRPC()) {
@@ -885,7 +885,7 @@ func namesOwner(md protoreflect.MessageDescriptor) bool {
 // rule, and every rule names a registered method.
 func TestEveryMethodHasAScope(t *testing.T) {
 	jobsCfg, _ := testJobs(t)
-	srv := New(Config{Store: enginetest.SQLite(t), Auth: adminPolicy(t), Jobs: jobsCfg}, zap.NewNop())
+	srv := New(withJobs(Config{Store: enginetest.SQLite(t), Auth: adminPolicy(t)}, jobsCfg), zap.NewNop())
 	n := 0
 	for svc, info := range srv.GRPC().GetServiceInfo() {
 		if svc == healthService || svc == reflectionV1 || svc == reflectionV1Alpha {

@@ -30,12 +30,12 @@ import (
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/jobs"
-	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
@@ -79,33 +79,52 @@ type Config struct {
 	// each ping may take half of it).
 	StoreCheckInterval time.Duration
 	// Jobs, when set with Store, serves BackupService and
-	// google.longrunning.Operations: exports and imports run on the server
-	// against object storage.
-	Jobs *JobsConfig
+	// google.longrunning.Operations over it: exports and imports run on
+	// the server against object storage. cmd/server builds it, with Pool
+	// (which it must share) and JobImport's reader limits; the server
+	// runs it while it serves and closes it on shutdown.
+	Jobs *jobs.Manager
+	// Pool is the server-wide memory budget every call is charged to
+	// (and the jobs' transfers, when they share it); nil: New makes one of
+	// ResolvedLimits().MemoryBytes.
+	Pool *budget.Pool
 	// Tracing, when set, puts a span on every call (otelgrpc) under its
 	// provider, continuing a caller's trace; nil traces nothing.
 	Tracing *telemetry.Tracing
 }
 
-// JobsConfig is where jobs find keys and buckets, and how many run.
-type JobsConfig struct {
-	// KEK wraps each backup's data key.
-	KEK     *keyring.KEK
-	Buckets *jobs.Buckets
-	// MaxRunning bounds the jobs running at once on this server (default
-	// 4), MaxRunningPerOwner those of one owner (default half), and
-	// MaxQueuedPerOwner the jobs of one owner waiting for a slot (8).
-	MaxRunning, MaxRunningPerOwner, MaxQueuedPerOwner int
-	// KeepFinished is how long ended jobs stay listed (default 7 days).
-	KeepFinished time.Duration
-	// Lease and Renew: see jobs.Config (defaults 30 s and 1 s).
-	Lease, Renew time.Duration
-	// MaxAttempts bounds the runs of a job taken over from a stopped
-	// server (see jobs.Config; default 3, 1 turns takeover off).
-	MaxAttempts int
-	// ScheduleClockOffset sets the schedules' clock this far off (fleet
-	// tests of clock skew; zero in production).
-	ScheduleClockOffset time.Duration
+// ResolvedLimits is what the server runs under: Limits with
+// MaxBatchExpanded as its CallExpandBytes when that is unset, and every
+// unset field at its default.
+func (c Config) ResolvedLimits() Limits {
+	l := c.Limits
+	if c.MaxBatchExpanded > 0 && l.CallExpandBytes <= 0 {
+		l.CallExpandBytes = c.MaxBatchExpanded
+	}
+	return l.withDefaults()
+}
+
+// AttachJobs builds the jobs manager cfg serves, from jc: sharing cfg's
+// memory budget (made here when cfg has none), reading archives under
+// cfg's limits, over cfg's store. cmd/server calls it with the manager's
+// hooks already set; the server runs the manager once it serves.
+func AttachJobs(cfg *Config, jc jobs.Config) *jobs.Manager {
+	limits := cfg.ResolvedLimits()
+	if cfg.Pool == nil {
+		cfg.Pool = budget.NewPool(limits.MemoryBytes)
+	}
+	jc.Store, jc.Pool, jc.Import = cfg.Store, cfg.Pool, JobImport(limits)
+	cfg.Jobs = jobs.New(jc)
+	return cfg.Jobs
+}
+
+// JobImport is how import jobs read archives under limits: the records,
+// record size, zstd window and read-ahead the Import stream allows.
+func JobImport(l Limits) backup.ImportOptions {
+	return backup.ImportOptions{
+		Limits: l.Records, ReadAheadBytes: l.ImportReadAheadBytes,
+		Reader: archive.ReaderOptions{MaxRecordSize: l.maxArchiveRecord(), MaxWindow: uint64(l.ArchiveWindowBytes)},
+	}
 }
 
 // Server is a configured gRPC server with its health state.
@@ -128,11 +147,11 @@ func New(cfg Config, log *zap.Logger) *Server {
 	if cfg.MaxRecvBytes <= 0 {
 		cfg.MaxRecvBytes = DefaultMaxRecvBytes
 	}
-	if cfg.MaxBatchExpanded > 0 && cfg.Limits.CallExpandBytes <= 0 {
-		cfg.Limits.CallExpandBytes = cfg.MaxBatchExpanded
+	limits := cfg.ResolvedLimits()
+	pool := cfg.Pool
+	if pool == nil {
+		pool = budget.NewPool(limits.MemoryBytes)
 	}
-	limits := cfg.Limits.withDefaults()
-	pool := budget.NewPool(limits.MemoryBytes)
 	opts, callMetrics := serverOptions(cfg, limits, log)
 	g := grpc.NewServer(opts...)
 	jm := registerServices(g, cfg, limits, pool, log)
@@ -261,28 +280,9 @@ func registerServices(g *grpc.Server, cfg Config, limits Limits, pool *budget.Po
 	arch := NewArchiveService(cfg.Store, limits, pool)
 	arch.metrics = dm
 	cb.RegisterArchiveServiceServer(g, arch)
-	if cfg.Jobs == nil {
+	jm := cfg.Jobs
+	if jm == nil {
 		return nil
-	}
-	jm := jobs.New(jobs.Config{
-		Store: cfg.Store, KEK: cfg.Jobs.KEK, Buckets: cfg.Jobs.Buckets, Pool: pool,
-		Import: backup.ImportOptions{
-			Limits: limits.Records, Reader: arch.readerOptions(nil), ReadAheadBytes: limits.ImportReadAheadBytes,
-		},
-		MaxRunning: cfg.Jobs.MaxRunning, MaxRunningPerOwner: cfg.Jobs.MaxRunningPerOwner, MaxQueuedPerOwner: cfg.Jobs.MaxQueuedPerOwner,
-		KeepFinished: cfg.Jobs.KeepFinished, Lease: cfg.Jobs.Lease, Renew: cfg.Jobs.Renew, MaxAttempts: cfg.Jobs.MaxAttempts,
-		ScheduleClock: func() time.Time { return time.Now().Add(cfg.Jobs.ScheduleClockOffset) },
-		Log:           log.Named("jobs"), Ended: dm.jobEnded, ScheduleRun: dm.scheduleRun, ScheduleMissed: dm.scheduleMissedTicks, TakenOver: dm.jobTakenOver, Freshness: dm.freshness(),
-	})
-	if cfg.Metrics != nil {
-		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "contentbackup_jobs_running",
-			Help: "Backup jobs this server is running.",
-		}, func() float64 { return float64(jm.Running()) }))
-		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "contentbackup_jobs_queued",
-			Help: "Backup jobs waiting on this server for a slot.",
-		}, func() float64 { return float64(jm.Queued()) }))
 	}
 	cb.RegisterBackupServiceServer(g, &BackupService{jobs: jm, tokens: newPageTokens(cfg.PageTokenKey)})
 	longrunningpb.RegisterOperationsServer(g, &OperationsService{jobs: jm, store: cfg.Store, tokens: newPageTokens(cfg.PageTokenKey)})

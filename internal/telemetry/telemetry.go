@@ -1,4 +1,6 @@
-// Package telemetry sets up OpenTelemetry tracing: spans for every gRPC
+// Package telemetry is what operators see of the server beside its logs:
+// the backup jobs' metrics (JobMetrics, jobs.go) and OpenTelemetry
+// tracing (this file): spans for every gRPC
 // call (otelgrpc's stats handler) and every Postgres query (otelpgx),
 // exported over OTLP/gRPC when an endpoint is configured, and off (a no-op
 // provider, nothing exported, nothing recorded) by default.
