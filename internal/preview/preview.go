@@ -1,0 +1,288 @@
+// Package preview turns decoded content into what a push notification
+// shows: a plain-text body, and a title where the type has one, in the
+// caller's locale, cut on a grapheme boundary to a byte budget, with the
+// spec's push default (CTYPE-010) saying whether to push at all.
+//
+// The words are a table (words.yaml, embedded; an operator's file replaces
+// entries of it), not strings in code. The package is pure: decoded values
+// in, text out.
+package preview
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"text/template"
+	"unicode/utf8"
+
+	"github.com/rivo/uniseg"
+
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
+	"github.com/contentbackup/contentbackup/internal/codec"
+)
+
+// Budgets by default, in bytes of the text as a JSON string carries it
+// (escapes included): with room for the rest of an APNs or FCM payload,
+// both 4 KB.
+const (
+	DefaultMaxBodyBytes  = 1000
+	DefaultMaxTitleBytes = 100
+	// MaxBudget is the largest budget a caller may ask for: a payload's
+	// whole 4 KB.
+	MaxBudget = 4096
+)
+
+// ellipsis marks a cut text.
+const ellipsis = "…"
+
+// Options are a caller's: the locale (BCP 47; "pt-BR" falls back to "pt",
+// then to the table's default), the budgets (0: the defaults), and
+// whether types that never push get words all the same (for an in-app
+// list rather than a notification).
+type Options struct {
+	Locale                      string
+	MaxBodyBytes, MaxTitleBytes int
+	IncludeSilent               bool
+}
+
+// Preview is what a notification of one message shows.
+type Preview struct {
+	// Push is whether to notify at all: the type's push default, and
+	// false when there is nothing to show.
+	Push        bool
+	Title, Body string
+	// Truncated: the title or the body was cut to its budget.
+	Truncated bool
+	// FromFallback: the words are the envelope's fallback text, the type
+	// being unknown here or its content undecodable.
+	FromFallback bool
+}
+
+// fields are what the templates may read.
+type fields struct {
+	Text, Inner, Emoji, Name, Amount, Currency, Description, ActionID, Fallback string
+	Count                                                                       int
+}
+
+// Of previews one decode outcome: d and ec as reg.Decode returned them,
+// err its error (nil when d is decoded).
+func (w *Words) Of(reg *codec.Registry, d codec.Decoded, ec *mc.EncodedContent, err error, o Options) Preview {
+	maxBody, maxTitle := budget(o.MaxBodyBytes, DefaultMaxBodyBytes), budget(o.MaxTitleBytes, DefaultMaxTitleBytes)
+	p := w.words(reg, d, ec, err, o.Locale, o.IncludeSilent)
+	var cut bool
+	p.Body, cut = Cut(p.Body, maxBody)
+	p.Truncated = cut
+	p.Title, cut = Cut(p.Title, maxTitle)
+	p.Truncated = p.Truncated || cut
+	if p.Body == "" && p.Title == "" {
+		p.Push = false
+	}
+	return p
+}
+
+func budget(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return min(n, MaxBudget)
+}
+
+// words renders the preview before any cut.
+func (w *Words) words(reg *codec.Registry, d codec.Decoded, ec *mc.EncodedContent, err error, locale string, silent bool) Preview {
+	fallback := ""
+	if ec != nil {
+		fallback = ec.GetFallback()
+	}
+	if err != nil || d.Value == nil {
+		// Unknown here, or undecodable: the sender's own fallback, which
+		// exists so that such content can still be shown (CTYPE-009).
+		if fallback == "" {
+			return Preview{}
+		}
+		push := true
+		if ec != nil {
+			if desc := reg.Describe(codec.TypeIDOf(ec.GetType())); desc.PushKnown {
+				push = desc.Push
+			}
+		}
+		if !push && !silent {
+			return Preview{}
+		}
+		p := w.render(locale, "fallback", fields{Fallback: fallback})
+		p.Push, p.FromFallback = push, true
+		return p
+	}
+	desc := reg.Describe(d.Type)
+	push := desc.Push || !desc.PushKnown
+	if !push && !silent {
+		return Preview{}
+	}
+	key, f, ok := w.describe(reg, d, locale)
+	if !ok {
+		// An application codec's value: its fallback, if any.
+		if fallback == "" {
+			return Preview{}
+		}
+		key, f = "fallback", fields{Fallback: fallback}
+	}
+	p := w.render(locale, key, f)
+	p.Push = push
+	return p
+}
+
+// describe picks the words and fields for a decoded catalogue value.
+func (w *Words) describe(reg *codec.Registry, d codec.Decoded, locale string) (string, fields, bool) {
+	switch v := d.Value.(type) {
+	case string: // text and markdown
+		if d.Type.Key() == codec.TypeMarkdown.Key() {
+			return "markdown", fields{Text: v}, true
+		}
+		return "text", fields{Text: v}, true
+	case *codec.Reply:
+		return "reply", fields{Inner: w.inner(reg, v, locale)}, true
+	case *ct.ReactionV2:
+		if v.GetAction() == ct.ReactionAction_REACTION_ACTION_REMOVED {
+			return "reaction_removed", fields{Emoji: v.GetContent()}, true
+		}
+		return "reaction", fields{Emoji: v.GetContent()}, true
+	case *codec.Attachment:
+		return attachment(v.Filename)
+	case *codec.RemoteAttachment:
+		return attachment(v.Filename)
+	case *ct.MultiRemoteAttachment:
+		if n := len(v.GetAttachments()); n != 1 {
+			return "attachments", fields{Count: n}, true
+		}
+		return attachment(v.GetAttachments()[0].Filename)
+	case *codec.TransactionReference:
+		if m := v.Metadata; m != nil && m.Currency != "" {
+			return "transaction_amount", fields{Amount: amount(m.Amount), Currency: m.Currency}, true
+		}
+		return "transaction", fields{}, true
+	case *codec.WalletSendCalls:
+		desc := "Chain " + v.ChainID
+		for _, c := range v.Calls {
+			if c.Metadata != nil && c.Metadata.Description != "" {
+				desc = c.Metadata.Description
+				break
+			}
+		}
+		return "transaction_request", fields{Description: desc}, true
+	case *codec.Actions:
+		return "actions", fields{Description: v.Description}, true
+	case *codec.Intent:
+		return "intent", fields{ActionID: v.ActionID}, true
+	case *mc.GroupUpdated:
+		return "group_updated", fields{}, true
+	case *mc.GroupMembershipChanges:
+		return "membership_changed", fields{}, true
+	case *ct.LeaveRequest:
+		return "leave_request", fields{}, true
+	case *ct.DeleteMessage:
+		return "delete_message", fields{}, true
+	case *ct.EditMessage:
+		return "edit_message", fields{}, true
+	case *codec.ReadReceipt:
+		return "read_receipt", fields{}, true
+	}
+	return "", fields{}, false
+}
+
+// inner is a reply's replied content in words: its own preview, silent
+// types included (a reply to a reaction still says something), or the
+// nested envelope's fallback when it did not decode. The nesting limit
+// held when the reply decoded, so this recursion is bounded by it.
+func (w *Words) inner(reg *codec.Registry, r *codec.Reply, locale string) string {
+	var p Preview
+	if r.NestedUndecoded != nil || r.Nested.Value == nil {
+		p = w.words(reg, codec.Decoded{}, r.Content, r.NestedUndecoded, locale, true)
+	} else {
+		p = w.words(reg, r.Nested, r.Content, nil, locale, true)
+	}
+	return p.Body
+}
+
+func attachment(name *string) (string, fields, bool) {
+	if name == nil || *name == "" {
+		return "attachment_unnamed", fields{}, true
+	}
+	return "attachment", fields{Name: *name}, true
+}
+
+func amount(a float64) string { return strconv.FormatFloat(a, 'f', -1, 64) }
+
+// render runs the locale's template for key (the default locale's when the
+// locale has none).
+func (w *Words) render(locale, key string, f fields) Preview {
+	e := w.entry(locale, key)
+	if e == nil {
+		return Preview{}
+	}
+	var p Preview
+	p.Title = execute(e.title, f)
+	p.Body = execute(e.body, f)
+	return p
+}
+
+func execute(t *template.Template, f fields) string {
+	if t == nil {
+		return ""
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, f); err != nil {
+		return "" // checked at load against these fields: cannot happen
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// Cut returns s cut to at most budget bytes as a JSON string carries it
+// (escapes counted, quotes not), on a grapheme cluster boundary, with an
+// ellipsis in the budget when it was cut: never inside a character, an
+// escape, or a cluster (an emoji with its modifiers, a letter with its
+// combining marks).
+func Cut(s string, budget int) (string, bool) {
+	if jsonCost(s) <= budget {
+		return s, false
+	}
+	room := budget - jsonCost(ellipsis)
+	if room < 0 {
+		return "", true
+	}
+	used, end := 0, 0
+	g := uniseg.NewGraphemes(s)
+	for g.Next() {
+		c := jsonCost(g.Str())
+		if used+c > room {
+			break
+		}
+		used += c
+		_, end = g.Positions()
+	}
+	return strings.TrimRightFunc(s[:end], isSpace) + ellipsis, true
+}
+
+func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }
+
+// jsonCost is s's length inside a JSON string as encoding/json writes it
+// without HTML escaping: \" \\ \n \r \t take two bytes, other control
+// characters and U+2028, U+2029 six (\u00XX), invalid UTF-8 three (as
+// U+FFFD), every other rune its UTF-8 length.
+func jsonCost(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			n += 3
+		case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+			n += 2
+		case r < 0x20 || r == '\u2028' || r == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
+}

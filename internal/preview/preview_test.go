@@ -1,0 +1,309 @@
+package preview
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
+	"github.com/contentbackup/contentbackup/internal/codec"
+)
+
+func words(t *testing.T) *Words {
+	t.Helper()
+	w, err := Defaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// previewOf encodes v as type typ, decodes its bytes as a caller's would
+// be, and previews the outcome.
+func previewOf(t *testing.T, w *Words, reg *codec.Registry, typ codec.TypeID, v any, o Options) Preview {
+	t.Helper()
+	ec, err := reg.Encode(typ, v)
+	if err != nil {
+		t.Fatalf("encode %s: %v", typ, err)
+	}
+	return previewBytes(t, w, reg, mustMarshal(t, ec), o)
+}
+
+func previewBytes(t *testing.T, w *Words, reg *codec.Registry, b []byte, o Options) Preview {
+	t.Helper()
+	d, ec, err := reg.Decode(b, codec.DecodeOptions{})
+	return w.Of(reg, d, ec, err, o)
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestCTYPE010_PreviewEveryCatalogueType: each catalogue type's preview,
+// its push default deciding whether there is one (types that never push
+// have none unless IncludeSilent), the words from the table.
+func TestCTYPE010_PreviewEveryCatalogueType(t *testing.T) {
+	w, reg := words(t), codec.NewRegistry()
+	text, _ := reg.Encode(codec.TypeText, "the original")
+	cases := []struct {
+		name        string
+		typ         codec.TypeID
+		v           any
+		push        bool
+		title, body string
+	}{
+		{"text", codec.TypeText, "hello there", true, "", "hello there"},
+		{"markdown", codec.TypeMarkdown, "**bold** move", true, "", "**bold** move"},
+		{"reply", codec.TypeReply, &codec.Reply{Reference: "ab", Content: text}, true, "", "Replied: the original"},
+		{"attachment", codec.TypeAttachment, &codec.Attachment{MimeType: "image/png", Filename: ptr("cat.png"), Data: []byte{1}}, true, "Attachment", "Sent cat.png"},
+		{"attachment without a name", codec.TypeAttachment, &codec.Attachment{MimeType: "image/png", Data: []byte{1}}, true, "Attachment", "Sent an attachment"},
+		{"remote attachment", codec.TypeRemoteAttachment, &codec.RemoteAttachment{URL: "https://x.example/a", ContentDigest: strings.Repeat("ab", 32),
+			Secret: make([]byte, 32), Salt: make([]byte, 32), Nonce: make([]byte, 12), Scheme: "https://", Filename: ptr("doc.pdf")}, true, "Attachment", "Sent doc.pdf"},
+		{"multi remote attachment", codec.TypeMultiRemoteAttachment, &ct.MultiRemoteAttachment{Attachments: []*ct.RemoteAttachmentInfo{
+			remoteInfo("1"), remoteInfo("2"), remoteInfo("3")}}, true, "Attachments", "Sent 3 attachments"},
+		{"transaction reference", codec.TypeTransactionReference, &codec.TransactionReference{NetworkID: "1", Reference: "0xabc",
+			Metadata: &codec.TransactionMetadata{TransactionType: "transfer", Currency: "USDC", Amount: 12.5, Decimals: 6, FromAddress: "0xf", ToAddress: "0xt"}}, true, "Transaction", "Sent 12.5 USDC"},
+		{"transaction reference, no metadata", codec.TypeTransactionReference, &codec.TransactionReference{NetworkID: "1", Reference: "0xabc"}, true, "Transaction", "Sent a transaction"},
+		{"wallet send calls", codec.TypeWalletSendCalls, &codec.WalletSendCalls{Version: "1.0", ChainID: "0x2105", From: "0xf",
+			Calls: []*codec.WalletCall{{Metadata: &codec.WalletCallMetadata{Description: "Pay 5 USDC", TransactionType: "transfer"}}}}, true, "Transaction request", "Pay 5 USDC"},
+		{"actions", codec.TypeActions, &codec.Actions{ID: "m", Description: "Lunch?", Actions: []*codec.Action{{ID: "y", Label: "Yes"}}}, true, "Choose an action", "Lunch?"},
+		{"intent", codec.TypeIntent, &codec.Intent{ID: "m", ActionID: "y"}, true, "", "Chose y"},
+		{"reaction: never pushes", codec.TypeReaction, &ct.ReactionV2{Reference: "ab", Action: ct.ReactionAction_REACTION_ACTION_ADDED, Content: "👍", Schema: ct.ReactionSchema_REACTION_SCHEMA_UNICODE}, false, "", ""},
+		{"read receipt: never pushes", codec.TypeReadReceipt, &codec.ReadReceipt{}, false, "", ""},
+		{"delete message: never pushes", codec.TypeDeleteMessage, &ct.DeleteMessage{MessageId: "00ff"}, false, "", ""},
+		{"leave request: never pushes", codec.TypeLeaveRequest, &ct.LeaveRequest{}, false, "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := previewOf(t, w, reg, c.typ, c.v, Options{})
+			checkPreview(t, p, c.push, c.title, c.body)
+		})
+	}
+	// Group updates are decode-only (a commit transcript): built by hand.
+	gu := &mc.EncodedContent{Type: codec.TypeGroupUpdated.Proto(), Content: mustMarshal(t, &mc.GroupUpdated{InitiatedByInboxId: "x"})}
+	checkPreview(t, previewBytes(t, w, reg, mustMarshal(t, gu), Options{}), false, "", "")
+	if p := previewBytes(t, w, reg, mustMarshal(t, gu), Options{IncludeSilent: true}); p.Push || p.Body != "Updated the group" {
+		t.Errorf("group updated, silent included: %+v", p)
+	}
+}
+
+func checkPreview(t *testing.T, p Preview, push bool, title, body string) {
+	t.Helper()
+	if p.Push != push || p.Title != title || p.Body != body || p.Truncated || p.FromFallback {
+		t.Errorf("got %+v; want push %v, title %q, body %q", p, push, title, body)
+	}
+}
+
+func remoteInfo(name string) *ct.RemoteAttachmentInfo {
+	return &ct.RemoteAttachmentInfo{ContentDigest: strings.Repeat("cd", 32), Secret: make([]byte, 32), Nonce: make([]byte, 12),
+		Salt: make([]byte, 32), Scheme: "https://", Url: "https://x.example/" + name, Filename: ptr(name)}
+}
+
+// TestSilentTypesInWords: IncludeSilent gives the types that never push
+// their words, still with Push false: a reaction's emoji, its removal.
+func TestSilentTypesInWords(t *testing.T) {
+	w, reg := words(t), codec.NewRegistry()
+	for _, c := range []struct {
+		r    *ct.ReactionV2
+		body string
+	}{
+		{&ct.ReactionV2{Reference: "ab", Action: ct.ReactionAction_REACTION_ACTION_ADDED, Content: "👍🏽", Schema: ct.ReactionSchema_REACTION_SCHEMA_UNICODE}, "Reacted 👍🏽 to a message"},
+		{&ct.ReactionV2{Reference: "ab", Action: ct.ReactionAction_REACTION_ACTION_REMOVED, Content: ":party:", Schema: ct.ReactionSchema_REACTION_SCHEMA_CUSTOM}, "Removed a reaction :party:"},
+	} {
+		p := previewOf(t, w, reg, codec.TypeReaction, c.r, Options{IncludeSilent: true})
+		if p.Push || p.Body != c.body {
+			t.Errorf("reaction %v: %+v, want silent %q", c.r, p, c.body)
+		}
+	}
+}
+
+// TestReplyPreviews: a reply says what it replies with, recursively, down
+// to the nesting limit; a reply to a type unknown here says its fallback;
+// a reply to a reaction says the reaction's words though reactions never
+// push.
+func TestReplyPreviews(t *testing.T) {
+	w, reg := words(t), codec.NewRegistry()
+	nested, _ := reg.Encode(codec.TypeText, "deepest")
+	want := "deepest"
+	for range reg.MaxNestingDepth() {
+		var err error
+		if nested, err = reg.Encode(codec.TypeReply, &codec.Reply{Reference: "ab", Content: nested}); err != nil {
+			t.Fatal(err)
+		}
+		want = "Replied: " + want
+	}
+	p := previewBytes(t, w, reg, mustMarshal(t, nested), Options{MaxBodyBytes: MaxBudget})
+	if !p.Push || p.Body != want {
+		t.Errorf("replies at the nesting limit: %+v\nwant %q", p, want)
+	}
+	// One level more does not decode: the outermost envelope's fallback.
+	deeper, _ := reg.Encode(codec.TypeReply, &codec.Reply{Reference: "ab", Content: nested})
+	if p := previewBytes(t, w, reg, mustMarshal(t, deeper), Options{}); !p.FromFallback || p.Body != deeper.GetFallback() {
+		t.Errorf("past the nesting limit: %+v, want the fallback %q", p, deeper.GetFallback())
+	}
+
+	poll := &mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "example.com", TypeId: "poll", VersionMajor: 1},
+		Content: []byte("{}"), Fallback: ptr("A poll: lunch?")}
+	reply, err := reg.Encode(codec.TypeReply, &codec.Reply{Reference: "ab", Content: poll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := previewBytes(t, w, reg, mustMarshal(t, reply), Options{}); p.Body != "Replied: A poll: lunch?" {
+		t.Errorf("reply to an unknown type: %+v", p)
+	}
+	reaction, _ := reg.Encode(codec.TypeReaction, &ct.ReactionV2{Reference: "ab", Action: ct.ReactionAction_REACTION_ACTION_ADDED, Content: "🎉", Schema: ct.ReactionSchema_REACTION_SCHEMA_UNICODE})
+	reply, _ = reg.Encode(codec.TypeReply, &codec.Reply{Reference: "ab", Content: reaction})
+	if p := previewBytes(t, w, reg, mustMarshal(t, reply), Options{}); !p.Push || p.Body != "Replied: Reacted 🎉 to a message" {
+		t.Errorf("reply to a reaction: %+v", p)
+	}
+}
+
+// TestCTYPE009_UndecodablePreviewsItsFallback: an unknown type, and a
+// catalogue type whose content does not decode, preview as their
+// fallback; without one there is nothing to push.
+func TestCTYPE009_UndecodablePreviewsItsFallback(t *testing.T) {
+	w, reg := words(t), codec.NewRegistry()
+	unknown := &mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "example.com", TypeId: "poll", VersionMajor: 1}, Content: []byte("x"), Fallback: ptr("A poll")}
+	if p := previewBytes(t, w, reg, mustMarshal(t, unknown), Options{}); !p.Push || !p.FromFallback || p.Body != "A poll" {
+		t.Errorf("unknown type: %+v", p)
+	}
+	badJSON := &mc.EncodedContent{Type: codec.TypeActions.Proto(), Content: []byte("{not json"), Fallback: ptr("Pick one: 1 or 2")}
+	if p := previewBytes(t, w, reg, mustMarshal(t, badJSON), Options{}); !p.Push || !p.FromFallback || p.Body != "Pick one: 1 or 2" {
+		t.Errorf("undecodable actions: %+v", p)
+	}
+	unknown.Fallback = nil
+	if p := previewBytes(t, w, reg, mustMarshal(t, unknown), Options{}); p.Push || p.Body != "" {
+		t.Errorf("no fallback: %+v, want nothing to push", p)
+	}
+	if p := previewBytes(t, w, reg, []byte{0xff, 0xff}, Options{}); p.Push || p.Body != "" {
+		t.Errorf("malformed envelope: %+v", p)
+	}
+}
+
+// TestCutOnGraphemes: text of exactly the budget is whole; one grapheme
+// over is cut before that grapheme with an ellipsis, and the result is
+// within the budget; a cluster (an emoji with a skin tone, a family, a
+// letter with combining marks), a right-to-left script and an escape
+// are never split.
+func TestCutOnGraphemes(t *testing.T) {
+	for _, c := range []struct {
+		name, unit string
+	}{
+		{"ascii", "a"},
+		{"emoji with a skin tone", "👍🏽"},
+		{"family (ZWJ sequence)", "👨‍👩‍👧‍👦"},
+		{"combining marks", "e\u0301\u0323"},
+		{"Arabic (RTL) with a kasra", "بِ"},
+		{"Hebrew with points", "שָׁ"},
+		{"an escaped quote", `"`},
+		{"a control character", "\x01"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cost := jsonCost(c.unit)
+			budget := 40 * cost
+			exact := strings.Repeat(c.unit, 40)
+			if got, cut := Cut(exact, budget); cut || got != exact {
+				t.Errorf("exactly the budget: cut %v, %q", cut, got)
+			}
+			over := exact + c.unit
+			got, cut := Cut(over, budget)
+			if !cut || !strings.HasSuffix(got, ellipsis) {
+				t.Fatalf("one over: cut %v, %q", cut, got)
+			}
+			kept := strings.TrimSuffix(got, ellipsis)
+			if strings.Count(kept, c.unit)*len(c.unit) != len(kept) {
+				t.Errorf("cut inside a cluster: %q", kept)
+			}
+			if jsonCost(got) > budget || !utf8.ValidString(got) {
+				t.Errorf("cut to %d bytes as JSON, over the budget %d (or invalid UTF-8)", jsonCost(got), budget)
+			}
+		})
+	}
+	if got, cut := Cut("abc", 2); !cut || got != "" {
+		t.Errorf("a budget smaller than the ellipsis: %q", got)
+	}
+}
+
+// TestPreviewBudgets: the body is cut to the caller's budget and marked;
+// the default is DefaultMaxBodyBytes.
+func TestPreviewBudgets(t *testing.T) {
+	w, reg := words(t), codec.NewRegistry()
+	long := strings.Repeat("ab ", 1000)
+	p := previewOf(t, w, reg, codec.TypeText, long, Options{})
+	if !p.Truncated || jsonCost(p.Body) > DefaultMaxBodyBytes || !strings.HasSuffix(p.Body, ellipsis) {
+		t.Errorf("default budget: %d bytes, truncated %v", jsonCost(p.Body), p.Truncated)
+	}
+	p = previewOf(t, w, reg, codec.TypeText, long, Options{MaxBodyBytes: 50})
+	if !p.Truncated || jsonCost(p.Body) > 50 {
+		t.Errorf("budget 50: %d bytes", jsonCost(p.Body))
+	}
+}
+
+// TestTemplateFileReplacesWords: an operator's file replaces the entries
+// it gives (in the default locale and others), keeps the rest, adds a
+// locale, and a locale falls back to its language, then to the default;
+// a file naming an unknown entry or field is refused.
+func TestTemplateFileReplacesWords(t *testing.T) {
+	w, err := Load([]byte(`
+locales:
+  en:
+    attachment: {title: "File", body: "📎 {{.Name}}"}
+  fr:
+    reply: {body: "A répondu : {{.Inner}}"}
+    text: {body: "{{.Text}}"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := codec.NewRegistry()
+	att := &codec.Attachment{MimeType: "image/png", Filename: ptr("cat.png"), Data: []byte{1}}
+	if p := previewOf(t, w, reg, codec.TypeAttachment, att, Options{}); p.Title != "File" || p.Body != "📎 cat.png" {
+		t.Errorf("replaced entry: %+v", p)
+	}
+	if p := previewOf(t, w, reg, codec.TypeIntent, &codec.Intent{ID: "m", ActionID: "y"}, Options{}); p.Body != "Chose y" {
+		t.Errorf("kept entry: %+v", p)
+	}
+	text, _ := reg.Encode(codec.TypeText, "oui")
+	if p := previewOf(t, w, reg, codec.TypeReply, &codec.Reply{Reference: "ab", Content: text}, Options{Locale: "fr-CA"}); p.Body != "A répondu : oui" {
+		t.Errorf("fr-CA falls back to fr: %+v", p)
+	}
+	if p := previewOf(t, w, reg, codec.TypeAttachment, att, Options{Locale: "fr"}); p.Body != "📎 cat.png" {
+		t.Errorf("an entry fr lacks falls back to the default locale: %+v", p)
+	}
+	if p := previewOf(t, w, reg, codec.TypeAttachment, att, Options{Locale: "es-MX"}); p.Body != "Envió cat.png" {
+		t.Errorf("built-in es: %+v", p)
+	}
+	for name, file := range map[string]string{
+		"unknown entry": "locales: {en: {poll: {body: x}}}",
+		"unknown field": "locales: {en: {text: {body: '{{.Secret}}'}}}",
+		"unknown part":  "locales: {en: {text: {subtitle: x}}}",
+		"bad template":  "locales: {en: {text: {body: '{{.Text'}}}",
+		"unknown key":   "colour: red",
+		"empty default": "default_locale: xx",
+	} {
+		if _, err := Load([]byte(file)); err == nil {
+			t.Errorf("%s: loaded", name)
+		}
+	}
+}
+
+// TestBuiltInWordsLoad: the embedded table loads, and every entry the
+// previews use is in its default locale.
+func TestBuiltInWordsLoad(t *testing.T) {
+	w := words(t)
+	for _, k := range keys {
+		if w.entry("", k) == nil {
+			t.Errorf("%s: no built-in words", k)
+		}
+	}
+}

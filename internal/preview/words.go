@@ -1,0 +1,134 @@
+package preview
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"strings"
+	"text/template"
+
+	"go.yaml.in/yaml/v3"
+)
+
+//go:embed words.yaml
+var builtIn []byte
+
+// Words is the table of templates, per locale and key.
+type Words struct {
+	defaultLocale string
+	locales       map[string]map[string]*entry
+}
+
+type entry struct{ title, body *template.Template }
+
+// keys are the entries a table may hold: every word the previews use.
+var keys = []string{"text", "markdown", "reply", "reaction", "reaction_removed", "attachment", "attachment_unnamed",
+	"attachments", "transaction", "transaction_amount", "transaction_request", "actions", "intent", "group_updated",
+	"membership_changed", "leave_request", "delete_message", "edit_message", "read_receipt", "fallback"}
+
+type file struct {
+	DefaultLocale string                                  `yaml:"default_locale"`
+	Locales       map[string]map[string]map[string]string `yaml:"locales"`
+}
+
+// Defaults is the built-in table. Its error is a build defect, which the
+// tests catch.
+func Defaults() (*Words, error) { return parse(builtIn, nil) }
+
+// Load reads an operator's table over the built-in one: each entry it
+// gives replaces that locale's and key's; an unknown key, a field no
+// template may read, or a template that does not parse is refused,
+// naming it.
+func Load(b []byte) (*Words, error) {
+	base, err := Defaults()
+	if err != nil {
+		return nil, err
+	}
+	return parse(b, base)
+}
+
+func parse(b []byte, base *Words) (*Words, error) {
+	var f file
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("preview words: %w", err)
+	}
+	w := &Words{defaultLocale: "en", locales: map[string]map[string]*entry{}}
+	if base != nil {
+		w.defaultLocale = base.defaultLocale
+		for loc, m := range base.locales {
+			w.locales[loc] = map[string]*entry{}
+			for k, e := range m {
+				w.locales[loc][k] = e
+			}
+		}
+	}
+	if f.DefaultLocale != "" {
+		w.defaultLocale = strings.ToLower(f.DefaultLocale)
+	}
+	for loc, m := range f.Locales {
+		loc = strings.ToLower(loc)
+		if w.locales[loc] == nil {
+			w.locales[loc] = map[string]*entry{}
+		}
+		for k, parts := range m {
+			if !contains(keys, k) {
+				return nil, fmt.Errorf("preview words: %s.%s: unknown entry (one of %s)", loc, k, strings.Join(keys, ", "))
+			}
+			e := &entry{}
+			for part, text := range parts {
+				t, err := compile(loc+"."+k+"."+part, text)
+				if err != nil {
+					return nil, err
+				}
+				switch part {
+				case "title":
+					e.title = t
+				case "body":
+					e.body = t
+				default:
+					return nil, fmt.Errorf("preview words: %s.%s.%s: an entry has a title and a body only", loc, k, part)
+				}
+			}
+			w.locales[loc][k] = e
+		}
+	}
+	if w.locales[w.defaultLocale] == nil {
+		return nil, fmt.Errorf("preview words: the default locale %q has no entries", w.defaultLocale)
+	}
+	return w, nil
+}
+
+// compile parses a template and runs it once over every field, so a
+// field no template may read is refused at load, not at a preview.
+func compile(name, text string) (*template.Template, error) {
+	t, err := template.New(name).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("preview words: %w", err)
+	}
+	if err := t.Execute(&bytes.Buffer{}, fields{}); err != nil {
+		return nil, fmt.Errorf("preview words: %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// entry finds key in the locale, its language, then the default locale.
+func (w *Words) entry(locale, key string) *entry {
+	locale = strings.ToLower(strings.ReplaceAll(locale, "_", "-"))
+	for _, loc := range []string{locale, strings.SplitN(locale, "-", 2)[0], w.defaultLocale} {
+		if e, ok := w.locales[loc][key]; ok {
+			return e
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
