@@ -232,7 +232,7 @@ func TestReferenceImportsOurArchive(t *testing.T) {
 		if theirs := m.Envelope.proto(t); !proto.Equal(normalize(ours), normalize(theirs)) {
 			t.Errorf("%s: the reference reads %v; we sent %v", s.name, theirs, ours)
 		}
-		ourDecode, _ := contentapi.DecodeResponse(reg, s.envelope, codec.DecodeOptions{})
+		ourDecode, _ := contentapi.DecodeResponse(reg, s.envelope, contentapi.Options{})
 		got := ""
 		if m.DecodedType != nil {
 			got = *m.DecodedType

@@ -27,6 +27,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/expiry"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/keyring"
+	"github.com/contentbackup/contentbackup/internal/preview"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -87,6 +88,7 @@ type serveCmd struct {
 	MaxRecvBytes     int           `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
 	MaxDecodeBatch   int           `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
 	MaxNestingDepth  int           `default:"16" env:"MAX_NESTING_DEPTH" help:"Deepest nesting of content in content (replies) that is decoded."`
+	PreviewWords     string        `name:"preview-words" type:"existingfile" env:"PREVIEW_WORDS" help:"A YAML file of notification preview words per locale and content type, replacing the built-in entries it gives (docs/previews.md)."`
 	MaxBatchExpanded int64         `default:"100663296" env:"MAX_BATCH_EXPANDED" help:"Bytes one decoding call (Decode, DecodeBatch, a ListMessages or StreamMessages page) may expand to: decompressed content and decoded values, failed decodes included."`
 	MaxAppendBatch   int           `default:"10000" env:"MAX_APPEND_BATCH" help:"Most messages one AppendMessages call takes."`
 	ShutdownGrace    time.Duration `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
@@ -317,7 +319,18 @@ func (c *serveCmd) Run() error {
 			return err
 		}
 	}
+	var words *preview.Words
+	if c.PreviewWords != "" {
+		b, err := os.ReadFile(c.PreviewWords)
+		if err != nil {
+			return err
+		}
+		if words, err = preview.Load(b); err != nil {
+			return fmt.Errorf("--preview-words %s: %w", c.PreviewWords, err)
+		}
+	}
 	cfg := server.Config{
+		PreviewWords:       words,
 		Auth:               perimeter.auth,
 		Credentials:        perimeter.creds,
 		PublicReflection:   c.PublicReflection,

@@ -17,6 +17,7 @@ import (
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/preview"
 )
 
 // Encode encodes a catalogue value given as a Content message. A reply's
@@ -110,6 +111,30 @@ func replyMessage(r *codec.Reply, raw []byte) *cb.Reply {
 	return out
 }
 
+// Options are a DecodeResponse's: the codec's, and a preview to add.
+type Options struct {
+	codec.DecodeOptions
+	// Preview, when set, adds the outcome's notification preview.
+	Preview *Previewing
+}
+
+// Previewing is the words and the caller's options of a preview.
+type Previewing struct {
+	Words   *preview.Words
+	Options preview.Options
+}
+
+// PreviewOptions reads the API's preview options.
+func PreviewOptions(o *cb.PreviewOptions) preview.Options {
+	return preview.Options{Locale: o.GetLocale(), MaxBodyBytes: int(min(o.GetMaxBodyBytes(), preview.MaxBudget)),
+		MaxTitleBytes: int(min(o.GetMaxTitleBytes(), preview.MaxBudget)), IncludeSilent: o.GetIncludeSilent()}
+}
+
+// PreviewMessage is a preview as the API shows it.
+func PreviewMessage(p preview.Preview) *cb.Preview {
+	return &cb.Preview{Push: p.Push, Title: p.Title, Body: p.Body, Truncated: p.Truncated, FromFallback: p.FromFallback}
+}
+
 // DecodeResponse decodes serialized EncodedContent bytes into the API's
 // outcome: the typed content, or Undecoded carrying its kind, the reason,
 // the actual identifier, the fallback and the original bytes (CTYPE-008,
@@ -119,8 +144,8 @@ func replyMessage(r *codec.Reply, raw []byte) *cb.Reply {
 // by the next (see codec.Scratch); a response never refers to recycled
 // memory: the scratch is recycled only after an outcome that is typed
 // content, built of copies, while an Undecoded outcome keeps its envelope.
-func DecodeResponse(reg *codec.Registry, b []byte, o codec.DecodeOptions) (*cb.DecodeResponse, error) {
-	d, ec, err := reg.Decode(b, o)
+func DecodeResponse(reg *codec.Registry, b []byte, o Options) (*cb.DecodeResponse, error) {
+	d, ec, err := reg.Decode(b, o.DecodeOptions)
 	if err != nil {
 		// Declared here, not above: errors.As moves its target to the
 		// heap, an allocation for every message of a page otherwise.
@@ -130,6 +155,10 @@ func DecodeResponse(reg *codec.Registry, b []byte, o codec.DecodeOptions) (*cb.D
 		}
 	}
 	resp := outcome(reg, b, d, ec, err)
+	if o.Preview != nil {
+		// Before the scratch is recycled: the words are copies.
+		resp.Preview = PreviewMessage(o.Preview.Words.Of(reg, d, ec, err, o.Preview.Options))
+	}
 	if _, typed := resp.GetResult().(*cb.DecodeResponse_Content); typed && o.Scratch != nil {
 		o.Scratch.Recycle()
 	}

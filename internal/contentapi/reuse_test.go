@@ -20,7 +20,7 @@ func checkReuseMatches(t *testing.T, reg *codec.Registry, inputs [][]byte) {
 	var s codec.Scratch
 	kept := make([]any, len(inputs))
 	for i, b := range inputs {
-		resp, err := DecodeResponse(reg, b, codec.DecodeOptions{Scratch: &s})
+		resp, err := DecodeResponse(reg, b, Options{DecodeOptions: codec.DecodeOptions{Scratch: &s}})
 		if err != nil {
 			t.Fatalf("input %d: %v", i, err)
 		}

@@ -250,7 +250,7 @@ func TestCTYPE027_NestedEnvelopeDecompressed(t *testing.T) {
 
 // outcomeOf is DecodeResponse with no budget, which always has an outcome.
 func outcomeOf(reg *codec.Registry, b []byte) *cb.DecodeResponse {
-	resp, err := DecodeResponse(reg, b, codec.DecodeOptions{})
+	resp, err := DecodeResponse(reg, b, Options{})
 	if err != nil {
 		panic("an unmetered decode failed: " + err.Error())
 	}

@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"strconv"
 	"strings"
-	"text/template"
 	"unicode/utf8"
 
 	"github.com/rivo/uniseg"
@@ -225,15 +224,57 @@ func (w *Words) render(locale, key string, f fields) Preview {
 	return p
 }
 
-func execute(t *template.Template, f fields) string {
-	if t == nil {
+func execute(c *compiled, f fields) string {
+	switch {
+	case c == nil:
 		return ""
+	case c.parts != nil:
+		if len(c.parts) == 1 && c.parts[0].field >= 0 {
+			return strings.TrimSpace(f.value(c.parts[0].field)) // "{{.Text}}": no copy
+		}
+		var b strings.Builder
+		for _, p := range c.parts {
+			if p.field < 0 {
+				b.WriteString(p.text)
+			} else {
+				b.WriteString(f.value(p.field))
+			}
+		}
+		return strings.TrimSpace(b.String())
 	}
 	var b bytes.Buffer
-	if err := t.Execute(&b, f); err != nil {
+	if err := c.t.Execute(&b, f); err != nil {
 		return "" // checked at load against these fields: cannot happen
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// value is field i of f (fieldIndex) as text, as text/template prints it;
+// a switch, not reflection, to allocate nothing.
+func (f *fields) value(i int) string {
+	switch i {
+	case 0:
+		return f.Text
+	case 1:
+		return f.Inner
+	case 2:
+		return f.Emoji
+	case 3:
+		return f.Name
+	case 4:
+		return f.Amount
+	case 5:
+		return f.Currency
+	case 6:
+		return f.Description
+	case 7:
+		return f.ActionID
+	case 8:
+		return f.Fallback
+	case 9:
+		return strconv.Itoa(f.Count)
+	}
+	return ""
 }
 
 // Cut returns s cut to at most budget bytes as a JSON string carries it
@@ -269,6 +310,17 @@ func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\
 // characters and U+2028, U+2029 six (\u00XX), invalid UTF-8 three (as
 // U+FFFD), every other rune its UTF-8 length.
 func jsonCost(s string) int {
+	// Most text is printable ASCII, which costs its length.
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return len(s)
+	}
 	n := 0
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])

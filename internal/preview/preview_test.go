@@ -1,6 +1,8 @@
 package preview
 
 import (
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -304,6 +306,37 @@ func TestBuiltInWordsLoad(t *testing.T) {
 	for _, k := range keys {
 		if w.entry("", k) == nil {
 			t.Errorf("%s: no built-in words", k)
+		}
+	}
+}
+
+// TestSimplePathIsTheTemplate: the built-in entries render through the
+// parts path, and it writes what text/template writes for each.
+func TestSimplePathIsTheTemplate(t *testing.T) {
+	w := words(t)
+	f := fields{Text: "t", Inner: "i", Emoji: "😀", Name: "n", Amount: "1.5", Currency: "USDC", Description: "d", ActionID: "a", Fallback: "fb", Count: 3}
+	for loc, m := range w.locales {
+		for k, e := range m {
+			for _, c := range []*compiled{e.title, e.body} {
+				if c == nil {
+					continue
+				}
+				if c.parts == nil {
+					t.Errorf("%s.%s: a built-in entry takes the slow path", loc, k)
+					continue
+				}
+				slow := &compiled{t: c.t}
+				if got, want := execute(c, f), execute(slow, f); got != want {
+					t.Errorf("%s.%s: parts write %q, the template %q", loc, k, got, want)
+				}
+			}
+		}
+	}
+	// A field's index is its place in fields.
+	for name, i := range fieldIndex {
+		v := reflect.ValueOf(f).Field(i)
+		if fmt.Sprint(v.Interface()) != f.value(i) {
+			t.Errorf("field %s: value(%d) = %q", name, i, f.value(i))
 		}
 	}
 }

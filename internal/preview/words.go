@@ -4,8 +4,10 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
+	"reflect"
 	"strings"
 	"text/template"
+	"text/template/parse"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -19,7 +21,22 @@ type Words struct {
 	locales       map[string]map[string]*entry
 }
 
-type entry struct{ title, body *template.Template }
+type entry struct{ title, body *compiled }
+
+// compiled is a template, and when it is only literal text and fields
+// (as the built-in ones are), those parts, which render without
+// text/template's reflection: a preview per message of a page is on the
+// DecodeBatch path.
+type compiled struct {
+	t     *template.Template
+	parts []part // nil: execute t
+}
+
+// part is literal text, or the field at index field of fields.
+type part struct {
+	text  string
+	field int // -1 for text
+}
 
 // keys are the entries a table may hold: every word the previews use.
 var keys = []string{"text", "markdown", "reply", "reaction", "reaction_removed", "attachment", "attachment_unnamed",
@@ -33,7 +50,7 @@ type file struct {
 
 // Defaults is the built-in table. Its error is a build defect, which the
 // tests catch.
-func Defaults() (*Words, error) { return parse(builtIn, nil) }
+func Defaults() (*Words, error) { return parseWords(builtIn, nil) }
 
 // Load reads an operator's table over the built-in one: each entry it
 // gives replaces that locale's and key's; an unknown key, a field no
@@ -44,10 +61,10 @@ func Load(b []byte) (*Words, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parse(b, base)
+	return parseWords(b, base)
 }
 
-func parse(b []byte, base *Words) (*Words, error) {
+func parseWords(b []byte, base *Words) (*Words, error) {
 	var f file
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -102,7 +119,7 @@ func parse(b []byte, base *Words) (*Words, error) {
 
 // compile parses a template and runs it once over every field, so a
 // field no template may read is refused at load, not at a preview.
-func compile(name, text string) (*template.Template, error) {
+func compile(name, text string) (*compiled, error) {
 	t, err := template.New(name).Option("missingkey=error").Parse(text)
 	if err != nil {
 		return nil, fmt.Errorf("preview words: %w", err)
@@ -110,11 +127,51 @@ func compile(name, text string) (*template.Template, error) {
 	if err := t.Execute(&bytes.Buffer{}, fields{}); err != nil {
 		return nil, fmt.Errorf("preview words: %s: %w", name, err)
 	}
-	return t, nil
+	return &compiled{t: t, parts: simple(t)}, nil
 }
+
+// simple is t's parts when t holds only text and {{.Field}} actions.
+func simple(t *template.Template) []part {
+	var parts []part
+	for _, n := range t.Tree.Root.Nodes {
+		switch n := n.(type) {
+		case *parse.TextNode:
+			parts = append(parts, part{text: string(n.Text), field: -1})
+		case *parse.ActionNode:
+			if len(n.Pipe.Decl) != 0 || len(n.Pipe.Cmds) != 1 || len(n.Pipe.Cmds[0].Args) != 1 {
+				return nil
+			}
+			f, ok := n.Pipe.Cmds[0].Args[0].(*parse.FieldNode)
+			if !ok || len(f.Ident) != 1 {
+				return nil
+			}
+			i, ok := fieldIndex[f.Ident[0]]
+			if !ok {
+				return nil
+			}
+			parts = append(parts, part{field: i})
+		default:
+			return nil
+		}
+	}
+	return parts
+}
+
+// fieldIndex is each field's index in fields.
+var fieldIndex = func() map[string]int {
+	m := map[string]int{}
+	t := reflect.TypeOf(fields{})
+	for i := range t.NumField() {
+		m[t.Field(i).Name] = i
+	}
+	return m
+}()
 
 // entry finds key in the locale, its language, then the default locale.
 func (w *Words) entry(locale, key string) *entry {
+	if locale == "" { // most callers: no work per message
+		return w.locales[w.defaultLocale][key]
+	}
 	locale = strings.ToLower(strings.ReplaceAll(locale, "_", "-"))
 	for _, loc := range []string{locale, strings.SplitN(locale, "-", 2)[0], w.defaultLocale} {
 		if e, ok := w.locales[loc][key]; ok {

@@ -30,6 +30,7 @@ var methodScopes = map[string][]auth.Scope{
 	cb.ContentService_Encode_FullMethodName:            {auth.ScopeContent},
 	cb.ContentService_Decode_FullMethodName:            {auth.ScopeContent},
 	cb.ContentService_DecodeBatch_FullMethodName:       {auth.ScopeContent},
+	cb.ContentService_Preview_FullMethodName:           {auth.ScopeContent},
 	cb.ContentService_EncryptAttachment_FullMethodName: {auth.ScopeContent},
 	cb.ContentService_DecryptAttachment_FullMethodName: {auth.ScopeContent},
 

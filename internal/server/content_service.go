@@ -16,6 +16,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/contentapi"
+	"github.com/contentbackup/contentbackup/internal/preview"
 )
 
 // deterministic output: the same request always gives the same bytes.
@@ -33,6 +34,8 @@ type ContentService struct {
 	callBudget int64
 	pool       *budget.Pool
 	metrics    *domainMetrics
+	// words are the previews' (preview.Defaults when New was given none).
+	words *preview.Words
 }
 
 // DefaultMaxBatchExpanded bounds what one decoding call (Decode,
@@ -103,7 +106,11 @@ func (s *ContentService) Encode(ctx context.Context, req *cb.EncodeRequest) (*cb
 func (s *ContentService) Decode(ctx context.Context, req *cb.DecodeRequest) (*cb.DecodeResponse, error) {
 	call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
 	defer done()
-	resp, err := contentapi.DecodeResponse(s.registry, req.GetEncodedContent(), codec.DecodeOptions{Meter: call})
+	opts, err := s.decodeOptions(call, req.GetPreview())
+	if err != nil {
+		return nil, err
+	}
+	resp, err := contentapi.DecodeResponse(s.registry, req.GetEncodedContent(), opts)
 	if err == nil {
 		err = call.Charge(int64(resp.SizeVT())) // the response gRPC marshals
 	}
@@ -124,8 +131,12 @@ func (s *ContentService) DecodeBatch(ctx context.Context, req *cb.DecodeBatchReq
 	call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
 	defer done()
 	out := make([]*cb.DecodeResponse, len(in))
+	opts, err := s.decodeOptions(call, req.GetPreview())
+	if err != nil {
+		return nil, err
+	}
 	for i, b := range in {
-		resp, err := contentapi.DecodeResponse(s.registry, b, codec.DecodeOptions{Meter: call})
+		resp, err := contentapi.DecodeResponse(s.registry, b, opts)
 		if err == nil {
 			err = call.Charge(int64(resp.SizeVT())) // its share of the response
 		}
@@ -138,6 +149,40 @@ func (s *ContentService) DecodeBatch(ctx context.Context, req *cb.DecodeBatchReq
 		s.metrics.decoded(r)
 	}
 	return &cb.DecodeBatchResponse{Results: out}, nil
+}
+
+// Preview is Decode's preview alone: the same budget, the same outcome.
+func (s *ContentService) Preview(ctx context.Context, req *cb.PreviewRequest) (*cb.PreviewResponse, error) {
+	call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
+	defer done()
+	opts := req.GetOptions()
+	if opts == nil {
+		opts = &cb.PreviewOptions{}
+	}
+	o, err := s.decodeOptions(call, opts)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := contentapi.DecodeResponse(s.registry, req.GetEncodedContent(), o)
+	if err != nil {
+		return nil, decodeBudgetStatus(err, "encoded_content")
+	}
+	s.metrics.decoded(resp)
+	return &cb.PreviewResponse{Preview: resp.GetPreview(), ContentType: resp.GetContentType()}, nil
+}
+
+// decodeOptions are a decoding call's: its budget, and a preview when
+// the caller asked for one.
+func (s *ContentService) decodeOptions(call *budget.Call, p *cb.PreviewOptions) (contentapi.Options, error) {
+	o := contentapi.Options{DecodeOptions: codec.DecodeOptions{Meter: call}}
+	if p != nil {
+		if s.words == nil {
+			// Only a build whose embedded words do not load (its tests fail).
+			return o, status.Error(codes.Unimplemented, "preview: this server has no preview words")
+		}
+		o.Preview = &contentapi.Previewing{Words: s.words, Options: contentapi.PreviewOptions(p)}
+	}
+	return o, nil
 }
 
 func (s *ContentService) EncryptAttachment(_ context.Context, req *cb.EncryptAttachmentRequest) (*cb.EncryptAttachmentResponse, error) {

@@ -297,7 +297,7 @@ func (s *ConversationService) messagePage(ctx context.Context, owner string, q s
 		stored := make([]cb.StoredMessage, len(batch))
 		for j, m := range batch {
 			i := len(msgs)
-			decoded, err := contentapi.DecodeResponse(s.registry, m.GetDecryptedMessageBytes(), codec.DecodeOptions{Meter: call, Scratch: &scratch})
+			decoded, err := contentapi.DecodeResponse(s.registry, m.GetDecryptedMessageBytes(), contentapi.Options{DecodeOptions: codec.DecodeOptions{Meter: call, Scratch: &scratch}})
 			if err != nil {
 				if i > 0 {
 					cut = true // what is decoded so far goes out; the rest on the next page

@@ -36,6 +36,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/preview"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
@@ -84,6 +85,9 @@ type Config struct {
 	// (which it must share) and JobImport's reader limits; the server
 	// runs it while it serves and closes it on shutdown.
 	Jobs *jobs.Manager
+	// PreviewWords are the notification previews' words (preview.Load
+	// of --preview-words); nil: the built-in table.
+	PreviewWords *preview.Words
 	// Pool is the server-wide memory budget every call is charged to
 	// (and the jobs' transfers, when they share it); nil: New makes one of
 	// ResolvedLimits().MemoryBytes.
@@ -267,6 +271,13 @@ func registerServices(g *grpc.Server, cfg Config, limits Limits, pool *budget.Po
 	reg := codec.NewRegistry(opts...)
 	dm := newDomainMetrics(cfg.Metrics)
 	content := NewContentService(reg, cfg.MaxDecodeBatch, limits.CallExpandBytes, pool)
+	content.words = cfg.PreviewWords
+	if content.words == nil {
+		var err error
+		if content.words, err = preview.Defaults(); err != nil {
+			log.Error("preview words do not load: Preview is unavailable", zap.Error(err))
+		}
+	}
 	content.metrics = dm
 	cb.RegisterContentServiceServer(g, content)
 	if cfg.Store == nil {

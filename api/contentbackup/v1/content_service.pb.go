@@ -202,8 +202,10 @@ func (x *EncodeResponse) GetDeletable() bool {
 type DecodeRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	EncodedContent []byte                 `protobuf:"bytes,1,opt,name=encoded_content,json=encodedContent,proto3" json:"encoded_content,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// When set, the response carries the content's notification preview.
+	Preview       *PreviewOptions `protobuf:"bytes,2,opt,name=preview,proto3" json:"preview,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecodeRequest) Reset() {
@@ -243,6 +245,120 @@ func (x *DecodeRequest) GetEncodedContent() []byte {
 	return nil
 }
 
+func (x *DecodeRequest) GetPreview() *PreviewOptions {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
+// PreviewRequest names the envelope to preview.
+type PreviewRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	EncodedContent []byte                 `protobuf:"bytes,1,opt,name=encoded_content,json=encodedContent,proto3" json:"encoded_content,omitempty"`
+	Options        *PreviewOptions        `protobuf:"bytes,2,opt,name=options,proto3" json:"options,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PreviewRequest) Reset() {
+	*x = PreviewRequest{}
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewRequest) ProtoMessage() {}
+
+func (x *PreviewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewRequest.ProtoReflect.Descriptor instead.
+func (*PreviewRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PreviewRequest) GetEncodedContent() []byte {
+	if x != nil {
+		return x.EncodedContent
+	}
+	return nil
+}
+
+func (x *PreviewRequest) GetOptions() *PreviewOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+// PreviewResponse is the envelope's preview and its type.
+type PreviewResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Preview *Preview               `protobuf:"bytes,1,opt,name=preview,proto3" json:"preview,omitempty"`
+	// The actual identifier in human-readable form; empty for a malformed envelope.
+	ContentType   string `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewResponse) Reset() {
+	*x = PreviewResponse{}
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewResponse) ProtoMessage() {}
+
+func (x *PreviewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewResponse.ProtoReflect.Descriptor instead.
+func (*PreviewResponse) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PreviewResponse) GetPreview() *Preview {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
+func (x *PreviewResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
 // DecodeResponse is one decode outcome.
 type DecodeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -258,14 +374,16 @@ type DecodeResponse struct {
 	// Whether the catalogue marks the type Deletable (CTYPE-018).
 	Deletable bool `protobuf:"varint,5,opt,name=deletable,proto3" json:"deletable,omitempty"`
 	// The envelope's fallback, when present.
-	Fallback      *string `protobuf:"bytes,6,opt,name=fallback,proto3,oneof" json:"fallback,omitempty"`
+	Fallback *string `protobuf:"bytes,6,opt,name=fallback,proto3,oneof" json:"fallback,omitempty"`
+	// The notification preview, when the request asked for one.
+	Preview       *Preview `protobuf:"bytes,7,opt,name=preview,proto3" json:"preview,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -277,7 +395,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -290,7 +408,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{3}
+	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DecodeResponse) GetResult() isDecodeResponse_Result {
@@ -346,6 +464,13 @@ func (x *DecodeResponse) GetFallback() string {
 	return ""
 }
 
+func (x *DecodeResponse) GetPreview() *Preview {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
 type isDecodeResponse_Result interface {
 	isDecodeResponse_Result()
 }
@@ -366,13 +491,15 @@ func (*DecodeResponse_Undecoded) isDecodeResponse_Result() {}
 type DecodeBatchRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	EncodedContents [][]byte               `protobuf:"bytes,1,rep,name=encoded_contents,json=encodedContents,proto3" json:"encoded_contents,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// When set, each response carries its content's notification preview.
+	Preview       *PreviewOptions `protobuf:"bytes,2,opt,name=preview,proto3" json:"preview,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecodeBatchRequest) Reset() {
 	*x = DecodeBatchRequest{}
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +511,7 @@ func (x *DecodeBatchRequest) String() string {
 func (*DecodeBatchRequest) ProtoMessage() {}
 
 func (x *DecodeBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,12 +524,19 @@ func (x *DecodeBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeBatchRequest.ProtoReflect.Descriptor instead.
 func (*DecodeBatchRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{4}
+	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DecodeBatchRequest) GetEncodedContents() [][]byte {
 	if x != nil {
 		return x.EncodedContents
+	}
+	return nil
+}
+
+func (x *DecodeBatchRequest) GetPreview() *PreviewOptions {
+	if x != nil {
+		return x.Preview
 	}
 	return nil
 }
@@ -417,7 +551,7 @@ type DecodeBatchResponse struct {
 
 func (x *DecodeBatchResponse) Reset() {
 	*x = DecodeBatchResponse{}
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +563,7 @@ func (x *DecodeBatchResponse) String() string {
 func (*DecodeBatchResponse) ProtoMessage() {}
 
 func (x *DecodeBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +576,7 @@ func (x *DecodeBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeBatchResponse.ProtoReflect.Descriptor instead.
 func (*DecodeBatchResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{5}
+	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DecodeBatchResponse) GetResults() []*DecodeResponse {
@@ -465,7 +599,7 @@ type EncryptAttachmentRequest struct {
 
 func (x *EncryptAttachmentRequest) Reset() {
 	*x = EncryptAttachmentRequest{}
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[6]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +611,7 @@ func (x *EncryptAttachmentRequest) String() string {
 func (*EncryptAttachmentRequest) ProtoMessage() {}
 
 func (x *EncryptAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[6]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +624,7 @@ func (x *EncryptAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EncryptAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*EncryptAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{6}
+	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EncryptAttachmentRequest) GetAttachment() *Attachment {
@@ -521,7 +655,7 @@ type EncryptAttachmentResponse struct {
 
 func (x *EncryptAttachmentResponse) Reset() {
 	*x = EncryptAttachmentResponse{}
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +667,7 @@ func (x *EncryptAttachmentResponse) String() string {
 func (*EncryptAttachmentResponse) ProtoMessage() {}
 
 func (x *EncryptAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +680,7 @@ func (x *EncryptAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EncryptAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*EncryptAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{7}
+	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EncryptAttachmentResponse) GetPayload() []byte {
@@ -574,7 +708,7 @@ type DecryptAttachmentRequest struct {
 
 func (x *DecryptAttachmentRequest) Reset() {
 	*x = DecryptAttachmentRequest{}
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +720,7 @@ func (x *DecryptAttachmentRequest) String() string {
 func (*DecryptAttachmentRequest) ProtoMessage() {}
 
 func (x *DecryptAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +733,7 @@ func (x *DecryptAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecryptAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*DecryptAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{8}
+	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DecryptAttachmentRequest) GetPayload() []byte {
@@ -626,7 +760,7 @@ type DecryptAttachmentResponse struct {
 
 func (x *DecryptAttachmentResponse) Reset() {
 	*x = DecryptAttachmentResponse{}
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +772,7 @@ func (x *DecryptAttachmentResponse) String() string {
 func (*DecryptAttachmentResponse) ProtoMessage() {}
 
 func (x *DecryptAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_content_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +785,7 @@ func (x *DecryptAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecryptAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*DecryptAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{9}
+	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DecryptAttachmentResponse) GetAttachment() *Attachment {
@@ -659,6 +793,166 @@ func (x *DecryptAttachmentResponse) GetAttachment() *Attachment {
 		return x.Attachment
 	}
 	return nil
+}
+
+// PreviewOptions ask for a notification preview (ContentService.Preview,
+// and DecodeRequest/DecodeBatchRequest.preview).
+type PreviewOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// BCP 47 ("pt-BR" falls back to "pt", then to the server's default
+	// locale, English unless its words file says otherwise).
+	Locale string `protobuf:"bytes,1,opt,name=locale,proto3" json:"locale,omitempty"`
+	// Budgets in bytes of the text as a JSON string carries it (escapes
+	// included); 0 takes the defaults (body 1000, title 100), at most 4096.
+	// A text over budget is cut on a grapheme boundary and ends with "…".
+	MaxBodyBytes  uint32 `protobuf:"varint,2,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
+	MaxTitleBytes uint32 `protobuf:"varint,3,opt,name=max_title_bytes,json=maxTitleBytes,proto3" json:"max_title_bytes,omitempty"`
+	// Words for the types that never push too (reactions, read receipts,
+	// group updates...), for an in-app list; push stays false for them.
+	IncludeSilent bool `protobuf:"varint,4,opt,name=include_silent,json=includeSilent,proto3" json:"include_silent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewOptions) Reset() {
+	*x = PreviewOptions{}
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewOptions) ProtoMessage() {}
+
+func (x *PreviewOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewOptions.ProtoReflect.Descriptor instead.
+func (*PreviewOptions) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PreviewOptions) GetLocale() string {
+	if x != nil {
+		return x.Locale
+	}
+	return ""
+}
+
+func (x *PreviewOptions) GetMaxBodyBytes() uint32 {
+	if x != nil {
+		return x.MaxBodyBytes
+	}
+	return 0
+}
+
+func (x *PreviewOptions) GetMaxTitleBytes() uint32 {
+	if x != nil {
+		return x.MaxTitleBytes
+	}
+	return 0
+}
+
+func (x *PreviewOptions) GetIncludeSilent() bool {
+	if x != nil {
+		return x.IncludeSilent
+	}
+	return false
+}
+
+// Preview is what a push notification of one message shows.
+type Preview struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether to notify at all: the type's push default (CTYPE-010), and
+	// false when there is nothing to show.
+	Push bool `protobuf:"varint,1,opt,name=push,proto3" json:"push,omitempty"`
+	// Plain text; title empty where the type has none.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	Body  string `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	// The title or the body was cut to its budget.
+	Truncated bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// The words are the envelope's fallback: the type is unknown here, or
+	// its content did not decode (CTYPE-009).
+	FromFallback  bool `protobuf:"varint,5,opt,name=from_fallback,json=fromFallback,proto3" json:"from_fallback,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Preview) Reset() {
+	*x = Preview{}
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Preview) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Preview) ProtoMessage() {}
+
+func (x *Preview) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_content_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Preview.ProtoReflect.Descriptor instead.
+func (*Preview) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_content_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Preview) GetPush() bool {
+	if x != nil {
+		return x.Push
+	}
+	return false
+}
+
+func (x *Preview) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *Preview) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
+func (x *Preview) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *Preview) GetFromFallback() bool {
+	if x != nil {
+		return x.FromFallback
+	}
+	return false
 }
 
 var File_contentbackup_v1_content_service_proto protoreflect.FileDescriptor
@@ -679,9 +973,16 @@ const file_contentbackup_v1_content_service_proto_rawDesc = "" +
 	"\vshould_push\x18\x04 \x01(\bH\x00R\n" +
 	"shouldPush\x88\x01\x01\x12\x1c\n" +
 	"\tdeletable\x18\x05 \x01(\bR\tdeletableB\x0e\n" +
-	"\f_should_push\"8\n" +
+	"\f_should_push\"t\n" +
 	"\rDecodeRequest\x12'\n" +
-	"\x0fencoded_content\x18\x01 \x01(\fR\x0eencodedContent\"\xb3\x02\n" +
+	"\x0fencoded_content\x18\x01 \x01(\fR\x0eencodedContent\x12:\n" +
+	"\apreview\x18\x02 \x01(\v2 .contentbackup.v1.PreviewOptionsR\apreview\"u\n" +
+	"\x0ePreviewRequest\x12'\n" +
+	"\x0fencoded_content\x18\x01 \x01(\fR\x0eencodedContent\x12:\n" +
+	"\aoptions\x18\x02 \x01(\v2 .contentbackup.v1.PreviewOptionsR\aoptions\"i\n" +
+	"\x0fPreviewResponse\x123\n" +
+	"\apreview\x18\x01 \x01(\v2\x19.contentbackup.v1.PreviewR\apreview\x12!\n" +
+	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\"\xe8\x02\n" +
 	"\x0eDecodeResponse\x125\n" +
 	"\acontent\x18\x01 \x01(\v2\x19.contentbackup.v1.ContentH\x00R\acontent\x12;\n" +
 	"\tundecoded\x18\x02 \x01(\v2\x1b.contentbackup.v1.UndecodedH\x00R\tundecoded\x12!\n" +
@@ -689,12 +990,14 @@ const file_contentbackup_v1_content_service_proto_rawDesc = "" +
 	"\vshould_push\x18\x04 \x01(\bH\x01R\n" +
 	"shouldPush\x88\x01\x01\x12\x1c\n" +
 	"\tdeletable\x18\x05 \x01(\bR\tdeletable\x12\x1f\n" +
-	"\bfallback\x18\x06 \x01(\tH\x02R\bfallback\x88\x01\x01B\b\n" +
+	"\bfallback\x18\x06 \x01(\tH\x02R\bfallback\x88\x01\x01\x123\n" +
+	"\apreview\x18\a \x01(\v2\x19.contentbackup.v1.PreviewR\apreviewB\b\n" +
 	"\x06resultB\x0e\n" +
 	"\f_should_pushB\v\n" +
-	"\t_fallback\"?\n" +
+	"\t_fallback\"{\n" +
 	"\x12DecodeBatchRequest\x12)\n" +
-	"\x10encoded_contents\x18\x01 \x03(\fR\x0fencodedContents\"Q\n" +
+	"\x10encoded_contents\x18\x01 \x03(\fR\x0fencodedContents\x12:\n" +
+	"\apreview\x18\x02 \x01(\v2 .contentbackup.v1.PreviewOptionsR\apreview\"Q\n" +
 	"\x13DecodeBatchResponse\x12:\n" +
 	"\aresults\x18\x01 \x03(\v2 .contentbackup.v1.DecodeResponseR\aresults\"j\n" +
 	"\x18EncryptAttachmentRequest\x12<\n" +
@@ -711,11 +1014,23 @@ const file_contentbackup_v1_content_service_proto_rawDesc = "" +
 	"\x19DecryptAttachmentResponse\x12<\n" +
 	"\n" +
 	"attachment\x18\x01 \x01(\v2\x1c.contentbackup.v1.AttachmentR\n" +
-	"attachment2\xe2\x03\n" +
+	"attachment\"\x9d\x01\n" +
+	"\x0ePreviewOptions\x12\x16\n" +
+	"\x06locale\x18\x01 \x01(\tR\x06locale\x12$\n" +
+	"\x0emax_body_bytes\x18\x02 \x01(\rR\fmaxBodyBytes\x12&\n" +
+	"\x0fmax_title_bytes\x18\x03 \x01(\rR\rmaxTitleBytes\x12%\n" +
+	"\x0einclude_silent\x18\x04 \x01(\bR\rincludeSilent\"\x8a\x01\n" +
+	"\aPreview\x12\x12\n" +
+	"\x04push\x18\x01 \x01(\bR\x04push\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n" +
+	"\x04body\x18\x03 \x01(\tR\x04body\x12\x1c\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\x12#\n" +
+	"\rfrom_fallback\x18\x05 \x01(\bR\ffromFallback2\xb2\x04\n" +
 	"\x0eContentService\x12K\n" +
 	"\x06Encode\x12\x1f.contentbackup.v1.EncodeRequest\x1a .contentbackup.v1.EncodeResponse\x12K\n" +
 	"\x06Decode\x12\x1f.contentbackup.v1.DecodeRequest\x1a .contentbackup.v1.DecodeResponse\x12Z\n" +
-	"\vDecodeBatch\x12$.contentbackup.v1.DecodeBatchRequest\x1a%.contentbackup.v1.DecodeBatchResponse\x12l\n" +
+	"\vDecodeBatch\x12$.contentbackup.v1.DecodeBatchRequest\x1a%.contentbackup.v1.DecodeBatchResponse\x12N\n" +
+	"\aPreview\x12 .contentbackup.v1.PreviewRequest\x1a!.contentbackup.v1.PreviewResponse\x12l\n" +
 	"\x11EncryptAttachment\x12*.contentbackup.v1.EncryptAttachmentRequest\x1a+.contentbackup.v1.EncryptAttachmentResponse\x12l\n" +
 	"\x11DecryptAttachment\x12*.contentbackup.v1.DecryptAttachmentRequest\x1a+.contentbackup.v1.DecryptAttachmentResponseBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
 
@@ -731,52 +1046,63 @@ func file_contentbackup_v1_content_service_proto_rawDescGZIP() []byte {
 	return file_contentbackup_v1_content_service_proto_rawDescData
 }
 
-var file_contentbackup_v1_content_service_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_contentbackup_v1_content_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_contentbackup_v1_content_service_proto_goTypes = []any{
 	(*EncodeRequest)(nil),                   // 0: contentbackup.v1.EncodeRequest
 	(*EncodeResponse)(nil),                  // 1: contentbackup.v1.EncodeResponse
 	(*DecodeRequest)(nil),                   // 2: contentbackup.v1.DecodeRequest
-	(*DecodeResponse)(nil),                  // 3: contentbackup.v1.DecodeResponse
-	(*DecodeBatchRequest)(nil),              // 4: contentbackup.v1.DecodeBatchRequest
-	(*DecodeBatchResponse)(nil),             // 5: contentbackup.v1.DecodeBatchResponse
-	(*EncryptAttachmentRequest)(nil),        // 6: contentbackup.v1.EncryptAttachmentRequest
-	(*EncryptAttachmentResponse)(nil),       // 7: contentbackup.v1.EncryptAttachmentResponse
-	(*DecryptAttachmentRequest)(nil),        // 8: contentbackup.v1.DecryptAttachmentRequest
-	(*DecryptAttachmentResponse)(nil),       // 9: contentbackup.v1.DecryptAttachmentResponse
-	(*Content)(nil),                         // 10: contentbackup.v1.Content
-	(*message_contents.EncodedContent)(nil), // 11: xmtp.mls.message_contents.EncodedContent
-	(message_contents.Compression)(0),       // 12: xmtp.mls.message_contents.Compression
-	(*Undecoded)(nil),                       // 13: contentbackup.v1.Undecoded
-	(*Attachment)(nil),                      // 14: contentbackup.v1.Attachment
-	(*RemoteAttachment)(nil),                // 15: contentbackup.v1.RemoteAttachment
+	(*PreviewRequest)(nil),                  // 3: contentbackup.v1.PreviewRequest
+	(*PreviewResponse)(nil),                 // 4: contentbackup.v1.PreviewResponse
+	(*DecodeResponse)(nil),                  // 5: contentbackup.v1.DecodeResponse
+	(*DecodeBatchRequest)(nil),              // 6: contentbackup.v1.DecodeBatchRequest
+	(*DecodeBatchResponse)(nil),             // 7: contentbackup.v1.DecodeBatchResponse
+	(*EncryptAttachmentRequest)(nil),        // 8: contentbackup.v1.EncryptAttachmentRequest
+	(*EncryptAttachmentResponse)(nil),       // 9: contentbackup.v1.EncryptAttachmentResponse
+	(*DecryptAttachmentRequest)(nil),        // 10: contentbackup.v1.DecryptAttachmentRequest
+	(*DecryptAttachmentResponse)(nil),       // 11: contentbackup.v1.DecryptAttachmentResponse
+	(*PreviewOptions)(nil),                  // 12: contentbackup.v1.PreviewOptions
+	(*Preview)(nil),                         // 13: contentbackup.v1.Preview
+	(*Content)(nil),                         // 14: contentbackup.v1.Content
+	(*message_contents.EncodedContent)(nil), // 15: xmtp.mls.message_contents.EncodedContent
+	(message_contents.Compression)(0),       // 16: xmtp.mls.message_contents.Compression
+	(*Undecoded)(nil),                       // 17: contentbackup.v1.Undecoded
+	(*Attachment)(nil),                      // 18: contentbackup.v1.Attachment
+	(*RemoteAttachment)(nil),                // 19: contentbackup.v1.RemoteAttachment
 }
 var file_contentbackup_v1_content_service_proto_depIdxs = []int32{
-	10, // 0: contentbackup.v1.EncodeRequest.content:type_name -> contentbackup.v1.Content
-	11, // 1: contentbackup.v1.EncodeRequest.custom:type_name -> xmtp.mls.message_contents.EncodedContent
-	12, // 2: contentbackup.v1.EncodeRequest.compression:type_name -> xmtp.mls.message_contents.Compression
-	11, // 3: contentbackup.v1.EncodeResponse.envelope:type_name -> xmtp.mls.message_contents.EncodedContent
-	10, // 4: contentbackup.v1.DecodeResponse.content:type_name -> contentbackup.v1.Content
-	13, // 5: contentbackup.v1.DecodeResponse.undecoded:type_name -> contentbackup.v1.Undecoded
-	3,  // 6: contentbackup.v1.DecodeBatchResponse.results:type_name -> contentbackup.v1.DecodeResponse
-	14, // 7: contentbackup.v1.EncryptAttachmentRequest.attachment:type_name -> contentbackup.v1.Attachment
-	15, // 8: contentbackup.v1.EncryptAttachmentResponse.remote_attachment:type_name -> contentbackup.v1.RemoteAttachment
-	15, // 9: contentbackup.v1.DecryptAttachmentRequest.remote_attachment:type_name -> contentbackup.v1.RemoteAttachment
-	14, // 10: contentbackup.v1.DecryptAttachmentResponse.attachment:type_name -> contentbackup.v1.Attachment
-	0,  // 11: contentbackup.v1.ContentService.Encode:input_type -> contentbackup.v1.EncodeRequest
-	2,  // 12: contentbackup.v1.ContentService.Decode:input_type -> contentbackup.v1.DecodeRequest
-	4,  // 13: contentbackup.v1.ContentService.DecodeBatch:input_type -> contentbackup.v1.DecodeBatchRequest
-	6,  // 14: contentbackup.v1.ContentService.EncryptAttachment:input_type -> contentbackup.v1.EncryptAttachmentRequest
-	8,  // 15: contentbackup.v1.ContentService.DecryptAttachment:input_type -> contentbackup.v1.DecryptAttachmentRequest
-	1,  // 16: contentbackup.v1.ContentService.Encode:output_type -> contentbackup.v1.EncodeResponse
-	3,  // 17: contentbackup.v1.ContentService.Decode:output_type -> contentbackup.v1.DecodeResponse
-	5,  // 18: contentbackup.v1.ContentService.DecodeBatch:output_type -> contentbackup.v1.DecodeBatchResponse
-	7,  // 19: contentbackup.v1.ContentService.EncryptAttachment:output_type -> contentbackup.v1.EncryptAttachmentResponse
-	9,  // 20: contentbackup.v1.ContentService.DecryptAttachment:output_type -> contentbackup.v1.DecryptAttachmentResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	14, // 0: contentbackup.v1.EncodeRequest.content:type_name -> contentbackup.v1.Content
+	15, // 1: contentbackup.v1.EncodeRequest.custom:type_name -> xmtp.mls.message_contents.EncodedContent
+	16, // 2: contentbackup.v1.EncodeRequest.compression:type_name -> xmtp.mls.message_contents.Compression
+	15, // 3: contentbackup.v1.EncodeResponse.envelope:type_name -> xmtp.mls.message_contents.EncodedContent
+	12, // 4: contentbackup.v1.DecodeRequest.preview:type_name -> contentbackup.v1.PreviewOptions
+	12, // 5: contentbackup.v1.PreviewRequest.options:type_name -> contentbackup.v1.PreviewOptions
+	13, // 6: contentbackup.v1.PreviewResponse.preview:type_name -> contentbackup.v1.Preview
+	14, // 7: contentbackup.v1.DecodeResponse.content:type_name -> contentbackup.v1.Content
+	17, // 8: contentbackup.v1.DecodeResponse.undecoded:type_name -> contentbackup.v1.Undecoded
+	13, // 9: contentbackup.v1.DecodeResponse.preview:type_name -> contentbackup.v1.Preview
+	12, // 10: contentbackup.v1.DecodeBatchRequest.preview:type_name -> contentbackup.v1.PreviewOptions
+	5,  // 11: contentbackup.v1.DecodeBatchResponse.results:type_name -> contentbackup.v1.DecodeResponse
+	18, // 12: contentbackup.v1.EncryptAttachmentRequest.attachment:type_name -> contentbackup.v1.Attachment
+	19, // 13: contentbackup.v1.EncryptAttachmentResponse.remote_attachment:type_name -> contentbackup.v1.RemoteAttachment
+	19, // 14: contentbackup.v1.DecryptAttachmentRequest.remote_attachment:type_name -> contentbackup.v1.RemoteAttachment
+	18, // 15: contentbackup.v1.DecryptAttachmentResponse.attachment:type_name -> contentbackup.v1.Attachment
+	0,  // 16: contentbackup.v1.ContentService.Encode:input_type -> contentbackup.v1.EncodeRequest
+	2,  // 17: contentbackup.v1.ContentService.Decode:input_type -> contentbackup.v1.DecodeRequest
+	6,  // 18: contentbackup.v1.ContentService.DecodeBatch:input_type -> contentbackup.v1.DecodeBatchRequest
+	3,  // 19: contentbackup.v1.ContentService.Preview:input_type -> contentbackup.v1.PreviewRequest
+	8,  // 20: contentbackup.v1.ContentService.EncryptAttachment:input_type -> contentbackup.v1.EncryptAttachmentRequest
+	10, // 21: contentbackup.v1.ContentService.DecryptAttachment:input_type -> contentbackup.v1.DecryptAttachmentRequest
+	1,  // 22: contentbackup.v1.ContentService.Encode:output_type -> contentbackup.v1.EncodeResponse
+	5,  // 23: contentbackup.v1.ContentService.Decode:output_type -> contentbackup.v1.DecodeResponse
+	7,  // 24: contentbackup.v1.ContentService.DecodeBatch:output_type -> contentbackup.v1.DecodeBatchResponse
+	4,  // 25: contentbackup.v1.ContentService.Preview:output_type -> contentbackup.v1.PreviewResponse
+	9,  // 26: contentbackup.v1.ContentService.EncryptAttachment:output_type -> contentbackup.v1.EncryptAttachmentResponse
+	11, // 27: contentbackup.v1.ContentService.DecryptAttachment:output_type -> contentbackup.v1.DecryptAttachmentResponse
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_v1_content_service_proto_init() }
@@ -790,7 +1116,7 @@ func file_contentbackup_v1_content_service_proto_init() {
 		(*EncodeRequest_Custom)(nil),
 	}
 	file_contentbackup_v1_content_service_proto_msgTypes[1].OneofWrappers = []any{}
-	file_contentbackup_v1_content_service_proto_msgTypes[3].OneofWrappers = []any{
+	file_contentbackup_v1_content_service_proto_msgTypes[5].OneofWrappers = []any{
 		(*DecodeResponse_Content)(nil),
 		(*DecodeResponse_Undecoded)(nil),
 	}
@@ -800,7 +1126,7 @@ func file_contentbackup_v1_content_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_v1_content_service_proto_rawDesc), len(file_contentbackup_v1_content_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	ContentService_Encode_FullMethodName            = "/contentbackup.v1.ContentService/Encode"
 	ContentService_Decode_FullMethodName            = "/contentbackup.v1.ContentService/Decode"
 	ContentService_DecodeBatch_FullMethodName       = "/contentbackup.v1.ContentService/DecodeBatch"
+	ContentService_Preview_FullMethodName           = "/contentbackup.v1.ContentService/Preview"
 	ContentService_EncryptAttachment_FullMethodName = "/contentbackup.v1.ContentService/EncryptAttachment"
 	ContentService_DecryptAttachment_FullMethodName = "/contentbackup.v1.ContentService/DecryptAttachment"
 )
@@ -42,6 +43,11 @@ type ContentServiceClient interface {
 	Decode(ctx context.Context, in *DecodeRequest, opts ...grpc.CallOption) (*DecodeResponse, error)
 	// DecodeBatch decodes many envelopes in one call, one outcome each, in order.
 	DecodeBatch(ctx context.Context, in *DecodeBatchRequest, opts ...grpc.CallOption) (*DecodeBatchResponse, error)
+	// Preview is what a push notification of the content shows: a plain-text
+	// body (and title where the type has one) in the caller's locale, cut to
+	// a byte budget, and whether to push at all. Any envelope has one; an
+	// undecodable one previews as its fallback.
+	Preview(ctx context.Context, in *PreviewRequest, opts ...grpc.CallOption) (*PreviewResponse, error)
 	// EncryptAttachment encrypts an attachment for upload (CTYPE-015).
 	EncryptAttachment(ctx context.Context, in *EncryptAttachmentRequest, opts ...grpc.CallOption) (*EncryptAttachmentResponse, error)
 	// DecryptAttachment checks and opens a downloaded payload (CTYPE-015).
@@ -86,6 +92,16 @@ func (c *contentServiceClient) DecodeBatch(ctx context.Context, in *DecodeBatchR
 	return out, nil
 }
 
+func (c *contentServiceClient) Preview(ctx context.Context, in *PreviewRequest, opts ...grpc.CallOption) (*PreviewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewResponse)
+	err := c.cc.Invoke(ctx, ContentService_Preview_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *contentServiceClient) EncryptAttachment(ctx context.Context, in *EncryptAttachmentRequest, opts ...grpc.CallOption) (*EncryptAttachmentResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(EncryptAttachmentResponse)
@@ -122,6 +138,11 @@ type ContentServiceServer interface {
 	Decode(context.Context, *DecodeRequest) (*DecodeResponse, error)
 	// DecodeBatch decodes many envelopes in one call, one outcome each, in order.
 	DecodeBatch(context.Context, *DecodeBatchRequest) (*DecodeBatchResponse, error)
+	// Preview is what a push notification of the content shows: a plain-text
+	// body (and title where the type has one) in the caller's locale, cut to
+	// a byte budget, and whether to push at all. Any envelope has one; an
+	// undecodable one previews as its fallback.
+	Preview(context.Context, *PreviewRequest) (*PreviewResponse, error)
 	// EncryptAttachment encrypts an attachment for upload (CTYPE-015).
 	EncryptAttachment(context.Context, *EncryptAttachmentRequest) (*EncryptAttachmentResponse, error)
 	// DecryptAttachment checks and opens a downloaded payload (CTYPE-015).
@@ -144,6 +165,9 @@ func (UnimplementedContentServiceServer) Decode(context.Context, *DecodeRequest)
 }
 func (UnimplementedContentServiceServer) DecodeBatch(context.Context, *DecodeBatchRequest) (*DecodeBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DecodeBatch not implemented")
+}
+func (UnimplementedContentServiceServer) Preview(context.Context, *PreviewRequest) (*PreviewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Preview not implemented")
 }
 func (UnimplementedContentServiceServer) EncryptAttachment(context.Context, *EncryptAttachmentRequest) (*EncryptAttachmentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EncryptAttachment not implemented")
@@ -226,6 +250,24 @@ func _ContentService_DecodeBatch_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ContentService_Preview_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContentServiceServer).Preview(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ContentService_Preview_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContentServiceServer).Preview(ctx, req.(*PreviewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ContentService_EncryptAttachment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(EncryptAttachmentRequest)
 	if err := dec(in); err != nil {
@@ -280,6 +322,10 @@ var ContentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DecodeBatch",
 			Handler:    _ContentService_DecodeBatch_Handler,
+		},
+		{
+			MethodName: "Preview",
+			Handler:    _ContentService_Preview_Handler,
 		},
 		{
 			MethodName: "EncryptAttachment",
