@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	cloud.google.com/go/longrunning v1.5.0
+	connectrpc.com/vanguard v0.4.0
 	github.com/alecthomas/kong v1.17.0
 	github.com/exaring/otelpgx v0.13.0
 	github.com/google/go-cmp v0.7.0
@@ -48,6 +49,7 @@ require (
 	cloud.google.com/go/kms v1.35.0 // indirect
 	cloud.google.com/go/monitoring v1.31.0 // indirect
 	cloud.google.com/go/storage v1.69.0 // indirect
+	connectrpc.com/connect v1.19.1 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.24.0 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/azidentity v1.15.0 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.13.0 // indirect

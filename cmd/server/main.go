@@ -34,6 +34,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/sqlite"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
+	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
 type cli struct {
@@ -84,6 +85,7 @@ type serveCmd struct {
 	logFlags
 	securityFlags
 	Listen           string        `default:"127.0.0.1:50051" env:"LISTEN_ADDR" help:"Address to serve gRPC on."`
+	HTTPListen       string        `name:"http-listen" env:"HTTP_LISTEN_ADDR" help:"Address to serve the same services over HTTP on (Connect protocol with JSON, gRPC-Web), for callers without gRPC. Unset: 127.0.0.1:50052 when --listen is its default, else off. Plaintext only, on loopback or with --insecure."`
 	Migrate          bool          `default:"true" negatable:"" env:"MIGRATE" help:"Apply pending schema migrations at start (--no-migrate to require an up-to-date schema)."`
 	MaxRecvBytes     int           `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
 	MaxDecodeBatch   int           `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
@@ -368,6 +370,13 @@ func (c *serveCmd) Run() error {
 		}
 		defer stopMetrics()
 	}
+	if addr := c.httpAddr(); addr != "" {
+		stopHTTP, err := serveHTTP(addr, srv, cfg.MaxRecvBytes, perimeter.creds != nil, c.Insecure, log)
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
+	}
 	if policy != nil {
 		sc, err := jobs.NewScheduler(ctx, srv.Jobs(), policy)
 		if err != nil {
@@ -433,6 +442,53 @@ func registerPolicyMetrics(reg prometheus.Registerer, policy *auth.PolicySource)
 			return 0
 		}),
 	)
+}
+
+// httpAddr is where HTTP/JSON is served: --http-listen, or beside the
+// default gRPC address when that is where gRPC listens.
+func (c *serveCmd) httpAddr() string {
+	if c.HTTPListen == "" && c.Listen == "127.0.0.1:50051" {
+		return "127.0.0.1:50052"
+	}
+	return c.HTTPListen
+}
+
+// serveHTTP serves the services over HTTP/1.1 and unencrypted HTTP/2 (for
+// Connect's streams) on a listener of its own: sharing the gRPC port
+// would move native gRPC onto net/http's HTTP/2 server, measured slower
+// (BENCHMARKS.md, "HTTP/JSON"). It serves plaintext only, where the gRPC
+// listener may: TLS for it is not built yet, so a server with TLS refuses
+// it rather than serve tokens in clear.
+func serveHTTP(addr string, srv *server.Server, maxRecv int, tls, insecure bool, log *zap.Logger) (stop func(), err error) {
+	if tls {
+		return nil, fmt.Errorf("--http-listen %s: HTTP/JSON is served in plaintext only, and this server uses TLS: terminate TLS in front of it, or leave --http-listen unset", addr)
+	}
+	if !transport.IsLoopback(addr) && !insecure {
+		return nil, fmt.Errorf("--http-listen %s: plaintext off loopback needs --insecure (a mesh that terminates mTLS)", addr)
+	}
+	h, err := srv.HTTPHandler(maxRecv)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http: listen on %s: %w", addr, err)
+	}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, Protocols: protocols}
+	go func() {
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", zap.Error(err))
+		}
+	}()
+	log.Info("serving HTTP/JSON (Connect, gRPC-Web)", zap.String("addr", lis.Addr().String()))
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(ctx)
+	}, nil
 }
 
 // serveMetrics serves /metrics, and the probes /livez and /readyz, on addr

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"connectrpc.com/vanguard/vanguardgrpc"
+)
+
+// HTTPHandler serves the server's services to callers without gRPC: the
+// Connect protocol (JSON or binary protobuf; unary calls and server
+// streams) and gRPC-Web, transcoded by connectrpc.com/vanguard into calls
+// of this same grpc.Server. Every call therefore passes the same
+// interceptors as a native one: authentication (the Authorization
+// header), authorization, limits, budgets, request ids, metrics and status
+// mapping; an error is the protocol's JSON error with the same code.
+//
+// A request body is read only up to maxBody bytes: one that declares more
+// is refused before a byte of it is read (413 with a Connect error,
+// resource_exhausted; 413 rather than the 429 Connect gives that code, as
+// a plain HTTP client expects), one that sends more is cut off there. The limit is
+// the gRPC message limit with room for JSON's base64 (4/3) and its syntax.
+func (s *Server) HTTPHandler(maxRecvBytes int) (http.Handler, error) {
+	if maxRecvBytes <= 0 {
+		maxRecvBytes = DefaultMaxRecvBytes
+	}
+	tc, err := vanguardgrpc.NewTranscoder(s.grpc)
+	if err != nil {
+		return nil, fmt.Errorf("http/json: %w", err)
+	}
+	maxBody := int64(maxRecvBytes)*3/2 + 4096
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxBody {
+			tooLarge(w, r.ContentLength, maxBody)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		connectUnary(r)
+		tc.ServeHTTP(w, r)
+	}), nil
+}
+
+// connectUnary marks a plain JSON or protobuf POST to /<service>/<method>
+// as the Connect protocol's unary call it can only be (the services
+// declare no REST bindings), so that `curl -H 'Content-Type:
+// application/json' -d ...` works as Connect's own servers let it; vanguard
+// otherwise reads a request without Connect-Protocol-Version as REST.
+func connectUnary(r *http.Request) {
+	if r.Method != http.MethodPost || r.Header.Get("Connect-Protocol-Version") != "" {
+		return
+	}
+	switch r.Header.Get("Content-Type") {
+	case "application/json", "application/proto":
+		r.Header.Set("Connect-Protocol-Version", "1")
+	}
+}
+
+// tooLarge answers a body over the limit as the Connect protocol answers
+// an error: JSON with its code.
+func tooLarge(w http.ResponseWriter, got, limit int64) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusRequestEntityTooLarge)
+	fmt.Fprintf(w, `{"code":"resource_exhausted","message":"request body of %s bytes exceeds the limit of %s bytes"}`+"\n",
+		strconv.FormatInt(got, 10), strconv.FormatInt(limit, 10))
+}

@@ -1,0 +1,221 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/transport"
+)
+
+// httpServer is one server over gRPC and over HTTP/JSON (its HTTPHandler
+// on a real listener), with the perimeter's policy.
+func httpServer(t *testing.T) (grpcAddr, httpURL string) {
+	t.Helper()
+	cfg := Config{Store: enginetest.SQLite(t), Auth: policyAuth(t, perimeterPolicy(true))}
+	grpcAddr = serveTCP(t, cfg, nil)
+	// A second Server over the same store for HTTP: the handler wraps a
+	// grpc.Server, and each listener gets its own, as cmd/server's one
+	// server gets both listeners.
+	srv := New(cfg, zap.NewNop())
+	h, err := srv.HTTPHandler(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	return grpcAddr, hs.URL
+}
+
+func postJSON(t *testing.T, url, token string, body any) (int, map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s: not JSON (%d): %s", url, resp.StatusCode, raw)
+	}
+	return resp.StatusCode, out
+}
+
+// TestHTTPJSONDecodeAndPreview: Decode and Preview as plain JSON POSTs
+// (the Connect protocol, as curl sends them), bytes as base64 per the
+// protobuf JSON mapping, behind the same authentication.
+func TestHTTPJSONDecodeAndPreview(t *testing.T) {
+	_, url := httpServer(t)
+	ec, _ := codec.NewRegistry().Encode(codec.TypeText, "hello over HTTP")
+	envBytes, _ := proto.Marshal(ec)
+	raw := base64.StdEncoding.EncodeToString(envBytes)
+	code, out := postJSON(t, url+"/contentbackup.v1.ContentService/Decode", aliceToken, map[string]any{"encodedContent": raw, "preview": map[string]any{}})
+	if code != http.StatusOK || out["content"].(map[string]any)["text"] != "hello over HTTP" || out["preview"].(map[string]any)["body"] != "hello over HTTP" {
+		t.Fatalf("Decode over HTTP/JSON: %d %v", code, out)
+	}
+	code, out = postJSON(t, url+"/contentbackup.v1.ContentService/Preview", aliceToken, map[string]any{"encodedContent": raw, "options": map[string]any{"maxBodyBytes": 9}})
+	p, _ := out["preview"].(map[string]any)
+	if code != http.StatusOK || p["push"] != true || p["truncated"] != true || p["body"] != "hello…" {
+		t.Fatalf("Preview over HTTP/JSON: %d %v", code, out)
+	}
+	// No credentials: the Connect error, unauthenticated.
+	if code, out := postJSON(t, url+"/contentbackup.v1.ContentService/Decode", "", map[string]any{"encodedContent": raw}); code != http.StatusUnauthorized || out["code"] != "unauthenticated" {
+		t.Errorf("no token: %d %v", code, out)
+	}
+}
+
+// TestHTTPJSONRefusesAsGRPCDoes: a cross-owner call (alice's token naming
+// bob) is refused over HTTP/JSON with the same code as over gRPC.
+func TestHTTPJSONRefusesAsGRPCDoes(t *testing.T) {
+	grpcAddr, url := httpServer(t)
+	conn := dial(t, grpcAddr, transport.ClientOptions{Insecure: true, Token: aliceToken})
+	_, err := cb.NewConversationServiceClient(conn).ListGroups(t.Context(), &cb.ListGroupsRequest{Owner: "bob"})
+	grpcCode := status.Code(err)
+	if grpcCode == codes.OK {
+		t.Fatal("alice listed bob's groups over gRPC")
+	}
+	code, out := postJSON(t, url+"/contentbackup.v1.ConversationService/ListGroups", aliceToken, map[string]any{"owner": "bob"})
+	if out["code"] != connectCode(grpcCode) {
+		t.Errorf("over HTTP/JSON: %d %v; over gRPC %v", code, out, grpcCode)
+	}
+	if strings.Contains(fmt.Sprint(out["message"]), aliceToken) {
+		t.Error("the error echoes the token")
+	}
+}
+
+// connectCode is the Connect protocol's name of a gRPC code.
+func connectCode(c codes.Code) string {
+	s := c.String() // "PermissionDenied"
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r | 0x20)
+	}
+	return b.String()
+}
+
+// TestHTTPJSONOversizedBodyRefusedUnread: a body declaring more than the
+// limit is answered 413 before a byte of it is read: the client sends
+// only its headers and a few bytes, and the answer comes at once.
+func TestHTTPJSONOversizedBodyRefusedUnread(t *testing.T) {
+	_, url := httpServer(t)
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /contentbackup.v1.ContentService/Decode HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"encodedContent\":\"", aliceToken, 1<<30)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer while the 1 GiB body was still unsent: %v", err)
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "resource_exhausted") {
+		t.Errorf("oversized body: %d %s", resp.StatusCode, body)
+	}
+	// A body that says less and sends more is cut off at the limit.
+	big := strings.Repeat("A", 2<<20)
+	req, _ := http.NewRequest(http.MethodPost, url+"/contentbackup.v1.ContentService/Decode", io.MultiReader(strings.NewReader(`{"encodedContent":"`), strings.NewReader(big), strings.NewReader(`"}`)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	req.ContentLength = -1 // chunked: no length declared
+	r2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Body.Close()
+	if r2.StatusCode == http.StatusOK {
+		t.Errorf("a chunked body over the limit was taken")
+	}
+}
+
+// TestHTTPJSONServerStream: StreamMessages, a server stream, over the
+// Connect protocol with JSON: enveloped messages, then the end-of-stream
+// frame.
+func TestHTTPJSONServerStream(t *testing.T) {
+	grpcAddr, url := httpServer(t)
+	conn := dial(t, grpcAddr, transport.ClientOptions{Insecure: true, Token: aliceToken})
+	conv := cb.NewConversationServiceClient(conn)
+	g := storetest.FullGroup("g")
+	if _, err := conv.PutGroup(t.Context(), &cb.PutGroupRequest{Owner: "alice", Group: g}); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []*mb.GroupMessageSave
+	for _, m := range storetest.Messages("m", g.Id, 3, 10) {
+		m.SenderInboxId = "alice"
+		msgs = append(msgs, m)
+	}
+	if _, err := conv.AppendMessages(t.Context(), &cb.AppendMessagesRequest{Owner: "alice", Messages: msgs}); err != nil {
+		t.Fatal(err)
+	}
+	reqJSON, _ := json.Marshal(map[string]any{"owner": "alice", "groupId": base64.StdEncoding.EncodeToString(g.Id)})
+	var frame bytes.Buffer
+	frame.WriteByte(0)
+	binary.Write(&frame, binary.BigEndian, uint32(len(reqJSON)))
+	frame.Write(reqJSON)
+	req, _ := http.NewRequest(http.MethodPost, url+"/contentbackup.v1.ConversationService/StreamMessages", &frame)
+	req.Header.Set("Content-Type", "application/connect+json")
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, end := 0, false
+	for {
+		var head [5]byte
+		if _, err := io.ReadFull(resp.Body, head[:]); err != nil {
+			break
+		}
+		body := make([]byte, binary.BigEndian.Uint32(head[1:]))
+		if _, err := io.ReadFull(resp.Body, body); err != nil {
+			t.Fatal(err)
+		}
+		if head[0]&2 != 0 { // end of stream
+			end = true
+			if bytes.Contains(body, []byte(`"error"`)) {
+				t.Fatalf("stream ended in error: %s", body)
+			}
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		list, _ := m["messages"].([]any)
+		got += len(list)
+	}
+	if resp.StatusCode != http.StatusOK || got != 3 || !end {
+		t.Errorf("StreamMessages over Connect: status %d, %d messages, end frame %v", resp.StatusCode, got, end)
+	}
+}
