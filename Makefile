@@ -183,7 +183,8 @@ FUZZ_TARGETS := \
 	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive \
 	internal/archive:FuzzParseElementMatchesProto internal/archive:FuzzAppendElementMatchesProto internal/wire:FuzzConsumeMatchesProtowire \
 	internal/server:FuzzPageToken internal/server:FuzzListFilter internal/contentapi:FuzzMarshalVTMatchesProto internal/contentapi:FuzzDecodeReusingMatchesAlone \
-	internal/jobs:FuzzCheckObjectKey internal/jobs:FuzzJobID
+	internal/jobs:FuzzCheckObjectKey internal/jobs:FuzzJobID \
+	internal/preview:FuzzCut internal/preview:FuzzPreview
 fuzz:
 	for entry in $(FUZZ_TARGETS); do \
 		pkg=$${entry%%:*}; target=$${entry#*:}; \

@@ -340,3 +340,8 @@ func TestSimplePathIsTheTemplate(t *testing.T) {
 		}
 	}
 }
+
+func mustMarshalF(m proto.Message) []byte {
+	b, _ := proto.Marshal(m)
+	return b
+}

@@ -1,0 +1,65 @@
+package preview
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/contentbackup/contentbackup/internal/codec"
+)
+
+// FuzzCut: whatever the text and budget, the cut fits the budget as JSON,
+// is a prefix of the text (before the ellipsis) ending on a grapheme
+// boundary, and keeps valid UTF-8 valid.
+func FuzzCut(f *testing.F) {
+	for _, s := range []string{"hello", "👍🏽👍🏽👍🏽", "e\u0301e\u0301", "مرحبا بالعالم", `"\"\\`, "\x01\x02", "a\u2028b", "\xff\xfe"} {
+		f.Add(s, 5)
+	}
+	f.Fuzz(func(t *testing.T, s string, budget int) {
+		budget = budget % (MaxBudget + 1)
+		if budget < 0 {
+			budget = -budget
+		}
+		got, cut := Cut(s, budget)
+		if jsonCost(got) > budget {
+			t.Fatalf("Cut(%q, %d) = %q: %d bytes as JSON", s, budget, got, jsonCost(got))
+		}
+		if !cut {
+			if got != s {
+				t.Fatalf("uncut but changed: %q", got)
+			}
+			return
+		}
+		kept := strings.TrimSuffix(got, ellipsis)
+		if !strings.HasPrefix(s, kept) {
+			t.Fatalf("Cut(%q) kept %q, not a prefix", s, kept)
+		}
+		if utf8.ValidString(s) && !utf8.ValidString(got) {
+			t.Fatalf("Cut(%q) made invalid UTF-8: %q", s, got)
+		}
+	})
+}
+
+// FuzzPreview: any bytes preview without panicking, within the budgets.
+func FuzzPreview(f *testing.F) {
+	reg := codec.NewRegistry()
+	for _, v := range []struct {
+		t codec.TypeID
+		v any
+	}{{codec.TypeText, "hi"}, {codec.TypeIntent, &codec.Intent{ID: "a", ActionID: "b"}}} {
+		ec, _ := reg.Encode(v.t, v.v)
+		f.Add(mustMarshalF(ec))
+	}
+	f.Add([]byte{0xff})
+	w, err := Defaults()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, ec, err := reg.Decode(b, codec.DecodeOptions{})
+		p := w.Of(reg, d, ec, err, Options{MaxBodyBytes: 64, MaxTitleBytes: 16, IncludeSilent: true})
+		if jsonCost(p.Body) > 64 || jsonCost(p.Title) > 16 {
+			t.Fatalf("preview over budget: %+v", p)
+		}
+	})
+}
