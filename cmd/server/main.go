@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -85,7 +86,7 @@ type serveCmd struct {
 	logFlags
 	securityFlags
 	Listen           string        `default:"127.0.0.1:50051" env:"LISTEN_ADDR" help:"Address to serve gRPC on."`
-	HTTPListen       string        `name:"http-listen" env:"HTTP_LISTEN_ADDR" help:"Address to serve the same services over HTTP on (Connect protocol with JSON, gRPC-Web), for callers without gRPC. Unset: 127.0.0.1:50052 when --listen is its default, else off. Plaintext only, on loopback or with --insecure."`
+	HTTPListen       string        `name:"http-listen" env:"HTTP_LISTEN_ADDR" help:"Address to serve the same services over HTTP on (Connect protocol with JSON, gRPC-Web), for callers without gRPC. Unset: 127.0.0.1:50052 when --listen is its default, else off. With the gRPC listener's TLS when it has TLS; plaintext only on loopback or with --insecure."`
 	Migrate          bool          `default:"true" negatable:"" env:"MIGRATE" help:"Apply pending schema migrations at start (--no-migrate to require an up-to-date schema)."`
 	MaxRecvBytes     int           `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
 	MaxDecodeBatch   int           `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
@@ -371,7 +372,7 @@ func (c *serveCmd) Run() error {
 		defer stopMetrics()
 	}
 	if addr := c.httpAddr(); addr != "" {
-		stopHTTP, err := serveHTTP(addr, srv, cfg.MaxRecvBytes, perimeter.creds != nil, c.Insecure, log)
+		stopHTTP, err := serveHTTP(addr, srv, cfg.MaxRecvBytes, perimeter.httpTLS, c.Insecure, log)
 		if err != nil {
 			return err
 		}
@@ -457,13 +458,11 @@ func (c *serveCmd) httpAddr() string {
 // Connect's streams) on a listener of its own: sharing the gRPC port
 // would move native gRPC onto net/http's HTTP/2 server, measured slower
 // (BENCHMARKS.md, "HTTP/JSON"). It serves plaintext only, where the gRPC
-// listener may: TLS for it is not built yet, so a server with TLS refuses
-// it rather than serve tokens in clear.
-func serveHTTP(addr string, srv *server.Server, maxRecv int, tls, insecure bool, log *zap.Logger) (stop func(), err error) {
-	if tls {
-		return nil, fmt.Errorf("--http-listen %s: HTTP/JSON is served in plaintext only, and this server uses TLS: terminate TLS in front of it, or leave --http-listen unset", addr)
-	}
-	if !transport.IsLoopback(addr) && !insecure {
+// listener may: with the gRPC listener's TLS (the same certificates,
+// rotation and client verification) when it has TLS, and in plaintext
+// only on loopback or with --insecure otherwise.
+func serveHTTP(addr string, srv *server.Server, maxRecv int, tlsConfig *tls.Config, insecure bool, log *zap.Logger) (stop func(), err error) {
+	if tlsConfig == nil && !transport.IsLoopback(addr) && !insecure {
 		return nil, fmt.Errorf("--http-listen %s: plaintext off loopback needs --insecure (a mesh that terminates mTLS)", addr)
 	}
 	h, err := srv.HTTPHandler(maxRecv)
@@ -477,13 +476,19 @@ func serveHTTP(addr string, srv *server.Server, maxRecv int, tls, insecure bool,
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, Protocols: protocols}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, Protocols: protocols, TLSConfig: tlsConfig}
+	serve := func() error { return hs.Serve(lis) }
+	if tlsConfig != nil {
+		protocols.SetUnencryptedHTTP2(false)
+		protocols.SetHTTP2(true)
+		serve = func() error { return hs.ServeTLS(lis, "", "") } // the certificates come from tlsConfig
+	}
 	go func() {
-		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", zap.Error(err))
 		}
 	}()
-	log.Info("serving HTTP/JSON (Connect, gRPC-Web)", zap.String("addr", lis.Addr().String()))
+	log.Info("serving HTTP/JSON (Connect, gRPC-Web)", zap.String("addr", lis.Addr().String()), zap.Bool("tls", tlsConfig != nil))
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

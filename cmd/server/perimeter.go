@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -26,8 +27,10 @@ const devTokenFile = "dev-token"
 type perimeter struct {
 	auth *auth.Authenticator
 	// policy is the policy file's source, when one is configured.
-	policy       *auth.PolicySource
-	creds        credentials.TransportCredentials
+	policy *auth.PolicySource
+	creds  credentials.TransportCredentials
+	// httpTLS is the same TLS for the HTTP/JSON listener.
+	httpTLS      *tls.Config
 	pageTokenKey []byte
 	stops        []func()
 }
@@ -50,14 +53,14 @@ func (c *serveCmd) perimeter(ctx context.Context, log *zap.Logger) (*perimeter, 
 
 	switch {
 	case c.TLSCert != "" || c.TLSKey != "":
-		creds, stop, err := transport.ServerCredentials(ctx, transport.ServerFiles{
+		creds, httpTLS, stop, err := transport.ServerTLS(ctx, transport.ServerFiles{
 			CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA,
 			ClientAuth: transport.ClientAuth(c.TLSClientAuth), Refresh: c.TLSRefresh,
 		})
 		if err != nil {
 			return nil, err
 		}
-		p.creds, p.stops = creds, append(p.stops, stop)
+		p.creds, p.httpTLS, p.stops = creds, httpTLS, append(p.stops, stop)
 		log.Info("tls", zap.String("cert", c.TLSCert), zap.Bool("client_ca", c.TLSClientCA != ""), zap.String("client_auth", c.TLSClientAuth))
 	case c.TLSClientCA != "":
 		return nil, errors.New("--tls-client-ca needs --tls-cert and --tls-key")

@@ -219,3 +219,56 @@ func TestHTTPJSONServerStream(t *testing.T) {
 		t.Errorf("StreamMessages over Connect: status %d, %d messages, end frame %v", resp.StatusCode, got, end)
 	}
 }
+
+// TestHTTPJSONOverMutualTLS: the HTTP/JSON listener with the gRPC
+// listener's TLS (transport.ServerTLS): a client certificate proves its
+// principal as over gRPC (the relay may list alice's groups, not carol's),
+// and a certificate from another CA proves nobody.
+func TestHTTPJSONOverMutualTLS(t *testing.T) {
+	pk := newPKI(t)
+	_, httpTLS, stop, err := transport.ServerTLS(t.Context(), transport.ServerFiles{CertFile: pk.serverCert, KeyFile: pk.serverKey,
+		ClientCAFile: pk.caFile, ClientAuth: transport.VerifyIfGiven})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	srv := New(Config{Store: enginetest.SQLite(t), Auth: policyAuth(t, perimeterPolicy(true))}, zap.NewNop())
+	h, err := srv.HTTPHandler(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(h)
+	hs.TLS = httpTLS
+	hs.StartTLS()
+	t.Cleanup(hs.Close)
+	client := func(cert, key string) *http.Client {
+		ct, err := transport.ClientTLS(transport.ClientOptions{CAFile: pk.caFile, CertFile: cert, KeyFile: key, ServerName: "localhost"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: ct, ForceAttemptHTTP2: true}}
+	}
+	call := func(c *http.Client, owner string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/contentbackup.v1.ConversationService/ListGroups", strings.NewReader(`{"owner":"`+owner+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	relay := client(pk.relayCert, pk.relayKey)
+	if code, body := call(relay, "alice"); code != http.StatusOK {
+		t.Errorf("relay lists alice's groups over HTTPS: %d %s", code, body)
+	}
+	if code, body := call(relay, "carol"); code == http.StatusOK || !strings.Contains(body, `"code"`) {
+		t.Errorf("relay lists carol's groups: %d %s", code, body)
+	}
+	// Another CA's certificate proves nobody (the client does not even
+	// offer it to a server asking for this CA's): unauthenticated.
+	if code, body := call(client(pk.rogueCert, pk.rogueKey), "alice"); code != http.StatusUnauthorized || !strings.Contains(body, "unauthenticated") {
+		t.Errorf("a certificate of another CA: %d %s", code, body)
+	}
+}

@@ -45,11 +45,19 @@ type ServerFiles struct {
 // Refresh, and a stop function that ends the re-reading. It fails at once
 // when the files cannot be loaded, rather than on the first handshake.
 func ServerCredentials(ctx context.Context, f ServerFiles) (credentials.TransportCredentials, func(), error) {
+	creds, _, stop, err := ServerTLS(ctx, f)
+	return creds, stop, err
+}
+
+// ServerTLS is ServerCredentials with, beside the gRPC credentials, the
+// same TLS for an HTTP server (the HTTP/JSON listener): the same files,
+// rotation and client verification, offering HTTP/2 and HTTP/1.1.
+func ServerTLS(ctx context.Context, f ServerFiles) (credentials.TransportCredentials, *tls.Config, func(), error) {
 	if f.CertFile == "" || f.KeyFile == "" {
-		return nil, nil, errors.New("tls: both a certificate and a key file are required")
+		return nil, nil, nil, errors.New("tls: both a certificate and a key file are required")
 	}
 	if _, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile); err != nil {
-		return nil, nil, fmt.Errorf("tls: load %s and %s: %w", f.CertFile, f.KeyFile, err)
+		return nil, nil, nil, fmt.Errorf("tls: load %s and %s: %w", f.CertFile, f.KeyFile, err)
 	}
 	if f.Refresh <= 0 {
 		f.Refresh = 10 * time.Second
@@ -58,7 +66,7 @@ func ServerCredentials(ctx context.Context, f ServerFiles) (credentials.Transpor
 		CertFile: f.CertFile, KeyFile: f.KeyFile, RootFile: f.ClientCAFile, RefreshDuration: f.Refresh,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("tls: %w", err)
+		return nil, nil, nil, fmt.Errorf("tls: %w", err)
 	}
 	clientAuth := tls.NoClientCert
 	if f.ClientCAFile != "" {
@@ -71,20 +79,26 @@ func ServerCredentials(ctx context.Context, f ServerFiles) (credentials.Transpor
 	defer cancel()
 	if _, err := prov.KeyMaterial(loadCtx); err != nil {
 		prov.Close()
-		return nil, nil, fmt.Errorf("tls: load key material: %w", err)
+		return nil, nil, nil, fmt.Errorf("tls: load key material: %w", err)
 	}
 	base := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			return configFor(hello.Context(), prov, clientAuth)
+			return configFor(hello.Context(), prov, clientAuth, "h2")
 		},
 	}
-	return credentials.NewTLS(base), prov.Close, nil
+	httpTLS := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			return configFor(hello.Context(), prov, clientAuth, "h2", "http/1.1")
+		},
+	}
+	return credentials.NewTLS(base), httpTLS, prov.Close, nil
 }
 
 // configFor builds each handshake's config from the key material in force,
 // so certificates and client CAs rotate without a restart.
-func configFor(ctx context.Context, prov certprovider.Provider, clientAuth tls.ClientAuthType) (*tls.Config, error) {
+func configFor(ctx context.Context, prov certprovider.Provider, clientAuth tls.ClientAuthType, protos ...string) (*tls.Config, error) {
 	km, err := prov.KeyMaterial(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("tls: key material: %w", err)
@@ -95,6 +109,6 @@ func configFor(ctx context.Context, prov certprovider.Provider, clientAuth tls.C
 		ClientCAs:    km.Roots,
 		ClientAuth:   clientAuth,
 		// gRPC requires ALPN h2; the base config's is not inherited.
-		NextProtos: []string{"h2"},
+		NextProtos: protos,
 	}, nil
 }
