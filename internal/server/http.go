@@ -4,13 +4,16 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"connectrpc.com/vanguard/vanguardgrpc"
 )
 
 // HTTPHandler serves the server's services to callers without gRPC: the
 // Connect protocol (JSON or binary protobuf; unary calls and server
-// streams) and gRPC-Web, transcoded by connectrpc.com/vanguard into calls
+// streams), gRPC-Web, and REST paths where the API declares them
+// (google.api.http: /v1/content:decode, /v1/owners/{owner}/backups...),
+// transcoded by connectrpc.com/vanguard into calls
 // of this same grpc.Server. Every call therefore passes the same
 // interceptors as a native one: authentication (the Authorization
 // header), authorization, limits, budgets, request ids, metrics and status
@@ -42,18 +45,25 @@ func (s *Server) HTTPHandler(maxRecvBytes int) (http.Handler, error) {
 }
 
 // connectUnary marks a plain JSON or protobuf POST to /<service>/<method>
-// as the Connect protocol's unary call it can only be (the services
-// declare no REST bindings), so that `curl -H 'Content-Type:
+// as the Connect protocol's unary call it can only be (the REST bindings
+// of google.api.http live under /v1/), so that `curl -H 'Content-Type:
 // application/json' -d ...` works as Connect's own servers let it; vanguard
 // otherwise reads a request without Connect-Protocol-Version as REST.
 func connectUnary(r *http.Request) {
-	if r.Method != http.MethodPost || r.Header.Get("Connect-Protocol-Version") != "" {
+	if r.Method != http.MethodPost || r.Header.Get("Connect-Protocol-Version") != "" || !rpcPath(r.URL.Path) {
 		return
 	}
 	switch r.Header.Get("Content-Type") {
 	case "application/json", "application/proto":
 		r.Header.Set("Connect-Protocol-Version", "1")
 	}
+}
+
+// rpcPath reports whether path is /<package.Service>/<Method>, an RPC's
+// own path, rather than one of the REST paths of google.api.http.
+func rpcPath(path string) bool {
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	return len(parts) == 2 && strings.Contains(parts[0], ".") && parts[1] != ""
 }
 
 // tooLarge answers a body over the limit as the Connect protocol answers

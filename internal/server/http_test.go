@@ -272,3 +272,32 @@ func TestHTTPJSONOverMutualTLS(t *testing.T) {
 		t.Errorf("a certificate of another CA: %d %s", code, body)
 	}
 }
+
+// TestHTTPRESTPaths: the REST bindings of google.api.http, authorized as
+// the RPCs they stand for: GET a resource, POST a custom method.
+func TestHTTPRESTPaths(t *testing.T) {
+	_, url := httpServer(t)
+	get := func(path, token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, url+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/v1/owners/alice/groups", aliceToken); code != http.StatusOK {
+		t.Errorf("GET alice's groups: %d %s", code, body)
+	}
+	if code, body := get("/v1/owners/bob/groups", aliceToken); code == http.StatusOK || !strings.Contains(body, "code") {
+		t.Errorf("GET bob's groups as alice: %d %s", code, body)
+	}
+	ec, _ := codec.NewRegistry().Encode(codec.TypeText, "over REST")
+	b, _ := proto.Marshal(ec)
+	code, out := postJSON(t, url+"/v1/content:preview", aliceToken, map[string]any{"encodedContent": base64.StdEncoding.EncodeToString(b)})
+	if p, _ := out["preview"].(map[string]any); code != http.StatusOK || p["body"] != "over REST" {
+		t.Errorf("POST /v1/content:preview: %d %v", code, out)
+	}
+}

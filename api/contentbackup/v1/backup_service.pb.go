@@ -9,6 +9,7 @@ package contentbackupv1
 import (
 	longrunningpb "cloud.google.com/go/longrunning/autogen/longrunningpb"
 	device_sync "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
@@ -1345,7 +1346,7 @@ var File_contentbackup_v1_backup_service_proto protoreflect.FileDescriptor
 
 const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\n" +
-	"%contentbackup/v1/backup_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/archive_service.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%xmtp/device_sync/backup_element.proto\":\n" +
+	"%contentbackup/v1/backup_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/archive_service.proto\x1a\x1cgoogle/api/annotations.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%xmtp/device_sync/backup_element.proto\":\n" +
 	"\x0eObjectLocation\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"\x81\x03\n" +
@@ -1458,14 +1459,14 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x16JOB_PHASE_TRANSFERRING\x10\x02\x12\x18\n" +
 	"\x14JOB_PHASE_COMMITTING\x10\x03\x12\x12\n" +
 	"\x0eJOB_PHASE_DONE\x10\x04\x12\x14\n" +
-	"\x10JOB_PHASE_QUEUED\x10\x052\x98\x05\n" +
+	"\x10JOB_PHASE_QUEUED\x10\x052\xe9\x05\n" +
 	"\rBackupService\x12\x97\x01\n" +
 	"\vStartExport\x12$.contentbackup.v1.StartExportRequest\x1a\x1d.google.longrunning.Operation\"C\xcaA@\n" +
 	" contentbackup.v1.ExportJobResult\x12\x1ccontentbackup.v1.JobMetadata\x12\x97\x01\n" +
 	"\vStartImport\x12$.contentbackup.v1.StartImportRequest\x1a\x1d.google.longrunning.Operation\"C\xcaA@\n" +
-	" contentbackup.v1.ImportJobResult\x12\x1ccontentbackup.v1.JobMetadata\x12Z\n" +
-	"\vListBackups\x12$.contentbackup.v1.ListBackupsRequest\x1a%.contentbackup.v1.ListBackupsResponse\x12I\n" +
-	"\tGetBackup\x12\".contentbackup.v1.GetBackupRequest\x1a\x18.contentbackup.v1.Backup\x12M\n" +
+	" contentbackup.v1.ImportJobResult\x12\x1ccontentbackup.v1.JobMetadata\x12~\n" +
+	"\vListBackups\x12$.contentbackup.v1.ListBackupsRequest\x1a%.contentbackup.v1.ListBackupsResponse\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/v1/owners/{owner}/backups\x12v\n" +
+	"\tGetBackup\x12\".contentbackup.v1.GetBackupRequest\x1a\x18.contentbackup.v1.Backup\"+\x82\xd3\xe4\x93\x02%\x12#/v1/owners/{owner}/backups/{backup}\x12M\n" +
 	"\fDeleteBackup\x12%.contentbackup.v1.DeleteBackupRequest\x1a\x16.google.protobuf.Empty\x12]\n" +
 	"\fGetBackupKey\x12%.contentbackup.v1.GetBackupKeyRequest\x1a&.contentbackup.v1.GetBackupKeyResponseBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
 

@@ -8,6 +8,7 @@ package contentbackupv1
 
 import (
 	message_contents "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -959,7 +960,7 @@ var File_contentbackup_v1_content_service_proto protoreflect.FileDescriptor
 
 const file_contentbackup_v1_content_service_proto_rawDesc = "" +
 	"\n" +
-	"&contentbackup/v1/content_service.proto\x12\x10contentbackup.v1\x1a\x1econtentbackup/v1/content.proto\x1a'xmtp/mls/message_contents/content.proto\"\xf3\x01\n" +
+	"&contentbackup/v1/content_service.proto\x12\x10contentbackup.v1\x1a\x1econtentbackup/v1/content.proto\x1a\x1cgoogle/api/annotations.proto\x1a'xmtp/mls/message_contents/content.proto\"\xf3\x01\n" +
 	"\rEncodeRequest\x125\n" +
 	"\acontent\x18\x01 \x01(\v2\x19.contentbackup.v1.ContentH\x00R\acontent\x12C\n" +
 	"\x06custom\x18\x02 \x01(\v2).xmtp.mls.message_contents.EncodedContentH\x00R\x06custom\x12M\n" +
@@ -1025,12 +1026,12 @@ const file_contentbackup_v1_content_service_proto_rawDesc = "" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n" +
 	"\x04body\x18\x03 \x01(\tR\x04body\x12\x1c\n" +
 	"\ttruncated\x18\x04 \x01(\bR\ttruncated\x12#\n" +
-	"\rfrom_fallback\x18\x05 \x01(\bR\ffromFallback2\xb2\x04\n" +
+	"\rfrom_fallback\x18\x05 \x01(\bR\ffromFallback2\xf1\x04\n" +
 	"\x0eContentService\x12K\n" +
-	"\x06Encode\x12\x1f.contentbackup.v1.EncodeRequest\x1a .contentbackup.v1.EncodeResponse\x12K\n" +
-	"\x06Decode\x12\x1f.contentbackup.v1.DecodeRequest\x1a .contentbackup.v1.DecodeResponse\x12Z\n" +
-	"\vDecodeBatch\x12$.contentbackup.v1.DecodeBatchRequest\x1a%.contentbackup.v1.DecodeBatchResponse\x12N\n" +
-	"\aPreview\x12 .contentbackup.v1.PreviewRequest\x1a!.contentbackup.v1.PreviewResponse\x12l\n" +
+	"\x06Encode\x12\x1f.contentbackup.v1.EncodeRequest\x1a .contentbackup.v1.EncodeResponse\x12j\n" +
+	"\x06Decode\x12\x1f.contentbackup.v1.DecodeRequest\x1a .contentbackup.v1.DecodeResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/content:decode\x12Z\n" +
+	"\vDecodeBatch\x12$.contentbackup.v1.DecodeBatchRequest\x1a%.contentbackup.v1.DecodeBatchResponse\x12n\n" +
+	"\aPreview\x12 .contentbackup.v1.PreviewRequest\x1a!.contentbackup.v1.PreviewResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/content:preview\x12l\n" +
 	"\x11EncryptAttachment\x12*.contentbackup.v1.EncryptAttachmentRequest\x1a+.contentbackup.v1.EncryptAttachmentResponse\x12l\n" +
 	"\x11DecryptAttachment\x12*.contentbackup.v1.DecryptAttachmentRequest\x1a+.contentbackup.v1.DecryptAttachmentResponseBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
 

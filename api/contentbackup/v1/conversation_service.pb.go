@@ -10,6 +10,7 @@ import (
 	consent_backup "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	group_backup "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	message_backup "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -1341,7 +1342,7 @@ var File_contentbackup_v1_conversation_service_proto protoreflect.FileDescriptor
 
 const file_contentbackup_v1_conversation_service_proto_rawDesc = "" +
 	"\n" +
-	"+contentbackup/v1/conversation_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/content_service.proto\x1a4xmtp/device_sync/consent_backup/consent_backup.proto\x1a0xmtp/device_sync/group_backup/group_backup.proto\x1a4xmtp/device_sync/message_backup/message_backup.proto\"g\n" +
+	"+contentbackup/v1/conversation_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/content_service.proto\x1a\x1cgoogle/api/annotations.proto\x1a4xmtp/device_sync/consent_backup/consent_backup.proto\x1a0xmtp/device_sync/group_backup/group_backup.proto\x1a4xmtp/device_sync/message_backup/message_backup.proto\"g\n" +
 	"\x0fPutGroupRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12>\n" +
 	"\x05group\x18\x02 \x01(\v2(.xmtp.device_sync.group_backup.GroupSaveR\x05group\"l\n" +
@@ -1430,12 +1431,12 @@ const file_contentbackup_v1_conversation_service_proto_rawDesc = "" +
 	"\x0eConsentOutcome\x12\x1f\n" +
 	"\x1bCONSENT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CONSENT_OUTCOME_STORED\x10\x01\x12\x1d\n" +
-	"\x19CONSENT_OUTCOME_UNCHANGED\x10\x022\xb8\a\n" +
+	"\x19CONSENT_OUTCOME_UNCHANGED\x10\x022\xdb\a\n" +
 	"\x13ConversationService\x12Q\n" +
 	"\bPutGroup\x12!.contentbackup.v1.PutGroupRequest\x1a\".contentbackup.v1.PutGroupResponse\x12Q\n" +
-	"\bGetGroup\x12!.contentbackup.v1.GetGroupRequest\x1a\".contentbackup.v1.GetGroupResponse\x12W\n" +
+	"\bGetGroup\x12!.contentbackup.v1.GetGroupRequest\x1a\".contentbackup.v1.GetGroupResponse\x12z\n" +
 	"\n" +
-	"ListGroups\x12#.contentbackup.v1.ListGroupsRequest\x1a$.contentbackup.v1.ListGroupsResponse\x12c\n" +
+	"ListGroups\x12#.contentbackup.v1.ListGroupsRequest\x1a$.contentbackup.v1.ListGroupsResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/owners/{owner}/groups\x12c\n" +
 	"\x0eAppendMessages\x12'.contentbackup.v1.AppendMessagesRequest\x1a(.contentbackup.v1.AppendMessagesResponse\x12]\n" +
 	"\fListMessages\x12%.contentbackup.v1.ListMessagesRequest\x1a&.contentbackup.v1.ListMessagesResponse\x12e\n" +
 	"\x0eStreamMessages\x12'.contentbackup.v1.StreamMessagesRequest\x1a(.contentbackup.v1.StreamMessagesResponse0\x01\x12`\n" +
