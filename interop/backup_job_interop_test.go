@@ -5,37 +5,20 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/codec"
-	"github.com/contentbackup/contentbackup/internal/jobs"
-	"github.com/contentbackup/contentbackup/internal/keyring"
-	"github.com/contentbackup/contentbackup/internal/server"
-	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 )
 
 // TestReferenceImportsOurBackupJob: a backup a job wrote, sealed with its
 // own data key, imports in the reference client with the key that
 // GetBackupKey hands out: every conversation and message arrives.
 func TestReferenceImportsOurBackupJob(t *testing.T) {
-	kek, err := keyring.Open(t.Context(), "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kek.Close() })
-	dir := t.TempDir()
-	buckets := jobs.NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
-	t.Cleanup(func() { buckets.Close() })
-	cfg := server.Config{Store: enginetest.SQLite(t)}
-	server.AttachJobs(&cfg, jobs.Config{KEK: kek, Buckets: buckets})
-	conn := serve(t, cfg)
+	conn, dir := serveJobs(t)
 	ctx := t.Context()
 	owner := inboxID("job owner")
 	group := &gb.GroupSave{
@@ -74,11 +57,7 @@ func TestReferenceImportsOurBackupJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Minute); !op.GetDone() && time.Now().Before(deadline); {
-		if op, err = longrunningpb.NewOperationsClient(conn).WaitOperation(ctx, &longrunningpb.WaitOperationRequest{Name: op.GetName(), Timeout: durationpb.New(10 * time.Second)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	op = waitOperation(t, conn, op)
 	result := &cb.ExportJobResult{}
 	if op.GetError() != nil || op.GetResponse().UnmarshalTo(result) != nil {
 		t.Fatalf("export job: %v", op)

@@ -32,17 +32,7 @@ import (
 // an earlier member. The increments hold a message sent before all others
 // but stored late, a consent change, and a group created after the full.
 func TestReferenceImportsEachIncrement(t *testing.T) {
-	kek, err := keyring.Open(t.Context(), "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kek.Close() })
-	dir := t.TempDir()
-	buckets := jobs.NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
-	t.Cleanup(func() { buckets.Close() })
-	cfg := server.Config{Store: enginetest.SQLite(t)}
-	server.AttachJobs(&cfg, jobs.Config{KEK: kek, Buckets: buckets})
-	conn := serve(t, cfg)
+	conn, dir := serveJobs(t)
 	ctx := t.Context()
 	owner := inboxID("chain owner")
 	conv := cb.NewConversationServiceClient(conn)
@@ -165,6 +155,24 @@ func TestReferenceImportsEachIncrement(t *testing.T) {
 			t.Errorf("%s: the reference's consent for the stranger is %+v; denied %v, want %v", step.name, view.Consent, denied, step.denies)
 		}
 	}
+}
+
+// serveJobs serves a server with backup jobs over temporary directories
+// (a local key-encryption key, the file bucket "local"); dir is the
+// bucket's.
+func serveJobs(t *testing.T) (conn *grpc.ClientConn, dir string) {
+	t.Helper()
+	kek, err := keyring.Open(t.Context(), "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kek.Close() })
+	dir = t.TempDir()
+	buckets := jobs.NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
+	t.Cleanup(func() { buckets.Close() })
+	cfg := server.Config{Store: enginetest.SQLite(t)}
+	server.AttachJobs(&cfg, jobs.Config{KEK: kek, Buckets: buckets})
+	return serve(t, cfg), dir
 }
 
 func waitOperation(t *testing.T, conn *grpc.ClientConn, op *longrunningpb.Operation) *longrunningpb.Operation {

@@ -59,14 +59,7 @@ func TestRetentionKeepsResticsSet(t *testing.T) {
 	if *updateRestic {
 		writeResticGolden(t)
 	}
-	raw, err := os.ReadFile(resticGolden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var golden map[string][]string
-	if err := json.Unmarshal(raw, &golden); err != nil {
-		t.Fatal(err)
-	}
+	golden := resticSets(t)
 	var backups []store.Backup
 	for i, at := range simulatedYear() {
 		backups = append(backups, store.Backup{ID: fmt.Sprintf("%04d", i), Created: at})
@@ -180,14 +173,7 @@ func TestRetentionRefusesNothingKept(t *testing.T) {
 // and, beyond it, exactly the bases those backups need: every kept
 // increment's chain down to its full, nothing else.
 func TestRetentionNeverBreaksAChain(t *testing.T) {
-	raw, err := os.ReadFile(resticGolden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var golden map[string][]string
-	if err := json.Unmarshal(raw, &golden); err != nil {
-		t.Fatal(err)
-	}
+	golden := resticSets(t)
 	var backups []store.Backup
 	for i, at := range simulatedYear() {
 		b := store.Backup{ID: fmt.Sprintf("%04d", i), Created: at}
@@ -230,4 +216,19 @@ func TestRetentionNeverBreaksAChain(t *testing.T) {
 			t.Errorf("%s: %d kept + %d removed of %d", c.name, len(keep), len(remove), len(backups))
 		}
 	}
+}
+
+// resticSets reads the golden file: per rule set, the times of the
+// snapshots restic keeps.
+func resticSets(t *testing.T) map[string][]string {
+	t.Helper()
+	raw, err := os.ReadFile(resticGolden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var golden map[string][]string
+	if err := json.Unmarshal(raw, &golden); err != nil {
+		t.Fatal(err)
+	}
+	return golden
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"io"
 	"net"
@@ -30,17 +29,7 @@ func BenchmarkGRPCDecodeText200ViaServeHTTP(b *testing.B) {
 	hs := &http.Server{Handler: srv.GRPC(), Protocols: protocols}
 	go hs.Serve(lis)
 	b.Cleanup(func() { hs.Close() })
-	client := cb.NewContentServiceClient(dial(b, lis.Addr().String(), transport.ClientOptions{Insecure: true, Token: testAdminToken}))
-	req := &cb.DecodeRequest{EncodedContent: text200Envelope(b)}
-	b.SetParallelism(8)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := client.Decode(context.Background(), req); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	benchDecodeText200(b, cb.NewContentServiceClient(dial(b, lis.Addr().String(), transport.ClientOptions{Insecure: true, Token: testAdminToken})))
 }
 
 // BenchmarkHTTPJSONDecodeText200 is the same Decode as a JSON POST over
