@@ -171,11 +171,33 @@ func (s *ContentService) Preview(ctx context.Context, req *cb.PreviewRequest) (*
 	return &cb.PreviewResponse{Preview: resp.GetPreview(), ContentType: resp.GetContentType()}, nil
 }
 
+// maxLocale bounds a preview's locale: a BCP 47 tag is at most 35
+// characters in practice; the bound keeps a batch from lowercasing a huge
+// string once per message.
+const maxLocale = 64
+
+// checkLocale refuses a locale that is not a short tag of letters, digits,
+// '-' and '_'.
+func checkLocale(l string) error {
+	if len(l) > maxLocale {
+		return status.Errorf(codes.InvalidArgument, "preview.locale: %d bytes, over the %d-byte limit of a language tag", len(l), maxLocale)
+	}
+	for _, r := range l {
+		if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return status.Error(codes.InvalidArgument, "preview.locale: a language tag holds letters, digits, '-' and '_' only")
+		}
+	}
+	return nil
+}
+
 // decodeOptions are a decoding call's: its budget, and a preview when
 // the caller asked for one.
 func (s *ContentService) decodeOptions(call *budget.Call, p *cb.PreviewOptions) (contentapi.Options, error) {
 	o := contentapi.Options{DecodeOptions: codec.DecodeOptions{Meter: call}}
 	if p != nil {
+		if err := checkLocale(p.GetLocale()); err != nil {
+			return o, err
+		}
 		if s.words == nil {
 			// Only a build whose embedded words do not load (its tests fail).
 			return o, status.Error(codes.Unimplemented, "preview: this server has no preview words")

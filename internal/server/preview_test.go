@@ -85,3 +85,22 @@ func TestE2EPreviewBomb(t *testing.T) {
 	_, err := c.Preview(t.Context(), &cb.PreviewRequest{EncodedContent: bomb})
 	wantCode(t, err, codes.ResourceExhausted, "encoded_content")
 }
+
+// TestE2EPreviewLocaleRefused: a locale that is not a short language tag
+// is INVALID_ARGUMENT naming it, before any decoding: a batch cannot make
+// the server lowercase a huge string once per message.
+func TestE2EPreviewLocaleRefused(t *testing.T) {
+	c := cb.NewContentServiceClient(startTCP(t, Config{}))
+	text := envelopeBytes(t, codec.TypeText, "hi")
+	batch := make([][]byte, 1000)
+	for i := range batch {
+		batch[i] = text
+	}
+	_, err := c.DecodeBatch(t.Context(), &cb.DecodeBatchRequest{EncodedContents: batch, Preview: &cb.PreviewOptions{Locale: strings.Repeat("x", 1<<20)}})
+	wantCode(t, err, codes.InvalidArgument, "preview.locale")
+	_, err = c.Preview(t.Context(), &cb.PreviewRequest{EncodedContent: text, Options: &cb.PreviewOptions{Locale: "en\n<script>"}})
+	wantCode(t, err, codes.InvalidArgument, "preview.locale")
+	if resp, err := c.Preview(t.Context(), &cb.PreviewRequest{EncodedContent: text, Options: &cb.PreviewOptions{Locale: "pt_BR"}}); err != nil || resp.GetPreview().GetBody() != "hi" {
+		t.Errorf("a good locale: %v, %v", resp, err)
+	}
+}
