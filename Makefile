@@ -184,7 +184,7 @@ FUZZ_TARGETS := \
 	internal/archive:FuzzParseElementMatchesProto internal/archive:FuzzAppendElementMatchesProto internal/wire:FuzzConsumeMatchesProtowire \
 	internal/server:FuzzPageToken internal/server:FuzzListFilter internal/contentapi:FuzzMarshalVTMatchesProto internal/contentapi:FuzzDecodeReusingMatchesAlone \
 	internal/jobs:FuzzCheckObjectKey internal/jobs:FuzzJobID \
-	internal/preview:FuzzCut internal/preview:FuzzPreview
+	internal/preview:FuzzCut internal/preview:FuzzPreview internal/preview:FuzzJSONCost
 fuzz:
 	for entry in $(FUZZ_TARGETS); do \
 		pkg=$${entry%%:*}; target=$${entry#*:}; \

@@ -132,7 +132,13 @@ func PreviewOptions(o *cb.PreviewOptions) preview.Options {
 
 // PreviewMessage is a preview as the API shows it.
 func PreviewMessage(p preview.Preview) *cb.Preview {
-	return &cb.Preview{Push: p.Push, Title: p.Title, Body: p.Body, Truncated: p.Truncated, FromFallback: p.FromFallback}
+	out := new(cb.Preview)
+	setPreview(out, p)
+	return out
+}
+
+func setPreview(out *cb.Preview, p preview.Preview) {
+	out.Push, out.Title, out.Body, out.Truncated, out.FromFallback = p.Push, p.Title, p.Body, p.Truncated, p.FromFallback
 }
 
 // DecodeResponse decodes serialized EncodedContent bytes into the API's
@@ -154,10 +160,26 @@ func DecodeResponse(reg *codec.Registry, b []byte, o Options) (*cb.DecodeRespons
 			return nil, be
 		}
 	}
-	resp := outcome(reg, b, d, ec, err)
+	// An envelope comes back only once parsed with a complete type.
+	var desc codec.Description
+	if ec != nil {
+		desc = reg.Describe(codec.TypeIDOf(ec.GetType()))
+	}
+	var resp *cb.DecodeResponse
 	if o.Preview != nil {
+		// One allocation for the response and its preview, made only
+		// when a preview is asked for: a field in every response would
+		// cost the calls that never ask for one.
+		with := new(struct {
+			alloc   outcomeAlloc
+			preview cb.Preview
+		})
+		resp = outcome(&with.alloc, desc, b, d, ec, err)
 		// Before the scratch is recycled: the words are copies.
-		resp.Preview = PreviewMessage(o.Preview.Words.Of(reg, d, ec, err, o.Preview.Options))
+		setPreview(&with.preview, o.Preview.Words.Of(reg, desc, d, ec, err, o.Preview.Options))
+		resp.Preview = &with.preview
+	} else {
+		resp = outcome(new(outcomeAlloc), desc, b, d, ec, err)
 	}
 	if _, typed := resp.GetResult().(*cb.DecodeResponse_Content); typed && o.Scratch != nil {
 		o.Scratch.Recycle()
@@ -165,24 +187,23 @@ func DecodeResponse(reg *codec.Registry, b []byte, o Options) (*cb.DecodeRespons
 	return resp, nil
 }
 
-func outcome(reg *codec.Registry, b []byte, d codec.Decoded, ec *mc.EncodedContent, err error) *cb.DecodeResponse {
-	// One allocation for the response, its push value and its content
-	// wrapper: DecodeBatch and ListMessages build many.
-	both := new(struct {
-		resp    cb.DecodeResponse
-		push    bool
-		content cb.DecodeResponse_Content
-	})
+// outcomeAlloc is one allocation for a response, its push value and its
+// content wrapper: DecodeBatch and ListMessages build many.
+type outcomeAlloc struct {
+	resp    cb.DecodeResponse
+	push    bool
+	content cb.DecodeResponse_Content
+}
+
+// outcome fills both with the response to one decode; desc is the
+// description of ec's type.
+func outcome(both *outcomeAlloc, desc codec.Description, b []byte, d codec.Decoded, ec *mc.EncodedContent, err error) *cb.DecodeResponse {
 	resp := &both.resp
 	if ec != nil {
 		resp.Fallback = ec.Fallback
-	}
-	// An envelope comes back only once parsed with a complete type.
-	if ec != nil {
-		d := reg.Describe(codec.TypeIDOf(ec.GetType()))
-		resp.ContentType, resp.Deletable = d.Name, d.Deletable
-		if d.PushKnown {
-			both.push = d.Push
+		resp.ContentType, resp.Deletable = desc.Name, desc.Deletable
+		if desc.PushKnown {
+			both.push = desc.Push
 			resp.ShouldPush = &both.push
 		}
 	}

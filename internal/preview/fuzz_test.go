@@ -1,6 +1,8 @@
 package preview
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -57,9 +59,31 @@ func FuzzPreview(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, ec, err := reg.Decode(b, codec.DecodeOptions{})
-		p := w.Of(reg, d, ec, err, Options{MaxBodyBytes: 64, MaxTitleBytes: 16, IncludeSilent: true})
+		p := w.Of(reg, describe(reg, ec), d, ec, err, Options{MaxBodyBytes: 64, MaxTitleBytes: 16, IncludeSilent: true})
 		if jsonCost(p.Body) > 64 || jsonCost(p.Title) > 16 {
 			t.Fatalf("preview over budget: %+v", p)
+		}
+	})
+}
+
+// FuzzJSONCost holds jsonCost to encoding/json: s's length as a JSON
+// string, quotes left out, without HTML escaping.
+func FuzzJSONCost(f *testing.F) {
+	for _, s := range []string{"", "plain ascii text", "quote\" and \\ back", "tab\tnew\nline", "\x00\x1f", "é👍🏽\u2028\u2029", "\xff\xfe", "\b\f", strings.Repeat("abcdefg\"", 5)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		// Less the quotes and the newline; \b and \f are counted as
+		// \u0008 and \u000c, which earlier encoders wrote.
+		want := b.Len() - 3 + 4*strings.Count(s, "\b") + 4*strings.Count(s, "\f")
+		if jsonCost(s) != want {
+			t.Fatalf("jsonCost(%q) = %d, encoding/json writes %d", s, jsonCost(s), want)
 		}
 	})
 }

@@ -65,10 +65,12 @@ type fields struct {
 }
 
 // Of previews one decode outcome: d and ec as reg.Decode returned them,
-// err its error (nil when d is decoded).
-func (w *Words) Of(reg *codec.Registry, d codec.Decoded, ec *mc.EncodedContent, err error, o Options) Preview {
+// err its error (nil when d is decoded), and desc the description of ec's
+// type (Describe; the zero Description when ec is nil), which the caller
+// has already looked up for the rest of its answer.
+func (w *Words) Of(reg *codec.Registry, desc codec.Description, d codec.Decoded, ec *mc.EncodedContent, err error, o Options) Preview {
 	maxBody, maxTitle := budget(o.MaxBodyBytes, DefaultMaxBodyBytes), budget(o.MaxTitleBytes, DefaultMaxTitleBytes)
-	p := w.words(reg, d, ec, err, o.Locale, o.IncludeSilent)
+	p := w.words(reg, desc, d, ec, err, o.Locale, o.IncludeSilent)
 	var cut bool
 	p.Body, cut = Cut(p.Body, maxBody)
 	p.Truncated = cut
@@ -87,8 +89,9 @@ func budget(n, def int) int {
 	return min(n, MaxBudget)
 }
 
-// words renders the preview before any cut.
-func (w *Words) words(reg *codec.Registry, d codec.Decoded, ec *mc.EncodedContent, err error, locale string, silent bool) Preview {
+// words renders the preview before any cut. desc is ec's type's: a
+// decoded value's type is its envelope's.
+func (w *Words) words(reg *codec.Registry, desc codec.Description, d codec.Decoded, ec *mc.EncodedContent, err error, locale string, silent bool) Preview {
 	fallback := ""
 	if ec != nil {
 		fallback = ec.GetFallback()
@@ -100,10 +103,8 @@ func (w *Words) words(reg *codec.Registry, d codec.Decoded, ec *mc.EncodedConten
 			return Preview{}
 		}
 		push := true
-		if ec != nil {
-			if desc := reg.Describe(codec.TypeIDOf(ec.GetType())); desc.PushKnown {
-				push = desc.Push
-			}
+		if ec != nil && desc.PushKnown {
+			push = desc.Push
 		}
 		if !push && !silent {
 			return Preview{}
@@ -112,7 +113,6 @@ func (w *Words) words(reg *codec.Registry, d codec.Decoded, ec *mc.EncodedConten
 		p.Push, p.FromFallback = push, true
 		return p
 	}
-	desc := reg.Describe(d.Type)
 	push := desc.Push || !desc.PushKnown
 	if !push && !silent {
 		return Preview{}
@@ -194,10 +194,14 @@ func (w *Words) describe(reg *codec.Registry, d codec.Decoded, locale string) (s
 // held when the reply decoded, so this recursion is bounded by it.
 func (w *Words) inner(reg *codec.Registry, r *codec.Reply, locale string) string {
 	var p Preview
+	var desc codec.Description
+	if r.Content != nil {
+		desc = reg.Describe(codec.TypeIDOf(r.Content.GetType()))
+	}
 	if r.NestedUndecoded != nil || r.Nested.Value == nil {
-		p = w.words(reg, codec.Decoded{}, r.Content, r.NestedUndecoded, locale, true)
+		p = w.words(reg, desc, codec.Decoded{}, r.Content, r.NestedUndecoded, locale, true)
 	} else {
-		p = w.words(reg, r.Nested, r.Content, nil, locale, true)
+		p = w.words(reg, desc, r.Nested, r.Content, nil, locale, true)
 	}
 	return p.Body
 }
@@ -307,26 +311,17 @@ func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\
 
 // jsonCost is s's length inside a JSON string as encoding/json writes it
 // without HTML escaping: \" \\ \n \r \t take two bytes, other control
-// characters and U+2028, U+2029 six (\u00XX), invalid UTF-8 three (as
-// U+FFFD), every other rune its UTF-8 length.
+// characters (\b and \f too, as encoders before Go 1.22 wrote them: the
+// larger count), U+2028, U+2029 and each invalid byte six (\u00XX,
+// \u2028, \ufffd), every other rune its UTF-8 length.
 func jsonCost(s string) int {
 	// Most text is printable ASCII, which costs its length.
-	plain := true
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		return len(s)
-	}
-	n := 0
-	for i := 0; i < len(s); {
+	n := plainPrefix(s)
+	for i := n; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && size == 1:
-			n += 3
+			n += 6
 		case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
 			n += 2
 		case r < 0x20 || r == '\u2028' || r == '\u2029':
@@ -337,4 +332,33 @@ func jsonCost(s string) int {
 		i += size
 	}
 	return n
+}
+
+// plainPrefix is the length of s's leading run of bytes that a JSON string
+// carries as themselves: printable ASCII other than '"' and '\\'. It reads
+// eight bytes at a time (a preview of every message of a page measures
+// its text once): a word holds none of the others when none of its bytes
+// has the high bit, is below 0x20, or equals '"' or '\\' (the tests of
+// "Bit Twiddling Hacks", exact for a yes-or-no answer).
+func plainPrefix(s string) int {
+	const (
+		ones = 0x0101010101010101
+		high = 0x8080808080808080
+	)
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := s[i : i+8] // one load of eight bytes, without bounds checks
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		quote, backslash := x^(ones*'"'), x^(ones*'\\')
+		if (x|(x-ones*0x20)|((quote-ones)&^quote)|((backslash-ones)&^backslash))&high != 0 {
+			break
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+			return i
+		}
+	}
+	return len(s)
 }

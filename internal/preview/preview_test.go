@@ -39,7 +39,16 @@ func previewOf(t *testing.T, w *Words, reg *codec.Registry, typ codec.TypeID, v 
 func previewBytes(t *testing.T, w *Words, reg *codec.Registry, b []byte, o Options) Preview {
 	t.Helper()
 	d, ec, err := reg.Decode(b, codec.DecodeOptions{})
-	return w.Of(reg, d, ec, err, o)
+	return w.Of(reg, describe(reg, ec), d, ec, err, o)
+}
+
+// describe is what Of's callers pass: the description of the envelope's
+// type, none without an envelope.
+func describe(reg *codec.Registry, ec *mc.EncodedContent) codec.Description {
+	if ec == nil {
+		return codec.Description{}
+	}
+	return reg.Describe(codec.TypeIDOf(ec.GetType()))
 }
 
 func mustMarshal(t *testing.T, m proto.Message) []byte {
@@ -344,4 +353,59 @@ func TestSimplePathIsTheTemplate(t *testing.T) {
 func mustMarshalF(m proto.Message) []byte {
 	b, _ := proto.Marshal(m)
 	return b
+}
+
+// BenchmarkOfText200 is one preview of a page's message, the words and the
+// cut: what DecodeBatch adds per message besides the bytes of the answer.
+func BenchmarkOfText200(b *testing.B) {
+	reg := codec.NewRegistry()
+	words, err := Defaults()
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 5)[:200]
+	ec, err := reg.Encode(codec.TypeText, text)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := codec.Decoded{Type: codec.TypeText, Value: text}
+	desc := describe(reg, ec)
+	b.ReportAllocs()
+	for b.Loop() {
+		if p := words.Of(reg, desc, d, ec, nil, Options{}); p.Body != strings.TrimSpace(text) {
+			b.Fatal(p.Body)
+		}
+	}
+}
+
+// TestPlainPrefixMatchesBytewise holds the word-at-a-time scan to the
+// byte-at-a-time one: every byte value at every position of strings
+// across a word boundary, and boundary values beside each other.
+func TestPlainPrefixMatchesBytewise(t *testing.T) {
+	bytewise := func(s string) int {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+				return i
+			}
+		}
+		return len(s)
+	}
+	base := []byte(strings.Repeat("abcdefgh", 3))
+	for n := 0; n <= len(base); n++ {
+		for pos := 0; pos < n; pos++ {
+			for c := 0; c < 256; c++ {
+				b := append([]byte(nil), base[:n]...)
+				b[pos] = byte(c)
+				if got, want := plainPrefix(string(b)), bytewise(string(b)); got != want {
+					t.Fatalf("plainPrefix(%q) = %d, want %d", b, got, want)
+				}
+			}
+		}
+	}
+	// Neighbours of the tested values, whose borrows could mislead.
+	for _, s := range []string{" !\x1f#[]\x7f~", "\x20\x20\x20\x20\x20\x20\x20\x21", "!#!#!#!#[]", "\x1f!!!!!!!", "]]]]]]]]\x5c"} {
+		if got, want := plainPrefix(s), bytewise(s); got != want {
+			t.Fatalf("plainPrefix(%q) = %d, want %d", s, got, want)
+		}
+	}
 }
