@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -42,7 +43,13 @@ func httpServer(t *testing.T) (grpcAddr, httpURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(h)
+	hs := httptest.NewUnstartedServer(h)
+	// As cmd/server's listener: HTTP/1.1, and HTTP/2 in clear (h2c) for
+	// the client stream, which needs HTTP/2 end to end.
+	hs.Config.Protocols = new(http.Protocols)
+	hs.Config.Protocols.SetHTTP1(true)
+	hs.Config.Protocols.SetUnencryptedHTTP2(true)
+	hs.Start()
 	t.Cleanup(hs.Close)
 	return grpcAddr, hs.URL
 }
@@ -299,5 +306,95 @@ func TestHTTPRESTPaths(t *testing.T) {
 	code, out := postJSON(t, url+"/v1/content:preview", aliceToken, map[string]any{"encodedContent": base64.StdEncoding.EncodeToString(b)})
 	if p, _ := out["preview"].(map[string]any); code != http.StatusOK || p["body"] != "over REST" {
 		t.Errorf("POST /v1/content:preview: %d %v", code, out)
+	}
+}
+
+// TestHTTPConnectClientStreamImport: Import, a client stream, over the
+// Connect protocol on HTTP/2 in clear (h2c) and on HTTP/1.1 (a client
+// stream is half-duplex: the request body streams, then the answer), as a
+// Connect client sends it:
+// an archive exported from one server over gRPC arrives whole in another
+// over HTTP/JSON, chunk by chunk as base64, and what it inserted lists
+// back; naming an owner the principal does not hold is the same code as
+// over gRPC, and the store is untouched.
+func TestHTTPConnectClientStreamImport(t *testing.T) {
+	// The source: alice's group and 3 messages, exported over gRPC.
+	srcAddr, _ := httpServer(t)
+	src := dial(t, srcAddr, transport.ClientOptions{Insecure: true, Token: aliceToken})
+	g := storetest.FullGroup("g")
+	if _, err := cb.NewConversationServiceClient(src).PutGroup(t.Context(), &cb.PutGroupRequest{Owner: "alice", Group: g}); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []*mb.GroupMessageSave
+	for _, m := range storetest.Messages("m", g.Id, 3, 10) {
+		m.SenderInboxId = "alice"
+		msgs = append(msgs, m)
+	}
+	if _, err := cb.NewConversationServiceClient(src).AppendMessages(t.Context(), &cb.AppendMessagesRequest{Owner: "alice", Messages: msgs}); err != nil {
+		t.Fatal(err)
+	}
+	archive, _ := exportArchive(t, cb.NewArchiveServiceClient(src), "alice", nil)
+
+	for _, proto := range []string{"h2c", "HTTP/1.1"} {
+		t.Run(proto, func(t *testing.T) {
+			importOverConnect(t, proto, g.Id, archive)
+		})
+	}
+}
+
+func importOverConnect(t *testing.T, proto string, groupID, archive []byte) {
+	dstAddr, dstURL := httpServer(t)
+	protocols := new(http.Protocols)
+	if proto == "h2c" {
+		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP1(true)
+	}
+	client := &http.Client{Transport: &http.Transport{Protocols: protocols}}
+	importer := connect.NewClient[cb.ImportRequest, cb.ImportResponse](client,
+		dstURL+cb.ArchiveService_Import_FullMethodName, connect.WithProtoJSON())
+	send := func(owner string) (*cb.ImportResponse, error) {
+		stream := importer.CallClientStream(t.Context())
+		stream.RequestHeader().Set("Authorization", "Bearer "+aliceToken)
+		msgs := []*cb.ImportRequest{{Payload: &cb.ImportRequest_Start{Start: &cb.ImportStart{Owner: owner, Key: archiveKey}}}}
+		for rest := archive; len(rest) > 0; {
+			n := min(len(rest), 512) // several chunks, each its own frame
+			msgs = append(msgs, &cb.ImportRequest{Payload: &cb.ImportRequest_Chunk{Chunk: rest[:n]}})
+			rest = rest[n:]
+		}
+		for _, m := range msgs {
+			if err := stream.Send(m); err != nil {
+				break // the server answered early; CloseAndReceive has why
+			}
+		}
+		resp, err := stream.CloseAndReceive()
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+
+	// alice may not import into bob: the code gRPC gives.
+	_, err := send("bob")
+	_, grpcErr := importArchive(t, cb.NewArchiveServiceClient(dial(t, dstAddr, transport.ClientOptions{Insecure: true, Token: aliceToken})), "bob", archiveKey, archive, 512)
+	if connect.CodeOf(err).String() != connectCode(status.Code(grpcErr)) || status.Code(grpcErr) != codes.PermissionDenied {
+		t.Fatalf("import into bob over Connect: %v; over gRPC: %v", err, grpcErr)
+	}
+
+	resp, err := send("alice")
+	if err != nil {
+		t.Fatalf("Import over Connect (h2c): %v", err)
+	}
+	if resp.GetGroups().GetInserted() != 1 || resp.GetMessages().GetInserted() != 3 {
+		t.Errorf("Import over Connect: %v, want 1 group and 3 messages inserted", resp)
+	}
+	dst := cb.NewConversationServiceClient(dial(t, dstAddr, transport.ClientOptions{Insecure: true, Token: aliceToken}))
+	listed, err := dst.ListMessages(t.Context(), &cb.ListMessagesRequest{Owner: "alice", GroupId: groupID})
+	if err != nil || len(listed.GetMessages()) != 3 {
+		t.Fatalf("the imported messages list back: %d, %v", len(listed.GetMessages()), err)
+	}
+	bob, err := cb.NewConversationServiceClient(dial(t, dstAddr, transport.ClientOptions{Insecure: true, Token: opsToken})).ListGroups(t.Context(), &cb.ListGroupsRequest{Owner: "bob"})
+	if err != nil || len(bob.GetGroups()) != 0 {
+		t.Errorf("the refused import left bob with %d groups (%v)", len(bob.GetGroups()), err)
 	}
 }
