@@ -51,6 +51,15 @@ func describe(reg *codec.Registry, ec *mc.EncodedContent) codec.Description {
 	return reg.Describe(codec.TypeIDOf(ec.GetType()))
 }
 
+func mustEncode(t *testing.T, reg *codec.Registry, typ codec.TypeID, v any) *mc.EncodedContent {
+	t.Helper()
+	ec, err := reg.Encode(typ, v)
+	if err != nil {
+		t.Fatalf("encode %s: %v", typ, err)
+	}
+	return ec
+}
+
 func mustMarshal(t *testing.T, m proto.Message) []byte {
 	t.Helper()
 	b, err := proto.Marshal(m)
@@ -134,6 +143,35 @@ func TestSilentTypesInWords(t *testing.T) {
 		p := previewOf(t, w, reg, codec.TypeReaction, c.r, Options{IncludeSilent: true})
 		if p.Push || p.Body != c.body {
 			t.Errorf("reaction %v: %+v, want silent %q", c.r, p, c.body)
+		}
+	}
+}
+
+// TestReactionToAnUnknownType: a reaction's words are its own: a reaction
+// to a message of a type unknown here, with a schema and an action this
+// build does not know, or in the legacy 1.0 JSON form, says what it
+// reacted with, silently; a reaction of a version unknown here says its
+// fallback.
+func TestReactionToAnUnknownType(t *testing.T) {
+	w, reg := words(t), codec.NewRegistry()
+	for name, c := range map[string]struct {
+		ec   *mc.EncodedContent
+		push bool
+		body string
+	}{
+		"to a poll of example.com": {mustEncode(t, reg, codec.TypeReaction, &ct.ReactionV2{Reference: "poll-message-id", ReferenceInboxId: "inbox-b",
+			Action: ct.ReactionAction_REACTION_ACTION_ADDED, Content: "🗳️", Schema: ct.ReactionSchema_REACTION_SCHEMA_UNICODE}), false, "Reacted 🗳️ to a message"},
+		// As another client may send it: this build's Encode refuses them.
+		"schema and action unknown here": {&mc.EncodedContent{Type: codec.TypeReaction.Proto(), Content: mustMarshal(t, &ct.ReactionV2{Reference: "ab",
+			Action: ct.ReactionAction(9), Content: "party_parrot", Schema: ct.ReactionSchema(7)})}, false, "Reacted party_parrot to a message"},
+		"legacy 1.0 JSON": {&mc.EncodedContent{Type: codec.TypeLegacyReaction.Proto(),
+			Content: []byte(`{"action":"removed","reference":"ab","schema":"custom","content":":tada:"}`)}, false, "Removed a reaction :tada:"},
+		"a version unknown here": {&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "reaction", VersionMajor: 9},
+			Content: []byte{1, 2, 3}, Fallback: ptr("Reacted 👍 to a poll")}, true, "Reacted 👍 to a poll"},
+	} {
+		p := previewBytes(t, w, reg, mustMarshal(t, c.ec), Options{IncludeSilent: true})
+		if p.Push != c.push || p.Body != c.body {
+			t.Errorf("%s: %+v, want push %v, %q", name, p, c.push, c.body)
 		}
 	}
 }
