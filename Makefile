@@ -28,7 +28,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build image breaking node tools generate lint test check fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-preview load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -193,6 +193,19 @@ fuzz:
 
 bench:
 	go test ./internal/codec ./internal/contentapi -run '^$$' -bench . -benchmem -count 1
+
+# bench-preview: what a preview of each message adds to a DecodeBatch
+# (issue 26's target: under 20% more, a rate ratio of at least 0.83), on a
+# page of 1,000 texts of 200 bytes (the worst case: each body repeats its
+# text) end to end and with a client that keeps the bytes, and on a mixed
+# page; and HTTP/JSON's Decode beside gRPC's. Six rounds, each ratio taken
+# within a round.
+bench-preview:
+	go run ./tools/benchratio -pkg ./internal/server -rounds 6 \
+		-ratio 'GRPCDecodeBatch1000Preview,GRPCDecodeBatch1000,msgs/s,0.83' \
+		-ratio 'GRPCDecodeBatch1000PreviewServerOnly,GRPCDecodeBatch1000ServerOnly,msgs/s,0.83' \
+		-ratio 'GRPCDecodeBatchMixedPagePreview,GRPCDecodeBatchMixedPage,msgs/s,0.83' \
+		-ratio 'HTTPJSONDecodeText200,GRPCDecodeText200,ns/op,-'
 
 # bench-store: ConversationService on both engines, over gRPC and in process,
 # beside Postgres's own COPY FROM / COPY TO of the same rows, three rounds,

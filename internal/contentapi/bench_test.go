@@ -49,7 +49,7 @@ func BenchmarkDecodeResponseText200PreviewMarshal(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchDecodeMarshal(b, Options{Preview: &Previewing{Words: words}})
+	benchDecodeMarshal(b, Options{Preview: &Previewing{Words: words.For("")}})
 }
 
 func benchDecodeMarshal(b *testing.B, o Options) {

@@ -118,9 +118,10 @@ type Options struct {
 	Preview *Previewing
 }
 
-// Previewing is the words and the caller's options of a preview.
+// Previewing is the words, in the caller's locale, and the caller's
+// options of a preview.
 type Previewing struct {
-	Words   *preview.Words
+	Words   *preview.Table
 	Options preview.Options
 }
 

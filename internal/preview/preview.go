@@ -69,8 +69,14 @@ type fields struct {
 // type (Describe; the zero Description when ec is nil), which the caller
 // has already looked up for the rest of its answer.
 func (w *Words) Of(reg *codec.Registry, desc codec.Description, d codec.Decoded, ec *mc.EncodedContent, err error, o Options) Preview {
+	return w.For(o.Locale).Of(reg, desc, d, ec, err, o)
+}
+
+// Of is Words.Of in the table's locale (o.Locale is not read): a call
+// previewing many messages resolves its locale once.
+func (w *Table) Of(reg *codec.Registry, desc codec.Description, d codec.Decoded, ec *mc.EncodedContent, err error, o Options) Preview {
 	maxBody, maxTitle := budget(o.MaxBodyBytes, DefaultMaxBodyBytes), budget(o.MaxTitleBytes, DefaultMaxTitleBytes)
-	p := w.words(reg, desc, d, ec, err, o.Locale, o.IncludeSilent)
+	p := w.words(reg, desc, d, ec, err, o.IncludeSilent)
 	var cut bool
 	p.Body, cut = Cut(p.Body, maxBody)
 	p.Truncated = cut
@@ -91,7 +97,7 @@ func budget(n, def int) int {
 
 // words renders the preview before any cut. desc is ec's type's: a
 // decoded value's type is its envelope's.
-func (w *Words) words(reg *codec.Registry, desc codec.Description, d codec.Decoded, ec *mc.EncodedContent, err error, locale string, silent bool) Preview {
+func (w *Table) words(reg *codec.Registry, desc codec.Description, d codec.Decoded, ec *mc.EncodedContent, err error, silent bool) Preview {
 	fallback := ""
 	if ec != nil {
 		fallback = ec.GetFallback()
@@ -109,7 +115,7 @@ func (w *Words) words(reg *codec.Registry, desc codec.Description, d codec.Decod
 		if !push && !silent {
 			return Preview{}
 		}
-		p := w.render(locale, "fallback", fields{Fallback: fallback})
+		p := w.render(keyFallback, &fields{Fallback: fallback})
 		p.Push, p.FromFallback = push, true
 		return p
 	}
@@ -117,108 +123,117 @@ func (w *Words) words(reg *codec.Registry, desc codec.Description, d codec.Decod
 	if !push && !silent {
 		return Preview{}
 	}
-	key, f, ok := w.describe(reg, d, locale)
+	var f fields
+	k, ok := w.describe(reg, d, &f)
 	if !ok {
 		// An application codec's value: its fallback, if any.
 		if fallback == "" {
 			return Preview{}
 		}
-		key, f = "fallback", fields{Fallback: fallback}
+		k, f = keyFallback, fields{Fallback: fallback}
 	}
-	p := w.render(locale, key, f)
+	p := w.render(k, &f)
 	p.Push = push
 	return p
 }
 
-// describe picks the words and fields for a decoded catalogue value.
-func (w *Words) describe(reg *codec.Registry, d codec.Decoded, locale string) (string, fields, bool) {
+// describe picks the words for a decoded catalogue value, and fills f
+// with what they read.
+func (w *Table) describe(reg *codec.Registry, d codec.Decoded, f *fields) (key, bool) {
 	switch v := d.Value.(type) {
 	case string: // text and markdown
+		f.Text = v
 		if d.Type.Key() == codec.TypeMarkdown.Key() {
-			return "markdown", fields{Text: v}, true
+			return keyMarkdown, true
 		}
-		return "text", fields{Text: v}, true
+		return keyText, true
 	case *codec.Reply:
-		return "reply", fields{Inner: w.inner(reg, v, locale)}, true
+		f.Inner = w.inner(reg, v)
+		return keyReply, true
 	case *ct.ReactionV2:
+		f.Emoji = v.GetContent()
 		if v.GetAction() == ct.ReactionAction_REACTION_ACTION_REMOVED {
-			return "reaction_removed", fields{Emoji: v.GetContent()}, true
+			return keyReactionRemoved, true
 		}
-		return "reaction", fields{Emoji: v.GetContent()}, true
+		return keyReaction, true
 	case *codec.Attachment:
-		return attachment(v.Filename)
+		return attachment(v.Filename, f)
 	case *codec.RemoteAttachment:
-		return attachment(v.Filename)
+		return attachment(v.Filename, f)
 	case *ct.MultiRemoteAttachment:
 		if n := len(v.GetAttachments()); n != 1 {
-			return "attachments", fields{Count: n}, true
+			f.Count = n
+			return keyAttachments, true
 		}
-		return attachment(v.GetAttachments()[0].Filename)
+		return attachment(v.GetAttachments()[0].Filename, f)
 	case *codec.TransactionReference:
 		if m := v.Metadata; m != nil && m.Currency != "" {
-			return "transaction_amount", fields{Amount: amount(m.Amount), Currency: m.Currency}, true
+			f.Amount, f.Currency = amount(m.Amount), m.Currency
+			return keyTransactionAmount, true
 		}
-		return "transaction", fields{}, true
+		return keyTransaction, true
 	case *codec.WalletSendCalls:
-		desc := "Chain " + v.ChainID
+		f.Description = "Chain " + v.ChainID
 		for _, c := range v.Calls {
 			if c.Metadata != nil && c.Metadata.Description != "" {
-				desc = c.Metadata.Description
+				f.Description = c.Metadata.Description
 				break
 			}
 		}
-		return "transaction_request", fields{Description: desc}, true
+		return keyTransactionRequest, true
 	case *codec.Actions:
-		return "actions", fields{Description: v.Description}, true
+		f.Description = v.Description
+		return keyActions, true
 	case *codec.Intent:
-		return "intent", fields{ActionID: v.ActionID}, true
+		f.ActionID = v.ActionID
+		return keyIntent, true
 	case *mc.GroupUpdated:
-		return "group_updated", fields{}, true
+		return keyGroupUpdated, true
 	case *mc.GroupMembershipChanges:
-		return "membership_changed", fields{}, true
+		return keyMembershipChanged, true
 	case *ct.LeaveRequest:
-		return "leave_request", fields{}, true
+		return keyLeaveRequest, true
 	case *ct.DeleteMessage:
-		return "delete_message", fields{}, true
+		return keyDeleteMessage, true
 	case *ct.EditMessage:
-		return "edit_message", fields{}, true
+		return keyEditMessage, true
 	case *codec.ReadReceipt:
-		return "read_receipt", fields{}, true
+		return keyReadReceipt, true
 	}
-	return "", fields{}, false
+	return 0, false
 }
 
 // inner is a reply's replied content in words: its own preview, silent
 // types included (a reply to a reaction still says something), or the
 // nested envelope's fallback when it did not decode. The nesting limit
 // held when the reply decoded, so this recursion is bounded by it.
-func (w *Words) inner(reg *codec.Registry, r *codec.Reply, locale string) string {
+func (w *Table) inner(reg *codec.Registry, r *codec.Reply) string {
 	var p Preview
 	var desc codec.Description
 	if r.Content != nil {
 		desc = reg.Describe(codec.TypeIDOf(r.Content.GetType()))
 	}
 	if r.NestedUndecoded != nil || r.Nested.Value == nil {
-		p = w.words(reg, desc, codec.Decoded{}, r.Content, r.NestedUndecoded, locale, true)
+		p = w.words(reg, desc, codec.Decoded{}, r.Content, r.NestedUndecoded, true)
 	} else {
-		p = w.words(reg, desc, r.Nested, r.Content, nil, locale, true)
+		p = w.words(reg, desc, r.Nested, r.Content, nil, true)
 	}
 	return p.Body
 }
 
-func attachment(name *string) (string, fields, bool) {
+func attachment(name *string, f *fields) (key, bool) {
 	if name == nil || *name == "" {
-		return "attachment_unnamed", fields{}, true
+		return keyAttachmentUnnamed, true
 	}
-	return "attachment", fields{Name: *name}, true
+	f.Name = *name
+	return keyAttachment, true
 }
 
 func amount(a float64) string { return strconv.FormatFloat(a, 'f', -1, 64) }
 
-// render runs the locale's template for key (the default locale's when the
-// locale has none).
-func (w *Words) render(locale, key string, f fields) Preview {
-	e := w.entry(locale, key)
+// render runs the table's template for k.
+func (w *Table) render(k key, f *fields) Preview {
+	e := w.entries[k]
 	if e == nil {
 		return Preview{}
 	}
@@ -228,7 +243,7 @@ func (w *Words) render(locale, key string, f fields) Preview {
 	return p
 }
 
-func execute(c *compiled, f fields) string {
+func execute(c *compiled, f *fields) string {
 	switch {
 	case c == nil:
 		return ""
@@ -247,7 +262,7 @@ func execute(c *compiled, f fields) string {
 		return strings.TrimSpace(b.String())
 	}
 	var b bytes.Buffer
-	if err := c.t.Execute(&b, f); err != nil {
+	if err := c.t.Execute(&b, *f); err != nil { // a copy: f stays on its caller's stack
 		return "" // checked at load against these fields: cannot happen
 	}
 	return strings.TrimSpace(b.String())

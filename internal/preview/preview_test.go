@@ -346,14 +346,20 @@ locales:
 	}
 }
 
-// TestBuiltInWordsLoad: the embedded table loads, and every entry the
-// previews use is in its default locale.
+// TestBuiltInWordsLoad: the embedded table loads, every entry the
+// previews use is in its default locale, and every locale's resolved
+// table has every entry.
 func TestBuiltInWordsLoad(t *testing.T) {
 	w := words(t)
-	for _, k := range keys {
-		if w.entry("", k) == nil {
-			t.Errorf("%s: no built-in words", k)
+	for _, loc := range []string{"", "en", "es", "es-MX", "ES_mx", "xx"} {
+		for k, name := range keys {
+			if w.For(loc).entries[k] == nil {
+				t.Errorf("%q: %s: no built-in words", loc, name)
+			}
 		}
+	}
+	if w.For("es-MX") != w.For("es") || w.For("xx") != w.For("") {
+		t.Error("a region falls back to its language, an unknown locale to the default")
 	}
 }
 
@@ -373,7 +379,7 @@ func TestSimplePathIsTheTemplate(t *testing.T) {
 					continue
 				}
 				slow := &compiled{t: c.t}
-				if got, want := execute(c, f), execute(slow, f); got != want {
+				if got, want := execute(c, &f), execute(slow, &f); got != want {
 					t.Errorf("%s.%s: parts write %q, the template %q", loc, k, got, want)
 				}
 			}
@@ -407,10 +413,10 @@ func BenchmarkOfText200(b *testing.B) {
 		b.Fatal(err)
 	}
 	d := codec.Decoded{Type: codec.TypeText, Value: text}
-	desc := describe(reg, ec)
+	desc, table := describe(reg, ec), words.For("")
 	b.ReportAllocs()
 	for b.Loop() {
-		if p := words.Of(reg, desc, d, ec, nil, Options{}); p.Body != strings.TrimSpace(text) {
+		if p := table.Of(reg, desc, d, ec, nil, Options{}); p.Body != strings.TrimSpace(text) {
 			b.Fatal(p.Body)
 		}
 	}

@@ -19,6 +19,55 @@ var builtIn []byte
 type Words struct {
 	defaultLocale string
 	locales       map[string]map[string]*entry
+	// tables are each locale's entries with its language's and the
+	// default locale's filling its gaps: what For hands a call.
+	tables map[string]*Table
+}
+
+// Table is the words of one locale, resolved for a call: its entries,
+// then its language's, then the default locale's, by key, so that a
+// preview of each message of a page looks nothing up by name.
+type Table struct {
+	entries [numKeys]*entry
+}
+
+// For resolves a caller's locale (BCP 47, any case, '_' or '-': "pt_BR"
+// falls back to "pt", then to the default locale) once for a call.
+func (w *Words) For(locale string) *Table {
+	if locale == "" { // most callers: no work
+		return w.tables[w.defaultLocale]
+	}
+	locale = strings.ToLower(strings.ReplaceAll(locale, "_", "-"))
+	if t, ok := w.tables[locale]; ok {
+		return t
+	}
+	if t, ok := w.tables[language(locale)]; ok {
+		return t
+	}
+	return w.tables[w.defaultLocale]
+}
+
+func language(locale string) string {
+	lang, _, _ := strings.Cut(locale, "-")
+	return lang
+}
+
+// resolve builds the tables: for each locale, each key from the locale,
+// its language or the default locale, in that order.
+func (w *Words) resolve() {
+	w.tables = map[string]*Table{}
+	for loc := range w.locales {
+		t := &Table{}
+		for k, name := range keys {
+			for _, from := range []string{loc, language(loc), w.defaultLocale} {
+				if e, ok := w.locales[from][name]; ok {
+					t.entries[k] = e
+					break
+				}
+			}
+		}
+		w.tables[loc] = t
+	}
 }
 
 type entry struct{ title, body *compiled }
@@ -38,8 +87,35 @@ type part struct {
 	field int // -1 for text
 }
 
-// keys are the entries a table may hold: every word the previews use.
-var keys = []string{"text", "markdown", "reply", "reaction", "reaction_removed", "attachment", "attachment_unnamed",
+// key is an entry of the table: every word the previews use.
+type key int
+
+const (
+	keyText key = iota
+	keyMarkdown
+	keyReply
+	keyReaction
+	keyReactionRemoved
+	keyAttachment
+	keyAttachmentUnnamed
+	keyAttachments
+	keyTransaction
+	keyTransactionAmount
+	keyTransactionRequest
+	keyActions
+	keyIntent
+	keyGroupUpdated
+	keyMembershipChanged
+	keyLeaveRequest
+	keyDeleteMessage
+	keyEditMessage
+	keyReadReceipt
+	keyFallback
+	numKeys
+)
+
+// keys are the entries' names in a words file, by key.
+var keys = [numKeys]string{"text", "markdown", "reply", "reaction", "reaction_removed", "attachment", "attachment_unnamed",
 	"attachments", "transaction", "transaction_amount", "transaction_request", "actions", "intent", "group_updated",
 	"membership_changed", "leave_request", "delete_message", "edit_message", "read_receipt", "fallback"}
 
@@ -90,8 +166,8 @@ func parseWords(b []byte, base *Words) (*Words, error) {
 			w.locales[loc] = map[string]*entry{}
 		}
 		for k, parts := range m {
-			if !contains(keys, k) {
-				return nil, fmt.Errorf("preview words: %s.%s: unknown entry (one of %s)", loc, k, strings.Join(keys, ", "))
+			if !contains(keys[:], k) {
+				return nil, fmt.Errorf("preview words: %s.%s: unknown entry (one of %s)", loc, k, strings.Join(keys[:], ", "))
 			}
 			e := &entry{}
 			for part, text := range parts {
@@ -114,6 +190,7 @@ func parseWords(b []byte, base *Words) (*Words, error) {
 	if w.locales[w.defaultLocale] == nil {
 		return nil, fmt.Errorf("preview words: the default locale %q has no entries", w.defaultLocale)
 	}
+	w.resolve()
 	return w, nil
 }
 
@@ -166,20 +243,6 @@ var fieldIndex = func() map[string]int {
 	}
 	return m
 }()
-
-// entry finds key in the locale, its language, then the default locale.
-func (w *Words) entry(locale, key string) *entry {
-	if locale == "" { // most callers: no work per message
-		return w.locales[w.defaultLocale][key]
-	}
-	locale = strings.ToLower(strings.ReplaceAll(locale, "_", "-"))
-	for _, loc := range []string{locale, strings.SplitN(locale, "-", 2)[0], w.defaultLocale} {
-		if e, ok := w.locales[loc][key]; ok {
-			return e
-		}
-	}
-	return nil
-}
 
 func contains(list []string, s string) bool {
 	for _, v := range list {

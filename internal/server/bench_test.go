@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 	"github.com/contentbackup/contentbackup/internal/codec"
 )
 
@@ -83,6 +85,79 @@ func BenchmarkGRPCDecodeBatch1000PreviewServerOnly(b *testing.B) {
 	benchDecodeBatchRaw(b, &cb.PreviewOptions{})
 }
 
+// BenchmarkGRPCDecodeBatchMixedPage and its Preview twin are a page of
+// 1,000 messages of a chat rather than 1,000 copies of the worst case:
+// texts of 8 to 280 bytes (60%), reactions (15%), replies (8%), read
+// receipts (7%), remote attachments (5%), group updates (3%), markdown
+// (2%). Reactions, read receipts and group updates never push, so their
+// previews are empty.
+func BenchmarkGRPCDecodeBatchMixedPage(b *testing.B) {
+	benchDecodeBatchOf(b, mixedPage(b, nil))
+}
+
+func BenchmarkGRPCDecodeBatchMixedPagePreview(b *testing.B) {
+	benchDecodeBatchOf(b, mixedPage(b, &cb.PreviewOptions{}))
+}
+
+func mixedPage(b *testing.B, preview *cb.PreviewOptions) *cb.DecodeBatchRequest {
+	reg := codec.NewRegistry()
+	encode := func(t codec.TypeID, v any) []byte {
+		ec, err := reg.Encode(t, v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		raw, _ := proto.Marshal(ec)
+		return raw
+	}
+	sentence := strings.Repeat("See you at the station at seven, and bring the tickets please. ", 5)
+	lengths := []int{8, 16, 24, 32, 40, 48, 64, 96, 140, 280}
+	reply := encode(codec.TypeReply, &codec.Reply{Reference: "ab", Content: mustEncodeEC(b, reg, codec.TypeText, "On my way, ten minutes.")})
+	reaction := encode(codec.TypeReaction, &ct.ReactionV2{Reference: "ab", Action: ct.ReactionAction_REACTION_ACTION_ADDED, Content: "👍", Schema: ct.ReactionSchema_REACTION_SCHEMA_UNICODE})
+	receipt := encode(codec.TypeReadReceipt, &codec.ReadReceipt{})
+	remote := encode(codec.TypeRemoteAttachment, &codec.RemoteAttachment{URL: "https://files.example/a", ContentDigest: strings.Repeat("ab", 32),
+		Secret: make([]byte, 32), Salt: make([]byte, 32), Nonce: make([]byte, 12), Scheme: "https://", Filename: proto.String("IMG_2041.jpg")})
+	updated, _ := proto.Marshal(&mc.EncodedContent{Type: codec.TypeGroupUpdated.Proto(), Content: mustMarshalB(b, &mc.GroupUpdated{InitiatedByInboxId: "inbox-a"})})
+	markdown := encode(codec.TypeMarkdown, "**Agenda**: tickets, *dinner*, and the `plan`.")
+	req := &cb.DecodeBatchRequest{Preview: preview}
+	for i := 0; i < 1000; i++ {
+		var raw []byte
+		switch r := i % 100; {
+		case r < 60:
+			raw = encode(codec.TypeText, sentence[:lengths[i%len(lengths)]])
+		case r < 75:
+			raw = reaction
+		case r < 83:
+			raw = reply
+		case r < 90:
+			raw = receipt
+		case r < 95:
+			raw = remote
+		case r < 98:
+			raw = updated
+		default:
+			raw = markdown
+		}
+		req.EncodedContents = append(req.EncodedContents, raw)
+	}
+	return req
+}
+
+func mustEncodeEC(b *testing.B, reg *codec.Registry, t codec.TypeID, v any) *mc.EncodedContent {
+	ec, err := reg.Encode(t, v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ec
+}
+
+func mustMarshalB(b *testing.B, m proto.Message) []byte {
+	raw, err := proto.Marshal(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return raw
+}
+
 func decodeBatch1000(b *testing.B, preview *cb.PreviewOptions) *cb.DecodeBatchRequest {
 	raw := text200Envelope(b)
 	req := &cb.DecodeBatchRequest{Preview: preview}
@@ -93,8 +168,11 @@ func decodeBatch1000(b *testing.B, preview *cb.PreviewOptions) *cb.DecodeBatchRe
 }
 
 func benchDecodeBatch(b *testing.B, preview *cb.PreviewOptions) {
+	benchDecodeBatchOf(b, decodeBatch1000(b, preview))
+}
+
+func benchDecodeBatchOf(b *testing.B, req *cb.DecodeBatchRequest) {
 	client := cb.NewContentServiceClient(startTCP(b, Config{}))
-	req := decodeBatch1000(b, preview)
 	b.SetParallelism(8)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

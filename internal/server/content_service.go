@@ -202,7 +202,7 @@ func (s *ContentService) decodeOptions(call *budget.Call, p *cb.PreviewOptions) 
 			// Only a build whose embedded words do not load (its tests fail).
 			return o, status.Error(codes.Unimplemented, "preview: this server has no preview words")
 		}
-		o.Preview = &contentapi.Previewing{Words: s.words, Options: contentapi.PreviewOptions(p)}
+		o.Preview = &contentapi.Previewing{Words: s.words.For(p.GetLocale()), Options: contentapi.PreviewOptions(p)}
 	}
 	return o, nil
 }
