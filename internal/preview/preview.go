@@ -76,10 +76,10 @@ func (w *Words) Of(reg *codec.Registry, desc codec.Description, d codec.Decoded,
 // previewing many messages resolves its locale once.
 func (w *Table) Of(reg *codec.Registry, desc codec.Description, d codec.Decoded, ec *mc.EncodedContent, err error, o Options) Preview {
 	maxBody, maxTitle := budget(o.MaxBodyBytes, DefaultMaxBodyBytes), budget(o.MaxTitleBytes, DefaultMaxTitleBytes)
-	p := w.words(reg, desc, d, ec, err, o.IncludeSilent)
+	p := w.words(reg, desc, d, ec, err, o.IncludeSilent, max(maxBody, maxTitle))
 	var cut bool
 	p.Body, cut = Cut(p.Body, maxBody)
-	p.Truncated = cut
+	p.Truncated = p.Truncated || cut
 	p.Title, cut = Cut(p.Title, maxTitle)
 	p.Truncated = p.Truncated || cut
 	if p.Body == "" && p.Title == "" {
@@ -95,9 +95,14 @@ func budget(n, def int) int {
 	return min(n, MaxBudget)
 }
 
-// words renders the preview before any cut. desc is ec's type's: a
-// decoded value's type is its envelope's.
-func (w *Table) words(reg *codec.Registry, desc codec.Description, d codec.Decoded, ec *mc.EncodedContent, err error, silent bool) Preview {
+// words renders the preview before its cut to the budgets; desc is ec's
+// type's (a decoded value's type is its envelope's). A field a template
+// writes among other words is first cut to limit, the larger budget: a
+// preview costs memory in proportion to its budget and its nesting, not
+// to the content (a reply to a megabyte of text, nested to the limit,
+// would otherwise copy the megabyte once a level), and what the final cut
+// keeps is the same.
+func (w *Table) words(reg *codec.Registry, desc codec.Description, d codec.Decoded, ec *mc.EncodedContent, err error, silent bool, limit int) Preview {
 	fallback := ""
 	if ec != nil {
 		fallback = ec.GetFallback()
@@ -115,7 +120,7 @@ func (w *Table) words(reg *codec.Registry, desc codec.Description, d codec.Decod
 		if !push && !silent {
 			return Preview{}
 		}
-		p := w.render(keyFallback, &fields{Fallback: fallback})
+		p := w.render(keyFallback, &fields{Fallback: fallback}, limit)
 		p.Push, p.FromFallback = push, true
 		return p
 	}
@@ -124,7 +129,7 @@ func (w *Table) words(reg *codec.Registry, desc codec.Description, d codec.Decod
 		return Preview{}
 	}
 	var f fields
-	k, ok := w.describe(reg, d, &f)
+	k, ok := w.describe(reg, d, &f, limit)
 	if !ok {
 		// An application codec's value: its fallback, if any.
 		if fallback == "" {
@@ -132,14 +137,14 @@ func (w *Table) words(reg *codec.Registry, desc codec.Description, d codec.Decod
 		}
 		k, f = keyFallback, fields{Fallback: fallback}
 	}
-	p := w.render(k, &f)
+	p := w.render(k, &f, limit)
 	p.Push = push
 	return p
 }
 
 // describe picks the words for a decoded catalogue value, and fills f
 // with what they read.
-func (w *Table) describe(reg *codec.Registry, d codec.Decoded, f *fields) (key, bool) {
+func (w *Table) describe(reg *codec.Registry, d codec.Decoded, f *fields, limit int) (key, bool) {
 	switch v := d.Value.(type) {
 	case string: // text and markdown
 		f.Text = v
@@ -148,7 +153,7 @@ func (w *Table) describe(reg *codec.Registry, d codec.Decoded, f *fields) (key, 
 		}
 		return keyText, true
 	case *codec.Reply:
-		f.Inner = w.inner(reg, v)
+		f.Inner = w.inner(reg, v, limit)
 		return keyReply, true
 	case *ct.ReactionV2:
 		f.Emoji = v.GetContent()
@@ -173,7 +178,7 @@ func (w *Table) describe(reg *codec.Registry, d codec.Decoded, f *fields) (key, 
 		}
 		return keyTransaction, true
 	case *codec.WalletSendCalls:
-		f.Description = "Chain " + v.ChainID
+		f.Description = "Chain " + prefix(v.ChainID, limit)
 		for _, c := range v.Calls {
 			if c.Metadata != nil && c.Metadata.Description != "" {
 				f.Description = c.Metadata.Description
@@ -207,16 +212,16 @@ func (w *Table) describe(reg *codec.Registry, d codec.Decoded, f *fields) (key, 
 // types included (a reply to a reaction still says something), or the
 // nested envelope's fallback when it did not decode. The nesting limit
 // held when the reply decoded, so this recursion is bounded by it.
-func (w *Table) inner(reg *codec.Registry, r *codec.Reply) string {
+func (w *Table) inner(reg *codec.Registry, r *codec.Reply, limit int) string {
 	var p Preview
 	var desc codec.Description
 	if r.Content != nil {
 		desc = reg.Describe(codec.TypeIDOf(r.Content.GetType()))
 	}
 	if r.NestedUndecoded != nil || r.Nested.Value == nil {
-		p = w.words(reg, desc, codec.Decoded{}, r.Content, r.NestedUndecoded, true)
+		p = w.words(reg, desc, codec.Decoded{}, r.Content, r.NestedUndecoded, true, limit)
 	} else {
-		p = w.words(reg, desc, r.Nested, r.Content, nil, true)
+		p = w.words(reg, desc, r.Nested, r.Content, nil, true, limit)
 	}
 	return p.Body
 }
@@ -231,16 +236,53 @@ func attachment(name *string, f *fields) (key, bool) {
 
 func amount(a float64) string { return strconv.FormatFloat(a, 'f', -1, 64) }
 
-// render runs the table's template for k.
-func (w *Table) render(k key, f *fields) Preview {
+// prefix is s, or when longer than limit, its first limit bytes or a few
+// more, to a rune boundary: still longer than limit, so that what holds
+// it is cut, and marked so, as the whole would have been.
+func prefix(s string, limit int) string {
+	if len(s) <= limit+utf8.UTFMax {
+		return s
+	}
+	end := limit + utf8.UTFMax
+	for end > limit && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end]
+}
+
+// render runs the table's template for k, with each field over limit cut
+// to it first (Truncated says so) unless the template is that field
+// alone, which costs no copy and is cut by Of.
+func (w *Table) render(k key, f *fields, limit int) Preview {
 	e := w.entries[k]
 	if e == nil {
 		return Preview{}
 	}
 	var p Preview
+	if !e.title.single() || !e.body.single() {
+		p.Truncated = f.bound(limit)
+	}
 	p.Title = execute(e.title, f)
 	p.Body = execute(e.body, f)
 	return p
+}
+
+// single: the template writes one field and nothing else (or nothing).
+func (c *compiled) single() bool {
+	return c == nil || len(c.parts) == 1 && c.parts[0].field >= 0
+}
+
+// bound cuts each text field over limit to it (Cut), and reports whether
+// it cut one.
+func (f *fields) bound(limit int) bool {
+	cut := false
+	for _, s := range []*string{&f.Text, &f.Inner, &f.Emoji, &f.Name, &f.Amount, &f.Currency, &f.Description, &f.ActionID, &f.Fallback} {
+		if len(*s) > limit {
+			*s, _ = Cut(*s, limit)
+			cut = true
+		}
+	}
+	return cut
 }
 
 func execute(c *compiled, f *fields) string {
@@ -248,7 +290,7 @@ func execute(c *compiled, f *fields) string {
 	case c == nil:
 		return ""
 	case c.parts != nil:
-		if len(c.parts) == 1 && c.parts[0].field >= 0 {
+		if c.single() {
 			return strings.TrimSpace(f.value(c.parts[0].field)) // "{{.Text}}": no copy
 		}
 		var b strings.Builder
@@ -302,7 +344,9 @@ func (f *fields) value(i int) string {
 // escape, or a cluster (an emoji with its modifiers, a letter with its
 // combining marks).
 func Cut(s string, budget int) (string, bool) {
-	if jsonCost(s) <= budget {
+	// Every byte costs at least one: a text longer than its budget is cut
+	// without measuring it whole, so a cut costs its budget, not the text.
+	if len(s) <= budget && jsonCost(s) <= budget {
 		return s, false
 	}
 	room := budget - jsonCost(ellipsis)

@@ -3,6 +3,7 @@ package preview
 import (
 	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -452,4 +453,62 @@ func TestPlainPrefixMatchesBytewise(t *testing.T) {
 			t.Fatalf("plainPrefix(%q) = %d, want %d", s, got, want)
 		}
 	}
+}
+
+// TestPreviewCostsItsBudgetNotItsContent: a megabyte in any field a
+// template writes among other words (a reply's text nested to the limit,
+// a file name, an emoji, a chain id, an unknown type's fallback) gives a
+// preview within its budget, marked cut, whose making allocates in
+// proportion to the budget and the nesting, not to the megabyte, and is
+// the cut of the whole.
+func TestPreviewCostsItsBudgetNotItsContent(t *testing.T) {
+	w, reg := words(t), codec.NewRegistry()
+	huge := strings.Repeat("megabyte ", 1<<20/9)
+	nested := mustEncode(t, reg, codec.TypeText, huge)
+	for range reg.MaxNestingDepth() {
+		nested = mustEncode(t, reg, codec.TypeReply, &codec.Reply{Reference: "ab", Content: nested})
+	}
+	unknown := &mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "example.com", TypeId: "poll", VersionMajor: 1}, Content: []byte("x"), Fallback: ptr(huge)}
+	for name, c := range map[string]struct {
+		ec    *mc.EncodedContent
+		whole string // what a cut of the whole gives, "" to skip
+	}{
+		"reply to a megabyte":         {mustEncode(t, reg, codec.TypeReply, &codec.Reply{Reference: "ab", Content: mustEncode(t, reg, codec.TypeText, huge)}), "Replied: " + huge},
+		"replies nested to the limit": {nested, ""},
+		"attachment named a megabyte": {mustEncode(t, reg, codec.TypeAttachment, &codec.Attachment{MimeType: "text/plain", Filename: ptr(huge), Data: []byte{1}}), "Sent " + huge},
+		"reaction of a megabyte": {mustEncode(t, reg, codec.TypeReaction, &ct.ReactionV2{Reference: "ab", Action: ct.ReactionAction_REACTION_ACTION_ADDED,
+			Content: huge, Schema: ct.ReactionSchema_REACTION_SCHEMA_CUSTOM}), "Reacted " + huge + " to a message"},
+		"chain id of a megabyte": {mustEncode(t, reg, codec.TypeWalletSendCalls, &codec.WalletSendCalls{Version: "1.0", ChainID: huge, From: "0xf",
+			Calls: []*codec.WalletCall{{To: ptr("0x1")}}}), ""},
+		"fallback of a megabyte": {unknown, huge},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d, ec, err := reg.Decode(mustMarshal(t, c.ec), codec.DecodeOptions{})
+			desc := describe(reg, ec)
+			o := Options{IncludeSilent: true}
+			var p Preview
+			allocated := allocatedBytes(func() { p = w.Of(reg, desc, d, ec, err, o) })
+			if !p.Truncated || p.Body == "" || jsonCost(p.Body) > DefaultMaxBodyBytes || jsonCost(p.Title) > DefaultMaxTitleBytes {
+				t.Errorf("preview: %d bytes as JSON, truncated %v", jsonCost(p.Body), p.Truncated)
+			}
+			if c.whole != "" {
+				if want, _ := Cut(c.whole, DefaultMaxBodyBytes); p.Body != want {
+					t.Errorf("body %q…, want the cut of the whole %q…", p.Body[:40], want[:40])
+				}
+			}
+			// The nesting limit's levels, each a budget and its words.
+			if max := uint64(reg.MaxNestingDepth()+1) * 4 * DefaultMaxBodyBytes; allocated > max {
+				t.Errorf("a preview of a megabyte allocated %d bytes, over %d", allocated, max)
+			}
+		})
+	}
+}
+
+// allocatedBytes is what f allocates on the heap.
+func allocatedBytes(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"compress/zlib"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -103,4 +104,63 @@ func TestE2EPreviewLocaleRefused(t *testing.T) {
 	if resp, err := c.Preview(t.Context(), &cb.PreviewRequest{EncodedContent: text, Options: &cb.PreviewOptions{Locale: "pt_BR"}}); err != nil || resp.GetPreview().GetBody() != "hi" {
 		t.Errorf("a good locale: %v, %v", resp, err)
 	}
+}
+
+// TestE2EPreviewOfNestedMegabytes: previews of replies nested to the limit
+// around a megabyte of text each (two: what the decode budget lets one
+// call hold), over TCP: each preview within its budget and marked cut,
+// and what the previews add to the call's allocations (client and server,
+// one process) is a few budgets, not a copy of the megabyte per level per
+// message (over 30 MB before previews cut their fields first), which the
+// decode budget does not see.
+func TestE2EPreviewOfNestedMegabytes(t *testing.T) {
+	c := cb.NewContentServiceClient(startTCP(t, Config{}))
+	reg := codec.NewRegistry()
+	nested, err := reg.Encode(codec.TypeText, strings.Repeat("megabyte ", 1<<20/9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range reg.MaxNestingDepth() {
+		if nested, err = reg.Encode(codec.TypeReply, &codec.Reply{Reference: "ab", Content: nested}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, _ := proto.Marshal(nested)
+	call := func(p *cb.PreviewOptions) (*cb.DecodeBatchResponse, uint64) {
+		var resp *cb.DecodeBatchResponse
+		allocated := allocatedBytes(func() {
+			resp, err = c.DecodeBatch(t.Context(), &cb.DecodeBatchRequest{EncodedContents: [][]byte{raw, raw}, Preview: p})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, allocated
+	}
+	// The least of three calls each: a transport's buffers come and go.
+	var resp *cb.DecodeBatchResponse
+	without, with := ^uint64(0), ^uint64(0)
+	for range 3 {
+		_, a := call(nil)
+		r, b := call(&cb.PreviewOptions{})
+		without, with, resp = min(without, a), min(with, b), r
+	}
+	for i, r := range resp.GetResults() {
+		p := r.GetPreview()
+		if !p.GetTruncated() || !strings.HasPrefix(p.GetBody(), "Replied: Replied: ") || len(p.GetBody()) > preview.DefaultMaxBodyBytes {
+			t.Errorf("result %d: preview of %d bytes, truncated %v", i, len(p.GetBody()), p.GetTruncated())
+		}
+	}
+	t.Logf("allocated %d bytes without previews, %d with", without, with)
+	if with > without+12<<20 {
+		t.Errorf("previews added %d bytes to the call's allocations", with-without)
+	}
+}
+
+// allocatedBytes is what the process allocates on the heap while f runs.
+func allocatedBytes(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
