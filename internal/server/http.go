@@ -2,10 +2,12 @@ package server
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"connectrpc.com/vanguard"
 	"connectrpc.com/vanguard/vanguardgrpc"
 )
 
@@ -19,21 +21,32 @@ import (
 // header), authorization, limits, budgets, request ids, metrics and status
 // mapping; an error is the protocol's JSON error with the same code.
 //
-// A request body is read only up to maxBody bytes: one that declares more
-// is refused before a byte of it is read (413 with a Connect error,
+// A message is at most maxBody bytes: the gRPC message limit with room for
+// JSON's base64 (4/3) and its syntax. An unframed request body (a unary
+// Connect call, a REST path) is one message: one that declares more is
+// refused before a byte of it is read (413 with a Connect error,
 // resource_exhausted; 413 rather than the 429 Connect gives that code, as
-// a plain HTTP client expects), one that sends more is cut off there. The limit is
-// the gRPC message limit with room for JSON's base64 (4/3) and its syntax.
+// a plain HTTP client expects), one that sends more is cut off there. A
+// framed body (the Connect streaming protocol, gRPC-Web, gRPC) carries a
+// stream of messages, as long as a client stream is (an Import's
+// archive): the transcoder refuses each message over the limit before
+// buffering it, RESOURCE_EXHAUSTED, and the same limit holds each response
+// message.
 func (s *Server) HTTPHandler(maxRecvBytes int) (http.Handler, error) {
 	if maxRecvBytes <= 0 {
 		maxRecvBytes = DefaultMaxRecvBytes
 	}
-	tc, err := vanguardgrpc.NewTranscoder(s.grpc)
+	maxBody := min(int64(maxRecvBytes)*3/2+4096, math.MaxUint32)
+	tc, err := vanguardgrpc.NewTranscoder(s.grpc,
+		vanguard.WithDefaultServiceOptions(vanguard.WithMaxMessageBufferBytes(uint32(maxBody))))
 	if err != nil {
 		return nil, fmt.Errorf("http/json: %w", err)
 	}
-	maxBody := int64(maxRecvBytes)*3/2 + 4096
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if framed(r) {
+			tc.ServeHTTP(w, r)
+			return
+		}
 		if r.ContentLength > maxBody {
 			tooLarge(w, r.ContentLength, maxBody)
 			return
@@ -57,6 +70,13 @@ func connectUnary(r *http.Request) {
 	case "application/json", "application/proto":
 		r.Header.Set("Connect-Protocol-Version", "1")
 	}
+}
+
+// framed reports whether r's body is a stream of length-prefixed messages
+// (Connect streaming, gRPC-Web, gRPC), each bounded by the transcoder.
+func framed(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	return strings.HasPrefix(ct, "application/connect+") || strings.HasPrefix(ct, "application/grpc")
 }
 
 // rpcPath reports whether path is /<package.Service>/<Method>, an RPC's

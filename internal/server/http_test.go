@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,10 +24,18 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
+)
+
+// httpTestMaxRecv is the tests' HTTP listener's message limit, and
+// httpTestMaxBody the most bytes of JSON one message may take.
+const (
+	httpTestMaxRecv = 1 << 20
+	httpTestMaxBody = httpTestMaxRecv*3/2 + 4096
 )
 
 // httpServer is one server over gRPC and over HTTP/JSON (its HTTPHandler
@@ -39,7 +48,7 @@ func httpServer(t *testing.T) (grpcAddr, httpURL string) {
 	// grpc.Server, and each listener gets its own, as cmd/server's one
 	// server gets both listeners.
 	srv := New(cfg, zap.NewNop())
-	h, err := srv.HTTPHandler(1 << 20)
+	h, err := srv.HTTPHandler(httpTestMaxRecv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +249,7 @@ func TestHTTPJSONOverMutualTLS(t *testing.T) {
 	}
 	t.Cleanup(stop)
 	srv := New(Config{Store: enginetest.SQLite(t), Auth: policyAuth(t, perimeterPolicy(true))}, zap.NewNop())
-	h, err := srv.HTTPHandler(1 << 20)
+	h, err := srv.HTTPHandler(httpTestMaxRecv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,21 +321,30 @@ func TestHTTPRESTPaths(t *testing.T) {
 // TestHTTPConnectClientStreamImport: Import, a client stream, over the
 // Connect protocol on HTTP/2 in clear (h2c) and on HTTP/1.1 (a client
 // stream is half-duplex: the request body streams, then the answer), as a
-// Connect client sends it:
-// an archive exported from one server over gRPC arrives whole in another
-// over HTTP/JSON, chunk by chunk as base64, and what it inserted lists
-// back; naming an owner the principal does not hold is the same code as
-// over gRPC, and the store is untouched.
+// Connect client sends it: an archive exported from one server over gRPC,
+// twice the HTTP listener's message limit (a stream is bounded message by
+// message, not as one body), arrives whole in another over HTTP/JSON,
+// chunk by chunk as base64, and what it inserted lists back. A chunk over
+// the limit is RESOURCE_EXHAUSTED and imports nothing; naming an owner the
+// principal does not hold is the same code as over gRPC, and writes
+// nothing.
 func TestHTTPConnectClientStreamImport(t *testing.T) {
-	// The source: alice's group and 3 messages, exported over gRPC.
+	// The source: alice's group and 40 messages of 100 KiB that do not
+	// compress, exported over gRPC.
 	srcAddr, _ := httpServer(t)
 	src := dial(t, srcAddr, transport.ClientOptions{Insecure: true, Token: aliceToken})
 	g := storetest.FullGroup("g")
 	if _, err := cb.NewConversationServiceClient(src).PutGroup(t.Context(), &cb.PutGroupRequest{Owner: "alice", Group: g}); err != nil {
 		t.Fatal(err)
 	}
+	rng := rand.New(rand.NewPCG(1, 2))
 	var msgs []*mb.GroupMessageSave
-	for _, m := range storetest.Messages("m", g.Id, 3, 10) {
+	for _, m := range storetest.Messages("m", g.Id, 40, 10) {
+		data := make([]byte, 100<<10)
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		m.DecryptedMessageBytes = envelope(t, mustEncodeEnvelope(t, codec.TypeAttachment, &codec.Attachment{MimeType: "application/octet-stream", Data: data}))
 		m.SenderInboxId = "alice"
 		msgs = append(msgs, m)
 	}
@@ -334,12 +352,24 @@ func TestHTTPConnectClientStreamImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	archive, _ := exportArchive(t, cb.NewArchiveServiceClient(src), "alice", nil)
+	if len(archive) < 2*httpTestMaxBody {
+		t.Fatalf("the archive is %d bytes, under twice the message limit", len(archive))
+	}
 
 	for _, proto := range []string{"h2c", "HTTP/1.1"} {
 		t.Run(proto, func(t *testing.T) {
 			importOverConnect(t, proto, g.Id, archive)
 		})
 	}
+}
+
+func mustEncodeEnvelope(t *testing.T, typ codec.TypeID, v any) *mc.EncodedContent {
+	t.Helper()
+	ec, err := codec.NewRegistry().Encode(typ, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ec
 }
 
 func importOverConnect(t *testing.T, proto string, groupID, archive []byte) {
@@ -353,12 +383,12 @@ func importOverConnect(t *testing.T, proto string, groupID, archive []byte) {
 	client := &http.Client{Transport: &http.Transport{Protocols: protocols}}
 	importer := connect.NewClient[cb.ImportRequest, cb.ImportResponse](client,
 		dstURL+cb.ArchiveService_Import_FullMethodName, connect.WithProtoJSON())
-	send := func(owner string) (*cb.ImportResponse, error) {
+	send := func(owner string, chunk int) (*cb.ImportResponse, error) {
 		stream := importer.CallClientStream(t.Context())
 		stream.RequestHeader().Set("Authorization", "Bearer "+aliceToken)
 		msgs := []*cb.ImportRequest{{Payload: &cb.ImportRequest_Start{Start: &cb.ImportStart{Owner: owner, Key: archiveKey}}}}
 		for rest := archive; len(rest) > 0; {
-			n := min(len(rest), 512) // several chunks, each its own frame
+			n := min(len(rest), chunk)
 			msgs = append(msgs, &cb.ImportRequest{Payload: &cb.ImportRequest_Chunk{Chunk: rest[:n]}})
 			rest = rest[n:]
 		}
@@ -373,28 +403,54 @@ func importOverConnect(t *testing.T, proto string, groupID, archive []byte) {
 		}
 		return resp.Msg, nil
 	}
+	conn := dial(t, dstAddr, transport.ClientOptions{Insecure: true, Token: aliceToken})
+	groups := func(owner string) int {
+		ops := cb.NewConversationServiceClient(dial(t, dstAddr, transport.ClientOptions{Insecure: true, Token: opsToken}))
+		resp, err := ops.ListGroups(t.Context(), &cb.ListGroupsRequest{Owner: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(resp.GetGroups())
+	}
 
 	// alice may not import into bob: the code gRPC gives.
-	_, err := send("bob")
-	_, grpcErr := importArchive(t, cb.NewArchiveServiceClient(dial(t, dstAddr, transport.ClientOptions{Insecure: true, Token: aliceToken})), "bob", archiveKey, archive, 512)
+	_, err := send("bob", 256<<10)
+	_, grpcErr := importArchive(t, cb.NewArchiveServiceClient(conn), "bob", archiveKey, archive, 256<<10)
 	if connect.CodeOf(err).String() != connectCode(status.Code(grpcErr)) || status.Code(grpcErr) != codes.PermissionDenied {
 		t.Fatalf("import into bob over Connect: %v; over gRPC: %v", err, grpcErr)
 	}
+	if n := groups("bob"); n != 0 {
+		t.Errorf("the refused import left bob with %d groups", n)
+	}
 
-	resp, err := send("alice")
+	// One chunk over the message limit (as base64 JSON): refused before
+	// it is buffered, nothing imported.
+	if _, err := send("alice", 2*httpTestMaxBody); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("a chunk over the message limit: %v, want resource_exhausted", err)
+	}
+	if n := groups("alice"); n != 0 {
+		t.Errorf("the refused chunk imported %d groups", n)
+	}
+
+	resp, err := send("alice", 256<<10)
 	if err != nil {
-		t.Fatalf("Import over Connect (h2c): %v", err)
+		t.Fatalf("Import over Connect (%s): %v", proto, err)
 	}
-	if resp.GetGroups().GetInserted() != 1 || resp.GetMessages().GetInserted() != 3 {
-		t.Errorf("Import over Connect: %v, want 1 group and 3 messages inserted", resp)
+	if resp.GetGroups().GetInserted() != 1 || resp.GetMessages().GetInserted() != 40 {
+		t.Errorf("Import over Connect: %v, want 1 group and 40 messages inserted", resp)
 	}
-	dst := cb.NewConversationServiceClient(dial(t, dstAddr, transport.ClientOptions{Insecure: true, Token: aliceToken}))
-	listed, err := dst.ListMessages(t.Context(), &cb.ListMessagesRequest{Owner: "alice", GroupId: groupID})
-	if err != nil || len(listed.GetMessages()) != 3 {
-		t.Fatalf("the imported messages list back: %d, %v", len(listed.GetMessages()), err)
+	listed, token := 0, ""
+	for {
+		page, err := cb.NewConversationServiceClient(conn).ListMessages(t.Context(), &cb.ListMessagesRequest{Owner: "alice", GroupId: groupID, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed += len(page.GetMessages())
+		if token = page.GetNextPageToken(); token == "" {
+			break
+		}
 	}
-	bob, err := cb.NewConversationServiceClient(dial(t, dstAddr, transport.ClientOptions{Insecure: true, Token: opsToken})).ListGroups(t.Context(), &cb.ListGroupsRequest{Owner: "bob"})
-	if err != nil || len(bob.GetGroups()) != 0 {
-		t.Errorf("the refused import left bob with %d groups (%v)", len(bob.GetGroups()), err)
+	if listed != 40 {
+		t.Errorf("the imported messages list back: %d, want 40", listed)
 	}
 }
