@@ -476,7 +476,9 @@ func serveHTTP(addr string, srv *server.Server, maxRecv int, tlsConfig *tls.Conf
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, Protocols: protocols, TLSConfig: tlsConfig}
+	// IdleTimeout: a keep-alive connection that sends nothing is closed,
+	// as gRPC's connection age closes one, rather than held for ever.
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, Protocols: protocols, TLSConfig: tlsConfig}
 	serve := func() error { return hs.Serve(lis) }
 	if tlsConfig != nil {
 		protocols.SetUnencryptedHTTP2(false)
