@@ -198,9 +198,12 @@ bench:
 # (issue 26's target: under 20% more, a rate ratio of at least 0.83), on a
 # page of 1,000 texts of 200 bytes (the worst case: each body repeats its
 # text) end to end and with a client that keeps the bytes, and on a mixed
-# page; and HTTP/JSON's Decode beside gRPC's. Six rounds, each ratio taken
-# within a round.
+# page; the server's own work in process (decode, preview, marshal); and
+# HTTP/JSON's Decode beside gRPC's. Six rounds, each ratio taken within a
+# round.
 bench-preview:
+	go run ./tools/benchratio -pkg ./internal/contentapi -rounds 6 \
+		-ratio 'DecodeResponseText200PreviewMarshal,DecodeResponseText200Marshal,ns/op,0.83'
 	go run ./tools/benchratio -pkg ./internal/server -rounds 6 \
 		-ratio 'GRPCDecodeBatch1000Preview,GRPCDecodeBatch1000,msgs/s,0.83' \
 		-ratio 'GRPCDecodeBatch1000PreviewServerOnly,GRPCDecodeBatch1000ServerOnly,msgs/s,0.83' \

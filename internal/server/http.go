@@ -1,12 +1,16 @@
 package server
 
 import (
+	"compress/gzip"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"connectrpc.com/connect"
 	"connectrpc.com/vanguard"
 	"connectrpc.com/vanguard/vanguardgrpc"
 )
@@ -37,8 +41,15 @@ func (s *Server) HTTPHandler(maxRecvBytes int) (http.Handler, error) {
 		maxRecvBytes = DefaultMaxRecvBytes
 	}
 	maxBody := min(int64(maxRecvBytes)*3/2+4096, math.MaxUint32)
+	// A compressed message is read whole by the transcoder before any
+	// limit of its own: gzip's decompressor is replaced by one that stops
+	// at the message limit, and the transcoder sends the gRPC server its
+	// messages uncompressed (no second compression to undo).
+	gunzip := func() connect.Decompressor { return &boundedGunzip{limit: maxBody} }
+	gzipper := func() connect.Compressor { return gzip.NewWriter(io.Discard) }
 	tc, err := vanguardgrpc.NewTranscoder(s.grpc,
-		vanguard.WithDefaultServiceOptions(vanguard.WithMaxMessageBufferBytes(uint32(maxBody))))
+		vanguard.WithCompression(vanguard.CompressionGzip, gzipper, gunzip),
+		vanguard.WithDefaultServiceOptions(vanguard.WithMaxMessageBufferBytes(uint32(maxBody)), vanguard.WithNoTargetCompression()))
 	if err != nil {
 		return nil, fmt.Errorf("http/json: %w", err)
 	}
@@ -94,3 +105,38 @@ func tooLarge(w http.ResponseWriter, got, limit int64) {
 	fmt.Fprintf(w, `{"code":"resource_exhausted","message":"request body of %s bytes exceeds the limit of %s bytes"}`+"\n",
 		strconv.FormatInt(got, 10), strconv.FormatInt(limit, 10))
 }
+
+// boundedGunzip is gzip's decompressor for the HTTP/JSON listener, whose
+// output past limit bytes is an error: a body of a few hundred kilobytes
+// otherwise expands to whatever it holds (a gigabyte allocated for a
+// 200 KB request, measured) before the message limit is checked.
+type boundedGunzip struct {
+	gz    gzip.Reader
+	limit int64
+	read  int64
+	ready bool
+}
+
+func (d *boundedGunzip) Reset(r io.Reader) error {
+	d.read, d.ready = 0, true
+	return d.gz.Reset(r)
+}
+
+func (d *boundedGunzip) Read(p []byte) (int, error) {
+	if !d.ready {
+		return 0, errors.New("gzip: read before reset")
+	}
+	// Up to one byte past the limit, to tell "exactly the limit" from more.
+	if room := d.limit + 1 - d.read; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := d.gz.Read(p)
+	d.read += int64(n)
+	if d.read > d.limit {
+		return 0, connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("a compressed message expands past the limit of %d bytes", d.limit))
+	}
+	return n, err
+}
+
+func (d *boundedGunzip) Close() error { return d.gz.Close() }

@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
@@ -452,5 +455,97 @@ func importOverConnect(t *testing.T, proto string, groupID, archive []byte) {
 	}
 	if listed != 40 {
 		t.Errorf("the imported messages list back: %d, want 40", listed)
+	}
+}
+
+// TestHTTPCompressedBombRefused: a request compressed with gzip that
+// expands past the message limit (a 64 MiB message in about 64 KB) is
+// resource_exhausted, as a unary Connect call, a Connect stream and
+// gRPC-Web, and costs the server a few megabytes, not the 64 MiB (a
+// gigabyte was allocated for one before the transcoder's decompressor was
+// bounded); a small compressed request and a compressed answer work.
+func TestHTTPCompressedBombRefused(t *testing.T) {
+	_, url := httpServer(t)
+	gz := func(b ...[]byte) []byte {
+		var z bytes.Buffer
+		zw := gzip.NewWriter(&z)
+		for _, p := range b {
+			zw.Write(p)
+		}
+		zw.Close()
+		return z.Bytes()
+	}
+	frame := func(flags byte, msg []byte) []byte {
+		f := []byte{flags, 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(f[1:], uint32(len(msg)))
+		return append(f, msg...)
+	}
+	huge := bytes.Repeat([]byte("A"), 64<<20) // base64 text: a valid bytes field
+	jsonBomb := gz([]byte(`{"encodedContent":"`), huge, []byte(`"}`))
+	protoBomb := gz(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), huge))
+	huge = nil
+	cases := []struct {
+		name, path string
+		header     map[string]string
+		body       []byte
+	}{
+		{"unary Connect", cb.ContentService_Decode_FullMethodName,
+			map[string]string{"Content-Type": "application/json", "Content-Encoding": "gzip"}, jsonBomb},
+		{"Connect stream", cb.ConversationService_StreamMessages_FullMethodName,
+			map[string]string{"Content-Type": "application/connect+json", "Connect-Content-Encoding": "gzip"}, frame(1, jsonBomb)},
+		{"gRPC-Web", cb.ContentService_Decode_FullMethodName,
+			map[string]string{"Content-Type": "application/grpc-web+proto", "Grpc-Encoding": "gzip"}, frame(1, protoBomb)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, url+c.path, bytes.NewReader(c.body))
+			for k, v := range c.header {
+				req.Header.Set(k, v)
+			}
+			req.Header.Set("Authorization", "Bearer "+aliceToken)
+			var answer []byte
+			var grpcStatus string
+			allocated := allocatedBytes(func() {
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				answer, _ = io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+				grpcStatus = resp.Header.Get("Grpc-Status") // gRPC-Web's trailers-only answer
+			})
+			exhausted := strconv.Itoa(int(codes.ResourceExhausted))
+			if grpcStatus != exhausted && !bytes.Contains(answer, []byte(`"code":"resource_exhausted"`)) {
+				t.Errorf("answer %q, grpc-status %q: want resource_exhausted", answer, grpcStatus)
+			}
+			if allocated > 32<<20 {
+				t.Errorf("a %d-byte request allocated %d bytes", len(c.body), allocated)
+			}
+		})
+	}
+
+	// A small compressed request, and a compressed answer.
+	text := envelopeBytes(t, codec.TypeText, "hello")
+	body := gz([]byte(`{"encodedContent":"` + base64.StdEncoding.EncodeToString(text) + `"}`))
+	req, _ := http.NewRequest(http.MethodPost, url+cb.ContentService_Decode_FullMethodName, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Encoding", "gzip")
+	req.Header.Set("Accept-Encoding", "gzip")
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	tr := &http.Transport{DisableCompression: true} // read the gzip answer as sent
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r io.Reader = resp.Body
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		if r, err = gzip.NewReader(resp.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _ := io.ReadAll(r)
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(out, []byte(`"text":"hello"`)) {
+		t.Errorf("a compressed Decode: %d %s", resp.StatusCode, out)
 	}
 }
