@@ -478,7 +478,11 @@ func serveHTTP(addr string, srv *server.Server, maxRecv int, tlsConfig *tls.Conf
 	protocols.SetUnencryptedHTTP2(true)
 	// IdleTimeout: a keep-alive connection that sends nothing is closed,
 	// as gRPC's connection age closes one, rather than held for ever.
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, Protocols: protocols, TLSConfig: tlsConfig}
+	// MaxHeaderBytes: the request line and headers (a long JWT fits);
+	// net/http's default is 1 MiB, all of it a query string an error
+	// about a parameter's value may quote.
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: server.MaxHTTPHeaderBytes, Protocols: protocols, TLSConfig: tlsConfig}
 	serve := func() error { return hs.Serve(lis) }
 	if tlsConfig != nil {
 		protocols.SetUnencryptedHTTP2(false)

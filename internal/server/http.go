@@ -9,10 +9,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/vanguard"
 	"connectrpc.com/vanguard/vanguardgrpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // HTTPHandler serves the server's services to callers without gRPC: the
@@ -48,8 +51,13 @@ func (s *Server) HTTPHandler(maxRecvBytes int) (http.Handler, error) {
 	gunzip := func() connect.Decompressor { return &boundedGunzip{limit: maxBody} }
 	gzipper := func() connect.Compressor { return gzip.NewWriter(io.Discard) }
 	tc, err := vanguardgrpc.NewTranscoder(s.grpc,
+		vanguard.WithCodec(func(res vanguard.TypeResolver) vanguard.Codec { return jsonCodec{vanguard.NewJSONCodec(res)} }),
 		vanguard.WithCompression(vanguard.CompressionGzip, gzipper, gunzip),
-		vanguard.WithDefaultServiceOptions(vanguard.WithMaxMessageBufferBytes(uint32(maxBody)), vanguard.WithNoTargetCompression()))
+		vanguard.WithDefaultServiceOptions(vanguard.WithMaxMessageBufferBytes(uint32(maxBody)), vanguard.WithNoTargetCompression(),
+			// A query parameter a REST path does not know is ignored, as
+			// HTTP caches' and proxies' own parameters are, rather than
+			// an UNKNOWN error repeating its name.
+			vanguard.WithRESTUnmarshalOptions(vanguard.RESTUnmarshalOptions{DiscardUnknownQueryParams: true})))
 	if err != nil {
 		return nil, fmt.Errorf("http/json: %w", err)
 	}
@@ -140,3 +148,38 @@ func (d *boundedGunzip) Read(p []byte) (int, error) {
 }
 
 func (d *boundedGunzip) Close() error { return d.gz.Close() }
+
+// MaxHTTPHeaderBytes bounds an HTTP/JSON request's line and headers.
+const MaxHTTPHeaderBytes = 32 << 10
+
+// jsonCodec is the transcoder's JSON codec, except that a request that
+// does not parse is INVALID_ARGUMENT with a short message, not the
+// UNKNOWN (HTTP 500) the transcoder makes of it, whose message repeated
+// the offending value whole (100 KB of a bad base64 string, measured).
+type jsonCodec struct{ *vanguard.JSONCodec }
+
+func (c jsonCodec) Unmarshal(b []byte, m proto.Message) error {
+	return badRequest(c.JSONCodec.Unmarshal(b, m))
+}
+
+func (c jsonCodec) UnmarshalField(b []byte, m proto.Message, f protoreflect.FieldDescriptor) error {
+	return badRequest(c.JSONCodec.UnmarshalField(b, m, f))
+}
+
+// maxParseError bounds the message of a request that does not parse.
+const maxParseError = 200
+
+func badRequest(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if len(msg) > maxParseError {
+		end := maxParseError
+		for end > 0 && !utf8.RuneStart(msg[end]) {
+			end--
+		}
+		msg = msg[:end] + "…"
+	}
+	return connect.NewError(connect.CodeInvalidArgument, errors.New("request is not valid JSON for its message: "+msg))
+}

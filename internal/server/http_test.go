@@ -61,6 +61,7 @@ func httpServer(t *testing.T) (grpcAddr, httpURL string) {
 	hs.Config.Protocols = new(http.Protocols)
 	hs.Config.Protocols.SetHTTP1(true)
 	hs.Config.Protocols.SetUnencryptedHTTP2(true)
+	hs.Config.MaxHeaderBytes = MaxHTTPHeaderBytes
 	hs.Start()
 	t.Cleanup(hs.Close)
 	return grpcAddr, hs.URL
@@ -547,5 +548,55 @@ func TestHTTPCompressedBombRefused(t *testing.T) {
 	out, _ := io.ReadAll(r)
 	if resp.StatusCode != http.StatusOK || !bytes.Contains(out, []byte(`"text":"hello"`)) {
 		t.Errorf("a compressed Decode: %d %s", resp.StatusCode, out)
+	}
+}
+
+// TestHTTPBadRequestsAreInvalidArgument: JSON that does not parse, as a
+// Connect call or a REST body, is invalid_argument (HTTP 400) with a
+// short message, not UNKNOWN (500) repeating the offending 100 KB; a REST
+// query parameter with a bad value is invalid_argument; one the path does
+// not know is ignored; a huge owner in a REST path is refused without
+// being repeated.
+func TestHTTPBadRequestsAreInvalidArgument(t *testing.T) {
+	_, url := httpServer(t)
+	big := strings.Repeat("x", 100<<10)
+	do := func(method, path, body string) (int, string) {
+		req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		req.Header.Set("Authorization", "Bearer "+aliceToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for name, c := range map[string]struct{ method, path, body string }{
+		"a bad base64 value":           {http.MethodPost, cb.ContentService_Decode_FullMethodName, `{"encodedContent":"` + big + `!"}`},
+		"a syntax error":               {http.MethodPost, cb.ContentService_Decode_FullMethodName, `{"encodedContent":` + big},
+		"a REST body that is not JSON": {http.MethodPost, "/v1/content:decode", `{"encodedContent":[` + big + `]}`},
+		"a REST parameter's value":     {http.MethodGet, "/v1/owners/alice/groups?pageSize=" + strings.Repeat("9", 8<<10) + "x", ""},
+	} {
+		code, body := do(c.method, c.path, c.body)
+		if code != http.StatusBadRequest || !strings.Contains(body, "invalid_argument") && !strings.Contains(body, `"code":3`) {
+			t.Errorf("%s: %d %.200s, want 400 invalid_argument", name, code, body)
+		}
+		if len(body) > 10<<10 {
+			t.Errorf("%s: the error is %d bytes: it repeats the request", name, len(body))
+		}
+	}
+	if code, body := do(http.MethodGet, "/v1/owners/alice/groups?utm_source=x&_=1700000000", ""); code != http.StatusOK {
+		t.Errorf("unknown query parameters: %d %s, want them ignored", code, body)
+	}
+	if code, body := do(http.MethodGet, "/v1/owners/"+big[:20<<10]+"/groups", ""); code != http.StatusForbidden || len(body) > 1<<10 {
+		t.Errorf("a 20 KB owner: %d, %d bytes", code, len(body))
+	}
+	// A request line past the header limit (and net/http's 4 KiB of slack)
+	// is refused before any handler.
+	if code, _ := do(http.MethodGet, "/v1/owners/alice/groups?pageToken="+big[:MaxHTTPHeaderBytes+8<<10], ""); code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a request line over %d bytes: %d, want 431", MaxHTTPHeaderBytes, code)
 	}
 }
