@@ -178,13 +178,13 @@ func (w *Table) describe(reg *codec.Registry, d codec.Decoded, f *fields, limit 
 		}
 		return keyTransaction, true
 	case *codec.WalletSendCalls:
-		f.Description = "Chain " + prefix(v.ChainID, limit)
 		for _, c := range v.Calls {
 			if c.Metadata != nil && c.Metadata.Description != "" {
 				f.Description = c.Metadata.Description
-				break
+				return keyTransactionRequest, true
 			}
 		}
+		f.Description = "Chain " + prefix(v.ChainID, limit)
 		return keyTransactionRequest, true
 	case *codec.Actions:
 		f.Description = v.Description
