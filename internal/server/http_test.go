@@ -67,11 +67,14 @@ func httpServer(t *testing.T) (grpcAddr, httpURL string) {
 	return grpcAddr, hs.URL
 }
 
-func postJSON(t *testing.T, url, token string, body any) (int, map[string]any) {
+// httpDo sends a request with token's credentials (none when empty), and
+// body as JSON when there is one, and returns the answer's status and body.
+func httpDo(t *testing.T, method, url, token, body string) (int, string) {
 	t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -80,12 +83,19 @@ func postJSON(t *testing.T, url, token string, body any) (int, map[string]any) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func postJSON(t *testing.T, url, token string, body any) (int, map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	code, raw := httpDo(t, http.MethodPost, url, token, string(b))
 	var out map[string]any
-	raw, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("%s: not JSON (%d): %s", url, resp.StatusCode, raw)
+	if err := json.Unmarshal([]byte(raw), &out); err != nil {
+		t.Fatalf("%s: not JSON (%d): %s", url, code, raw)
 	}
-	return resp.StatusCode, out
+	return code, out
 }
 
 // TestHTTPJSONDecodeAndPreview: Decode and Preview as plain JSON POSTs
@@ -298,15 +308,7 @@ func TestHTTPJSONOverMutualTLS(t *testing.T) {
 func TestHTTPRESTPaths(t *testing.T) {
 	_, url := httpServer(t)
 	get := func(path, token string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, url+path, nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return httpDo(t, http.MethodGet, url+path, token, "")
 	}
 	if code, body := get("/v1/owners/alice/groups", aliceToken); code != http.StatusOK {
 		t.Errorf("GET alice's groups: %d %s", code, body)
@@ -561,18 +563,7 @@ func TestHTTPBadRequestsAreInvalidArgument(t *testing.T) {
 	_, url := httpServer(t)
 	big := strings.Repeat("x", 100<<10)
 	do := func(method, path, body string) (int, string) {
-		req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		req.Header.Set("Authorization", "Bearer "+aliceToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return httpDo(t, method, url+path, aliceToken, body)
 	}
 	for name, c := range map[string]struct{ method, path, body string }{
 		"a bad base64 value":           {http.MethodPost, cb.ContentService_Decode_FullMethodName, `{"encodedContent":"` + big + `!"}`},
