@@ -127,7 +127,7 @@ type boundedGunzip struct {
 
 func (d *boundedGunzip) Reset(r io.Reader) error {
 	d.read, d.ready = 0, true
-	return d.gz.Reset(r)
+	return notGzip(d.gz.Reset(r))
 }
 
 func (d *boundedGunzip) Read(p []byte) (int, error) {
@@ -144,7 +144,19 @@ func (d *boundedGunzip) Read(p []byte) (int, error) {
 		return 0, connect.NewError(connect.CodeResourceExhausted,
 			fmt.Errorf("a compressed message expands past the limit of %d bytes", d.limit))
 	}
+	if err != nil && err != io.EOF {
+		return n, notGzip(err)
+	}
 	return n, err
+}
+
+// notGzip makes a body that is not gzip the caller's error
+// (invalid_argument), not the transcoder's UNKNOWN.
+func notGzip(err error) error {
+	if err == nil {
+		return nil
+	}
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the body is not valid gzip: %w", err))
 }
 
 func (d *boundedGunzip) Close() error { return d.gz.Close() }

@@ -527,10 +527,25 @@ func TestHTTPCompressedBombRefused(t *testing.T) {
 		})
 	}
 
+	// A body that says gzip and is not: the caller's error.
+	req, _ := http.NewRequest(http.MethodPost, url+cb.ContentService_Decode_FullMethodName, strings.NewReader(`{"encodedContent":""}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Encoding", "gzip")
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(b, []byte(`"code":"invalid_argument"`)) {
+			t.Errorf("a body that is not gzip: %d %s, want 400 invalid_argument", resp.StatusCode, b)
+		}
+	}
+
 	// A small compressed request, and a compressed answer.
 	text := envelopeBytes(t, codec.TypeText, "hello")
 	body := gz([]byte(`{"encodedContent":"` + base64.StdEncoding.EncodeToString(text) + `"}`))
-	req, _ := http.NewRequest(http.MethodPost, url+cb.ContentService_Decode_FullMethodName, bytes.NewReader(body))
+	req, _ = http.NewRequest(http.MethodPost, url+cb.ContentService_Decode_FullMethodName, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Content-Encoding", "gzip")
 	req.Header.Set("Accept-Encoding", "gzip")
