@@ -19,8 +19,7 @@ import (
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/codec"
-	"github.com/contentbackup/contentbackup/internal/jobs"
-	"github.com/contentbackup/contentbackup/internal/keyring"
+	"github.com/contentbackup/contentbackup/internal/jobs/jobstest"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 )
@@ -162,16 +161,9 @@ func TestReferenceImportsEachIncrement(t *testing.T) {
 // bucket's.
 func serveJobs(t *testing.T) (conn *grpc.ClientConn, dir string) {
 	t.Helper()
-	kek, err := keyring.Open(t.Context(), "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kek.Close() })
-	dir = t.TempDir()
-	buckets := jobs.NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
-	t.Cleanup(func() { buckets.Close() })
+	jc, dir := jobstest.Local(t)
 	cfg := server.Config{Store: enginetest.SQLite(t)}
-	server.AttachJobs(&cfg, jobs.Config{KEK: kek, Buckets: buckets})
+	server.AttachJobs(&cfg, jc)
 	return serve(t, cfg), dir
 }
 

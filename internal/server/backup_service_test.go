@@ -22,7 +22,7 @@ import (
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/jobs"
-	"github.com/contentbackup/contentbackup/internal/keyring"
+	"github.com/contentbackup/contentbackup/internal/jobs/jobstest"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
@@ -35,15 +35,9 @@ import (
 // key-encryption key and the file bucket "local"; dir is the bucket's.
 func testJobs(t testing.TB) (cfg *jobs.Config, dir string) {
 	t.Helper()
-	kek, err := keyring.Open(t.Context(), "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kek.Close() })
-	dir = t.TempDir()
-	buckets := jobs.NewBuckets(map[string]string{"local": "file://" + dir + "?no_tmp_dir=1&metadata=skip"})
-	t.Cleanup(func() { buckets.Close() })
-	return &jobs.Config{KEK: kek, Buckets: buckets, Lease: 2 * time.Second, Renew: 100 * time.Millisecond}, dir
+	c, dir := jobstest.Local(t)
+	c.Lease, c.Renew = 2*time.Second, 100*time.Millisecond
+	return &c, dir
 }
 
 // withJobs is cfg serving jobs built from jc as cmd/server builds them,
