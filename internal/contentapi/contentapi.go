@@ -131,13 +131,7 @@ func PreviewOptions(o *cb.PreviewOptions) preview.Options {
 		MaxTitleBytes: int(min(o.GetMaxTitleBytes(), preview.MaxBudget)), IncludeSilent: o.GetIncludeSilent()}
 }
 
-// PreviewMessage is a preview as the API shows it.
-func PreviewMessage(p preview.Preview) *cb.Preview {
-	out := new(cb.Preview)
-	setPreview(out, p)
-	return out
-}
-
+// setPreview fills out, a preview as the API shows it, with p.
 func setPreview(out *cb.Preview, p preview.Preview) {
 	out.Push, out.Title, out.Body, out.Truncated, out.FromFallback = p.Push, p.Title, p.Body, p.Truncated, p.FromFallback
 }
