@@ -199,6 +199,8 @@ func shortState(s cb.BackupState) string {
 		return "complete"
 	case cb.BackupState_BACKUP_STATE_WRITING:
 		return "writing"
+	case cb.BackupState_BACKUP_STATE_DELETING:
+		return "deleting"
 	}
 	return "unknown"
 }

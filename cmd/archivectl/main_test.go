@@ -478,7 +478,7 @@ func TestArchivectlRetentionDryRun(t *testing.T) {
 		if err := s.CreateBackup(t.Context(), b); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.CompleteBackup(t.Context(), owner, b.ID, store.BackupSummary{SHA256: make([]byte, 32), At: b.Created}); err != nil {
+		if err := s.CompleteBackup(t.Context(), owner, b.ID, store.Fence{}, store.BackupSummary{SHA256: make([]byte, 32), At: b.Created}); err != nil {
 			t.Fatal(err)
 		}
 	}

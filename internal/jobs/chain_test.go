@@ -169,7 +169,7 @@ func TestIncrementRefusals(t *testing.T) {
 	if err := st.CreateBackup(ctx, legacy); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.CompleteBackup(ctx, alice, legacy.ID, store.BackupSummary{SHA256: make([]byte, 32), At: time.Now(), ChangeSeq: -1}); err != nil {
+	if err := st.CompleteBackup(ctx, alice, legacy.ID, store.Fence{}, store.BackupSummary{SHA256: make([]byte, 32), At: time.Now(), ChangeSeq: -1}); err != nil {
 		t.Fatal(err)
 	}
 	messagesOnly := &dsb.ArchiveOptions{Elements: []dsb.BackupElementSelection{dsb.BackupElementSelection_BACKUP_ELEMENT_SELECTION_MESSAGES}}
@@ -281,7 +281,7 @@ func TestScheduleChainBases(t *testing.T) {
 		if err := st.CreateBackup(t.Context(), b); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.CompleteBackup(t.Context(), owner, id, store.BackupSummary{SHA256: make([]byte, 32), At: time.Now(), ChangeSeq: seq}); err != nil {
+		if err := st.CompleteBackup(t.Context(), owner, id, store.Fence{}, store.BackupSummary{SHA256: make([]byte, 32), At: time.Now(), ChangeSeq: seq}); err != nil {
 			t.Fatal(err)
 		}
 		if problem != "" {

@@ -250,6 +250,9 @@ type gatedStore struct {
 	reached chan struct{}
 	gate    chan struct{}
 	once    sync.Once
+	// stopped is closed when the held export's context ends.
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
 
 type gatedSnapshot struct {
@@ -267,6 +270,7 @@ func (g gatedSnapshot) EachMessage(ctx context.Context, q store.MessageQuery, fn
 		select {
 		case <-g.s.gate:
 		case <-ctx.Done():
+			g.s.stopOnce.Do(func() { close(g.s.stopped) })
 			return ctx.Err()
 		}
 		return fn(m)
@@ -274,7 +278,7 @@ func (g gatedSnapshot) EachMessage(ctx context.Context, q store.MessageQuery, fn
 }
 
 func newGated(st store.Store) *gatedStore {
-	return &gatedStore{Store: st, reached: make(chan struct{}), gate: make(chan struct{})}
+	return &gatedStore{Store: st, reached: make(chan struct{}), gate: make(chan struct{}), stopped: make(chan struct{})}
 }
 
 // startGated starts an export of an owner with messages and returns once
@@ -432,7 +436,7 @@ func catalogJunk(t *testing.T, h *harness, owner string, body []byte) store.Back
 	if err := h.store.CreateBackup(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.store.CompleteBackup(t.Context(), owner, b.ID, store.BackupSummary{Length: uint64(len(body)), At: now}); err != nil {
+	if err := h.store.CompleteBackup(t.Context(), owner, b.ID, store.Fence{}, store.BackupSummary{Length: uint64(len(body)), At: now}); err != nil {
 		t.Fatal(err)
 	}
 	return b
@@ -479,7 +483,7 @@ func TestDamagedBackupIsPermanent(t *testing.T) {
 	if err := st.CreateBackup(t.Context(), b2); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.CompleteBackup(t.Context(), owner, b2.ID, store.BackupSummary{Length: 4, At: time.Now()}); err != nil {
+	if err := st.CompleteBackup(t.Context(), owner, b2.ID, store.Fence{}, store.BackupSummary{Length: 4, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.bucket.WriteAll(t.Context(), b.ObjectKey, []byte("longer junk"), nil); err != nil {

@@ -82,7 +82,7 @@ var (
 	ErrNoChangeSequence = fault.New(fault.FailedPrecondition, "the backup was written before changes were tracked; take a full backup to build increments on")
 	// ErrBaseNeeded: the backup is the base of an increment, which cannot
 	// be restored without it.
-	ErrBaseNeeded = fault.New(fault.FailedPrecondition, "an increment is built on the backup; delete the increment first")
+	ErrBaseNeeded = store.ErrHasIncrement
 	// ErrShuttingDown: the server is stopping and starts no job.
 	ErrShuttingDown = fault.New(fault.Unavailable, "the server is shutting down")
 )
@@ -311,6 +311,9 @@ type run struct {
 	records atomic.Uint64
 	phase   atomic.Int32
 }
+
+// fence is r's fencing token: the job and the attempt this runner holds.
+func (r *run) fence() store.Fence { return store.Fence{JobID: r.job.ID, Attempt: r.job.Attempt} }
 
 func (r *run) progress() []byte {
 	md := proto.Clone(r.meta).(*pv.JobProgress)
@@ -586,23 +589,34 @@ func (m *Manager) DeleteBackup(ctx context.Context, principal, owner, id string)
 	return nil
 }
 
+// deleteBackup deletes b in three steps: the catalog marks it deleting
+// (under its row's lock, refused when an increment is built on it, and
+// from then on no increment can start on it), its objects go, then its
+// row. A failure part-way leaves a row marked deleting that a retry
+// finishes.
 func (m *Manager) deleteBackup(ctx context.Context, b store.Backup) error {
-	// Checked before the object goes: the catalog refuses the row too, but
-	// by then the object would be deleted.
-	deps, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: b.Owner, Base: b.ID, Limit: 1})
+	b, err := m.cfg.Store.MarkBackupDeleting(ctx, b.Owner, b.ID)
+	if errors.Is(err, store.ErrFailedPrecondition) && !errors.Is(err, ErrBaseNeeded) {
+		// Its export started again after the caller read the row.
+		return fmt.Errorf("%w: %w", ErrBackupNotComplete, err)
+	}
 	if err != nil {
 		return err
-	}
-	if len(deps) > 0 {
-		return fmt.Errorf("backup %s is the base of backup %s: %w", b.ID, deps[0].ID, ErrBaseNeeded)
 	}
 	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
 	if err != nil {
 		return fmt.Errorf("backup %s: %w", b.ID, err)
 	}
-	for _, k := range []string{b.ObjectKey + SidecarSuffix, b.ObjectKey} {
-		if err := bucket.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-			return fmt.Errorf("backup %s: delete object: %w", b.ID, err)
+	if b.Completed.IsZero() {
+		// Never completed: any attempt may have left an object.
+		if err := m.deleteAttempts(ctx, bucket, b.ObjectKey, 1, m.cfg.MaxAttempts); err != nil {
+			return fmt.Errorf("backup %s: %w", b.ID, err)
+		}
+	} else {
+		for _, k := range []string{b.ObjectKey + SidecarSuffix, b.ObjectKey} {
+			if err := bucket.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+				return fmt.Errorf("backup %s: delete object: %w", b.ID, err)
+			}
 		}
 	}
 	if err := m.cfg.Store.DeleteBackup(ctx, b.Owner, b.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -822,8 +836,9 @@ func (m *Manager) execute(ctx context.Context, r *run, req request, p prepared) 
 	defer cancel()
 	if r.job.Kind == store.JobExport && err != nil {
 		// A backup whose export failed is no backup: its object was
-		// aborted or deleted, and its row goes too.
-		if derr := m.cfg.Store.DeleteBackup(fctx, p.backup.Owner, p.backup.ID); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+		// aborted or deleted, and its row goes too, fenced by this
+		// attempt: a row a later attempt holds is not this one's to drop.
+		if derr := m.cfg.Store.AbandonBackup(fctx, p.backup.Owner, p.backup.ID, r.fence()); derr != nil && !errors.Is(derr, store.ErrNotFound) {
 			log.Warn("failed backup's catalog row not deleted", zap.String("backup", p.backup.ID), zap.Error(derr))
 		}
 	}
@@ -912,38 +927,48 @@ func clip(s string) string { return fault.Clip(s, 512, "...") }
 // renew writes r's progress and extends its lease every Renew until ctx
 // ends, and cancels r when a cancel was asked or the job was ended
 // elsewhere.
+//
+// A lease is not a lock: past two thirds of a lease without a renewal
+// the runner stops (errLost), before another replica may take the job
+// over. A watchdog timer enforces it, so a renewal that hangs in the
+// store stops the runner as surely as one that fails; and each renewal's
+// own deadline is that same instant. Every side effect after that is
+// fenced by the attempt in the store anyway (CompleteBackup,
+// AbandonBackup, FinishJob), and each attempt writes its own object key.
 func (m *Manager) renew(ctx context.Context, r *run, done chan<- struct{}) {
 	defer close(done)
+	limit := m.cfg.Lease * 2 / 3
+	stopBy := time.Now().Add(limit)
+	watchdog := time.AfterFunc(limit, func() { r.cancel(errLost) })
+	defer watchdog.Stop()
 	tick := time.NewTicker(m.cfg.Renew)
 	defer tick.Stop()
-	renewed := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		cancel, err := m.cfg.Store.RenewJob(ctx, r.job.ID, r.job.Attempt, r.progress(), time.Now().Add(m.cfg.Lease))
+		start := time.Now()
+		rctx, cancelCall := context.WithDeadline(ctx, stopBy)
+		cancel, err := m.cfg.Store.RenewJob(rctx, r.job.ID, r.job.Attempt, r.progress(), start.Add(m.cfg.Lease))
+		cancelCall()
 		switch {
 		case errors.Is(err, store.ErrFailedPrecondition):
 			r.cancel(errLost)
 			return
 		case err != nil:
-			// The lease outlasts a few missed renewals; past two thirds of
-			// it the runner stops, before another replica may take the
-			// job over (takeover.go).
+			// The lease outlasts a few missed renewals; the watchdog
+			// stops the runner when it has none left.
 			if ctx.Err() == nil {
 				m.cfg.Log.Warn("renew job", zap.String("job", r.job.ID), zap.Error(err))
-			}
-			if time.Since(renewed) > m.cfg.Lease*2/3 {
-				r.cancel(errLost)
-				return
 			}
 		case cancel:
 			r.cancel(errCancelled)
 			return
 		default:
-			renewed = time.Now()
+			stopBy = start.Add(limit)
+			watchdog.Reset(time.Until(stopBy))
 		}
 	}
 }
@@ -969,7 +994,10 @@ func (m *Manager) export(ctx context.Context, r *run, req ExportRequest, p prepa
 	if err := reserve.Charge(reservation); err != nil {
 		return nil, err
 	}
-	dest := &pv.ObjectLocation{Bucket: p.backup.Bucket, Key: p.backup.ObjectKey}
+	// Each attempt writes its own object: a stale attempt (one that lost
+	// its lease and does not know it yet) can neither overwrite nor, in
+	// its cleanup, delete what a later attempt committed.
+	dest := &pv.ObjectLocation{Bucket: p.backup.Bucket, Key: AttemptKey(p.backup.ObjectKey, r.job.Attempt)}
 	// Cancelling wctx aborts the write: nothing is committed under the key
 	// unless Close succeeds after every byte.
 	wctx, abort := context.WithCancel(ctx)
@@ -1011,20 +1039,58 @@ func (m *Manager) export(ctx context.Context, r *run, req ExportRequest, p prepa
 		Sidecar: &pv.ObjectLocation{Bucket: dest.GetBucket(), Key: dest.GetKey() + SidecarSuffix}}
 	err = m.commit(ctx, p.bucket, result)
 	if err == nil {
-		err = m.cfg.Store.CompleteBackup(ctx, p.backup.Owner, p.backup.ID, store.BackupSummary{
-			Groups: counts.Groups, Messages: counts.Messages, Consent: counts.Consent,
+		err = m.cfg.Store.CompleteBackup(ctx, p.backup.Owner, p.backup.ID, r.fence(), store.BackupSummary{
+			ObjectKey: dest.GetKey(), Groups: counts.Groups, Messages: counts.Messages, Consent: counts.Consent,
 			Length: summary.ArchiveBytes, SHA256: summary.Sha256, ExportedAtNs: exportedAt, At: time.Now(), ChangeSeq: counts.ChangeSeq})
 	}
 	if err != nil {
-		// Whatever was committed goes: an export that did not end well
-		// leaves no object.
+		// Whatever this attempt committed goes: an export that did not
+		// end well leaves no object. Only this attempt's keys: never
+		// another attempt's.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_ = p.bucket.Delete(dctx, result.GetSidecar().GetKey())
 		_ = p.bucket.Delete(dctx, dest.GetKey())
 		return nil, err
 	}
+	if r.job.Attempt > 1 {
+		// Earlier attempts' objects are no backup: the catalog names
+		// this one. A stale attempt may have committed after the
+		// takeover cleared them.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		m.deleteAttempts(dctx, p.bucket, p.backup.ObjectKey, 1, r.job.Attempt-1)
+	}
 	return result, nil
+}
+
+// AttemptKey is the object key attempt writes a backup created at key
+// to: the first attempt key itself, a later one key with ".attempt-N"
+// before its suffix.
+func AttemptKey(key string, attempt int) string {
+	if attempt <= 1 {
+		return key
+	}
+	return strings.TrimSuffix(key, ArchiveSuffix) + fmt.Sprintf(".attempt-%d", attempt) + ArchiveSuffix
+}
+
+// deleteAttempts deletes the objects and sidecars attempts from..to
+// wrote for a backup created at key; what is missing is no error, and
+// what fails is logged (an object no catalog row names is no backup).
+func (m *Manager) deleteAttempts(ctx context.Context, bucket *blob.Bucket, key string, from, to int) error {
+	var first error
+	for a := from; a <= to; a++ {
+		k := AttemptKey(key, a)
+		for _, obj := range []string{k + SidecarSuffix, k} {
+			if err := bucket.Delete(ctx, obj); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+				m.cfg.Log.Warn("an attempt's object not deleted", zap.String("key", obj), zap.Error(err))
+				if first == nil {
+					first = fmt.Errorf("delete object: %w", err)
+				}
+			}
+		}
+	}
+	return first
 }
 
 // importCounts is an import's result as its job keeps it.

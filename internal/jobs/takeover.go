@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"gocloud.dev/gcerrors"
 	"google.golang.org/protobuf/proto"
 
 	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
@@ -26,9 +25,14 @@ import (
 // its lease runs out (renew), so two attempts overlap only by as much
 // as the replicas' clocks disagree, less than a third of a lease.
 //
-// An export runs again from the beginning into the same catalog row and
-// object key, sealed with the same data key under a fresh random base
-// nonce (archive.Writer), as any two archives under one key are. An
+// An export runs again from the beginning into the same catalog row,
+// sealed with the same data key under a fresh random base nonce
+// (archive.Writer), as any two archives under one key are, but to an
+// object key of its own (AttemptKey): the row names the key of the
+// attempt that completed it, and the store completes or abandons the row
+// only for the attempt that holds the job (store.Fence), so an attempt
+// that paused past its lease can neither commit nor delete what its
+// successor wrote. An
 // import runs again whole: imports are additive and idempotent (ARCH
 // import rules), so what the dead attempt applied is met again as
 // unchanged.
@@ -157,9 +161,8 @@ func (m *Manager) prepareAgain(ctx context.Context, j store.Job) (*pv.JobProgres
 }
 
 // exportAgain prepares export job j's backup row for another attempt.
-// Whatever the dead attempt committed under the backup's key (it may have
-// died between its commit and the catalog's) is no backup: it goes, so
-// the new attempt's exclusive create can write.
+// Whatever earlier attempts committed (one may have died between its
+// commit and the catalog's) is no backup: it goes.
 func (m *Manager) exportAgain(ctx context.Context, j store.Job, backupID string) (prepared, error) {
 	b, err := m.cfg.Store.GetBackup(ctx, j.Owner, backupID)
 	if err != nil {
@@ -176,10 +179,8 @@ func (m *Manager) exportAgain(ctx context.Context, j store.Job, backupID string)
 	if err != nil {
 		return prepared{}, fmt.Errorf("backup %s: %w", b.ID, err)
 	}
-	for _, key := range []string{b.ObjectKey + SidecarSuffix, b.ObjectKey} {
-		if err := bucket.Delete(ctx, key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-			return prepared{}, fmt.Errorf("backup %s: clear the dead attempt's object: %w", b.ID, err)
-		}
+	if err := m.deleteAttempts(ctx, bucket, b.ObjectKey, 1, j.Attempt-1); err != nil {
+		return prepared{}, fmt.Errorf("backup %s: clear the earlier attempts' objects: %w", b.ID, err)
 	}
 	p := prepared{key: key, bucket: bucket, backup: b}
 	if b.Base != "" {

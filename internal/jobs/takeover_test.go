@@ -3,8 +3,10 @@ package jobs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,11 +56,18 @@ func (c *cutStore) FinishJob(ctx context.Context, id string, attempt int, end st
 	return c.Store.FinishJob(ctx, id, attempt, end)
 }
 
-func (c *cutStore) CompleteBackup(ctx context.Context, owner, id string, s store.BackupSummary) error {
+func (c *cutStore) CompleteBackup(ctx context.Context, owner, id string, by store.Fence, s store.BackupSummary) error {
 	if err := c.refuse(); err != nil {
 		return err
 	}
-	return c.Store.CompleteBackup(ctx, owner, id, s)
+	return c.Store.CompleteBackup(ctx, owner, id, by, s)
+}
+
+func (c *cutStore) AbandonBackup(ctx context.Context, owner, id string, by store.Fence) error {
+	if err := c.refuse(); err != nil {
+		return err
+	}
+	return c.Store.AbandonBackup(ctx, owner, id, by)
 }
 
 func (c *cutStore) DeleteBackup(ctx context.Context, owner, id string) error {
@@ -201,5 +210,148 @@ func TestTakenOverJobThatCannotRun(t *testing.T) {
 	j := waitDone(t, h.m, dead.ID)
 	if j.State != store.JobFailed || j.Attempt != 2 || j.ErrorMessage == "" {
 		t.Errorf("claimed job without its backup: %s at attempt %d: %d %q", j.State, j.Attempt, j.ErrorCode, j.ErrorMessage)
+	}
+}
+
+// stallStore is a replica whose store calls hang, as a replica paused
+// (SIGSTOP, a long GC, a hung connection) does: from its first
+// CompleteBackup until released, its CompleteBackup and RenewJob block
+// whatever their context says, then run as if nothing had happened.
+type stallStore struct {
+	store.Store
+	reached, release chan struct{}
+	once             sync.Once
+	stalled          atomic.Bool
+}
+
+func (s *stallStore) wait(ctx context.Context) context.Context {
+	if s.stalled.Load() {
+		<-s.release
+		// The paused process resumes mid-call: its context is no help
+		// to the store, only the fence is.
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
+}
+
+func (s *stallStore) RenewJob(ctx context.Context, id string, attempt int, progress []byte, lease time.Time) (bool, error) {
+	return s.Store.RenewJob(s.wait(ctx), id, attempt, progress, lease)
+}
+
+func (s *stallStore) CompleteBackup(ctx context.Context, owner, id string, by store.Fence, sum store.BackupSummary) error {
+	s.once.Do(func() { s.stalled.Store(true); close(s.reached) })
+	return s.Store.CompleteBackup(s.wait(ctx), owner, id, by, sum)
+}
+
+// TestStaleAttemptLeavesTheCommittedBackup: a replica that stalls after
+// committing its object and before the catalog's commit loses its lease;
+// another replica takes the job over and completes the backup. When the
+// first resumes, it neither commits over the backup nor deletes it: the
+// backup stays complete, its object there, its digest the catalog's, and
+// it restores. (Before attempts were fenced, the resumed replica's
+// failure path deleted the object its successor committed under the same
+// key.)
+func TestStaleAttemptLeavesTheCommittedBackup(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			base := e.Open(t)
+			stall := &stallStore{Store: base, reached: make(chan struct{}), release: make(chan struct{})}
+			a := newHarness(t, stall)
+			owner := storetest.Owner("o")
+			fill(t, base, owner, 30)
+			j, err := a.m.StartExport(t.Context(), "tester", exportReq(owner, "stale"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-stall.reached // a has committed its object; its catalog commit hangs
+
+			b := replicaOn(t, a, base)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			go b.m.Run(ctx)
+			done := waitDone(t, b.m, j.ID)
+			if done.State != store.JobSucceeded || done.Attempt != 2 {
+				t.Fatalf("taken-over export: %s at attempt %d (%d %s)", done.State, done.Attempt, done.ErrorCode, done.ErrorMessage)
+			}
+			close(stall.release) // a resumes
+			eventually.True(t, 10*time.Second, func() bool { return a.m.Running() == 0 }, func() string { return "the stale replica still runs the job" })
+
+			md, _ := Progress(done)
+			bk, err := base.GetBackup(t.Context(), owner, md.GetBackup())
+			if err != nil || bk.State != store.BackupComplete {
+				t.Fatalf("backup after the stale attempt resumed: %+v, %v", bk, err)
+			}
+			object, err := os.ReadFile(filepath.Join(a.dir, bk.ObjectKey))
+			if err != nil {
+				t.Fatalf("the committed backup's object after the stale attempt resumed: %v", err)
+			}
+			if sum := sha256.Sum256(object); !bytes.Equal(sum[:], bk.Summary.SHA256) || uint64(len(object)) != bk.Summary.Length {
+				t.Fatalf("object %d bytes, digest %x; the catalog says %d bytes, %x", len(object), sum, bk.Summary.Length, bk.Summary.SHA256)
+			}
+			if _, err := os.Stat(filepath.Join(a.dir, bk.ObjectKey+SidecarSuffix)); err != nil {
+				t.Errorf("the committed backup's sidecar: %v", err)
+			}
+			key, err := b.m.BackupKey(t.Context(), "tester", owner, bk.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := backup.Verify(bytes.NewReader(object), key, archive.ReaderOptions{})
+			if err != nil || rep.Err != nil || rep.Messages != 60 {
+				t.Errorf("the committed backup does not verify: %v, %v, %d messages", err, rep.Err, rep.Messages)
+			}
+			// The stale attempt's own object is gone with its failure.
+			if _, err := os.Stat(filepath.Join(a.dir, AttemptKey(bk.ObjectKey, 1))); bk.ObjectKey != AttemptKey(bk.ObjectKey, 1) && !os.IsNotExist(err) {
+				t.Errorf("the stale attempt's object is left behind: %v", err)
+			}
+			if got, _ := base.GetJob(t.Context(), j.ID); got.State != store.JobSucceeded || got.Attempt != 2 {
+				t.Errorf("job after the stale attempt resumed: %s at attempt %d", got.State, got.Attempt)
+			}
+		})
+	}
+}
+
+// hungRenewals is a store whose lease renewals hang, whatever their
+// context, until released: a connection that stopped answering.
+type hungRenewals struct {
+	store.Store
+	release chan struct{}
+}
+
+func (h *hungRenewals) RenewJob(ctx context.Context, id string, attempt int, progress []byte, lease time.Time) (bool, error) {
+	<-h.release
+	return h.Store.RenewJob(ctx, id, attempt, progress, lease)
+}
+
+// TestRunnerStopsBeforeItsLeaseWhenRenewalsHang: a runner whose renewals
+// hang in the store (no error ever comes back) stops its export before
+// its lease runs out, so no other replica's attempt overlaps it. (Before
+// the watchdog, a hung renewal never reached the "two thirds of a lease"
+// check and the runner went on writing past its lease.)
+func TestRunnerStopsBeforeItsLeaseWhenRenewalsHang(t *testing.T) {
+	base := enginetest.SQLite(t)
+	hung := &hungRenewals{Store: base, release: make(chan struct{})}
+	gated := newGated(hung)
+	h := newHarness(t, gated, func(c *Config) { c.Lease = 6 * time.Second })
+	defer close(hung.release)
+	owner := storetest.Owner("o")
+	fill(t, base, owner, 20)
+	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "hung"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-gated.reached
+	// The export now waits at its first message for its context: only
+	// the runner's own stop ends that wait.
+	stored, err := base.GetJob(t.Context(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gated.stopped:
+	case <-time.After(time.Minute):
+		t.Fatal("the runner whose renewals hang never stopped its export")
+	}
+	if stoppedAt := time.Now(); !stoppedAt.Before(stored.LeaseUntil) {
+		t.Errorf("the runner stopped at %s, after its lease ran out at %s", stoppedAt.Format(time.StampMilli), stored.LeaseUntil.Format(time.StampMilli))
 	}
 }

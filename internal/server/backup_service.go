@@ -152,6 +152,7 @@ func (s *BackupService) GetBackupKey(ctx context.Context, req *cb.GetBackupKeyRe
 
 var backupStates = map[string]cb.BackupState{
 	store.BackupWriting: cb.BackupState_BACKUP_STATE_WRITING, store.BackupComplete: cb.BackupState_BACKUP_STATE_COMPLETE,
+	store.BackupDeleting: cb.BackupState_BACKUP_STATE_DELETING,
 }
 
 // backupOf is a catalog row as the API shows it: never its wrapped key.

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/contentbackup/contentbackup/internal/fault"
 )
 
 // Backups is the backup catalog: one row per object the server wrote for
@@ -12,12 +14,32 @@ import (
 type Backups interface {
 	// CreateBackup records a backup whose object is being written
 	// (BackupWriting). An id already used by the owner is
-	// ErrFailedPrecondition.
+	// ErrFailedPrecondition. An increment (b.Base set) is recorded only
+	// while its base is complete, under a lock its base's DeleteBackup and
+	// MarkBackupDeleting take too, so an increment and the deletion of its
+	// base never both succeed: a base that is gone is ErrNotFound, one
+	// being deleted ErrFailedPrecondition.
 	CreateBackup(ctx context.Context, b Backup) error
 	// CompleteBackup records a written backup's summary and makes it
-	// BackupComplete. A backup that is not BackupWriting is
-	// ErrFailedPrecondition; a missing one ErrNotFound.
-	CompleteBackup(ctx context.Context, owner, id string, s BackupSummary) error
+	// BackupComplete, fenced by the job attempt that wrote it: a row a
+	// job created is completed only while that job runs at by.Attempt,
+	// checked in the same transaction, so an attempt that lost its job to
+	// a takeover commits nothing. (by is the zero Fence only for a row no
+	// job wrote.) A backup that is not BackupWriting, or whose job is
+	// elsewhere, is ErrFailedPrecondition; a missing one ErrNotFound.
+	CompleteBackup(ctx context.Context, owner, id string, by Fence, s BackupSummary) error
+	// AbandonBackup removes the WRITING row of an export that failed,
+	// fenced as CompleteBackup is: only the attempt that holds the job may
+	// remove it, so a stale attempt's cleanup never touches a row a later
+	// attempt wrote or completed (ErrFailedPrecondition).
+	AbandonBackup(ctx context.Context, owner, id string, by Fence) error
+	// MarkBackupDeleting is the first step of deleting a backup: under
+	// the row's lock it checks that no increment is built on it
+	// (ErrFailedPrecondition names the increment) and marks it
+	// BackupDeleting, so no increment can be started on it from then on.
+	// The caller then deletes its objects and DeleteBackup the row. A row
+	// already BackupDeleting is returned as it is (a retry).
+	MarkBackupDeleting(ctx context.Context, owner, id string) (Backup, error)
 	// GetBackup returns one of the owner's backups or ErrNotFound.
 	GetBackup(ctx context.Context, owner, id string) (Backup, error)
 	// ListBackups returns up to q.Limit of q.Owner's backups, newest
@@ -38,7 +60,22 @@ type Backups interface {
 const (
 	BackupWriting  = "writing"
 	BackupComplete = "complete"
+	// BackupDeleting: a delete has begun (its objects may be partly
+	// gone); a retry of the delete finishes it. It is never restored nor
+	// built on.
+	BackupDeleting = "deleting"
 )
+
+// ErrHasIncrement: an increment is built on the backup, which its
+// restore needs; the increment goes first.
+var ErrHasIncrement = fault.New(fault.FailedPrecondition, "an increment is built on the backup; delete the increment first")
+
+// Fence names the job attempt a catalog write is made by (a fencing
+// token: the store refuses an attempt older than the job's).
+type Fence struct {
+	JobID   string
+	Attempt int
+}
 
 // Backup is one catalog row.
 type Backup struct {
@@ -69,6 +106,9 @@ type Backup struct {
 
 // BackupSummary is what a complete backup holds.
 type BackupSummary struct {
+	// ObjectKey is the object the completing attempt committed (each
+	// attempt writes its own); "" keeps the key the row was created with.
+	ObjectKey                         string
 	Groups, Messages, Consent, Length uint64
 	SHA256                            []byte
 	ExportedAtNs                      int64

@@ -35,6 +35,9 @@ const (
 	BackupState_BACKUP_STATE_WRITING BackupState = 1
 	// The object is committed and checked against the summary.
 	BackupState_BACKUP_STATE_COMPLETE BackupState = 2
+	// A delete has begun: no increment may be built on it and it is never
+	// restored; DeleteBackup again finishes a delete that stopped part-way.
+	BackupState_BACKUP_STATE_DELETING BackupState = 3
 )
 
 // Enum value maps for BackupState.
@@ -43,11 +46,13 @@ var (
 		0: "BACKUP_STATE_UNSPECIFIED",
 		1: "BACKUP_STATE_WRITING",
 		2: "BACKUP_STATE_COMPLETE",
+		3: "BACKUP_STATE_DELETING",
 	}
 	BackupState_value = map[string]int32{
 		"BACKUP_STATE_UNSPECIFIED": 0,
 		"BACKUP_STATE_WRITING":     1,
 		"BACKUP_STATE_COMPLETE":    2,
+		"BACKUP_STATE_DELETING":    3,
 	}
 )
 
@@ -1438,11 +1443,12 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\asidecar\x18\x03 \x01(\v2 .contentbackup.v1.ObjectLocationR\asidecar\x12\x16\n" +
 	"\x06backup\x18\x04 \x01(\tR\x06backup\"K\n" +
 	"\x0fImportJobResult\x128\n" +
-	"\x06counts\x18\x01 \x01(\v2 .contentbackup.v1.ImportResponseR\x06counts*`\n" +
+	"\x06counts\x18\x01 \x01(\v2 .contentbackup.v1.ImportResponseR\x06counts*{\n" +
 	"\vBackupState\x12\x1c\n" +
 	"\x18BACKUP_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14BACKUP_STATE_WRITING\x10\x01\x12\x19\n" +
-	"\x15BACKUP_STATE_COMPLETE\x10\x02*M\n" +
+	"\x15BACKUP_STATE_COMPLETE\x10\x02\x12\x19\n" +
+	"\x15BACKUP_STATE_DELETING\x10\x03*M\n" +
 	"\aJobKind\x12\x18\n" +
 	"\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fJOB_KIND_EXPORT\x10\x01\x12\x13\n" +

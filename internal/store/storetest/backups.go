@@ -17,6 +17,21 @@ func writingBackup(owner, id, schedule string) store.Backup {
 		Created: time.Unix(0, 1_700_000_000_000_000_000)}
 }
 
+// completeAsJob completes b as the export job its row names would: the
+// job running at attempt 1 completes it under its fence, then ends.
+func completeAsJob(t *testing.T, s store.Store, b store.Backup, sum store.BackupSummary) {
+	t.Helper()
+	j := newJob(b.JobID, store.JobExport, b.Owner, time.Now().Add(time.Minute))
+	j.Attempt = 1
+	mustCreate(t, s, j)
+	if err := s.CompleteBackup(ctx(t), b.Owner, b.ID, store.Fence{JobID: b.JobID, Attempt: 1}, sum); err != nil {
+		t.Fatalf("CompleteBackup %s: %v", b.ID, err)
+	}
+	if err := s.FinishJob(ctx(t), b.JobID, 1, store.JobEnd{State: store.JobSucceeded, At: time.Now()}); err != nil {
+		t.Fatalf("FinishJob %s: %v", b.JobID, err)
+	}
+}
+
 // testBackupCatalog: a backup is found by (owner, id) only, completes
 // once, lists newest first in pages, and deletes.
 func testBackupCatalog(t *testing.T, s store.Store) {
@@ -39,7 +54,7 @@ func testBackupCatalog(t *testing.T, s store.Store) {
 	if _, err := s.GetBackup(ctx(t), "bob", b.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("GetBackup as bob: %v, want ErrNotFound", err)
 	}
-	if err := s.CompleteBackup(ctx(t), "bob", b.ID, store.BackupSummary{At: time.Now()}); !errors.Is(err, store.ErrNotFound) {
+	if err := s.CompleteBackup(ctx(t), "bob", b.ID, store.Fence{}, store.BackupSummary{At: time.Now()}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("CompleteBackup as bob: %v, want ErrNotFound", err)
 	}
 	if err := s.DeleteBackup(ctx(t), "bob", b.ID); !errors.Is(err, store.ErrNotFound) {
@@ -51,10 +66,16 @@ func testBackupCatalog(t *testing.T, s store.Store) {
 
 	sum := store.BackupSummary{Groups: 1, Messages: 2, Consent: 3, Length: 4096, SHA256: bytes.Repeat([]byte{7}, 32),
 		ExportedAtNs: 1_700_000_001_000_000_000, At: time.Unix(0, 1_700_000_002_000_000_000)}
-	if err := s.CompleteBackup(ctx(t), "alice", b.ID, sum); err != nil {
+	job := newJob(b.JobID, store.JobExport, "alice", time.Now().Add(time.Minute))
+	job.Attempt = 1
+	mustCreate(t, s, job)
+	if err := s.CompleteBackup(ctx(t), "alice", b.ID, store.Fence{}, sum); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Fatalf("CompleteBackup of a job's backup without its fence: %v, want ErrFailedPrecondition", err)
+	}
+	if err := s.CompleteBackup(ctx(t), "alice", b.ID, store.Fence{JobID: b.JobID, Attempt: 1}, sum); err != nil {
 		t.Fatalf("CompleteBackup: %v", err)
 	}
-	if err := s.CompleteBackup(ctx(t), "alice", b.ID, sum); !errors.Is(err, store.ErrFailedPrecondition) {
+	if err := s.CompleteBackup(ctx(t), "alice", b.ID, store.Fence{JobID: b.JobID, Attempt: 1}, sum); !errors.Is(err, store.ErrFailedPrecondition) {
 		t.Fatalf("CompleteBackup twice: %v, want ErrFailedPrecondition", err)
 	}
 	got, err = s.GetBackup(ctx(t), "alice", b.ID)
@@ -137,9 +158,7 @@ func testBackupChains(t *testing.T, s store.Store) {
 		if err := s.CreateBackup(ctx(t), b); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.CompleteBackup(ctx(t), owner, b.ID, store.BackupSummary{SHA256: make([]byte, 32), At: time.Now(), ChangeSeq: 41}); err != nil {
-			t.Fatal(err)
-		}
+		completeAsJob(t, s, b, store.BackupSummary{SHA256: make([]byte, 32), At: time.Now(), ChangeSeq: 41})
 	}
 	got, err := s.GetBackup(ctx(t), owner, inc.ID)
 	if err != nil || got.Base != full.ID || got.Summary.ChangeSeq != 41 {
@@ -156,8 +175,8 @@ func testBackupChains(t *testing.T, s store.Store) {
 	if deps, _ := s.ListBackups(ctx(t), store.BackupQuery{Owner: "bob", Base: full.ID, Limit: 10}); len(deps) != 0 {
 		t.Errorf("another owner lists %d increments", len(deps))
 	}
-	if err := s.DeleteBackup(ctx(t), owner, full.ID); !errors.Is(err, store.ErrFailedPrecondition) {
-		t.Fatalf("deleting a base an increment needs: %v, want ErrFailedPrecondition", err)
+	if err := s.DeleteBackup(ctx(t), owner, full.ID); !errors.Is(err, store.ErrHasIncrement) {
+		t.Fatalf("deleting a base an increment needs: %v, want ErrHasIncrement", err)
 	}
 	if _, err := s.GetBackup(ctx(t), owner, full.ID); err != nil {
 		t.Fatalf("the refused delete removed the base: %v", err)
@@ -165,6 +184,116 @@ func testBackupChains(t *testing.T, s store.Store) {
 	for _, id := range []string{inc.ID, full.ID} {
 		if err := s.DeleteBackup(ctx(t), owner, id); err != nil {
 			t.Fatalf("delete %s, newest first: %v", id, err)
+		}
+	}
+}
+
+// testBackupCommitFenced: a backup's row is completed and abandoned only
+// by the attempt that holds its job. An attempt that lost its lease to a
+// takeover (it paused, or lost the store) can neither commit its object
+// over its successor's nor drop the row its successor completed; the row
+// names the object the completing attempt wrote.
+func testBackupCommitFenced(t *testing.T, s store.Store) {
+	owner := Owner("fenced")
+	b := writingBackup(owner, "00000000000000030000000000000000", "")
+	job := newJob(b.JobID, store.JobExport, owner, time.Now().Add(-time.Second))
+	job.Attempt = 1
+	mustCreate(t, s, job)
+	if err := s.CreateBackup(ctx(t), b); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.ClaimJob(ctx(t), time.Now(), time.Now().Add(time.Minute), 3)
+	if err != nil || claimed.ID != b.JobID || claimed.Attempt != 2 {
+		t.Fatalf("takeover: %+v, %v", claimed, err)
+	}
+	stale, current := store.Fence{JobID: b.JobID, Attempt: 1}, store.Fence{JobID: b.JobID, Attempt: 2}
+	sum := store.BackupSummary{Length: 10, SHA256: make([]byte, 32), At: time.Now(), ObjectKey: owner + "/attempt-1"}
+	if err := s.CompleteBackup(ctx(t), owner, b.ID, stale, sum); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Fatalf("CompleteBackup by the stale attempt: %v, want ErrFailedPrecondition", err)
+	}
+	if err := s.AbandonBackup(ctx(t), owner, b.ID, stale); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Fatalf("AbandonBackup by the stale attempt of a row its successor writes: %v, want ErrFailedPrecondition", err)
+	}
+	if err := s.CompleteBackup(ctx(t), owner, b.ID, store.Fence{JobID: "another job", Attempt: 2}, sum); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Fatalf("CompleteBackup by another job: %v, want ErrFailedPrecondition", err)
+	}
+	sum.ObjectKey = owner + "/attempt-2"
+	if err := s.CompleteBackup(ctx(t), owner, b.ID, current, sum); err != nil {
+		t.Fatalf("CompleteBackup by the attempt holding the job: %v", err)
+	}
+	if err := s.AbandonBackup(ctx(t), owner, b.ID, stale); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Fatalf("AbandonBackup by the stale attempt of the completed row: %v, want ErrFailedPrecondition", err)
+	}
+	got, err := s.GetBackup(ctx(t), owner, b.ID)
+	if err != nil || got.State != store.BackupComplete || got.ObjectKey != owner+"/attempt-2" {
+		t.Fatalf("after the stale attempt's tries: %s at %q (%v), want complete at the successor's key", got.State, got.ObjectKey, err)
+	}
+	// An attempt that holds its job abandons its own row; once the job
+	// has ended, no attempt does.
+	other := writingBackup(owner, "00000000000000040000000000000000", "")
+	if err := s.FinishJob(ctx(t), b.JobID, 2, store.JobEnd{State: store.JobSucceeded, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	j2 := newJob(other.JobID, store.JobExport, owner, time.Now().Add(time.Minute))
+	j2.Attempt = 1
+	mustCreate(t, s, j2)
+	if err := s.CreateBackup(ctx(t), other); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AbandonBackup(ctx(t), owner, other.ID, store.Fence{JobID: other.JobID, Attempt: 1}); err != nil {
+		t.Fatalf("AbandonBackup by its own attempt: %v", err)
+	}
+	if _, err := s.GetBackup(ctx(t), owner, other.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("abandoned row: %v, want ErrNotFound", err)
+	}
+}
+
+// testIncrementAndBaseDeleteSerialize: starting an increment on a base
+// and deleting that base, at once, never both succeed: whichever the
+// store orders first wins and the other is refused, every round (the row
+// lock both take).
+func testIncrementAndBaseDeleteSerialize(t *testing.T, s store.Store) {
+	owner := Owner("race")
+	for round := range 20 {
+		base := writingBackup(owner, fmt.Sprintf("%016x0000000000000000", 2*round+1), "")
+		if err := s.CreateBackup(ctx(t), base); err != nil {
+			t.Fatal(err)
+		}
+		completeAsJob(t, s, base, store.BackupSummary{SHA256: make([]byte, 32), At: time.Now()})
+		inc := writingBackup(owner, fmt.Sprintf("%016x0000000000000000", 2*round+2), "")
+		inc.Base = base.ID
+		start := make(chan struct{})
+		var createErr, deleteErr error
+		done := make(chan struct{}, 2)
+		go func() {
+			<-start
+			createErr = s.CreateBackup(ctx(t), inc)
+			done <- struct{}{}
+		}()
+		go func() {
+			<-start
+			_, deleteErr = s.MarkBackupDeleting(ctx(t), owner, base.ID)
+			done <- struct{}{}
+		}()
+		close(start)
+		<-done
+		<-done
+		if (createErr == nil) == (deleteErr == nil) {
+			t.Fatalf("round %d: increment %v, base delete %v: want exactly one to succeed", round, createErr, deleteErr)
+		}
+		if createErr == nil && !errors.Is(deleteErr, store.ErrHasIncrement) {
+			t.Fatalf("round %d: base delete after the increment: %v, want ErrHasIncrement", round, deleteErr)
+		}
+		if deleteErr == nil && !errors.Is(createErr, store.ErrFailedPrecondition) {
+			t.Fatalf("round %d: increment after the base's delete began: %v, want ErrFailedPrecondition", round, createErr)
+		}
+		if _, err := s.MarkBackupDeleting(ctx(t), owner, inc.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			t.Fatal(err)
+		}
+		for _, id := range []string{inc.ID, base.ID} {
+			if err := s.DeleteBackup(ctx(t), owner, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("round %d: clean up %s: %v", round, id, err)
+			}
 		}
 	}
 }

@@ -52,6 +52,8 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ARCH013_ConcurrentAppendsOfTheSameIDs", testConcurrentAppends},
 		{"StreamMessagesIsListMessages", testStreamMessages},
 		{"JobLifecycle", testJobLifecycle},
+		{"BackupCommitFencedByAttempt", testBackupCommitFenced},
+		{"IncrementAndBaseDeleteSerialize", testIncrementAndBaseDeleteSerialize},
 		{"OneRunningExportJobPerOwner", testOneRunningExport},
 		{"ExpiredJobsFail", testExpireJobs},
 		{"ExpiredJobsClaimed", testClaimJob},

@@ -40,32 +40,155 @@ func (r *backupRow) backup() store.Backup {
 
 func (s SQLStore) CreateBackup(ctx context.Context, b store.Backup) error {
 	q := s.d.bind(`INSERT INTO backups (` + backupColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	_, err := s.exec(ctx, q, b.Owner, b.ID, b.State, b.Label, b.Bucket, b.ObjectKey, b.JobID, b.Schedule, b.Principal,
-		nonNil(b.Options), nonNil(b.WrappedKey), int64(b.Summary.Groups), int64(b.Summary.Messages), int64(b.Summary.Consent),
-		int64(b.Summary.Length), nonNil(b.Summary.SHA256), b.Summary.ExportedAtNs, b.Created.UnixNano(), unixOrZero(b.Completed),
-		unixOrZero(b.Verified), b.VerifyProblem, b.Base, b.Summary.ChangeSeq)
-	if uniqueViolation(err) {
-		return fmt.Errorf("backup %s exists: %w", b.ID, store.ErrFailedPrecondition)
+	return s.db.Write(ctx, func(tx Conn) error {
+		if b.Base != "" {
+			// The base's row lock, shared: taken exclusively by its
+			// delete, so the two serialize and the later one sees the
+			// other's row.
+			var state string
+			err := tx.QueryRow(ctx, s.d.bind(`SELECT state FROM backups WHERE owner = ? AND id = ?`+s.d.ForShare), b.Owner, b.Base).Scan(&state)
+			switch {
+			case errors.Is(err, s.d.NoRows):
+				return fmt.Errorf("base backup %.64q: %w", b.Base, store.ErrNotFound)
+			case err != nil:
+				return fmt.Errorf("%s: read base backup: %w", s.d.Name, err)
+			case state != store.BackupComplete:
+				return fmt.Errorf("base backup %.64q is %s: %w", b.Base, state, store.ErrFailedPrecondition)
+			}
+		}
+		_, err := tx.Exec(ctx, q, b.Owner, b.ID, b.State, b.Label, b.Bucket, b.ObjectKey, b.JobID, b.Schedule, b.Principal,
+			nonNil(b.Options), nonNil(b.WrappedKey), int64(b.Summary.Groups), int64(b.Summary.Messages), int64(b.Summary.Consent),
+			int64(b.Summary.Length), nonNil(b.Summary.SHA256), b.Summary.ExportedAtNs, b.Created.UnixNano(), unixOrZero(b.Completed),
+			unixOrZero(b.Verified), b.VerifyProblem, b.Base, b.Summary.ChangeSeq)
+		if uniqueViolation(err) {
+			return fmt.Errorf("backup %s exists: %w", b.ID, store.ErrFailedPrecondition)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: create backup: %w", s.d.Name, err)
+		}
+		return nil
+	})
+}
+
+// holdsFence checks, under the job row's lock, that by's job runs at
+// by's attempt: the fencing check of every catalog write a job makes.
+func (s SQLStore) holdsFence(ctx context.Context, tx Conn, rowJob string, by store.Fence) error {
+	if by.JobID != rowJob {
+		return fmt.Errorf("the backup belongs to job %.64q, not %.64q: %w", rowJob, by.JobID, store.ErrFailedPrecondition)
+	}
+	if by.JobID == "" {
+		return nil
+	}
+	j, err := s.getJob(ctx, tx, by.JobID, s.d.ForUpdate)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("job %s is gone: %w", by.JobID, store.ErrFailedPrecondition)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: create backup: %w", s.d.Name, err)
+		return err
+	}
+	if j.State != store.JobRunning || j.Attempt != by.Attempt {
+		return fmt.Errorf("job %s is %s at attempt %d, not running at attempt %d: %w", by.JobID, j.State, j.Attempt, by.Attempt, store.ErrFailedPrecondition)
 	}
 	return nil
 }
 
-func (s SQLStore) CompleteBackup(ctx context.Context, owner, id string, sum store.BackupSummary) error {
-	n, err := s.exec(ctx, s.d.bind(`UPDATE backups SET state = ?, groups = ?, messages = ?, consent = ?, length = ?, sha256 = ?, exported_at_ns = ?, completed_ns = ?, change_seq = ? WHERE owner = ? AND id = ? AND state = ?`),
-		store.BackupComplete, int64(sum.Groups), int64(sum.Messages), int64(sum.Consent), int64(sum.Length), nonNil(sum.SHA256),
-		sum.ExportedAtNs, sum.At.UnixNano(), sum.ChangeSeq, owner, id, store.BackupWriting)
-	if err != nil {
-		return fmt.Errorf("%s: complete backup: %w", s.d.Name, err)
+// lockBackup reads one of owner's backups under the row's exclusive lock.
+func (s SQLStore) lockBackup(ctx context.Context, tx Conn, owner, id string) (store.Backup, error) {
+	var r backupRow
+	err := tx.QueryRow(ctx, s.d.bind(`SELECT `+backupColumns+` FROM backups WHERE owner = ? AND id = ?`+s.d.ForUpdate), owner, id).Scan(r.dest()...)
+	if errors.Is(err, s.d.NoRows) {
+		return store.Backup{}, fmt.Errorf("backup %.64q: %w", id, store.ErrNotFound)
 	}
-	if n == 0 {
-		b, err := s.GetBackup(ctx, owner, id)
+	if err != nil {
+		return store.Backup{}, fmt.Errorf("%s: read backup: %w", s.d.Name, err)
+	}
+	return r.backup(), nil
+}
+
+func (s SQLStore) CompleteBackup(ctx context.Context, owner, id string, by store.Fence, sum store.BackupSummary) error {
+	return s.db.Write(ctx, func(tx Conn) error {
+		b, err := s.lockBackup(ctx, tx, owner, id)
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("backup %s is %s: %w", id, b.State, store.ErrFailedPrecondition)
+		if b.State != store.BackupWriting {
+			return fmt.Errorf("backup %s is %s: %w", id, b.State, store.ErrFailedPrecondition)
+		}
+		if err := s.holdsFence(ctx, tx, b.JobID, by); err != nil {
+			return fmt.Errorf("backup %s: %w", id, err)
+		}
+		key := sum.ObjectKey
+		if key == "" {
+			key = b.ObjectKey
+		}
+		_, err = tx.Exec(ctx, s.d.bind(`UPDATE backups SET state = ?, object_key = ?, groups = ?, messages = ?, consent = ?, length = ?, sha256 = ?, exported_at_ns = ?, completed_ns = ?, change_seq = ? WHERE owner = ? AND id = ?`),
+			store.BackupComplete, key, int64(sum.Groups), int64(sum.Messages), int64(sum.Consent), int64(sum.Length), nonNil(sum.SHA256),
+			sum.ExportedAtNs, sum.At.UnixNano(), sum.ChangeSeq, owner, id)
+		if err != nil {
+			return fmt.Errorf("%s: complete backup: %w", s.d.Name, err)
+		}
+		return nil
+	})
+}
+
+func (s SQLStore) AbandonBackup(ctx context.Context, owner, id string, by store.Fence) error {
+	return s.db.Write(ctx, func(tx Conn) error {
+		b, err := s.lockBackup(ctx, tx, owner, id)
+		if err != nil {
+			return err
+		}
+		if b.State != store.BackupWriting {
+			return fmt.Errorf("backup %s is %s: %w", id, b.State, store.ErrFailedPrecondition)
+		}
+		if err := s.holdsFence(ctx, tx, b.JobID, by); err != nil {
+			return fmt.Errorf("backup %s: %w", id, err)
+		}
+		if _, err := tx.Exec(ctx, s.d.bind(`DELETE FROM backups WHERE owner = ? AND id = ?`), owner, id); err != nil {
+			return fmt.Errorf("%s: abandon backup: %w", s.d.Name, err)
+		}
+		return nil
+	})
+}
+
+func (s SQLStore) MarkBackupDeleting(ctx context.Context, owner, id string) (store.Backup, error) {
+	var marked store.Backup
+	err := s.db.Write(ctx, func(tx Conn) error {
+		b, err := s.lockBackup(ctx, tx, owner, id)
+		if err != nil {
+			return err
+		}
+		if err := s.noIncrementOn(ctx, tx, owner, id); err != nil {
+			return err
+		}
+		if b.State == store.BackupWriting && b.JobID != "" {
+			if j, err := s.getJob(ctx, tx, b.JobID, ""); err == nil && j.State == store.JobRunning {
+				return fmt.Errorf("backup %.64q is still being written by job %s: %w", id, b.JobID, store.ErrFailedPrecondition)
+			}
+		}
+		if b.State != store.BackupDeleting {
+			if _, err := tx.Exec(ctx, s.d.bind(`UPDATE backups SET state = ? WHERE owner = ? AND id = ?`), store.BackupDeleting, owner, id); err != nil {
+				return fmt.Errorf("%s: mark backup deleting: %w", s.d.Name, err)
+			}
+			b.State = store.BackupDeleting
+		}
+		marked = b
+		return nil
+	})
+	return marked, err
+}
+
+// noIncrementOn refuses when an increment is built on owner's backup id.
+// Its caller holds id's row lock, which CreateBackup of an increment
+// shares: an increment created before it is seen here, and one created
+// after it waits and then finds its base marked or gone.
+func (s SQLStore) noIncrementOn(ctx context.Context, tx Conn, owner, id string) error {
+	var dependent string
+	err := tx.QueryRow(ctx, s.d.bind(`SELECT id FROM backups WHERE owner = ? AND base_id = ? ORDER BY id LIMIT 1`), owner, id).Scan(&dependent)
+	switch {
+	case err == nil:
+		return fmt.Errorf("backup %.64q is the base of backup %.64q, which needs it to restore: %w", id, dependent, store.ErrHasIncrement)
+	case !errors.Is(err, s.d.NoRows):
+		return fmt.Errorf("%s: read backups built on %.64q: %w", s.d.Name, id, err)
 	}
 	return nil
 }
@@ -121,25 +244,18 @@ func (s SQLStore) ListBackups(ctx context.Context, q store.BackupQuery) ([]store
 }
 
 func (s SQLStore) DeleteBackup(ctx context.Context, owner, id string) error {
-	var dependent string
-	err := s.db.Write(ctx, func(tx Conn) error {
-		err := tx.QueryRow(ctx, s.d.bind(`SELECT id FROM backups WHERE owner = ? AND base_id = ? ORDER BY id LIMIT 1`+s.d.ForUpdate), owner, id).Scan(&dependent)
-		switch {
-		case err == nil:
-			return fmt.Errorf("backup %.64q is the base of backup %.64q, which needs it to restore: delete that first: %w", id, dependent, store.ErrFailedPrecondition)
-		case !errors.Is(err, s.d.NoRows):
-			return fmt.Errorf("%s: read backups built on %.64q: %w", s.d.Name, id, err)
+	return s.db.Write(ctx, func(tx Conn) error {
+		if _, err := s.lockBackup(ctx, tx, owner, id); err != nil {
+			return err
 		}
-		n, err := tx.Exec(ctx, s.d.bind(`DELETE FROM backups WHERE owner = ? AND id = ?`), owner, id)
-		if err != nil {
+		if err := s.noIncrementOn(ctx, tx, owner, id); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.d.bind(`DELETE FROM backups WHERE owner = ? AND id = ?`), owner, id); err != nil {
 			return fmt.Errorf("%s: delete backup: %w", s.d.Name, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("backup %.64q: %w", id, store.ErrNotFound)
 		}
 		return nil
 	})
-	return err
 }
 
 func (s SQLStore) RecordVerification(ctx context.Context, owner, id string, at time.Time, problem string) error {
