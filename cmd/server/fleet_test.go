@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
 
@@ -201,6 +202,10 @@ func TestFleetJobSurvivesAReplica(t *testing.T) {
 	if err := done.GetResponse().UnmarshalTo(result); err != nil {
 		t.Fatal(err)
 	}
+	// The taking-over attempt wrote its own key; the killed one's aborted
+	// upload left nothing.
+	noFile(t, gw.object(key))
+	key = jobs.AttemptKey(key, 2)
 	object, err := os.ReadFile(gw.object(key))
 	if err != nil {
 		t.Fatal(err)

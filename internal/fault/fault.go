@@ -12,6 +12,9 @@ package fault
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"syscall"
 	"unicode/utf8"
 )
 
@@ -87,6 +90,28 @@ func Of(err error, also ...func(error) (Kind, bool)) Kind {
 		}
 	}
 	return Internal
+}
+
+// FileKind classifies a failure of the local filesystem, which carries
+// no kind of its own (and whose errno would otherwise pass for a network
+// error): a full disk or quota is Exhausted; a file that is missing,
+// unreadable, or not a file where one is needed is FailedPrecondition,
+// since the same call fails again until an operator fixes it. Its message
+// names the file (fs.PathError).
+func FileKind(err error) (Kind, bool) {
+	var pathErr *fs.PathError
+	var linkErr *os.LinkError
+	if !errors.As(err, &pathErr) && !errors.As(err, &linkErr) {
+		return 0, false
+	}
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EFBIG):
+		return Exhausted, true
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EISDIR),
+		errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EROFS), errors.Is(err, syscall.ELOOP), errors.Is(err, fs.ErrExist):
+		return FailedPrecondition, true
+	}
+	return 0, false
 }
 
 // Hidden reports whether an error of kind k keeps its message for the

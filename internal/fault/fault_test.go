@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"unicode/utf8"
 )
@@ -52,5 +56,43 @@ func TestClipOnCharacterBoundary(t *testing.T) {
 	}
 	if Clip("short", 10, "…") != "short" {
 		t.Error("Clip changed a short string")
+	}
+}
+
+// TestFileKind: a file's failure is classified by what an operator must
+// do, never as an outage to retry (issue 33, finding 8: a garbage or
+// unreadable KEK file, a full bucket, a deleted object read as
+// "unavailable"), whatever wraps it.
+func TestFileKind(t *testing.T) {
+	dir := t.TempDir()
+	_, missing := os.Open(filepath.Join(dir, "kek.key"))
+	_, notDir := os.Open(filepath.Join(dir, "kek.key", "x"))
+	full := &fs.PathError{Op: "write", Path: filepath.Join(dir, "a"), Err: syscall.ENOSPC}
+	denied := &fs.PathError{Op: "open", Path: filepath.Join(dir, "a"), Err: syscall.EACCES}
+	isDir := &fs.PathError{Op: "read", Path: dir, Err: syscall.EISDIR}
+	for _, c := range []struct {
+		name string
+		err  error
+		want Kind
+	}{
+		{"missing", missing, FailedPrecondition},
+		{"under a missing directory", notDir, FailedPrecondition},
+		{"unreadable", denied, FailedPrecondition},
+		{"a directory", isDir, FailedPrecondition},
+		{"a full disk", full, Exhausted},
+		{"a full disk, wrapped", fmt.Errorf("export: %w", full), Exhausted},
+	} {
+		if got, ok := FileKind(c.err); !ok || got != c.want {
+			t.Errorf("%s (%v): %v %v, want %v", c.name, c.err, got, ok, c.want)
+		}
+		if got := Of(c.err, FileKind); got != c.want {
+			t.Errorf("Of(%s) = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if _, ok := FileKind(syscall.ECONNREFUSED); ok {
+		t.Error("a refused connection classified as a file's failure")
+	}
+	if _, ok := FileKind(errors.New("x")); ok {
+		t.Error("a plain error classified as a file's failure")
 	}
 }

@@ -883,7 +883,7 @@ func (m *Manager) describe(ctx context.Context, kind string, err error, log *zap
 		return int32(fault.Aborted), ended(kind, errLost.Error())
 	}
 	var full *store.FullError
-	k := fault.Of(err, store.UnavailableKind, storageKind)
+	k := fault.Of(err, fault.FileKind, store.UnavailableKind, storageKind)
 	switch {
 	case errors.As(err, &full):
 		log.Error("job failed: store out of space", zap.Error(err))

@@ -40,10 +40,14 @@ import (
 // buffering it, RESOURCE_EXHAUSTED, and the same limit holds each response
 // message.
 func (s *Server) HTTPHandler(maxRecvBytes int) (http.Handler, error) {
-	if maxRecvBytes <= 0 {
-		maxRecvBytes = DefaultMaxRecvBytes
-	}
-	maxBody := min(int64(maxRecvBytes)*3/2+4096, math.MaxUint32)
+	return s.HTTPHandlerWith(HTTPLimits{MaxRecvBytes: maxRecvBytes})
+}
+
+// HTTPHandlerWith is HTTPHandler under limits: every request passes the
+// door (http_door.go) before the transcoder reads its body.
+func (s *Server) HTTPHandlerWith(limits HTTPLimits) (http.Handler, error) {
+	limits = limits.withDefaults()
+	maxBody := min(int64(limits.MaxRecvBytes)*3/2+4096, math.MaxUint32)
 	// A compressed message is read whole by the transcoder before any
 	// limit of its own: gzip's decompressor is replaced by one that stops
 	// at the message limit, and the transcoder sends the gRPC server its
@@ -51,7 +55,13 @@ func (s *Server) HTTPHandler(maxRecvBytes int) (http.Handler, error) {
 	gunzip := func() connect.Decompressor { return &boundedGunzip{limit: maxBody} }
 	gzipper := func() connect.Compressor { return gzip.NewWriter(io.Discard) }
 	tc, err := vanguardgrpc.NewTranscoder(s.grpc,
-		vanguard.WithCodec(func(res vanguard.TypeResolver) vanguard.Codec { return jsonCodec{vanguard.NewJSONCodec(res)} }),
+		vanguard.WithCodec(func(res vanguard.TypeResolver) vanguard.Codec {
+			c := vanguard.NewJSONCodec(res)
+			// Strict, as grpcurl is: a misspelled field is the caller's
+			// error, not silently dropped.
+			c.UnmarshalOptions.DiscardUnknown = false
+			return jsonCodec{c}
+		}),
 		vanguard.WithCompression(vanguard.CompressionGzip, gzipper, gunzip),
 		vanguard.WithDefaultServiceOptions(vanguard.WithMaxMessageBufferBytes(uint32(maxBody)), vanguard.WithNoTargetCompression(),
 			// A query parameter a REST path does not know is ignored, as
@@ -61,19 +71,8 @@ func (s *Server) HTTPHandler(maxRecvBytes int) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("http/json: %w", err)
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if framed(r) {
-			tc.ServeHTTP(w, r)
-			return
-		}
-		if r.ContentLength > maxBody {
-			tooLarge(w, r.ContentLength, maxBody)
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-		connectUnary(r)
-		tc.ServeHTTP(w, r)
-	}), nil
+	return &door{authz: s.authz, log: s.log, limits: limits, maxBody: maxBody,
+		bodies: make(chan struct{}, limits.MaxBodies), routes: restRoutes(s.grpc), next: tc}, nil
 }
 
 // connectUnary marks a plain JSON or protobuf POST to /<service>/<method>

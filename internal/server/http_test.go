@@ -45,13 +45,19 @@ const (
 // on a real listener), with the perimeter's policy.
 func httpServer(t *testing.T) (grpcAddr, httpURL string) {
 	t.Helper()
+	return httpServerWith(t, HTTPLimits{MaxRecvBytes: httpTestMaxRecv})
+}
+
+// httpServerWith is httpServer with the HTTP listener's limits.
+func httpServerWith(t *testing.T, limits HTTPLimits) (grpcAddr, httpURL string) {
+	t.Helper()
 	cfg := Config{Store: enginetest.SQLite(t), Auth: policyAuth(t, perimeterPolicy(true))}
 	grpcAddr = serveTCP(t, cfg, nil)
 	// A second Server over the same store for HTTP: the handler wraps a
 	// grpc.Server, and each listener gets its own, as cmd/server's one
 	// server gets both listeners.
 	srv := New(cfg, zap.NewNop())
-	h, err := srv.HTTPHandler(httpTestMaxRecv)
+	h, err := srv.HTTPHandlerWith(limits)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -12,12 +14,14 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
-// Page tokens are opaque to callers and unforgeable: a kind byte, the
-// keyset cursor of the last record of the previous page, and an
-// HMAC-SHA256 tag (truncated to 16 bytes) over the kind, the cursor and
-// the request it continues (owner, group, window). A token replayed
-// against another owner, another list or another window, or with an
-// altered cursor, fails its tag and is refused.
+// Page tokens are opaque to callers and unforgeable: a kind byte, a
+// random nonce, and the keyset cursor of the last record of the previous
+// page sealed with AES-256-GCM, the kind and the request it continues
+// (owner, group, window) as its associated data. A token replayed
+// against another owner, another list or another window, or altered,
+// fails to open and is refused; and since the cursor is encrypted, no
+// token shows an id (another owner's operation id, say) to whoever holds
+// it.
 
 const (
 	tokenGroups   byte = 'g'
@@ -26,7 +30,8 @@ const (
 )
 
 const (
-	tokenTagSize = 16
+	tokenNonceSize = 12
+	tokenTagSize   = 16
 	// maxPageTokenLen bounds what is decoded: a cursor holds at most an id
 	// or consent entity (records bound them) and a few fixed fields.
 	maxPageTokenLen = 2048
@@ -53,15 +58,22 @@ func pageSize(n int32) (int, error) {
 }
 
 // pageTokens issues and opens page tokens under one key.
-type pageTokens struct{ key []byte }
+type pageTokens struct{ aead cipher.AEAD }
 
-// newPageTokens signs with key, or with a random key when none is given.
+// newPageTokens seals with a key derived from key, or with a random key
+// when none is given.
 func newPageTokens(key []byte) *pageTokens {
 	if len(key) == 0 {
 		key = make([]byte, 32)
 		_, _ = rand.Read(key) // crypto/rand.Read never fails (Go 1.24+)
 	}
-	return &pageTokens{key: key}
+	// The configured key may be of any length (it was an HMAC key): the
+	// cipher's key is derived from it for this one use.
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("contentbackup page token v2"))
+	block, _ := aes.NewCipher(m.Sum(nil)) // a 32-byte key: never an error
+	aead, _ := cipher.NewGCM(block)
+	return &pageTokens{aead: aead}
 }
 
 // binding is the request a token continues, length-prefixed so that no
@@ -75,18 +87,15 @@ func binding(parts ...[]byte) []byte {
 	return b
 }
 
-func (t *pageTokens) tag(kind byte, bound, cursor []byte) []byte {
-	m := hmac.New(sha256.New, t.key)
-	m.Write([]byte{kind})
-	m.Write(binary.AppendUvarint(nil, uint64(len(bound))))
-	m.Write(bound)
-	m.Write(cursor)
-	return m.Sum(nil)[:tokenTagSize]
+func additional(kind byte, bound []byte) []byte {
+	return append([]byte{kind}, bound...)
 }
 
 func (t *pageTokens) issue(kind byte, bound, cursor []byte) string {
-	b := append([]byte{kind}, cursor...)
-	b = append(b, t.tag(kind, bound, cursor)...)
+	b := make([]byte, 1+tokenNonceSize, 1+tokenNonceSize+len(cursor)+tokenTagSize)
+	b[0] = kind
+	_, _ = rand.Read(b[1 : 1+tokenNonceSize])
+	b = t.aead.Seal(b, b[1:1+tokenNonceSize], cursor, additional(kind, bound))
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
@@ -97,11 +106,11 @@ func (t *pageTokens) open(kind byte, bound []byte, token string) ([]byte, error)
 		return nil, fmt.Errorf("page_token: %d bytes is longer than any token this server issues (%d)", len(token), maxPageTokenLen)
 	}
 	b, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(b) < 1+tokenTagSize+1 || b[0] != kind {
+	if err != nil || len(b) < 1+tokenNonceSize+tokenTagSize+1 || b[0] != kind {
 		return nil, errBadToken
 	}
-	cursor, tag := b[1:len(b)-tokenTagSize], b[len(b)-tokenTagSize:]
-	if !hmac.Equal(tag, t.tag(kind, bound, cursor)) {
+	cursor, err := t.aead.Open(nil, b[1:1+tokenNonceSize], b[1+tokenNonceSize:], additional(kind, bound))
+	if err != nil {
 		return nil, errBadToken
 	}
 	return cursor, nil

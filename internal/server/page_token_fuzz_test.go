@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"encoding/base64"
 	"strings"
 	"testing"
 
@@ -49,4 +51,32 @@ func FuzzListFilter(f *testing.F) {
 			t.Fatalf("parseFilter(%q) gave owner %q", filter, lf.owner)
 		}
 	})
+}
+
+// TestPageTokensHideTheirCursor: a page token shows nothing of its
+// cursor (issue 33, finding 9: a ListOperations token filtered on another
+// owner carried that owner's operation id in clear), and two tokens of
+// one cursor differ.
+func TestPageTokensHideTheirCursor(t *testing.T) {
+	tokens := newPageTokens([]byte("k"))
+	id := []byte("18ee300090a03c2d768ceeb08bf5388a")
+	a, b := tokens.issue(tokenGroups, ownerBinding("bob"), id), tokens.issue(tokenGroups, ownerBinding("bob"), id)
+	for _, tok := range []string{a, b} {
+		raw, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(raw, id) || bytes.Contains(raw, id[:8]) || strings.Contains(tok, string(id[:8])) {
+			t.Errorf("token %s shows its cursor", tok)
+		}
+	}
+	if a == b {
+		t.Error("two tokens of one cursor are equal: the cursor is not sealed under a fresh nonce")
+	}
+	if got, err := tokens.open(tokenGroups, ownerBinding("bob"), a); err != nil || !bytes.Equal(got, id) {
+		t.Fatalf("open: %q, %v", got, err)
+	}
+	if _, err := tokens.open(tokenGroups, ownerBinding("alice"), a); err == nil {
+		t.Error("a token opened for another owner")
+	}
 }

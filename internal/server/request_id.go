@@ -19,6 +19,9 @@ type requestIDKey struct{}
 // one of up to 64 letters, digits, '-', '_' or '.', a new random one
 // otherwise (anything else could forge or break log lines).
 func withRequestID(ctx context.Context) (context.Context, string) {
+	if id, ok := ctx.Value(requestIDKey{}).(string); ok {
+		return ctx, id // given by the tap handle, on this call's headers
+	}
 	id := ""
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get(requestIDHeader); len(v) == 1 && plainToken(v[0]) {

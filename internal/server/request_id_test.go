@@ -5,8 +5,11 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
@@ -38,12 +41,20 @@ func TestRequestID(t *testing.T) {
 	if _, err := c.Decode(ctx, &cb.DecodeRequest{EncodedContent: textEnvelope(t, "x")}, grpc.Header(&hdr)); err != nil || strings.Contains(hdr.Get(requestIDHeader)[0], "bad") {
 		t.Errorf("a caller's unsafe id was kept: %v %v", hdr.Get(requestIDHeader), err)
 	}
-	// Refused, and streaming.
+	// Refused at the door (before its request is read), and streaming: a
+	// refusal is a trailers-only answer, whose request id is its status's
+	// google.rpc.RequestInfo.
 	anon := cb.NewContentServiceClient(dial(t, addr, transport.ClientOptions{Insecure: true}))
-	if _, err := anon.Decode(t.Context(), &cb.DecodeRequest{}, grpc.Header(&hdr)); err == nil || len(hdr.Get(requestIDHeader)) != 1 {
-		t.Errorf("a refused call: %v, headers %v", err, hdr)
+	_, err := anon.Decode(t.Context(), &cb.DecodeRequest{})
+	refused := ""
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.RequestInfo); ok {
+			refused = info.GetRequestId()
+		}
 	}
-	refused := hdr.Get(requestIDHeader)[0]
+	if status.Code(err) != codes.Unauthenticated || len(refused) != 24 {
+		t.Fatalf("a refused call: %v, request id %q", err, refused)
+	}
 	stream, err := cb.NewArchiveServiceClient(conn).Export(t.Context(), &cb.ExportRequest{Owner: "o", Key: archiveKey})
 	if err != nil {
 		t.Fatal(err)

@@ -142,6 +142,9 @@ type Server struct {
 	storeInterval time.Duration
 	storeUp       prometheus.Gauge
 	shutdown      chan struct{}
+	// authz proves callers for the HTTP/JSON listener's door too.
+	authz   *authorizer
+	metrics prometheus.Registerer
 }
 
 // New builds the server and registers every service: the call chain
@@ -156,7 +159,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 	if pool == nil {
 		pool = budget.NewPool(limits.MemoryBytes)
 	}
-	opts, callMetrics := serverOptions(cfg, limits, log)
+	opts, callMetrics, authz := serverOptions(cfg, limits, log)
 	g := grpc.NewServer(opts...)
 	jm := registerServices(g, cfg, limits, pool, log)
 
@@ -170,7 +173,8 @@ func New(cfg Config, log *zap.Logger) *Server {
 	if callMetrics != nil {
 		callMetrics.InitializeMetrics(g)
 	}
-	srv := &Server{grpc: g, health: hs, log: log, store: cfg.Store, jobs: jm, storeInterval: cfg.StoreCheckInterval, shutdown: make(chan struct{})}
+	srv := &Server{grpc: g, health: hs, log: log, store: cfg.Store, jobs: jm, storeInterval: cfg.StoreCheckInterval, shutdown: make(chan struct{}),
+		authz: authz, metrics: cfg.Metrics}
 	if srv.storeInterval <= 0 {
 		srv.storeInterval = 2 * time.Second
 	}
@@ -188,7 +192,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 // first (the caller proven before anything else runs, so every log line
 // below names the principal), and the transport's limits; with metrics,
 // the per-call metrics it registered.
-func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOption, *grpcprom.ServerMetrics) {
+func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOption, *grpcprom.ServerMetrics, *authorizer) {
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithLevels(callLevel),
@@ -220,6 +224,9 @@ func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOpt
 	unary = append(unary, recovery.UnaryServerInterceptor(panicHandler))
 	stream = append(stream, recovery.StreamServerInterceptor(panicHandler))
 	opts := []grpc.ServerOption{
+		// Identity first: the caller is proven on the stream's headers,
+		// before its request is read, decompressed or decoded.
+		grpc.InTapHandle(authz.tap),
 		grpc.ForceServerCodecV2(reqCodec),
 		// gRPC buffers a whole request (up to MaxRecvBytes) before any
 		// handler runs; bounding the calls one connection may have open
@@ -256,7 +263,7 @@ func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOpt
 		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(cfg.Tracing.Provider), otelgrpc.WithPropagators(cfg.Tracing.Propagator))))
 	}
-	return opts, metrics
+	return opts, metrics, authz
 }
 
 // registerServices registers the services the configuration makes

@@ -111,7 +111,7 @@ func statusOf(err error) error {
 	case errors.Is(err, records.ErrNotAuthorized):
 		return withReason(codes.PermissionDenied, "NOT_SENDER_OR_SUPER_ADMIN", clip(err.Error()))
 	}
-	switch k := fault.Of(err, store.UnavailableKind); k {
+	switch k := fault.Of(err, fault.FileKind, store.UnavailableKind); k {
 	case fault.Canceled:
 		return status.Error(codes.Canceled, "canceled")
 	case fault.DeadlineExceeded:

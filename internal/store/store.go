@@ -145,6 +145,12 @@ func Unavailable(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
 		return true
 	}
+	// A file's failure is no outage: a syscall.Errno is a net.Error too,
+	// so a missing, unreadable or full file would otherwise read as "the
+	// store is unavailable, retry" (fault.FileKind classifies it).
+	if _, ok := fault.FileKind(err); ok {
+		return false
+	}
 	var netErr net.Error
 	if errors.As(err, &netErr) {
 		return true

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 )
@@ -39,5 +42,19 @@ func TestUnavailable(t *testing.T) {
 		if got := Unavailable(err); got != want {
 			t.Errorf("Unavailable(%v) = %v; want %v", err, got, want)
 		}
+	}
+}
+
+// TestAFileIsNoOutage: a filesystem error (whose errno is a net.Error
+// too) is not "the store is unavailable" (issue 33, finding 8).
+func TestAFileIsNoOutage(t *testing.T) {
+	_, err := os.Open(filepath.Join(t.TempDir(), "missing"))
+	for _, e := range []error{err, fmt.Errorf("wrapped: %w", err), &fs.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}} {
+		if Unavailable(e) {
+			t.Errorf("%v reads as the store unavailable", e)
+		}
+	}
+	if !Unavailable(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}) {
+		t.Error("a refused connection no longer reads as unavailable")
 	}
 }

@@ -1,0 +1,433 @@
+package server
+
+import (
+	"bytes"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"connectrpc.com/connect"
+	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/api/annotations"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// HTTPLimits bounds what the HTTP/JSON listener lets a caller make it
+// hold. Zero fields take DefaultHTTPLimits.
+type HTTPLimits struct {
+	// MaxRecvBytes is the gRPC message limit the listener's bodies are
+	// sized from (see HTTPHandler).
+	MaxRecvBytes int
+	// BodyGrace is how long a body may take to start arriving, and
+	// MinBodyRate the average rate (bytes a second) it must keep after
+	// that: a body that falls behind is cut off and its connection closed,
+	// so a trickling client holds nothing for long.
+	BodyGrace   time.Duration
+	MinBodyRate int64
+	// MaxBodies bounds the requests reading a body at once (a client
+	// stream reads one for its life); past it a request is UNAVAILABLE
+	// (503) before a byte of its body is read.
+	MaxBodies int
+}
+
+// DefaultHTTPLimits are the listener's defaults.
+var DefaultHTTPLimits = HTTPLimits{
+	MaxRecvBytes: DefaultMaxRecvBytes, BodyGrace: 10 * time.Second, MinBodyRate: 64 << 10, MaxBodies: 64,
+}
+
+func (l HTTPLimits) withDefaults() HTTPLimits {
+	d := DefaultHTTPLimits
+	orDefault(&l.MaxRecvBytes, d.MaxRecvBytes)
+	orDefault(&l.BodyGrace, d.BodyGrace)
+	orDefault(&l.MinBodyRate, d.MinBodyRate)
+	orDefault(&l.MaxBodies, d.MaxBodies)
+	return l
+}
+
+// door is the HTTP/JSON listener's front: what every request passes
+// before the transcoder reads a byte of its body. It proves the caller
+// (an anonymous request costs its headers, whatever it declares or
+// compresses), refuses a path or query that is not UTF-8, a body of a
+// type nobody serves, a query parameter that would override a path's,
+// and bounds the body: in size (never buffered by its declared length),
+// in time (BodyGrace, then MinBodyRate) and in how many are read at once.
+type door struct {
+	authz   *authorizer
+	log     *zap.Logger
+	limits  HTTPLimits
+	maxBody int64
+	bodies  chan struct{}
+	routes  []restRoute
+	next    http.Handler // the transcoder
+}
+
+// restRoute is one google.api.http path with the fields it binds.
+type restRoute struct {
+	method string
+	path   *regexp.Regexp
+	binds  []string
+}
+
+func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !utf8.ValidString(r.URL.Path) || !validQuery(r.URL.RawQuery) {
+		d.log.Info("http request refused", zap.String("reason", "invalid UTF-8 in path or query"), zap.String("peer.address", r.RemoteAddr))
+		httpError(w, http.StatusBadRequest, "invalid_argument", "the request's path or query is not valid UTF-8")
+		return
+	}
+	if err := d.admit(r); err != nil {
+		httpError(w, http.StatusUnauthorized, "unauthenticated", err.Error())
+		return
+	}
+	if field, ok := d.overridesPath(r); ok {
+		httpError(w, http.StatusBadRequest, "invalid_argument", "query parameter "+field+" names a field the path binds; the path's value is the one used")
+		return
+	}
+	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+	if !hasBody && r.Method == http.MethodPost && isJSON(r.Header.Get("Content-Type")) {
+		httpError(w, http.StatusBadRequest, "invalid_argument", "the request body is empty; an empty message is {}")
+		return
+	}
+	if !hasBody {
+		d.next.ServeHTTP(w, r)
+		return
+	}
+	if !supportedBody(r.Header.Get("Content-Type")) {
+		httpError(w, http.StatusUnsupportedMediaType, "invalid_argument",
+			"Content-Type must be application/json or application/proto (or a Connect, gRPC or gRPC-Web streaming type)")
+		return
+	}
+	select {
+	case d.bodies <- struct{}{}:
+		defer func() { <-d.bodies }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		httpError(w, http.StatusServiceUnavailable, "unavailable", "the server is reading as many request bodies as it may; retry")
+		return
+	}
+	if !framed(r) && r.ContentLength > d.maxBody {
+		tooLarge(w, r.ContentLength, d.maxBody)
+		return
+	}
+	body := &pacedBody{body: r.Body, rc: http.NewResponseController(w), start: time.Now(), grace: d.limits.BodyGrace, rate: d.limits.MinBodyRate}
+	r.Body = body
+	w = &overdueWriter{ResponseWriter: w, body: body}
+	// Nothing downstream sizes a buffer by what the caller declares: the
+	// transcoder reads what arrives, up to the limit.
+	r.ContentLength = -1
+	r.Header.Del("Content-Length")
+	if !framed(r) {
+		r.Body = http.MaxBytesReader(w, r.Body, d.maxBody)
+		if isJSON(r.Header.Get("Content-Type")) {
+			first, err := peekByte(r.Body)
+			if err == io.EOF {
+				httpError(w, http.StatusBadRequest, "invalid_argument", "the request body is empty; an empty message is {}")
+				return
+			}
+			r.Body = readCloser{io.MultiReader(bytes.NewReader(first), r.Body), r.Body}
+		}
+		connectUnary(r)
+	}
+	d.next.ServeHTTP(w, r)
+	// What the transcoder left unread (a refused stream's rest, a message
+	// over the limit) is read and dropped, up to maxDrain and at the
+	// body's pace, so an HTTP/1.1 client still writing it reads the
+	// answer rather than a connection reset under it. Nothing is kept.
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, max(d.maxBody, maxDrain)))
+}
+
+// maxDrain bounds what the door reads and drops of a body the handler
+// left unread; past it the connection is closed.
+const maxDrain = 64 << 20
+
+// admit proves r's caller as the gRPC listener does (the Authorization
+// header, or the client certificate TLS verified); health, and
+// reflection where it is public, are open.
+func (d *door) admit(r *http.Request) error {
+	svc := serviceOf(r.URL.Path)
+	if rpcPath(r.URL.Path) && (svc == healthService || d.authz.publicReflection && (svc == reflectionV1 || svc == reflectionV1Alpha)) {
+		return nil
+	}
+	if d.authz.authn == nil {
+		return errors.New("no authentication is configured")
+	}
+	values := r.Header.Values("Authorization")
+	if len(values) > 1 {
+		return errors.New("credentials not valid: more than one authorization header")
+	}
+	header := ""
+	if len(values) == 1 {
+		header = values[0]
+	}
+	var leaf *x509.Certificate
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		leaf = r.TLS.VerifiedChains[0][0]
+	}
+	_, err := d.authz.authn.Authenticate(r.Context(), header, leaf)
+	if err != nil {
+		d.authz.refuse(r.Context(), r.URL.Path, "unauthenticated", err)
+	}
+	return err
+}
+
+// overridesPath reports a query parameter naming a field r's REST route
+// binds in its path (`/v1/owners/alice/backups?owner=bob`): refused
+// rather than letting either win silently.
+func (d *door) overridesPath(r *http.Request) (string, bool) {
+	if r.URL.RawQuery == "" || rpcPath(r.URL.Path) {
+		return "", false
+	}
+	q := r.URL.Query()
+	for _, route := range d.routes {
+		if route.method != r.Method || !route.path.MatchString(r.URL.Path) {
+			continue
+		}
+		for _, f := range route.binds {
+			for name := range q {
+				if name == f || strings.HasPrefix(name, f+".") || name == jsonName(f) {
+					return fmt.Sprintf("%.64q", name), true
+				}
+			}
+		}
+	}
+	return "", false
+}
+
+// jsonName is a field name's lowerCamelCase JSON form.
+func jsonName(f string) string {
+	var b strings.Builder
+	up := false
+	for _, c := range f {
+		if c == '_' {
+			up = true
+			continue
+		}
+		if up && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		up = false
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// restRoutes reads the google.api.http paths of g's services.
+func restRoutes(g *grpc.Server) []restRoute {
+	var routes []restRoute
+	for name := range g.GetServiceInfo() {
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name))
+		if err != nil {
+			continue
+		}
+		sd, ok := d.(protoreflect.ServiceDescriptor)
+		if !ok {
+			continue
+		}
+		for i := range sd.Methods().Len() {
+			opts := protodesc.ToMethodDescriptorProto(sd.Methods().Get(i)).GetOptions()
+			rule, _ := proto.GetExtension(opts, annotations.E_Http).(*annotations.HttpRule)
+			if rule == nil {
+				continue
+			}
+			for _, r := range append([]*annotations.HttpRule{rule}, rule.GetAdditionalBindings()...) {
+				if route, ok := routeOf(r); ok {
+					routes = append(routes, route)
+				}
+			}
+		}
+	}
+	return routes
+}
+
+var pathVariable = regexp.MustCompile(`\{([a-z_.]+)(=[^}]*)?\}`)
+
+func routeOf(r *annotations.HttpRule) (restRoute, bool) {
+	var method, tmpl string
+	switch p := r.GetPattern().(type) {
+	case *annotations.HttpRule_Get:
+		method, tmpl = http.MethodGet, p.Get
+	case *annotations.HttpRule_Post:
+		method, tmpl = http.MethodPost, p.Post
+	case *annotations.HttpRule_Put:
+		method, tmpl = http.MethodPut, p.Put
+	case *annotations.HttpRule_Delete:
+		method, tmpl = http.MethodDelete, p.Delete
+	case *annotations.HttpRule_Patch:
+		method, tmpl = http.MethodPatch, p.Patch
+	default:
+		return restRoute{}, false
+	}
+	var binds []string
+	var expr strings.Builder
+	expr.WriteString("^")
+	last := 0
+	for _, m := range pathVariable.FindAllStringSubmatchIndex(tmpl, -1) {
+		expr.WriteString(regexp.QuoteMeta(tmpl[last:m[0]]))
+		expr.WriteString(`[^/]+`)
+		binds = append(binds, tmpl[m[2]:m[3]])
+		last = m[1]
+	}
+	expr.WriteString(regexp.QuoteMeta(tmpl[last:]))
+	expr.WriteString("$")
+	if len(binds) == 0 {
+		return restRoute{}, false
+	}
+	return restRoute{method: method, path: regexp.MustCompile(expr.String()), binds: binds}, true
+}
+
+// validQuery reports whether every key and value of a raw query decodes
+// to UTF-8.
+func validQuery(raw string) bool {
+	if raw == "" {
+		return true
+	}
+	values, err := url.ParseQuery(raw)
+	if err != nil {
+		return false
+	}
+	for k, vs := range values {
+		if !utf8.ValidString(k) {
+			return false
+		}
+		for _, v := range vs {
+			if !utf8.ValidString(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// supportedBody reports whether a body of content type ct is one the
+// listener serves.
+func supportedBody(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	switch mt {
+	case "application/json", "application/proto",
+		"application/connect+json", "application/connect+proto",
+		"application/grpc", "application/grpc+proto",
+		"application/grpc-web", "application/grpc-web+proto", "application/grpc-web+json":
+		return true
+	}
+	return false
+}
+
+func isJSON(ct string) bool {
+	mt, _, _ := mime.ParseMediaType(ct)
+	return mt == "application/json"
+}
+
+// httpError answers as the Connect protocol answers an error: JSON with
+// its string code, the shape every error of the listener has.
+func httpError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"code":%q,"message":%q}`+"\n", code, msg)
+}
+
+// pacedBody is a request body that must keep arriving: its next byte is
+// due by start + grace + read/rate, and the connection's read deadline
+// says so, so a body that trickles or stops is cut off (its read fails and
+// its connection closes) rather than held.
+type pacedBody struct {
+	body  io.ReadCloser
+	rc    *http.ResponseController
+	start time.Time
+	grace time.Duration
+	rate  int64
+	read  int64
+	// overdue: the body fell behind its pace and was cut off.
+	overdue bool
+}
+
+// overdueWriter answers a request whose body was cut off for its pace
+// 408 deadline_exceeded, whatever the transcoder makes of the failed read
+// (a cancelled call, 499).
+type overdueWriter struct {
+	http.ResponseWriter
+	body    *pacedBody
+	swallow bool
+}
+
+func (w *overdueWriter) WriteHeader(code int) {
+	if w.body.overdue && !w.swallow {
+		w.swallow = true
+		w.ResponseWriter.Header().Set("Connection", "close")
+		httpError(w.ResponseWriter, http.StatusRequestTimeout, "deadline_exceeded",
+			fmt.Sprintf("the request body arrived slower than %d bytes a second after %s", w.body.rate, w.body.grace))
+		return
+	}
+	if !w.swallow {
+		w.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (w *overdueWriter) Write(p []byte) (int, error) {
+	if w.body.overdue && !w.swallow {
+		w.WriteHeader(http.StatusRequestTimeout)
+	}
+	if w.swallow {
+		return len(p), nil
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *overdueWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *overdueWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && !w.swallow {
+		f.Flush()
+	}
+}
+
+func (b *pacedBody) Read(p []byte) (int, error) {
+	due := b.start.Add(b.grace + time.Duration(float64(b.read+1)/float64(b.rate)*float64(time.Second)))
+	_ = b.rc.SetReadDeadline(due)
+	n, err := b.body.Read(p)
+	b.read += int64(n)
+	if err != nil && !errors.Is(err, io.EOF) && time.Now().After(due) {
+		b.overdue = true
+		return n, connect.NewError(connect.CodeDeadlineExceeded,
+			fmt.Errorf("the request body arrived slower than %d bytes a second after %s", b.rate, b.grace))
+	}
+	return n, err
+}
+
+// Close does not close the request's body: a handler that closes it
+// early would make net/http close the connection under a client still
+// writing; the door drains what is left, and net/http closes it after.
+func (b *pacedBody) Close() error { return nil }
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// peekByte reads r's first byte; io.EOF for an empty body.
+func peekByte(r io.Reader) ([]byte, error) {
+	var b [1]byte
+	for {
+		n, err := r.Read(b[:])
+		if n == 1 {
+			return b[:], nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}

@@ -1,0 +1,328 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+)
+
+// Identity first (issue 33, findings 2 and 3): an anonymous request costs
+// the server its headers, on the gRPC listener and on HTTP/JSON, whatever
+// its body declares or compresses. Each test sends the hostile request
+// over TCP and asserts its answer and what the whole process allocated
+// (server and client: an upper bound on the server's share).
+
+// anonymousBudget is what 1,000 anonymous requests may allocate in all,
+// client included: a few tens of kilobytes each. Before the tap handle a
+// single one of these gzip requests expanded to megabytes of decoded
+// elements (185 MB measured for one 2 KB request).
+const anonymousBudget = 64 << 20
+
+// gzipOf compresses b.
+func gzipOf(b []byte) []byte {
+	var z bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&z, gzip.BestCompression)
+	_, _ = zw.Write(b)
+	_ = zw.Close()
+	return z.Bytes()
+}
+
+// grpcFrame is one gRPC length-prefixed message, compressed when flag is 1.
+func grpcFrame(flag byte, msg []byte) []byte {
+	f := []byte{flag, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(f[1:], uint32(len(msg)))
+	return append(f, msg...)
+}
+
+// batchBomb is a DecodeBatch request of n empty envelopes: two bytes on
+// the wire each, an allocated message each once decoded.
+func batchBomb(n int) []byte {
+	one := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), nil)
+	return bytes.Repeat(one, n)
+}
+
+func h2cClient() *http.Client {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: p, MaxConnsPerHost: 4}}
+}
+
+// TestIdentityFirstGRPCGzipBombs: 1,000 anonymous gzip requests of about
+// 2 KB, each expanding to a DecodeBatch of a million envelopes, are
+// UNAUTHENTICATED, and the server never decompresses one: the process
+// allocates a bounded total.
+func TestIdentityFirstGRPCGzipBombs(t *testing.T) {
+	addr := serveTCP(t, Config{Auth: policyAuth(t, perimeterPolicy(true))}, nil)
+	body := grpcFrame(1, gzipOf(batchBomb(1<<20)))
+	if len(body) > 4<<10 {
+		t.Fatalf("the bomb is %d bytes, want about 2 KB", len(body))
+	}
+	client := h2cClient()
+	send := func() string {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+cb.ContentService_DecodeBatch_FullMethodName, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/grpc")
+		req.Header.Set("Grpc-Encoding", "gzip")
+		req.Header.Set("Te", "trailers")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if s := resp.Header.Get("Grpc-Status"); s != "" {
+			return s
+		}
+		return resp.Trailer.Get("Grpc-Status")
+	}
+	send() // the connection, once
+	want := strconv.Itoa(int(codes.Unauthenticated))
+	var bad []string
+	var mu sync.Mutex
+	allocated := allocatedBytes(func() {
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for i := w; i < 1000; i += 8 {
+					if got := send(); got != want {
+						mu.Lock()
+						bad = append(bad, got)
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+	if len(bad) > 0 {
+		t.Errorf("%d of 1000 anonymous gzip requests answered %q, want grpc-status %s", len(bad), bad[0], want)
+	}
+	t.Logf("1000 anonymous gzip gRPC requests of %d bytes: %d KiB allocated in all", len(body), allocated>>10)
+	if allocated > anonymousBudget {
+		t.Errorf("1000 anonymous requests allocated %d MiB; want under %d MiB", allocated>>20, anonymousBudget>>20)
+	}
+}
+
+// TestIdentityFirstHTTPGzipBombs: the same on the HTTP/JSON listener:
+// 1,000 anonymous gzip JSON requests of about 2 KB, each a DecodeBatch of
+// a million envelopes once expanded, are 401 unauthenticated before the
+// transcoder reads a byte.
+func TestIdentityFirstHTTPGzipBombs(t *testing.T) {
+	_, url := httpServerWith(t, HTTPLimits{MaxRecvBytes: 32 << 20})
+	json := []byte(`{"encodedContents":[` + strings.Repeat(`{},`, 1<<20) + `{}]}`)
+	body := gzipOf(json)
+	if len(body) > 8<<10 {
+		t.Fatalf("the bomb is %d bytes", len(body))
+	}
+	send := func() (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, url+cb.ContentService_DecodeBatch_FullMethodName, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Encoding", "gzip")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return resp.StatusCode, string(b)
+	}
+	send()
+	var bad []string
+	var mu sync.Mutex
+	allocated := allocatedBytes(func() {
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for i := w; i < 1000; i += 8 {
+					if code, answer := send(); code != http.StatusUnauthorized || !strings.Contains(answer, `"code":"unauthenticated"`) {
+						mu.Lock()
+						bad = append(bad, fmt.Sprint(code, answer))
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+	if len(bad) > 0 {
+		t.Errorf("%d of 1000 anonymous gzip requests answered %q, want 401 unauthenticated", len(bad), bad[0])
+	}
+	t.Logf("1000 anonymous gzip JSON requests of %d bytes: %d KiB allocated in all", len(body), allocated>>10)
+	if allocated > anonymousBudget {
+		t.Errorf("1000 anonymous requests allocated %d MiB; want under %d MiB", allocated>>20, anonymousBudget>>20)
+	}
+}
+
+// rawRequest opens a connection to url's host and writes a request line
+// and headers, nothing of the body; it returns the connection.
+func rawRequest(t *testing.T, url, method, path string, headers map[string]string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: test\r\n", method, path)
+	for k, v := range headers {
+		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+	}
+	b.WriteString("\r\n")
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// answerStatus reads the status code of the answer on conn, within d.
+func answerStatus(conn net.Conn, d time.Duration) (int, error) {
+	_ = conn.SetReadDeadline(time.Now().Add(d))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		return 0, fmt.Errorf("status line %q", line)
+	}
+	return strconv.Atoi(f[1])
+}
+
+// TestIdentityFirstHTTPDeclaredBodies: 500 anonymous connections, each
+// declaring a 40 MB body and sending none of it, are each answered 401 at
+// once and hold nothing: the listener never sizes a buffer by a declared
+// length (each held 38 MB before, 11 GB for 500).
+func TestIdentityFirstHTTPDeclaredBodies(t *testing.T) {
+	_, url := httpServerWith(t, HTTPLimits{MaxRecvBytes: 32 << 20})
+	headers := map[string]string{"Content-Type": "application/json", "Content-Length": strconv.Itoa(40 << 20)}
+	var conns []net.Conn
+	allocated := allocatedBytes(func() {
+		for range 500 {
+			conns = append(conns, rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, headers))
+		}
+		for i, c := range conns {
+			if code, err := answerStatus(c, 30*time.Second); code != http.StatusUnauthorized {
+				t.Fatalf("connection %d declaring 40 MB: %d, %v; want 401 before its body", i, code, err)
+			}
+		}
+	})
+	t.Logf("500 anonymous connections declaring 40 MB each: %d KiB allocated in all", allocated>>10)
+	if allocated > anonymousBudget {
+		t.Errorf("500 declared bodies allocated %d MiB; want under %d MiB", allocated>>20, anonymousBudget>>20)
+	}
+}
+
+// TestHTTPSlowBodyCutOff: an authenticated body that stops arriving is
+// cut off once it falls behind its pace (grace, then a minimum rate), and
+// its connection closed; one that keeps the pace is served.
+func TestHTTPSlowBodyCutOff(t *testing.T) {
+	_, url := httpServerWith(t, HTTPLimits{MaxRecvBytes: httpTestMaxRecv, BodyGrace: 300 * time.Millisecond, MinBodyRate: 1000})
+	conn := rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, map[string]string{
+		"Content-Type": "application/json", "Content-Length": "100000", "Authorization": "Bearer " + aliceToken})
+	if _, err := io.WriteString(conn, `{"encodedContent":"`); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing more: due by 300 ms + 20 B / 1000 B/s. The answer (or the
+	// close) comes once it is overdue, not when the client gives up.
+	start := time.Now()
+	_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+	rest, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("reading the answer to a stalled body: %v (after %s)", err, time.Since(start))
+	}
+	if time.Since(start) >= time.Minute {
+		t.Fatal("a stalled body was held for a minute")
+	}
+	t.Logf("stalled body: connection closed after %s with %q", time.Since(start).Round(time.Millisecond), firstLine(rest))
+	if got := firstLine(rest); got != "HTTP/1.1 408 Request Timeout" || !bytes.Contains(rest, []byte(`"code":"deadline_exceeded"`)) {
+		t.Errorf("a stalled body: %q, want 408 deadline_exceeded", rest)
+	}
+	// The same body, sent at once, is served.
+	code, body := httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, aliceToken, `{"encodedContent":"`+strings.Repeat("A", 100)+`"}`)
+	if code == http.StatusRequestTimeout || code >= 500 {
+		t.Errorf("a prompt body: %d %s", code, body)
+	}
+}
+
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(s)
+}
+
+// TestHTTPBodiesReadAtOnceAreBounded: past MaxBodies requests reading a
+// body, the next is 503 unavailable before its body is read.
+func TestHTTPBodiesReadAtOnceAreBounded(t *testing.T) {
+	_, url := httpServerWith(t, HTTPLimits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 2, BodyGrace: 10 * time.Second, MinBodyRate: 1})
+	headers := map[string]string{"Content-Type": "application/json", "Content-Length": "1000", "Authorization": "Bearer " + aliceToken}
+	// Two slow bodies hold both places.
+	for range 2 {
+		rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, headers)
+	}
+	var code int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if code, _ = httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, aliceToken, `{}`); code == http.StatusServiceUnavailable {
+			break
+		}
+	}
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("a third body while two are read: %d, want 503", code)
+	}
+}
+
+// TestHTTPStrictRequests: what a curl user gets wrong is refused with the
+// right status and a message naming it (issue 33, finding 10), on the RPC
+// paths and the REST paths alike.
+func TestHTTPStrictRequests(t *testing.T) {
+	_, url := httpServer(t)
+	decode := url + cb.ContentService_Decode_FullMethodName
+	do := func(method, target, contentType, body string) (int, string) {
+		req, _ := http.NewRequest(method, target, strings.NewReader(body))
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		req.Header.Set("Authorization", "Bearer "+aliceToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	cases := []struct {
+		name, method, target, contentType, body string
+		status                                  int
+		says                                    string
+	}{
+		{"a misspelled field", http.MethodPost, decode, "application/json", `{"encodedContnet":{}}`, 400, "encodedContnet"},
+		{"an empty body", http.MethodPost, decode, "application/json", ``, 400, "empty"},
+		{"no Content-Type", http.MethodPost, decode, "", `{}`, 415, "Content-Type"},
+		{"a Content-Type nobody serves", http.MethodPost, decode, "text/plain", `{}`, 415, "Content-Type"},
+		{"a REST path with a Content-Type nobody serves", http.MethodPost, url + "/v1/content:decode", "text/plain", `{}`, 415, "Content-Type"},
+		{"invalid UTF-8 in the path", http.MethodGet, url + "/v1/owners/%ff/groups", "", ``, 400, "UTF-8"},
+		{"invalid UTF-8 in the query", http.MethodGet, url + "/v1/owners/alice/groups?page_size=%ff", "", ``, 400, "UTF-8"},
+		{"a query parameter overriding the path", http.MethodGet, url + "/v1/owners/alice/groups?owner=bob", "", ``, 400, "owner"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, body := do(c.method, c.target, c.contentType, c.body)
+			if code != c.status || !strings.Contains(body, c.says) || !strings.Contains(body, `"code":`) {
+				t.Errorf("%s: %d %s; want %d naming %q", c.name, code, body, c.status, c.says)
+			}
+		})
+	}
+}
