@@ -361,7 +361,14 @@ func (c *serveCmd) Run() error {
 	jobsCfg.Log = log.Named("jobs")
 	jobMetrics := telemetry.NewJobMetrics(cfg.Metrics)
 	jobMetrics.Instrument(jobsCfg)
-	jobMetrics.Watch(server.AttachJobs(&cfg, *jobsCfg))
+	jm := server.AttachJobs(&cfg, *jobsCfg)
+	jobMetrics.Watch(jm)
+	// The KEK is checked against the catalog before anything serves: a
+	// missing, replaced or unreadable KEK stops the server here, naming
+	// the file and the fingerprint the catalog expects.
+	if err := jm.CheckKEK(ctx); err != nil {
+		return err
+	}
 	srv := server.New(cfg, log)
 	c.startPurge(ctx, st, cfg.Metrics, log)
 	if reg != nil {

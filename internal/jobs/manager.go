@@ -83,6 +83,13 @@ var (
 	// ErrBaseNeeded: the backup is the base of an increment, which cannot
 	// be restored without it.
 	ErrBaseNeeded = store.ErrHasIncrement
+	// ErrKeyUnavailable: the key-encryption key that wrapped the backup's
+	// data key is not this server's (another KEK, or its file is gone):
+	// the backup is intact, but this server cannot open it.
+	ErrKeyUnavailable = fault.New(fault.FailedPrecondition, "the key-encryption key that wrapped this backup is not available to this server")
+	// ErrKEKMismatch: the server's key-encryption key does not match the
+	// catalog's; the server runs no job until it does.
+	ErrKEKMismatch = fault.New(fault.FailedPrecondition, "the key-encryption key does not match the catalog")
 	// ErrShuttingDown: the server is stopping and starts no job.
 	ErrShuttingDown = fault.New(fault.Unavailable, "the server is shutting down")
 )
@@ -428,6 +435,10 @@ func (m *Manager) startExport(ctx context.Context, principal string, req ExportR
 	if err != nil {
 		return store.Job{}, fmt.Errorf("data key: %w", err)
 	}
+	kek, err := m.cfg.KEK.Fingerprint()
+	if err != nil {
+		return store.Job{}, fmt.Errorf("data key: %w", err)
+	}
 	options, err := proto.Marshal(req.Options)
 	if err != nil {
 		return store.Job{}, fmt.Errorf("encode options: %w", err)
@@ -440,7 +451,7 @@ func (m *Manager) startExport(ctx context.Context, principal string, req ExportR
 	}
 	b := store.Backup{Owner: owner, ID: id, State: store.BackupWriting, Label: req.Label,
 		Bucket: bucketName, ObjectKey: ownerDir(prefix, owner) + id + ArchiveSuffix,
-		Schedule: schedule, Principal: principal, Options: options, WrappedKey: wrapped, Created: now, Base: req.Since}
+		Schedule: schedule, Principal: principal, Options: options, WrappedKey: wrapped, KEKFingerprint: kek, Created: now, Base: req.Since}
 	return m.start(ctx, store.JobExport, principal, req, prepared{key: key, bucket: bucket, backup: b, schedule: sched, changedAfter: changedAfter})
 }
 
@@ -525,15 +536,79 @@ func (m *Manager) openBackup(ctx context.Context, owner, id string) (store.Backu
 	if b.State != store.BackupComplete {
 		return store.Backup{}, nil, fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
 	}
-	key, err := m.cfg.KEK.Unwrap(ctx, b.WrappedKey)
-	if errors.Is(err, keyring.ErrUnwrap) || errors.Is(err, keyring.ErrNoKEK) {
-		m.cfg.Log.Error("backup key does not open", zap.String("owner", owner), zap.String("backup", b.ID), zap.Error(err))
-		return store.Backup{}, nil, fmt.Errorf("backup %s: its data key does not open under this server's key-encryption key: %w", b.ID, ErrBackupDamaged)
-	}
+	key, err := m.unwrap(ctx, b)
 	if err != nil {
 		return store.Backup{}, nil, err
 	}
 	return b, key, nil
+}
+
+// unwrap opens b's data key. A key wrapped under another KEK than this
+// server's, or under a KEK whose file is gone, is ErrKeyUnavailable (the
+// backup is intact); one that does not open under the KEK that wrapped
+// it is ErrBackupDamaged.
+func (m *Manager) unwrap(ctx context.Context, b store.Backup) ([]byte, error) {
+	current, ferr := m.cfg.KEK.Fingerprint()
+	if ferr != nil || b.KEKFingerprint != "" && b.KEKFingerprint != current {
+		m.cfg.Log.Error("backup key unavailable", zap.String("owner", b.Owner), zap.String("backup", b.ID),
+			zap.String("wrapped_under", b.KEKFingerprint), zap.String("kek", current), zap.Error(ferr))
+		return nil, fmt.Errorf("backup %s: its data key is wrapped under key-encryption key %s: %w", b.ID, b.KEKFingerprint, ErrKeyUnavailable)
+	}
+	key, err := m.cfg.KEK.Unwrap(ctx, b.WrappedKey)
+	if errors.Is(err, keyring.ErrUnwrap) {
+		m.cfg.Log.Error("backup key does not open", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
+		return nil, fmt.Errorf("backup %s: its data key does not open under this server's key-encryption key: %w", b.ID, ErrBackupDamaged)
+	}
+	return key, err
+}
+
+// CheckKEK compares the server's key-encryption key with the catalog's,
+// before the server runs any job: a KEK that cannot be read, or that is
+// not the one the catalog's rows are wrapped under, is ErrKEKMismatch
+// naming the file and the fingerprint the catalog expects, rather than a
+// server that reads every old backup as damaged and wraps new ones under
+// a second KEK. A catalog that holds no wrapped key takes any KEK (a
+// local one is made on first use).
+func (m *Manager) CheckKEK(ctx context.Context) error {
+	uses, err := m.cfg.Store.WrappingKEKs(ctx)
+	if err != nil {
+		return fmt.Errorf("check the key-encryption key: %w", err)
+	}
+	if len(uses) == 0 {
+		return nil
+	}
+	where := "the key keeper (--job-key-keeper)"
+	if p := m.cfg.KEK.Path(); p != "" {
+		where = p
+	}
+	var expected []string
+	for _, u := range uses {
+		if u.Fingerprint != "" {
+			expected = append(expected, u.Fingerprint)
+		}
+	}
+	want := strings.Join(expected, ", ")
+	if want == "" {
+		want = "(rows written before fingerprints)"
+	}
+	current, err := m.cfg.KEK.Fingerprint()
+	if err != nil {
+		return fmt.Errorf("%w: %s cannot be read (%w), and the catalog holds backups whose keys it wrapped: fingerprint %s; restore that file or keeper",
+			ErrKEKMismatch, where, err, want)
+	}
+	for _, u := range uses {
+		switch {
+		case u.Fingerprint == current:
+		case u.Fingerprint == "":
+			if _, err := m.cfg.KEK.Unwrap(ctx, u.Sample); err != nil {
+				return fmt.Errorf("%w: backups written before fingerprints do not open under %s (fingerprint %s): %w", ErrKEKMismatch, where, current, err)
+			}
+		default:
+			return fmt.Errorf("%w: %s has fingerprint %s; the catalog holds backups wrapped under %s: restore that key, or point the server at it",
+				ErrKEKMismatch, where, current, want)
+		}
+	}
+	return nil
 }
 
 // Backup returns one of owner's backups. An id of the wrong form is
@@ -890,7 +965,10 @@ func (m *Manager) describe(ctx context.Context, kind string, err error, log *zap
 		return int32(k), ended(kind, "the store ("+full.Engine+") is out of space")
 	case errors.Is(err, ErrObjectExists):
 		return int32(k), clip(err.Error())
-	case errors.Is(err, ErrBackupDamaged), errors.Is(err, keyring.ErrUnwrap), errors.Is(err, keyring.ErrNoKEK):
+	case errors.Is(err, ErrKeyUnavailable), errors.Is(err, keyring.ErrNoKEK):
+		log.Error("job failed: key-encryption key unavailable", zap.Error(err))
+		return int32(k), ended(kind, "the key-encryption key that wrapped the backup is not available to this server (see its log)")
+	case errors.Is(err, ErrBackupDamaged), errors.Is(err, keyring.ErrUnwrap):
 		log.Error("job failed: backup damaged", zap.Error(err))
 		return int32(k), ended(kind, "the backup's object or key does not match the catalog; it cannot be read")
 	}

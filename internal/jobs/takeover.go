@@ -171,9 +171,9 @@ func (m *Manager) exportAgain(ctx context.Context, j store.Job, backupID string)
 	if b.State != store.BackupWriting || b.JobID != j.ID {
 		return prepared{}, fmt.Errorf("job %s: backup %s is no longer this job's to write: %w", j.ID, b.ID, ErrBackupDamaged)
 	}
-	key, err := m.cfg.KEK.Unwrap(ctx, b.WrappedKey)
+	key, err := m.unwrap(ctx, b)
 	if err != nil {
-		return prepared{}, fmt.Errorf("backup %s: key: %w", b.ID, err)
+		return prepared{}, err
 	}
 	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"gocloud.dev/gcerrors"
 
 	"github.com/contentbackup/contentbackup/internal/backup"
-	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
@@ -75,9 +74,14 @@ func (m *Manager) readBack(ctx context.Context, b store.Backup) (string, error) 
 	if b.State != store.BackupComplete {
 		return "", fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
 	}
-	key, err := m.cfg.KEK.Unwrap(ctx, b.WrappedKey)
-	if errors.Is(err, keyring.ErrUnwrap) || errors.Is(err, keyring.ErrNoKEK) {
-		return "its key does not unwrap under the server's key-encryption key", nil
+	key, err := m.unwrap(ctx, b)
+	if errors.Is(err, ErrBackupDamaged) {
+		return "its key does not unwrap under the key-encryption key that wrapped it", nil
+	}
+	if errors.Is(err, ErrKeyUnavailable) {
+		// Not the backup's fault: nothing is known about it until the
+		// KEK that wrapped it is back.
+		return "", err
 	}
 	if err != nil {
 		// The KMS did not answer: nothing is known about the backup.

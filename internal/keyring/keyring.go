@@ -12,7 +12,10 @@ package keyring
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -36,6 +39,10 @@ var ErrUnwrap = fault.New(fault.FailedPrecondition, "the backup's data key does 
 // can be opened. Retrying never helps.
 var ErrNoKEK = fault.New(fault.FailedPrecondition, "the key-encryption key file is missing")
 
+// ErrBadKEK: the local KEK file is not a key (a file replaced by
+// something else). Retrying never helps.
+var ErrBadKEK = fault.New(fault.FailedPrecondition, "the key-encryption key file does not hold a 32-byte key")
+
 // KEKFile is the local KEK's file name in its directory.
 const KEKFile = "kek.key"
 
@@ -49,6 +56,9 @@ type KEK struct {
 	dir   string // the local KEK's directory otherwise
 	mu    sync.Mutex
 	local keeper
+	// fingerprint names the KEK without revealing it: for a KMS key, of
+	// its keeper URL; for the local key, of the key.
+	fingerprint string
 }
 
 type keeper interface {
@@ -69,7 +79,34 @@ func Open(ctx context.Context, keeperURL, dir string) (*KEK, error) {
 		// may repeat it: name the scheme only.
 		return nil, fmt.Errorf("key keeper %s: %s", schemeOf(keeperURL), strings.ReplaceAll(err.Error(), keeperURL, schemeOf(keeperURL)))
 	}
-	return &KEK{kms: k, inProcess: strings.HasPrefix(keeperURL, localsecrets.Scheme+"://")}, nil
+	return &KEK{kms: k, inProcess: strings.HasPrefix(keeperURL, localsecrets.Scheme+"://"), fingerprint: fingerprintOf("keeper", []byte(keeperURL))}, nil
+}
+
+// fingerprintOf is a KEK's name in the catalog: 16 hex digits of a keyed
+// hash, which tells nothing of the key but changes with it.
+func fingerprintOf(kind string, b []byte) string {
+	m := hmac.New(sha256.New, []byte("contentbackup kek fingerprint "+kind))
+	m.Write(b)
+	return hex.EncodeToString(m.Sum(nil)[:8])
+}
+
+// Path is the local KEK's file ("" for a KMS key), for errors that name it.
+func (k *KEK) Path() string {
+	if k.kms != nil {
+		return ""
+	}
+	return filepath.Join(k.dir, KEKFile)
+}
+
+// Fingerprint names the KEK, as each catalog row records it. A local KEK
+// that does not exist yet is ErrNoKEK: create it with NewDataKey.
+func (k *KEK) Fingerprint() (string, error) {
+	if _, err := k.keeper(false); err != nil {
+		return "", err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.fingerprint, nil
 }
 
 func schemeOf(url string) string {
@@ -106,9 +143,10 @@ func (k *KEK) keeper(create bool) (keeper, error) {
 	}
 	key, err := archive.ParseKey(b)
 	if err != nil {
-		return nil, fmt.Errorf("key-encryption key %s: %w", path, err)
+		return nil, fmt.Errorf("key-encryption key %s: %w: %w", path, ErrBadKEK, err)
 	}
 	k.local = localsecrets.NewKeeper([32]byte(key))
+	k.fingerprint = fingerprintOf("local", key)
 	return k.local, nil
 }
 

@@ -54,6 +54,16 @@ type Backups interface {
 	// authenticated and the object matched the catalog, and says what was
 	// wrong otherwise. A missing backup is ErrNotFound.
 	RecordVerification(ctx context.Context, owner, id string, at time.Time, problem string) error
+	// WrappingKEKs lists, across owners, the key-encryption keys the
+	// catalog's rows are wrapped under: each fingerprint with one wrapped
+	// key as a sample ("" for rows written before fingerprints).
+	WrappingKEKs(ctx context.Context) ([]WrappingKEK, error)
+}
+
+// WrappingKEK is one key-encryption key the catalog is wrapped under.
+type WrappingKEK struct {
+	Fingerprint string
+	Sample      []byte
 }
 
 // Backup states as stored.
@@ -88,10 +98,12 @@ type Backup struct {
 	// Options is the jobs package's encoding of the export's selection.
 	Options []byte
 	// WrappedKey is the backup's archive key, encrypted by the server's
-	// key-encryption key.
-	WrappedKey []byte
-	Summary    BackupSummary
-	Created    time.Time
+	// key-encryption key, whose fingerprint KEKFingerprint is ("" for a
+	// row written before fingerprints were kept).
+	WrappedKey     []byte
+	KEKFingerprint string
+	Summary        BackupSummary
+	Created        time.Time
 	// Completed is zero until the backup is complete.
 	Completed time.Time
 	// Verified is when the backup was last read back (zero: never), and

@@ -9,7 +9,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
-const backupColumns = `owner, id, state, label, bucket, object_key, job_id, schedule, principal, options, wrapped_key, groups, messages, consent, length, sha256, exported_at_ns, created_ns, completed_ns, verified_ns, verify_problem, base_id, change_seq`
+const backupColumns = `owner, id, state, label, bucket, object_key, job_id, schedule, principal, options, wrapped_key, groups, messages, consent, length, sha256, exported_at_ns, created_ns, completed_ns, verified_ns, verify_problem, base_id, change_seq, kek_fingerprint`
 
 type backupRow struct {
 	store.Backup
@@ -20,7 +20,7 @@ type backupRow struct {
 func (r *backupRow) dest() []any {
 	return []any{&r.Owner, &r.ID, &r.State, &r.Label, &r.Bucket, &r.ObjectKey, &r.JobID, &r.Schedule, &r.Principal,
 		&r.Options, &r.WrappedKey, &r.groups, &r.messages, &r.consent, &r.length, &r.Summary.SHA256,
-		&r.Summary.ExportedAtNs, &r.createdNs, &r.completedNs, &r.verifiedNs, &r.VerifyProblem, &r.Base, &r.Summary.ChangeSeq}
+		&r.Summary.ExportedAtNs, &r.createdNs, &r.completedNs, &r.verifiedNs, &r.VerifyProblem, &r.Base, &r.Summary.ChangeSeq, &r.KEKFingerprint}
 }
 
 func (r *backupRow) backup() store.Backup {
@@ -39,7 +39,7 @@ func (r *backupRow) backup() store.Backup {
 }
 
 func (s SQLStore) CreateBackup(ctx context.Context, b store.Backup) error {
-	q := s.d.bind(`INSERT INTO backups (` + backupColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	q := s.d.bind(`INSERT INTO backups (` + backupColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	return s.db.Write(ctx, func(tx Conn) error {
 		if b.Base != "" {
 			// The base's row lock, shared: taken exclusively by its
@@ -59,7 +59,7 @@ func (s SQLStore) CreateBackup(ctx context.Context, b store.Backup) error {
 		_, err := tx.Exec(ctx, q, b.Owner, b.ID, b.State, b.Label, b.Bucket, b.ObjectKey, b.JobID, b.Schedule, b.Principal,
 			nonNil(b.Options), nonNil(b.WrappedKey), int64(b.Summary.Groups), int64(b.Summary.Messages), int64(b.Summary.Consent),
 			int64(b.Summary.Length), nonNil(b.Summary.SHA256), b.Summary.ExportedAtNs, b.Created.UnixNano(), unixOrZero(b.Completed),
-			unixOrZero(b.Verified), b.VerifyProblem, b.Base, b.Summary.ChangeSeq)
+			unixOrZero(b.Verified), b.VerifyProblem, b.Base, b.Summary.ChangeSeq, b.KEKFingerprint)
 		if uniqueViolation(err) {
 			return fmt.Errorf("backup %s exists: %w", b.ID, store.ErrFailedPrecondition)
 		}
@@ -268,4 +268,24 @@ func (s SQLStore) RecordVerification(ctx context.Context, owner, id string, at t
 		return fmt.Errorf("backup %s: %w", id, store.ErrNotFound)
 	}
 	return nil
+}
+
+func (s SQLStore) WrappingKEKs(ctx context.Context) ([]store.WrappingKEK, error) {
+	var out []store.WrappingKEK
+	// One row per fingerprint, with one of its wrapped keys to try: a
+	// fleet-wide read, bounded by the few KEKs a catalog is ever under.
+	err := s.db.Read().Query(ctx, `SELECT f.kek_fingerprint, (SELECT wrapped_key FROM backups b WHERE b.kek_fingerprint = f.kek_fingerprint LIMIT 1) FROM (SELECT DISTINCT kek_fingerprint FROM backups) f ORDER BY f.kek_fingerprint LIMIT 64`, nil, func(rows Rows) error {
+		for rows.Next() {
+			var w store.WrappingKEK
+			if err := rows.Scan(&w.Fingerprint, &w.Sample); err != nil {
+				return err
+			}
+			out = append(out, w)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: read the catalog's key-encryption keys: %w", s.d.Name, err)
+	}
+	return out, nil
 }
