@@ -42,6 +42,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -971,6 +972,20 @@ func (m *Manager) describe(ctx context.Context, kind string, err error, log *zap
 	case errors.Is(err, ErrBackupDamaged), errors.Is(err, keyring.ErrUnwrap):
 		log.Error("job failed: backup damaged", zap.Error(err))
 		return int32(k), ended(kind, "the backup's object or key does not match the catalog; it cannot be read")
+	case gcerrors.Code(err) == gcerrors.NotFound:
+		// The source was deleted while it was read: starting again does
+		// not help.
+		log.Warn("job failed: object gone", zap.Error(err))
+		if kind == store.JobImport {
+			return int32(k), "the backup's object is gone from its bucket (deleted while it was read); the records applied so far stay"
+		}
+		return int32(k), ended(kind, "an object the export wrote is gone from its bucket")
+	case k == fault.Exhausted && (gcerrors.Code(err) == gcerrors.ResourceExhausted || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)):
+		log.Error("job failed: bucket out of space", zap.Error(err))
+		return int32(k), ended(kind, "the bucket is out of space or over its quota")
+	case k == fault.FailedPrecondition && gcerrors.Code(err) != gcerrors.Unknown:
+		log.Warn("job failed: storage refused", zap.Error(err))
+		return int32(k), ended(kind, "object storage refused the server: "+gcerrors.Code(err).String()+" (see the server log)")
 	}
 	switch k {
 	case fault.Exhausted, fault.FailedPrecondition, fault.Invalid:
@@ -992,11 +1007,20 @@ func (m *Manager) describe(ctx context.Context, kind string, err error, log *zap
 }
 
 // storageKind classifies object storage's errors, which carry gocloud's
-// codes rather than a kind: whatever storage refuses or fails at is, for a
-// job, storage unavailable.
+// codes rather than a kind: an object that is gone (a backup deleted
+// while it was read) or a bucket that refuses the server is the state's
+// fault, FailedPrecondition; a full bucket or quota is Exhausted; only
+// storage that cannot be reached, or fails, is Unavailable.
 func storageKind(err error) (fault.Kind, bool) {
-	c := gcerrors.Code(err)
-	return fault.Unavailable, c != gcerrors.Unknown && c != gcerrors.OK
+	switch gcerrors.Code(err) {
+	case gcerrors.Unknown, gcerrors.OK:
+		return 0, false
+	case gcerrors.NotFound, gcerrors.PermissionDenied, gcerrors.FailedPrecondition:
+		return fault.FailedPrecondition, true
+	case gcerrors.ResourceExhausted:
+		return fault.Exhausted, true
+	}
+	return fault.Unavailable, true
 }
 
 // clip bounds a message at 512 bytes, cut on a character boundary.

@@ -1,0 +1,59 @@
+package jobs
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/contentbackup/contentbackup/internal/fault"
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+)
+
+// TestImportOfADeletedObjectIsNoOutage (issue 33, finding 8): an import
+// whose backup's object is gone by the time it reads it ends
+// FAILED_PRECONDITION saying so, not UNAVAILABLE with "starting the
+// import again completes it" (which it never would).
+func TestImportOfADeletedObjectIsNoOutage(t *testing.T) {
+	st := enginetest.SQLite(t)
+	h := newHarness(t, st)
+	src := storetest.Owner("src")
+	fill(t, st, src, 5)
+	ex, err := h.m.StartExport(t.Context(), "tester", exportReq(src, "to delete"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex = waitDone(t, h.m, ex.ID)
+	md, _ := Progress(ex)
+	bk, err := st.GetBackup(t.Context(), src, md.GetBackup())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The object goes after the import was admitted, before it reads:
+	// the import's queue is the window.
+	gated := newGated(st)
+	q := newHarness(t, gated, func(c *Config) {
+		c.MaxRunning = 1
+		c.Buckets = NewBuckets(map[string]string{"local": "file://" + h.dir + "?no_tmp_dir=1&metadata=skip"})
+	})
+	hold, err := q.m.StartExport(t.Context(), "tester", exportReq(src, "holds the slot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-gated.reached
+	imp, err := q.m.StartImport(t.Context(), "tester", ImportRequest{Owner: storetest.Owner("dst"), SourceOwner: src, Backup: bk.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(h.dir, bk.ObjectKey)); err != nil {
+		t.Fatal(err)
+	}
+	close(gated.gate)
+	waitDone(t, q.m, hold.ID)
+	j := waitDone(t, q.m, imp.ID)
+	if j.State != store.JobFailed || j.ErrorCode != int32(fault.FailedPrecondition) || !strings.Contains(j.ErrorMessage, "gone") || strings.Contains(j.ErrorMessage, "completes it") {
+		t.Errorf("import of a deleted object: %s %d %q; want FAILED_PRECONDITION saying it is gone", j.State, j.ErrorCode, j.ErrorMessage)
+	}
+}
