@@ -143,6 +143,11 @@ type Config struct {
 	TakenOver func(kind string)
 	// Freshness, when set, hears what monitoring alerts on (Freshness).
 	Freshness Freshness
+	// OwnerQuota bounds the archive bytes of one owner's backups (space.go;
+	// default DefaultOwnerQuota, < 0 none); BucketReserve is the free space
+	// an export leaves on a file bucket's filesystem (default
+	// DefaultBucketReserve, < 0 none).
+	OwnerQuota, BucketReserve int64
 	// ScheduleClock is the time schedules read when they fire (default
 	// time.Now): a fleet test sets it off to play a replica whose clock
 	// is skewed.
@@ -193,6 +198,12 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.ScheduleClock == nil {
 		cfg.ScheduleClock = time.Now
+	}
+	if cfg.OwnerQuota == 0 {
+		cfg.OwnerQuota = DefaultOwnerQuota
+	}
+	if cfg.BucketReserve == 0 {
+		cfg.BucketReserve = DefaultBucketReserve
 	}
 	if cfg.Replica == "" {
 		host, _ := os.Hostname()
@@ -430,6 +441,9 @@ func (m *Manager) startExport(ctx context.Context, principal string, req ExportR
 	}
 	bucket, err := m.openBucket(ctx, bucketName)
 	if err != nil {
+		return store.Job{}, err
+	}
+	if _, err := m.admitSpace(ctx, owner, bucketName); err != nil {
 		return store.Job{}, err
 	}
 	key, wrapped, err := m.cfg.KEK.NewDataKey(ctx)
@@ -1075,14 +1089,21 @@ func (m *Manager) renew(ctx context.Context, r *run, done chan<- struct{}) {
 	}
 }
 
-// countingWriter counts and hashes what reaches the object.
+// countingWriter counts and hashes what reaches the object, and holds it
+// to the export's space (nil: none).
 type countingWriter struct {
-	w    io.Writer
-	hash hash.Hash
-	n    *atomic.Uint64
+	w     io.Writer
+	hash  hash.Hash
+	n     *atomic.Uint64
+	space *spaceGuard
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
+	if c.space != nil {
+		if err := c.space.wrote(int64(c.n.Load()) + int64(len(p))); err != nil {
+			return 0, err
+		}
+	}
 	n, err := c.w.Write(p)
 	c.hash.Write(p[:n])
 	c.n.Add(uint64(n))
@@ -1100,6 +1121,10 @@ func (m *Manager) export(ctx context.Context, r *run, req ExportRequest, p prepa
 	// its lease and does not know it yet) can neither overwrite nor, in
 	// its cleanup, delete what a later attempt committed.
 	dest := &pv.ObjectLocation{Bucket: p.backup.Bucket, Key: AttemptKey(p.backup.ObjectKey, r.job.Attempt)}
+	space, err := m.admitSpace(ctx, p.backup.Owner, p.backup.Bucket)
+	if err != nil {
+		return nil, err
+	}
 	// Cancelling wctx aborts the write: nothing is committed under the key
 	// unless Close succeeds after every byte.
 	wctx, abort := context.WithCancel(ctx)
@@ -1115,7 +1140,7 @@ func (m *Manager) export(ctx context.Context, r *run, req ExportRequest, p prepa
 		return nil, fmt.Errorf("open object: %w", err)
 	}
 	r.phase.Store(int32(pv.JobPhase_JOB_PHASE_TRANSFERRING))
-	out := &countingWriter{w: w, hash: sha256.New(), n: &r.bytes}
+	out := &countingWriter{w: w, hash: sha256.New(), n: &r.bytes, space: space}
 	exportedAt := time.Now().UnixNano()
 	counts, err := backup.Export(ctx, m.cfg.Store, req.Owner, p.key, req.Options, exportedAt, out,
 		backup.ExportConfig{Nonconforming: req.Nonconforming, Written: &r.records, ChangedAfter: p.changedAfter})

@@ -58,6 +58,9 @@ type Backups interface {
 	// catalog's rows are wrapped under: each fingerprint with one wrapped
 	// key as a sample ("" for rows written before fingerprints).
 	WrappingKEKs(ctx context.Context) ([]WrappingKEK, error)
+	// OwnerBackupBytes is what owner's backups hold in their buckets: the
+	// archive bytes of its complete backups, for its quota.
+	OwnerBackupBytes(ctx context.Context, owner string) (uint64, error)
 }
 
 // WrappingKEK is one key-encryption key the catalog is wrapped under.

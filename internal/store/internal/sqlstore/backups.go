@@ -289,3 +289,12 @@ func (s SQLStore) WrappingKEKs(ctx context.Context) ([]store.WrappingKEK, error)
 	}
 	return out, nil
 }
+
+func (s SQLStore) OwnerBackupBytes(ctx context.Context, owner string) (uint64, error) {
+	var n int64
+	err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT COALESCE(SUM(length), 0) FROM backups WHERE owner = ?`), owner).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("%s: sum the owner's backups: %w", s.d.Name, err)
+	}
+	return uint64(max(n, 0)), nil
+}
