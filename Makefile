@@ -208,6 +208,7 @@ bench-preview:
 		-ratio 'GRPCDecodeBatch1000Preview,GRPCDecodeBatch1000,msgs/s,0.83' \
 		-ratio 'GRPCDecodeBatch1000PreviewServerOnly,GRPCDecodeBatch1000ServerOnly,msgs/s,0.83' \
 		-ratio 'GRPCDecodeBatchMixedPagePreview,GRPCDecodeBatchMixedPage,msgs/s,0.83' \
+		-ratio 'GRPCDecodeBatchDeepRepliesPreview,GRPCDecodeBatchDeepReplies,msgs/s,0.5' \
 		-ratio 'HTTPJSONDecodeText200,GRPCDecodeText200,ns/op,-'
 
 # bench-store: ConversationService on both engines, over gRPC and in process,

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/rivo/uniseg"
+
 	"github.com/contentbackup/contentbackup/internal/codec"
 )
 
@@ -17,6 +19,9 @@ func FuzzCut(f *testing.F) {
 	for _, s := range []string{"hello", "👍🏽👍🏽👍🏽", "e\u0301e\u0301", "مرحبا بالعالم", `"\"\\`, "\x01\x02", "a\u2028b", "\xff\xfe"} {
 		f.Add(s, 5)
 	}
+	f.Add(strings.Repeat("ascii ", 200)+"e\u0301", 1000)
+	f.Add("abcde\u0301fgh", 7)
+	f.Add("abcd\r\nefgh", 6)
 	f.Fuzz(func(t *testing.T, s string, budget int) {
 		budget = budget % (MaxBudget + 1)
 		if budget < 0 {
@@ -36,10 +41,33 @@ func FuzzCut(f *testing.F) {
 		if !strings.HasPrefix(s, kept) {
 			t.Fatalf("Cut(%q) kept %q, not a prefix", s, kept)
 		}
+		if want := cutByClusters(s, budget); got != want {
+			t.Fatalf("Cut(%q, %d) = %q; the cluster walk cuts %q", s, budget, got, want)
+		}
 		if utf8.ValidString(s) && !utf8.ValidString(got) {
 			t.Fatalf("Cut(%q) made invalid UTF-8: %q", s, got)
 		}
 	})
+}
+
+// cutByClusters is Cut's rule spelled out, cluster by cluster from the
+// start, with no fast path: what Cut must equal.
+func cutByClusters(s string, budget int) string {
+	room := budget - jsonCost(ellipsis)
+	if room < 0 {
+		return ""
+	}
+	used, end := 0, 0
+	g := uniseg.NewGraphemes(s)
+	for g.Next() {
+		c := jsonCost(g.Str())
+		if used+c > room {
+			break
+		}
+		used += c
+		_, end = g.Positions()
+	}
+	return strings.TrimRightFunc(s[:end], isSpace) + ellipsis
 }
 
 // FuzzPreview: any bytes preview without panicking, within the budgets.

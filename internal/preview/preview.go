@@ -62,6 +62,8 @@ type Preview struct {
 type fields struct {
 	Text, Inner, Emoji, Name, Amount, Currency, Description, ActionID, Fallback string
 	Count                                                                       int
+	// innerCut: Inner was cut where it was made (a reply's content).
+	innerCut bool
 }
 
 // Of previews one decode outcome: d and ec as reg.Decode returned them,
@@ -153,7 +155,21 @@ func (w *Table) describe(reg *codec.Registry, d codec.Decoded, f *fields, limit 
 		}
 		return keyText, true
 	case *codec.Reply:
-		f.Inner = w.inner(reg, v, limit)
+		// The replied content is cut once, to what the reply's own words
+		// leave of the limit, so the reply's words around it never need
+		// another cut: a reply nested to the limit cuts its text once,
+		// not once a level (which cost 26-34 times a DecodeBatch's CPU).
+		innerLimit := limit
+		if c := w.fixedCost(keyReply); c >= 0 && c < limit {
+			innerLimit = limit - c
+		}
+		inner, cut := w.inner(reg, v, innerLimit)
+		if len(inner) > innerLimit {
+			var again bool
+			inner, again = Cut(inner, innerLimit)
+			cut = cut || again
+		}
+		f.Inner, f.innerCut = inner, cut
 		return keyReply, true
 	case *ct.ReactionV2:
 		f.Emoji = v.GetContent()
@@ -212,7 +228,7 @@ func (w *Table) describe(reg *codec.Registry, d codec.Decoded, f *fields, limit 
 // types included (a reply to a reaction still says something), or the
 // nested envelope's fallback when it did not decode. The nesting limit
 // held when the reply decoded, so this recursion is bounded by it.
-func (w *Table) inner(reg *codec.Registry, r *codec.Reply, limit int) string {
+func (w *Table) inner(reg *codec.Registry, r *codec.Reply, limit int) (string, bool) {
 	var p Preview
 	var desc codec.Description
 	if r.Content != nil {
@@ -223,7 +239,34 @@ func (w *Table) inner(reg *codec.Registry, r *codec.Reply, limit int) string {
 	} else {
 		p = w.words(reg, desc, r.Nested, r.Content, nil, true, limit)
 	}
-	return p.Body
+	return p.Body, p.Truncated
+}
+
+// fixedCost is what k's words cost besides their fields, as JSON: the
+// most of its title's and its body's; -1 when a template is not plain
+// text and fields (a locale's own text/template), whose cost is unknown.
+func (w *Table) fixedCost(k key) int {
+	e := w.entries[k]
+	if e == nil {
+		return 0
+	}
+	cost := 0
+	for _, c := range []*compiled{e.title, e.body} {
+		if c == nil {
+			continue
+		}
+		if c.parts == nil {
+			return -1
+		}
+		n := 0
+		for _, p := range c.parts {
+			if p.field < 0 {
+				n += jsonCost(p.text)
+			}
+		}
+		cost = max(cost, n)
+	}
+	return cost
 }
 
 func attachment(name *string, f *fields) (key, bool) {
@@ -262,6 +305,7 @@ func (w *Table) render(k key, f *fields, limit int) Preview {
 	if !e.title.single() || !e.body.single() {
 		p.Truncated = f.bound(limit)
 	}
+	p.Truncated = p.Truncated || f.innerCut
 	p.Title = execute(e.title, f)
 	p.Body = execute(e.body, f)
 	return p
@@ -352,6 +396,12 @@ func Cut(s string, budget int) (string, bool) {
 	room := budget - jsonCost(ellipsis)
 	if room < 0 {
 		return "", true
+	}
+	if room < plainPrefix(s) {
+		// Inside a run of printable ASCII every position is a cluster
+		// boundary (two such characters never join) and each byte costs
+		// one: the cut is at room, without walking the clusters before it.
+		return strings.TrimRightFunc(s[:room], isSpace) + ellipsis, true
 	}
 	used, end := 0, 0
 	g := uniseg.NewGraphemes(s)

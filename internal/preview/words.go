@@ -239,7 +239,9 @@ var fieldIndex = func() map[string]int {
 	m := map[string]int{}
 	t := reflect.TypeOf(fields{})
 	for i := range t.NumField() {
-		m[t.Field(i).Name] = i
+		if t.Field(i).IsExported() { // what templates may read
+			m[t.Field(i).Name] = i
+		}
 	}
 	return m
 }()

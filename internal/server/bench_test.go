@@ -99,6 +99,33 @@ func BenchmarkGRPCDecodeBatchMixedPagePreview(b *testing.B) {
 	benchDecodeBatchOf(b, mixedPage(b, &cb.PreviewOptions{}))
 }
 
+// BenchmarkGRPCDecodeBatchDeepReplies and its Preview twin are 1,000
+// replies nested to the limit around 2 KiB of text: the worst case for
+// previews, whose text was cut once a level (26-34 times the CPU of the
+// same call without previews). Target: previews within 2 times (a rate
+// ratio of at least 0.5).
+func BenchmarkGRPCDecodeBatchDeepReplies(b *testing.B) {
+	benchDecodeBatchWith(b, deepReplies(b, nil), 1)
+}
+
+func BenchmarkGRPCDecodeBatchDeepRepliesPreview(b *testing.B) {
+	benchDecodeBatchWith(b, deepReplies(b, &cb.PreviewOptions{}), 1)
+}
+
+func deepReplies(b *testing.B, preview *cb.PreviewOptions) *cb.DecodeBatchRequest {
+	reg := codec.NewRegistry()
+	nested := mustEncodeEC(b, reg, codec.TypeText, strings.Repeat("a reply's text, ", 128))
+	for range reg.MaxNestingDepth() - 1 {
+		nested = mustEncodeEC(b, reg, codec.TypeReply, &codec.Reply{Reference: "ab", Content: nested})
+	}
+	raw := mustMarshalB(b, nested)
+	req := &cb.DecodeBatchRequest{Preview: preview}
+	for range 1000 {
+		req.EncodedContents = append(req.EncodedContents, raw)
+	}
+	return req
+}
+
 func mixedPage(b *testing.B, preview *cb.PreviewOptions) *cb.DecodeBatchRequest {
 	reg := codec.NewRegistry()
 	encode := func(t codec.TypeID, v any) []byte {
@@ -172,8 +199,15 @@ func benchDecodeBatch(b *testing.B, preview *cb.PreviewOptions) {
 }
 
 func benchDecodeBatchOf(b *testing.B, req *cb.DecodeBatchRequest) {
+	benchDecodeBatchWith(b, req, 8)
+}
+
+// benchDecodeBatchWith runs req from parallelism callers a core: a call
+// of deep replies holds tens of megabytes of the memory budget, which
+// eight callers a core would pass.
+func benchDecodeBatchWith(b *testing.B, req *cb.DecodeBatchRequest, parallelism int) {
 	client := cb.NewContentServiceClient(startTCP(b, Config{}))
-	b.SetParallelism(8)
+	b.SetParallelism(parallelism)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			resp, err := client.DecodeBatch(context.Background(), req)
