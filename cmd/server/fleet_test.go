@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -215,5 +216,113 @@ func TestFleetJobSurvivesAReplica(t *testing.T) {
 	}
 	if !strings.Contains(b.logs(), "job taken over") {
 		t.Error("the surviving replica did not log the takeover")
+	}
+}
+
+// TestFleetStaleReplicaPausedAcrossItsLease (issue 33, finding 1): a
+// replica paused (SIGSTOP) after committing its export's object, while
+// its catalog commit waits in Postgres, loses its lease; the other
+// replica takes the job over and commits the backup. When the paused one
+// resumes, its catalog commit fails (the test cancels the statement it
+// left waiting) and it cleans up after itself: it must delete only its
+// own attempt's object, never the backup its successor committed. The
+// backup stays complete, its object's digest the catalog's, and it
+// restores. (Before attempts were fenced, both attempts wrote one key and
+// the resumed replica deleted its successor's object.)
+func TestFleetStaleReplicaPausedAcrossItsLease(t *testing.T) {
+	bin := buildServer(t)
+	gw, gwAddr := startGateway(t)
+	th := startThrottle(t, gwAddr)
+	url := storetest.NewPostgresDatabase(t)
+	dir := t.TempDir()
+	a := &jobServer{bin: bin, env: fleetEnv(t, url, dir, th.addr)}
+	b := &jobServer{bin: bin, env: fleetEnv(t, url, dir, th.addr)}
+	connA := a.start(t)
+	connB := b.start(t)
+	fillLarge(t, connA, "alice")
+	th.rate.Store(1 << 20)
+	op := startExport(t, connA, "alice", "s3", "paused")
+	md := &cb.JobMetadata{}
+	if err := op.GetMetadata().UnmarshalTo(md); err != nil {
+		t.Fatal(err)
+	}
+	backupID := md.GetBackup()
+
+	// Hold the backup's row, so replica a's catalog commit waits on it
+	// once its object is committed.
+	db := pgConnect(t, url)
+	tx, err := db.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM backups WHERE owner = 'alice' AND id = $1 FOR UPDATE`, backupID); err != nil {
+		t.Fatal(err)
+	}
+	th.rate.Store(0)
+	watcher := pgConnect(t, url)
+	var waiting int32
+	for deadline := time.Now().Add(60 * time.Second); waiting == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica a never reached its catalog commit:\n%s", a.logs())
+		}
+		err := watcher.QueryRow(t.Context(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE '%backups%' LIMIT 1`).Scan(&waiting)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+	}
+	// Replica a pauses; the statement it left waiting is cancelled, and
+	// the row let go: a sees the failure only when it resumes.
+	if err := a.proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watcher.Exec(t.Context(), `SELECT pg_cancel_backend($1)`, waiting); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	// Replica b takes the job over once a's lease runs out, and commits.
+	done := waitJob(t, connB, op.GetName())
+	if err := done.GetMetadata().UnmarshalTo(md); err != nil {
+		t.Fatal(err)
+	}
+	if done.GetError() != nil || md.GetAttempt() != 2 {
+		t.Fatalf("the paused replica's export, on the other: %v\n%s", done, b.logs())
+	}
+
+	// Replica a resumes, finds its commit failed and its job lost.
+	if err := a.proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	gaveUp := func() bool {
+		return strings.Contains(a.logs(), "job lost") || strings.Contains(a.logs(), "job end not recorded")
+	}
+	for deadline := time.Now().Add(30 * time.Second); !gaveUp(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the resumed replica never gave the job up:\n%s", a.logs())
+		}
+	}
+	time.Sleep(time.Second) // its cleanup, had it one to make, is made by now
+
+	bs := cb.NewBackupServiceClient(connB)
+	bk, err := bs.GetBackup(t.Context(), &cb.GetBackupRequest{Owner: "alice", Backup: backupID})
+	if err != nil || bk.GetState() != cb.BackupState_BACKUP_STATE_COMPLETE {
+		t.Fatalf("the backup after the stale replica resumed: %v, %v", bk, err)
+	}
+	object, err := os.ReadFile(gw.object(bk.GetObject().GetKey()))
+	if err != nil {
+		t.Fatalf("the committed backup's object after the stale replica resumed: %v\n%s", err, a.logs())
+	}
+	if sum := sha256.Sum256(object); uint64(len(object)) != bk.GetSummary().GetArchiveBytes() || !bytes.Equal(sum[:], bk.GetSummary().GetSha256()) {
+		t.Fatalf("the object is %d bytes, digest %x; the catalog says %d, %x", len(object), sum, bk.GetSummary().GetArchiveBytes(), bk.GetSummary().GetSha256())
+	}
+	restore, err := bs.StartImport(t.Context(), &cb.StartImportRequest{Owner: "carol", SourceOwner: "alice", Backup: backupID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitJob(t, connB, restore.GetName()); got.GetError() != nil {
+		t.Fatalf("restoring the backup: %v", got.GetError())
 	}
 }
