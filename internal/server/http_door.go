@@ -122,7 +122,9 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body := &pacedBody{body: r.Body, rc: http.NewResponseController(w), start: time.Now(), grace: d.limits.BodyGrace, rate: d.limits.MinBodyRate}
 	r.Body = body
-	w = &overdueWriter{ResponseWriter: w, body: body}
+	dw := &doorWriter{ResponseWriter: w, body: body}
+	defer dw.finish()
+	w = dw
 	// Nothing downstream sizes a buffer by what the caller declares: the
 	// transcoder reads what arrives, up to the limit.
 	r.ContentLength = -1
@@ -354,44 +356,77 @@ type pacedBody struct {
 	overdue bool
 }
 
-// overdueWriter answers a request whose body was cut off for its pace
-// 408 deadline_exceeded, whatever the transcoder makes of the failed read
-// (a cancelled call, 499).
-type overdueWriter struct {
+// doorWriter is the answer as the door corrects it: a request whose
+// body was cut off for its pace is 408 deadline_exceeded, whatever the
+// transcoder makes of the failed read (a cancelled call, 499); and a
+// message the gRPC server found over its limit once transcoded (a JSON
+// body under the listener's limit whose message is over the gRPC one) is
+// 413, as any body past the limit is, not the 429 Connect gives
+// resource_exhausted.
+type doorWriter struct {
 	http.ResponseWriter
 	body    *pacedBody
-	swallow bool
+	swallow bool // the answer was replaced: drop the transcoder's
+	held    int  // a 429 waiting for its body to say why
 }
 
-func (w *overdueWriter) WriteHeader(code int) {
-	if w.body.overdue && !w.swallow {
+// overLimit is grpc-go's word for a message over MaxRecvMsgSize.
+var overLimit = []byte("larger than max")
+
+func (w *doorWriter) WriteHeader(code int) {
+	switch {
+	case w.swallow:
+	case w.body.overdue:
 		w.swallow = true
 		w.ResponseWriter.Header().Set("Connection", "close")
 		httpError(w.ResponseWriter, http.StatusRequestTimeout, "deadline_exceeded",
 			fmt.Sprintf("the request body arrived slower than %d bytes a second after %s", w.body.rate, w.body.grace))
-		return
-	}
-	if !w.swallow {
+	case code == http.StatusTooManyRequests:
+		w.held = code
+	default:
 		w.ResponseWriter.WriteHeader(code)
 	}
 }
 
-func (w *overdueWriter) Write(p []byte) (int, error) {
+func (w *doorWriter) Write(p []byte) (int, error) {
 	if w.body.overdue && !w.swallow {
 		w.WriteHeader(http.StatusRequestTimeout)
 	}
 	if w.swallow {
 		return len(p), nil
 	}
+	if w.held != 0 {
+		code := w.held
+		if bytes.Contains(p, overLimit) {
+			code = http.StatusRequestEntityTooLarge
+		}
+		w.held = 0
+		w.ResponseWriter.WriteHeader(code)
+	}
 	return w.ResponseWriter.Write(p)
 }
 
 // Unwrap lets http.ResponseController reach the connection.
-func (w *overdueWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *doorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (w *overdueWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok && !w.swallow {
+func (w *doorWriter) Flush() {
+	if w.swallow {
+		return
+	}
+	if w.held != 0 {
+		w.ResponseWriter.WriteHeader(w.held)
+		w.held = 0
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
+	}
+}
+
+// finish writes a held status that no body followed.
+func (w *doorWriter) finish() {
+	if w.held != 0 && !w.swallow {
+		w.ResponseWriter.WriteHeader(w.held)
+		w.held = 0
 	}
 }
 

@@ -51,7 +51,8 @@ func httpServer(t *testing.T) (grpcAddr, httpURL string) {
 // httpServerWith is httpServer with the HTTP listener's limits.
 func httpServerWith(t *testing.T, limits HTTPLimits) (grpcAddr, httpURL string) {
 	t.Helper()
-	cfg := Config{Store: enginetest.SQLite(t), Auth: policyAuth(t, perimeterPolicy(true))}
+	// One message limit for both listeners, as cmd/server gives them.
+	cfg := Config{Store: enginetest.SQLite(t), Auth: policyAuth(t, perimeterPolicy(true)), MaxRecvBytes: limits.MaxRecvBytes}
 	grpcAddr = serveTCP(t, cfg, nil)
 	// A second Server over the same store for HTTP: the handler wraps a
 	// grpc.Server, and each listener gets its own, as cmd/server's one
@@ -343,7 +344,7 @@ func TestHTTPRESTPaths(t *testing.T) {
 func TestHTTPConnectClientStreamImport(t *testing.T) {
 	// The source: alice's group and 40 messages of 100 KiB that do not
 	// compress, exported over gRPC.
-	srcAddr, _ := httpServer(t)
+	srcAddr, _ := httpServerWith(t, HTTPLimits{MaxRecvBytes: DefaultMaxRecvBytes})
 	src := dial(t, srcAddr, transport.ClientOptions{Insecure: true, Token: aliceToken})
 	g := storetest.FullGroup("g")
 	if _, err := cb.NewConversationServiceClient(src).PutGroup(t.Context(), &cb.PutGroupRequest{Owner: "alice", Group: g}); err != nil {
@@ -453,7 +454,7 @@ func importOverConnect(t *testing.T, proto string, groupID, archive []byte) {
 	}
 	listed, token := 0, ""
 	for {
-		page, err := cb.NewConversationServiceClient(conn).ListMessages(t.Context(), &cb.ListMessagesRequest{Owner: "alice", GroupId: groupID, PageToken: token})
+		page, err := cb.NewConversationServiceClient(conn).ListMessages(t.Context(), &cb.ListMessagesRequest{Owner: "alice", GroupId: groupID, PageToken: token, PageSize: 5})
 		if err != nil {
 			t.Fatal(err)
 		}

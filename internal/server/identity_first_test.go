@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -324,5 +325,26 @@ func TestHTTPStrictRequests(t *testing.T) {
 				t.Errorf("%s: %d %s; want %d naming %q", c.name, code, body, c.status, c.says)
 			}
 		})
+	}
+}
+
+// TestHTTPMessageOverTheLimitIs413: a JSON body under the listener's
+// limit whose message, once transcoded, is over the gRPC message limit
+// is 413 resource_exhausted, as any body past the limit is (it was 429,
+// which tells a client to retry the same body later).
+func TestHTTPMessageOverTheLimitIs413(t *testing.T) {
+	_, url := httpServer(t)
+	payload := base64.StdEncoding.EncodeToString(make([]byte, httpTestMaxRecv+(64<<10)))
+	body := `{"encodedContent":"` + payload + `"}`
+	if len(body) >= httpTestMaxBody {
+		t.Fatalf("the body is %d bytes, not under the listener's %d", len(body), httpTestMaxBody)
+	}
+	code, answer := httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, aliceToken, body)
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(answer, `"code":"resource_exhausted"`) {
+		t.Errorf("a message over the gRPC limit: %d %.200s; want 413 resource_exhausted", code, answer)
+	}
+	// Under both limits it is served.
+	if code, answer := httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, aliceToken, `{"encodedContent":"`+base64.StdEncoding.EncodeToString(textEnvelope(t, "x"))+`"}`); code != http.StatusOK {
+		t.Errorf("a small message: %d %.200s", code, answer)
 	}
 }
