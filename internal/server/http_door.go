@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,8 @@ import (
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/contentbackup/contentbackup/internal/fault"
 )
 
 // HTTPLimits bounds what the HTTP/JSON listener lets a caller make it
@@ -100,7 +103,9 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !hasBody {
-		d.next.ServeHTTP(w, r)
+		dw := &doorWriter{ResponseWriter: w, body: &pacedBody{}, rest: !rpcPath(r.URL.Path)}
+		defer dw.finish()
+		d.next.ServeHTTP(dw, r)
 		return
 	}
 	if !supportedBody(r.Header.Get("Content-Type")) {
@@ -122,7 +127,7 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body := &pacedBody{body: r.Body, rc: http.NewResponseController(w), start: time.Now(), grace: d.limits.BodyGrace, rate: d.limits.MinBodyRate}
 	r.Body = body
-	dw := &doorWriter{ResponseWriter: w, body: body}
+	dw := &doorWriter{ResponseWriter: w, body: body, rest: !rpcPath(r.URL.Path)}
 	defer dw.finish()
 	w = dw
 	// Nothing downstream sizes a buffer by what the caller declares: the
@@ -363,12 +368,25 @@ type pacedBody struct {
 // body under the listener's limit whose message is over the gRPC one) is
 // 413, as any body past the limit is, not the 429 Connect gives
 // resource_exhausted.
+//
+// A REST path's error, which the transcoder writes as google.rpc.Status
+// with a numeric code, is rewritten to the Connect shape every other
+// error of the listener has: {"code": "<string code>", "message": …,
+// "details": […]}.
 type doorWriter struct {
 	http.ResponseWriter
 	body    *pacedBody
 	swallow bool // the answer was replaced: drop the transcoder's
 	held    int  // a 429 waiting for its body to say why
+	// rest: a REST path's answer; restErr holds its error's status and
+	// body until finish rewrites them.
+	rest    bool
+	restErr int
+	errBody []byte
 }
+
+// maxErrorBody bounds the REST error body the door rewrites.
+const maxErrorBody = 64 << 10
 
 // overLimit is grpc-go's word for a message over MaxRecvMsgSize.
 var overLimit = []byte("larger than max")
@@ -381,6 +399,8 @@ func (w *doorWriter) WriteHeader(code int) {
 		w.ResponseWriter.Header().Set("Connection", "close")
 		httpError(w.ResponseWriter, http.StatusRequestTimeout, "deadline_exceeded",
 			fmt.Sprintf("the request body arrived slower than %d bytes a second after %s", w.body.rate, w.body.grace))
+	case w.rest && code >= 400:
+		w.restErr = code
 	case code == http.StatusTooManyRequests:
 		w.held = code
 	default:
@@ -393,6 +413,12 @@ func (w *doorWriter) Write(p []byte) (int, error) {
 		w.WriteHeader(http.StatusRequestTimeout)
 	}
 	if w.swallow {
+		return len(p), nil
+	}
+	if w.restErr != 0 {
+		if room := maxErrorBody - len(w.errBody); room > 0 {
+			w.errBody = append(w.errBody, p[:min(len(p), room)]...)
+		}
 		return len(p), nil
 	}
 	if w.held != 0 {
@@ -410,7 +436,7 @@ func (w *doorWriter) Write(p []byte) (int, error) {
 func (w *doorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *doorWriter) Flush() {
-	if w.swallow {
+	if w.swallow || w.restErr != 0 {
 		return
 	}
 	if w.held != 0 {
@@ -422,12 +448,49 @@ func (w *doorWriter) Flush() {
 	}
 }
 
-// finish writes a held status that no body followed.
+// finish writes a held status that no body followed, and a REST error
+// in the Connect shape.
 func (w *doorWriter) finish() {
-	if w.held != 0 && !w.swallow {
+	if w.swallow {
+		return
+	}
+	if w.held != 0 {
 		w.ResponseWriter.WriteHeader(w.held)
 		w.held = 0
 	}
+	if w.restErr == 0 {
+		return
+	}
+	code := w.restErr
+	var st struct {
+		Code    int               `json:"code"`
+		Message string            `json:"message"`
+		Details []json.RawMessage `json:"details"`
+	}
+	if err := json.Unmarshal(w.errBody, &st); err != nil || st.Code == 0 {
+		// Not a status: the router's own plain-text answer (a path no
+		// method serves).
+		st.Code, st.Message = int(connect.CodeUnimplemented), "no method serves this path: "+strings.TrimSpace(http.StatusText(code))
+		if code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
+			st.Code, st.Message = int(connect.CodeInvalidArgument), strings.TrimSpace(fault.Clip(string(w.errBody), 200, "…"))
+		}
+		st.Details = nil
+	}
+	if code == http.StatusTooManyRequests && bytes.Contains(w.errBody, overLimit) {
+		code = http.StatusRequestEntityTooLarge
+	}
+	out, err := json.Marshal(struct {
+		Code    string            `json:"code"`
+		Message string            `json:"message"`
+		Details []json.RawMessage `json:"details,omitempty"`
+	}{connect.Code(st.Code).String(), st.Message, st.Details})
+	if err != nil {
+		out = w.errBody
+	}
+	w.ResponseWriter.Header().Set("Content-Type", "application/json")
+	w.ResponseWriter.Header().Del("Content-Length")
+	w.ResponseWriter.WriteHeader(code)
+	_, _ = w.ResponseWriter.Write(append(out, '\n'))
 }
 
 func (b *pacedBody) Read(p []byte) (int, error) {

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -346,5 +347,41 @@ func TestHTTPMessageOverTheLimitIs413(t *testing.T) {
 	// Under both limits it is served.
 	if code, answer := httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, aliceToken, `{"encodedContent":"`+base64.StdEncoding.EncodeToString(textEnvelope(t, "x"))+`"}`); code != http.StatusOK {
 		t.Errorf("a small message: %d %.200s", code, answer)
+	}
+}
+
+// TestHTTPOneErrorShape: an error on a REST path has the shape an error
+// on an RPC path has, Connect's, with its string code: a curl user reads
+// one shape (REST errors carried google.rpc.Status's numeric code).
+func TestHTTPOneErrorShape(t *testing.T) {
+	_, url := httpServer(t)
+	for name, c := range map[string]struct {
+		method, path, body string
+		status             int
+		code               string
+	}{
+		"REST, another owner's groups": {http.MethodGet, "/v1/owners/bob/groups", "", http.StatusForbidden, "permission_denied"},
+		"REST, a bad page size":        {http.MethodGet, "/v1/owners/alice/groups?page_size=-1", "", http.StatusBadRequest, "invalid_argument"},
+		"REST, a backup not there":     {http.MethodGet, "/v1/owners/alice/backups/" + strings.Repeat("0", 32), "", http.StatusNotImplemented, ""},
+		"RPC, another owner's groups":  {http.MethodPost, cb.ConversationService_ListGroups_FullMethodName, `{"owner":"bob"}`, http.StatusForbidden, "permission_denied"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, body := httpDo(t, c.method, url+c.path, aliceToken, c.body)
+			if c.code == "" {
+				// Whatever the status, the shape.
+				c.status, c.code = code, ""
+			}
+			var e struct {
+				Code    any    `json:"code"`
+				Message string `json:"message"`
+			}
+			if err := json.Unmarshal([]byte(body), &e); err != nil {
+				t.Fatalf("%d %q: not JSON: %v", code, body, err)
+			}
+			s, ok := e.Code.(string)
+			if code != c.status || !ok || c.code != "" && s != c.code || e.Message == "" {
+				t.Errorf("%d %s; want %d with a string code %q and a message", code, body, c.status, c.code)
+			}
+		})
 	}
 }
