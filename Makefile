@@ -182,7 +182,7 @@ FUZZ_TARGETS := \
 	internal/codec:FuzzDecodeIntent internal/codec:FuzzDecodeLegacyReaction \
 	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive \
 	internal/archive:FuzzParseElementMatchesProto internal/archive:FuzzAppendElementMatchesProto internal/wire:FuzzConsumeMatchesProtowire \
-	internal/server:FuzzPageToken internal/server:FuzzListFilter internal/server:FuzzHTTPRequest internal/contentapi:FuzzMarshalVTMatchesProto internal/contentapi:FuzzDecodeReusingMatchesAlone \
+	internal/server/pagetoken:FuzzPageToken internal/server:FuzzListFilter internal/server:FuzzHTTPRequest internal/contentapi:FuzzMarshalVTMatchesProto internal/contentapi:FuzzDecodeReusingMatchesAlone \
 	internal/jobs:FuzzCheckObjectKey internal/jobs:FuzzJobID \
 	internal/preview:FuzzCut internal/preview:FuzzPreview internal/preview:FuzzJSONCost
 fuzz:

@@ -19,6 +19,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/records"
+	"github.com/contentbackup/contentbackup/internal/server/pagetoken"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
@@ -27,7 +28,7 @@ import (
 type BackupService struct {
 	cb.UnimplementedBackupServiceServer
 	jobs   *jobs.Manager
-	tokens *pageTokens
+	tokens *pagetoken.Sealer
 }
 
 func principalName(ctx context.Context) string {
@@ -101,13 +102,13 @@ func (s *BackupService) ListBackups(ctx context.Context, req *cb.ListBackupsRequ
 	if err := records.CheckOwner(req.GetOwner()); err != nil {
 		return nil, statusOf(err)
 	}
-	size, err := pageSize(req.GetPageSize())
+	size, err := pagetoken.Size(req.GetPageSize())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	before := ""
 	if req.GetPageToken() != "" {
-		cursor, err := s.tokens.open(tokenBackups, ownerBinding(req.GetOwner()), req.GetPageToken())
+		cursor, err := s.tokens.Open(principalName(ctx), pagetoken.Backups, pagetoken.OwnerBinding(req.GetOwner()), req.GetPageToken())
 		if err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
@@ -122,7 +123,7 @@ func (s *BackupService) ListBackups(ctx context.Context, req *cb.ListBackupsRequ
 		resp.Backups = append(resp.Backups, backupOf(b))
 	}
 	if len(page) == size {
-		resp.NextPageToken = s.tokens.issue(tokenBackups, ownerBinding(req.GetOwner()), []byte(page[len(page)-1].ID))
+		resp.NextPageToken = s.tokens.Seal(principalName(ctx), pagetoken.Backups, pagetoken.OwnerBinding(req.GetOwner()), []byte(page[len(page)-1].ID))
 	}
 	return resp, nil
 }
@@ -194,12 +195,10 @@ type OperationsService struct {
 	longrunningpb.UnimplementedOperationsServer
 	jobs   *jobs.Manager
 	store  store.Store
-	tokens *pageTokens
+	tokens *pagetoken.Sealer
 }
 
 const (
-	tokenOperations byte = 'o'
-	tokenBackups    byte = 'b'
 	// maxWait bounds one WaitOperation; a client waits longer by calling
 	// again.
 	maxWait = 5 * time.Minute
@@ -346,7 +345,7 @@ const listScanPages = 20
 
 // ListOperations lists the operations the caller may see, oldest first.
 func (s *OperationsService) ListOperations(ctx context.Context, req *longrunningpb.ListOperationsRequest) (*longrunningpb.ListOperationsResponse, error) {
-	size, err := pageSize(req.GetPageSize())
+	size, err := pagetoken.Size(req.GetPageSize())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -354,10 +353,10 @@ func (s *OperationsService) ListOperations(ctx context.Context, req *longrunning
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	bound := binding([]byte(req.GetFilter()), []byte(req.GetName()))
+	bound := pagetoken.Binding([]byte(req.GetFilter()), []byte(req.GetName()))
 	after := ""
 	if req.GetPageToken() != "" {
-		cursor, err := s.tokens.open(tokenOperations, bound, req.GetPageToken())
+		cursor, err := s.tokens.Open(principalName(ctx), pagetoken.Operations, bound, req.GetPageToken())
 		if err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
@@ -391,6 +390,6 @@ func (s *OperationsService) ListOperations(ctx context.Context, req *longrunning
 			return resp, nil // the end
 		}
 	}
-	resp.NextPageToken = s.tokens.issue(tokenOperations, bound, []byte(after))
+	resp.NextPageToken = s.tokens.Seal(principalName(ctx), pagetoken.Operations, bound, []byte(after))
 	return resp, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/contentapi"
 	"github.com/contentbackup/contentbackup/internal/records"
+	"github.com/contentbackup/contentbackup/internal/server/pagetoken"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
@@ -36,7 +37,7 @@ type ConversationService struct {
 	store     store.Store
 	registry  *codec.Registry
 	maxAppend int
-	tokens    *pageTokens
+	tokens    *pagetoken.Sealer
 	limits    Limits
 	pool      *budget.Pool
 	metrics   *domainMetrics
@@ -46,7 +47,7 @@ type ConversationService struct {
 // ConversationOptions configure the service; zero values take defaults.
 type ConversationOptions struct {
 	MaxAppend int
-	Tokens    *pageTokens
+	Tokens    *pagetoken.Sealer
 	Limits    Limits
 	// Pool is the server-wide memory budget ListMessages decodes under.
 	Pool *budget.Pool
@@ -58,7 +59,7 @@ func NewConversationService(s store.Store, reg *codec.Registry, o ConversationOp
 		o.MaxAppend = DefaultMaxAppendBatch
 	}
 	if o.Tokens == nil {
-		o.Tokens = newPageTokens(nil)
+		o.Tokens = pagetoken.New(nil)
 	}
 	o.Limits = o.Limits.withDefaults()
 	if o.Pool == nil {
@@ -97,11 +98,11 @@ func (s *ConversationService) ListGroups(ctx context.Context, req *cb.ListGroups
 	if err := records.CheckOwner(req.GetOwner()); err != nil {
 		return nil, statusOf(err)
 	}
-	limit, err := pageSize(req.GetPageSize())
+	limit, err := pagetoken.Size(req.GetPageSize())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	after, err := s.tokens.parseGroups(req.GetOwner(), req.GetPageToken())
+	after, err := s.tokens.OpenGroups(principalName(ctx), req.GetOwner(), req.GetPageToken())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -111,7 +112,7 @@ func (s *ConversationService) ListGroups(ctx context.Context, req *cb.ListGroups
 	}
 	resp := &cb.ListGroupsResponse{Groups: groups}
 	if len(groups) == limit {
-		resp.NextPageToken = s.tokens.groups(req.GetOwner(), groups[len(groups)-1].GetId())
+		resp.NextPageToken = s.tokens.GroupsToken(principalName(ctx), req.GetOwner(), groups[len(groups)-1].GetId())
 	}
 	return resp, nil
 }
@@ -157,7 +158,7 @@ func (s *ConversationService) AppendMessages(ctx context.Context, req *cb.Append
 }
 
 func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMessagesRequest) (*cb.ListMessagesResponse, error) {
-	q, err := s.messageQuery(req.GetOwner(), req.GetGroupId(), req.StartNs, req.EndNs, req.GetPageSize(), defaultPageSize, req.GetPageToken())
+	q, err := s.messageQuery(ctx, req.GetOwner(), req.GetGroupId(), req.StartNs, req.EndNs, req.GetPageSize(), pagetoken.DefaultSize, req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +177,7 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 // has a budget of its own, closed once the page is sent, so a call holds
 // at most three pages (one sending, one waiting, one being built).
 func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stream grpc.ServerStreamingServer[cb.StreamMessagesResponse]) error {
-	q, err := s.messageQuery(req.GetOwner(), req.GetGroupId(), req.StartNs, req.EndNs, req.GetPageSize(), maxPageSize, req.GetPageToken())
+	q, err := s.messageQuery(stream.Context(), req.GetOwner(), req.GetGroupId(), req.StartNs, req.EndNs, req.GetPageSize(), pagetoken.MaxSize, req.GetPageToken())
 	if err != nil {
 		return err
 	}
@@ -243,7 +244,7 @@ type sendablePage struct {
 
 // messageQuery checks a request for one group's messages and returns its
 // query; page size 0 means def.
-func (s *ConversationService) messageQuery(owner string, group []byte, startNs, endNs *int64, size int32, def int, token string) (store.MessageQuery, error) {
+func (s *ConversationService) messageQuery(ctx context.Context, owner string, group []byte, startNs, endNs *int64, size int32, def int, token string) (store.MessageQuery, error) {
 	if err := errors.Join(records.CheckOwner(owner), records.CheckID("group_id", group)); err != nil {
 		return store.MessageQuery{}, statusOf(err)
 	}
@@ -253,13 +254,13 @@ func (s *ConversationService) messageQuery(owner string, group []byte, startNs, 
 	limit := def
 	if size != 0 {
 		var err error
-		if limit, err = pageSize(size); err != nil {
+		if limit, err = pagetoken.Size(size); err != nil {
 			return store.MessageQuery{}, status.Error(codes.InvalidArgument, err.Error())
 		}
 	}
 	q := store.MessageQuery{GroupID: group, StartNs: startNs, EndNs: endNs, Limit: limit}
 	var err error
-	if q.After, err = s.tokens.parseMessages(owner, q, token); err != nil {
+	if q.After, err = s.tokens.OpenMessages(principalName(ctx), owner, q, token); err != nil {
 		return store.MessageQuery{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	// Stored content is read no further than the page can return.
@@ -345,7 +346,7 @@ func (s *ConversationService) messagePage(ctx context.Context, owner string, q s
 	if n := len(msgs); n > 0 && (n == q.Limit || cut || full) {
 		last := msgs[n-1].GetMessage()
 		page.cursor = store.MessageCursor{SentAtNs: last.GetSentAtNs(), ID: last.GetId()}
-		page.next = s.tokens.messages(owner, q, page.cursor)
+		page.next = s.tokens.MessagesToken(principalName(ctx), owner, q, page.cursor)
 	}
 	return page, nil
 }
@@ -478,11 +479,11 @@ func (s *ConversationService) ListConsent(ctx context.Context, req *cb.ListConse
 	if err := records.CheckOwner(req.GetOwner()); err != nil {
 		return nil, statusOf(err)
 	}
-	limit, err := pageSize(req.GetPageSize())
+	limit, err := pagetoken.Size(req.GetPageSize())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	after, err := s.tokens.parseConsent(req.GetOwner(), req.GetPageToken())
+	after, err := s.tokens.OpenConsent(principalName(ctx), req.GetOwner(), req.GetPageToken())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -493,7 +494,7 @@ func (s *ConversationService) ListConsent(ctx context.Context, req *cb.ListConse
 	resp := &cb.ListConsentResponse{Records: recs}
 	if len(recs) == limit {
 		last := recs[len(recs)-1]
-		resp.NextPageToken = s.tokens.consent(req.GetOwner(), store.ConsentKey{EntityType: last.GetEntityType(), Entity: last.GetEntity()})
+		resp.NextPageToken = s.tokens.ConsentToken(principalName(ctx), req.GetOwner(), store.ConsentKey{EntityType: last.GetEntityType(), Entity: last.GetEntity()})
 	}
 	return resp, nil
 }

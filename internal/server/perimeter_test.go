@@ -797,6 +797,18 @@ func TestPerimeterPageTokens(t *testing.T) {
 	wantStatus(t, "a groups token on another owner", err, codes.InvalidArgument)
 	_, err = ops.ListConsent(ctx, &cb.ListConsentRequest{Owner: "alice", PageToken: groups.GetNextPageToken()})
 	wantStatus(t, "a groups token on consent", err, codes.InvalidArgument)
+	// A token is the principal's it was issued to: alice may read her
+	// groups, but not continue a list the operator started.
+	alice := cb.NewConversationServiceClient(p.as(t, aliceToken))
+	_, err = alice.ListGroups(ctx, &cb.ListGroupsRequest{Owner: "alice", PageSize: 1, PageToken: groups.GetNextPageToken()})
+	wantStatus(t, "another principal's token on its own request", err, codes.InvalidArgument)
+	mine, err := alice.ListGroups(ctx, &cb.ListGroupsRequest{Owner: "alice", PageSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.ListGroups(ctx, &cb.ListGroupsRequest{Owner: "alice", PageSize: 1, PageToken: mine.GetNextPageToken()}); err != nil {
+		t.Errorf("alice's own token: %v", err)
+	}
 }
 
 // TestPerimeterLogsHoldNoSecrets: the server's logs, at debug level, over

@@ -37,6 +37,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/preview"
+	"github.com/contentbackup/contentbackup/internal/server/pagetoken"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
@@ -291,7 +292,7 @@ func registerServices(g *grpc.Server, cfg Config, limits Limits, pool *budget.Po
 		return nil
 	}
 	conv := NewConversationService(cfg.Store, reg, ConversationOptions{
-		MaxAppend: cfg.MaxAppendBatch, Tokens: newPageTokens(cfg.PageTokenKey), Limits: limits, Pool: pool,
+		MaxAppend: cfg.MaxAppendBatch, Tokens: pagetoken.New(cfg.PageTokenKey), Limits: limits, Pool: pool,
 	})
 	conv.metrics = dm
 	cb.RegisterConversationServiceServer(g, conv)
@@ -302,8 +303,8 @@ func registerServices(g *grpc.Server, cfg Config, limits Limits, pool *budget.Po
 	if jm == nil {
 		return nil
 	}
-	cb.RegisterBackupServiceServer(g, &BackupService{jobs: jm, tokens: newPageTokens(cfg.PageTokenKey)})
-	longrunningpb.RegisterOperationsServer(g, &OperationsService{jobs: jm, store: cfg.Store, tokens: newPageTokens(cfg.PageTokenKey)})
+	cb.RegisterBackupServiceServer(g, &BackupService{jobs: jm, tokens: pagetoken.New(cfg.PageTokenKey)})
+	longrunningpb.RegisterOperationsServer(g, &OperationsService{jobs: jm, store: cfg.Store, tokens: pagetoken.New(cfg.PageTokenKey)})
 	return jm
 }
 
