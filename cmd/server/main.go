@@ -23,6 +23,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/contentbackup/contentbackup/internal/server/httpjson"
+
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/buildinfo"
 	"github.com/contentbackup/contentbackup/internal/expiry"
@@ -492,7 +494,7 @@ func serveHTTP(addr string, srv *server.Server, maxRecv int, tlsConfig *tls.Conf
 	// net/http's default is 1 MiB, all of it a query string an error
 	// about a parameter's value may quote.
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		MaxHeaderBytes: server.MaxHTTPHeaderBytes, Protocols: protocols, TLSConfig: tlsConfig}
+		MaxHeaderBytes: httpjson.MaxHeaderBytes, Protocols: protocols, TLSConfig: tlsConfig}
 	serve := func() error { return hs.Serve(lis) }
 	if tlsConfig != nil {
 		protocols.SetUnencryptedHTTP2(false)

@@ -29,6 +29,7 @@ import (
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	"github.com/contentbackup/contentbackup/internal/codec"
+	"github.com/contentbackup/contentbackup/internal/server/httpjson"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
@@ -45,11 +46,11 @@ const (
 // on a real listener), with the perimeter's policy.
 func httpServer(t *testing.T) (grpcAddr, httpURL string) {
 	t.Helper()
-	return httpServerWith(t, HTTPLimits{MaxRecvBytes: httpTestMaxRecv})
+	return httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv})
 }
 
 // httpServerWith is httpServer with the HTTP listener's limits.
-func httpServerWith(t *testing.T, limits HTTPLimits) (grpcAddr, httpURL string) {
+func httpServerWith(t *testing.T, limits httpjson.Limits) (grpcAddr, httpURL string) {
 	t.Helper()
 	// One message limit for both listeners, as cmd/server gives them.
 	cfg := Config{Store: enginetest.SQLite(t), Auth: policyAuth(t, perimeterPolicy(true)), MaxRecvBytes: limits.MaxRecvBytes}
@@ -68,7 +69,7 @@ func httpServerWith(t *testing.T, limits HTTPLimits) (grpcAddr, httpURL string) 
 	hs.Config.Protocols = new(http.Protocols)
 	hs.Config.Protocols.SetHTTP1(true)
 	hs.Config.Protocols.SetUnencryptedHTTP2(true)
-	hs.Config.MaxHeaderBytes = MaxHTTPHeaderBytes
+	hs.Config.MaxHeaderBytes = httpjson.MaxHeaderBytes
 	hs.Start()
 	t.Cleanup(hs.Close)
 	return grpcAddr, hs.URL
@@ -344,7 +345,7 @@ func TestHTTPRESTPaths(t *testing.T) {
 func TestHTTPConnectClientStreamImport(t *testing.T) {
 	// The source: alice's group and 40 messages of 100 KiB that do not
 	// compress, exported over gRPC.
-	srcAddr, _ := httpServerWith(t, HTTPLimits{MaxRecvBytes: DefaultMaxRecvBytes})
+	srcAddr, _ := httpServerWith(t, httpjson.Limits{MaxRecvBytes: DefaultMaxRecvBytes})
 	src := dial(t, srcAddr, transport.ClientOptions{Insecure: true, Token: aliceToken})
 	g := storetest.FullGroup("g")
 	if _, err := cb.NewConversationServiceClient(src).PutGroup(t.Context(), &cb.PutGroupRequest{Owner: "alice", Group: g}); err != nil {
@@ -609,7 +610,7 @@ func TestHTTPBadRequestsAreInvalidArgument(t *testing.T) {
 	}
 	// A request line past the header limit (and net/http's 4 KiB of slack)
 	// is refused before any handler.
-	if code, _ := do(http.MethodGet, "/v1/owners/alice/groups?pageToken="+big[:MaxHTTPHeaderBytes+8<<10], ""); code != http.StatusRequestHeaderFieldsTooLarge {
-		t.Errorf("a request line over %d bytes: %d, want 431", MaxHTTPHeaderBytes, code)
+	if code, _ := do(http.MethodGet, "/v1/owners/alice/groups?pageToken="+big[:httpjson.MaxHeaderBytes+8<<10], ""); code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a request line over %d bytes: %d, want 431", httpjson.MaxHeaderBytes, code)
 	}
 }

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+
+	"github.com/contentbackup/contentbackup/internal/server/httpjson"
 )
 
 // Identity first (issue 33, findings 2 and 3): an anonymous request costs
@@ -124,7 +126,7 @@ func TestIdentityFirstGRPCGzipBombs(t *testing.T) {
 // a million envelopes once expanded, are 401 unauthenticated before the
 // transcoder reads a byte.
 func TestIdentityFirstHTTPGzipBombs(t *testing.T) {
-	_, url := httpServerWith(t, HTTPLimits{MaxRecvBytes: 32 << 20})
+	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: 32 << 20})
 	json := []byte(`{"encodedContents":[` + strings.Repeat(`{},`, 1<<20) + `{}]}`)
 	body := gzipOf(json)
 	if len(body) > 8<<10 {
@@ -209,7 +211,7 @@ func answerStatus(conn net.Conn, d time.Duration) (int, error) {
 // once and hold nothing: the listener never sizes a buffer by a declared
 // length (each held 38 MB before, 11 GB for 500).
 func TestIdentityFirstHTTPDeclaredBodies(t *testing.T) {
-	_, url := httpServerWith(t, HTTPLimits{MaxRecvBytes: 32 << 20})
+	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: 32 << 20})
 	headers := map[string]string{"Content-Type": "application/json", "Content-Length": strconv.Itoa(40 << 20)}
 	var conns []net.Conn
 	allocated := allocatedBytes(func() {
@@ -232,7 +234,7 @@ func TestIdentityFirstHTTPDeclaredBodies(t *testing.T) {
 // cut off once it falls behind its pace (grace, then a minimum rate), and
 // its connection closed; one that keeps the pace is served.
 func TestHTTPSlowBodyCutOff(t *testing.T) {
-	_, url := httpServerWith(t, HTTPLimits{MaxRecvBytes: httpTestMaxRecv, BodyGrace: 300 * time.Millisecond, MinBodyRate: 1000})
+	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv, BodyGrace: 300 * time.Millisecond, MinBodyRate: 1000})
 	conn := rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, map[string]string{
 		"Content-Type": "application/json", "Content-Length": "100000", "Authorization": "Bearer " + aliceToken})
 	if _, err := io.WriteString(conn, `{"encodedContent":"`); err != nil {
@@ -268,7 +270,7 @@ func firstLine(b []byte) string {
 // TestHTTPBodiesReadAtOnceAreBounded: past MaxBodies requests reading a
 // body, the next is 503 unavailable before its body is read.
 func TestHTTPBodiesReadAtOnceAreBounded(t *testing.T) {
-	_, url := httpServerWith(t, HTTPLimits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 2, BodyGrace: 10 * time.Second, MinBodyRate: 1})
+	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 2, BodyGrace: 10 * time.Second, MinBodyRate: 1})
 	headers := map[string]string{"Content-Type": "application/json", "Content-Length": "1000", "Authorization": "Bearer " + aliceToken}
 	// Two slow bodies hold both places.
 	for range 2 {

@@ -1,8 +1,7 @@
-package server
+package httpjson
 
 import (
 	"bytes"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,11 +26,11 @@ import (
 	"github.com/contentbackup/contentbackup/internal/fault"
 )
 
-// HTTPLimits bounds what the HTTP/JSON listener lets a caller make it
-// hold. Zero fields take DefaultHTTPLimits.
-type HTTPLimits struct {
+// Limits bounds what the HTTP/JSON listener lets a caller make it
+// hold. Zero fields take DefaultLimits.
+type Limits struct {
 	// MaxRecvBytes is the gRPC message limit the listener's bodies are
-	// sized from (see HTTPHandler).
+	// sized from (see New).
 	MaxRecvBytes int
 	// BodyGrace is how long a body may take to start arriving, and
 	// MinBodyRate the average rate (bytes a second) it must keep after
@@ -45,13 +44,28 @@ type HTTPLimits struct {
 	MaxBodies int
 }
 
-// DefaultHTTPLimits are the listener's defaults.
-var DefaultHTTPLimits = HTTPLimits{
+// DefaultMaxRecvBytes is the gRPC server's default message limit, which
+// the listener's follows unless told otherwise.
+const DefaultMaxRecvBytes = 32 << 20
+
+// Admit proves a request's caller before its body is read: nil admits
+// it, an error (its message safe to show) refuses it 401. The paths open
+// to anyone (health) are Admit's to decide.
+type Admit func(r *http.Request) error
+
+// DefaultLimits are the listener's defaults.
+var DefaultLimits = Limits{
 	MaxRecvBytes: DefaultMaxRecvBytes, BodyGrace: 10 * time.Second, MinBodyRate: 64 << 10, MaxBodies: 64,
 }
 
-func (l HTTPLimits) withDefaults() HTTPLimits {
-	d := DefaultHTTPLimits
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
 	orDefault(&l.MaxRecvBytes, d.MaxRecvBytes)
 	orDefault(&l.BodyGrace, d.BodyGrace)
 	orDefault(&l.MinBodyRate, d.MinBodyRate)
@@ -67,9 +81,9 @@ func (l HTTPLimits) withDefaults() HTTPLimits {
 // and bounds the body: in size (never buffered by its declared length),
 // in time (BodyGrace, then MinBodyRate) and in how many are read at once.
 type door struct {
-	authz   *authorizer
+	admit   Admit
 	log     *zap.Logger
-	limits  HTTPLimits
+	limits  Limits
 	maxBody int64
 	bodies  chan struct{}
 	routes  []restRoute
@@ -157,36 +171,6 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // maxDrain bounds what the door reads and drops of a body the handler
 // left unread; past it the connection is closed.
 const maxDrain = 64 << 20
-
-// admit proves r's caller as the gRPC listener does (the Authorization
-// header, or the client certificate TLS verified); health, and
-// reflection where it is public, are open.
-func (d *door) admit(r *http.Request) error {
-	svc := serviceOf(r.URL.Path)
-	if rpcPath(r.URL.Path) && (svc == healthService || d.authz.publicReflection && (svc == reflectionV1 || svc == reflectionV1Alpha)) {
-		return nil
-	}
-	if d.authz.authn == nil {
-		return errors.New("no authentication is configured")
-	}
-	values := r.Header.Values("Authorization")
-	if len(values) > 1 {
-		return errors.New("credentials not valid: more than one authorization header")
-	}
-	header := ""
-	if len(values) == 1 {
-		header = values[0]
-	}
-	var leaf *x509.Certificate
-	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-		leaf = r.TLS.VerifiedChains[0][0]
-	}
-	_, err := d.authz.authn.Authenticate(r.Context(), header, leaf)
-	if err != nil {
-		d.authz.refuse(r.Context(), r.URL.Path, "unauthenticated", err)
-	}
-	return err
-}
 
 // overridesPath reports a query parameter naming a field r's REST route
 // binds in its path (`/v1/owners/alice/backups?owner=bob`): refused
