@@ -19,6 +19,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/records"
+	"github.com/contentbackup/contentbackup/internal/server/authz"
 	"github.com/contentbackup/contentbackup/internal/server/pagetoken"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -31,12 +32,8 @@ type BackupService struct {
 	tokens *pagetoken.Sealer
 }
 
-func principalName(ctx context.Context) string {
-	if p := auth.FromContext(ctx); p != nil {
-		return p.Name
-	}
-	return ""
-}
+// principalName is the proven principal's name in ctx, or "".
+func principalName(ctx context.Context) string { return authz.PrincipalName(ctx) }
 
 // msgBackupNotFound answers for a backup the caller cannot see, whether
 // it is missing or another owner's: one code and one message, naming

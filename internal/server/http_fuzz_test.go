@@ -14,6 +14,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 
+	"github.com/contentbackup/contentbackup/internal/server/authz"
 	"github.com/contentbackup/contentbackup/internal/server/httpjson"
 )
 
@@ -67,7 +68,7 @@ func FuzzHTTPRequest(f *testing.F) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		code := w.Result().StatusCode
-		health := serviceOf(u.Path) == healthService
+		health := authz.ServiceOf(u.Path) == authz.HealthService
 		if !withAuth && !health && code != http.StatusUnauthorized && code != http.StatusBadRequest {
 			t.Fatalf("anonymous %s %q: %d %q; want 401 before its body", method, target, code, w.Body.String())
 		}

@@ -33,6 +33,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/auth/authtest"
 	"github.com/contentbackup/contentbackup/internal/devpki"
 	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/server/authz"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
@@ -900,41 +901,21 @@ func TestEveryMethodHasAScope(t *testing.T) {
 	srv := New(withJobs(Config{Store: enginetest.SQLite(t), Auth: adminPolicy(t)}, jobsCfg), zap.NewNop())
 	n := 0
 	for svc, info := range srv.GRPC().GetServiceInfo() {
-		if svc == healthService || svc == reflectionV1 || svc == reflectionV1Alpha {
+		if svc == authz.HealthService || strings.HasPrefix(svc, "grpc.reflection.") {
 			continue
 		}
 		for _, m := range info.Methods {
 			n++
-			if _, ok := methodScopes["/"+svc+"/"+m.Name]; !ok {
+			if _, ok := authz.MethodScopes["/"+svc+"/"+m.Name]; !ok {
 				t.Errorf("/%s/%s has no scope rule", svc, m.Name)
 			}
 		}
 	}
-	if n != len(methodScopes) {
-		t.Errorf("%d methods registered; %d scope rules", n, len(methodScopes))
+	if n != len(authz.MethodScopes) {
+		t.Errorf("%d methods registered; %d scope rules", n, len(authz.MethodScopes))
 	}
 }
 
-// TestOwnerOfMatchesDescriptors: the authorizer finds the owner in every
-// request that names one, including Import's start message.
-func TestOwnerOfMatchesDescriptors(t *testing.T) {
-	for _, tc := range []struct {
-		msg   any
-		owner string
-		named bool
-	}{
-		{&cb.ListGroupsRequest{Owner: "a"}, "a", true},
-		{&cb.ImportRequest{Payload: &cb.ImportRequest_Start{Start: &cb.ImportStart{Owner: "b"}}}, "b", true},
-		{&cb.ImportRequest{Payload: &cb.ImportRequest_Chunk{Chunk: storetest.GroupID("x")}}, "", false},
-		{&cb.DecodeRequest{}, "", false},
-		{&cb.VerifyRequest{}, "", false},
-	} {
-		owner, named := ownerOf(tc.msg)
-		if owner != tc.owner || named != tc.named {
-			t.Errorf("ownerOf(%T) = %q %v; want %q %v", tc.msg, owner, named, tc.owner, tc.named)
-		}
-	}
-}
 
 // syncBuffer collects log output from concurrent handlers.
 type syncBuffer struct {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/server/requestid"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/transport"
 )
@@ -29,17 +30,17 @@ func TestRequestID(t *testing.T) {
 	if _, err := c.Decode(t.Context(), &cb.DecodeRequest{EncodedContent: textEnvelope(t, "x")}, grpc.Header(&hdr)); err != nil {
 		t.Fatal(err)
 	}
-	id := hdr.Get(requestIDHeader)
+	id := hdr.Get(requestid.Header)
 	if len(id) != 1 || len(id[0]) != 24 {
 		t.Fatalf("a unary call's request id: %v", id)
 	}
-	ctx := metadata.AppendToOutgoingContext(t.Context(), requestIDHeader, "client-trace.42")
-	if _, err := c.Decode(ctx, &cb.DecodeRequest{EncodedContent: textEnvelope(t, "x")}, grpc.Header(&hdr)); err != nil || hdr.Get(requestIDHeader)[0] != "client-trace.42" {
-		t.Errorf("a caller's plain id: %v %v", hdr.Get(requestIDHeader), err)
+	ctx := metadata.AppendToOutgoingContext(t.Context(), requestid.Header, "client-trace.42")
+	if _, err := c.Decode(ctx, &cb.DecodeRequest{EncodedContent: textEnvelope(t, "x")}, grpc.Header(&hdr)); err != nil || hdr.Get(requestid.Header)[0] != "client-trace.42" {
+		t.Errorf("a caller's plain id: %v %v", hdr.Get(requestid.Header), err)
 	}
-	ctx = metadata.AppendToOutgoingContext(t.Context(), requestIDHeader, "bad id\"}")
-	if _, err := c.Decode(ctx, &cb.DecodeRequest{EncodedContent: textEnvelope(t, "x")}, grpc.Header(&hdr)); err != nil || strings.Contains(hdr.Get(requestIDHeader)[0], "bad") {
-		t.Errorf("a caller's unsafe id was kept: %v %v", hdr.Get(requestIDHeader), err)
+	ctx = metadata.AppendToOutgoingContext(t.Context(), requestid.Header, "bad id\"}")
+	if _, err := c.Decode(ctx, &cb.DecodeRequest{EncodedContent: textEnvelope(t, "x")}, grpc.Header(&hdr)); err != nil || strings.Contains(hdr.Get(requestid.Header)[0], "bad") {
+		t.Errorf("a caller's unsafe id was kept: %v %v", hdr.Get(requestid.Header), err)
 	}
 	// Refused at the door (before its request is read), and streaming: a
 	// refusal is a trailers-only answer, whose request id is its status's
@@ -60,14 +61,14 @@ func TestRequestID(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err := stream.Header()
-	if err != nil || len(h.Get(requestIDHeader)) != 1 {
+	if err != nil || len(h.Get(requestid.Header)) != 1 {
 		t.Errorf("a stream's request id: %v %v", h, err)
 	}
 	for err == nil {
 		_, err = stream.Recv()
 	}
 	logs := buf.String()
-	for _, want := range []string{id[0], "client-trace.42", refused, h.Get(requestIDHeader)[0]} {
+	for _, want := range []string{id[0], "client-trace.42", refused, h.Get(requestid.Header)[0]} {
 		if !strings.Contains(logs, `"request_id":"`+want+`"`) {
 			t.Errorf("no log line carries request id %s", want)
 		}

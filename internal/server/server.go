@@ -37,7 +37,9 @@ import (
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/preview"
+	"github.com/contentbackup/contentbackup/internal/server/authz"
 	"github.com/contentbackup/contentbackup/internal/server/pagetoken"
+	"github.com/contentbackup/contentbackup/internal/server/requestid"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
@@ -144,7 +146,7 @@ type Server struct {
 	storeUp       prometheus.Gauge
 	shutdown      chan struct{}
 	// authz proves callers for the HTTP/JSON listener's door too.
-	authz   *authorizer
+	authz   *authz.Authorizer
 	metrics prometheus.Registerer
 }
 
@@ -193,7 +195,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 // first (the caller proven before anything else runs, so every log line
 // below names the principal), and the transport's limits; with metrics,
 // the per-call metrics it registered.
-func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOption, *grpcprom.ServerMetrics, *authorizer) {
+func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOption, *grpcprom.ServerMetrics, *authz.Authorizer) {
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithLevels(callLevel),
@@ -204,17 +206,18 @@ func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOpt
 		return status.Error(codes.Internal, "internal error")
 	})
 	reqCodec := newRequestCodec()
-	authz := &authorizer{authn: cfg.Auth, publicReflection: cfg.PublicReflection, log: log, codec: reqCodec}
+	authzCfg := authz.Config{Authn: cfg.Auth, PublicReflection: cfg.PublicReflection, Log: log, Malformed: reqCodec.malformed}
 	if cfg.Metrics != nil {
 		refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "contentbackup_auth_refusals_total",
 			Help: "Calls refused before their handler ran, by reason: unauthenticated, scope, owner, actor or malformed (a request that is not valid protobuf).",
 		}, []string{"reason"})
 		cfg.Metrics.MustRegister(refused)
-		authz.denied = func(reason string) { refused.WithLabelValues(reason).Inc() }
+		authzCfg.Denied = func(reason string) { refused.WithLabelValues(reason).Inc() }
 	}
-	unary := []grpc.UnaryServerInterceptor{authz.unary, logging.UnaryServerInterceptor(interceptorLogger(log), logOpts...)}
-	stream := []grpc.StreamServerInterceptor{authz.stream, logging.StreamServerInterceptor(interceptorLogger(log), logOpts...)}
+	authorizer := authz.New(authzCfg)
+	unary := []grpc.UnaryServerInterceptor{authorizer.Unary, logging.UnaryServerInterceptor(interceptorLogger(log), logOpts...)}
+	stream := []grpc.StreamServerInterceptor{authorizer.Stream, logging.StreamServerInterceptor(interceptorLogger(log), logOpts...)}
 	var metrics *grpcprom.ServerMetrics
 	if cfg.Metrics != nil {
 		metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
@@ -227,7 +230,7 @@ func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOpt
 	opts := []grpc.ServerOption{
 		// Identity first: the caller is proven on the stream's headers,
 		// before its request is read, decompressed or decoded.
-		grpc.InTapHandle(authz.tap),
+		grpc.InTapHandle(authorizer.Tap),
 		grpc.ForceServerCodecV2(reqCodec),
 		// gRPC buffers a whole request (up to MaxRecvBytes) before any
 		// handler runs; bounding the calls one connection may have open
@@ -264,7 +267,7 @@ func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOpt
 		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(cfg.Tracing.Provider), otelgrpc.WithPropagators(cfg.Tracing.Propagator))))
 	}
-	return opts, metrics, authz
+	return opts, metrics, authorizer
 }
 
 // registerServices registers the services the configuration makes
@@ -420,7 +423,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 // principalField puts the request id and the proven principal in every
 // request log line; never a credential.
 func principalField(ctx context.Context) logging.Fields {
-	f := logging.Fields{"request_id", requestID(ctx)}
+	f := logging.Fields{"request_id", requestid.FromContext(ctx)}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		f = append(f, "trace_id", sc.TraceID().String())
 	}

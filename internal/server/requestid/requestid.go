@@ -1,4 +1,8 @@
-package server
+// Package requestid gives every call a request id: the caller's own when it
+// sent a plain one in x-request-id, a new random one otherwise. The server
+// returns it in the response headers of every call and puts it in every
+// log line of the call, so a client's trace can be followed into the logs.
+package requestid
 
 import (
 	"context"
@@ -8,23 +12,23 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// requestIDHeader carries a call's request id: the server returns it in
+// Header carries a call's request id: the server returns it in
 // the response headers of every call, and takes a caller's own when it is
 // a plain token (so a client's trace can be followed into our logs).
-const requestIDHeader = "x-request-id"
+const Header = "x-request-id"
 
-type requestIDKey struct{}
+type key struct{}
 
-// withRequestID gives the call its request id: the caller's when it sent
+// With gives the call its request id: the caller's when it sent
 // one of up to 64 letters, digits, '-', '_' or '.', a new random one
 // otherwise (anything else could forge or break log lines).
-func withRequestID(ctx context.Context) (context.Context, string) {
-	if id, ok := ctx.Value(requestIDKey{}).(string); ok {
+func With(ctx context.Context) (context.Context, string) {
+	if id, ok := ctx.Value(key{}).(string); ok {
 		return ctx, id // given by the tap handle, on this call's headers
 	}
 	id := ""
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(requestIDHeader); len(v) == 1 && plainToken(v[0]) {
+		if v := md.Get(Header); len(v) == 1 && plainToken(v[0]) {
 			id = v[0]
 		}
 	}
@@ -33,7 +37,7 @@ func withRequestID(ctx context.Context) (context.Context, string) {
 		_, _ = rand.Read(b)
 		id = hex.EncodeToString(b)
 	}
-	return context.WithValue(ctx, requestIDKey{}, id), id
+	return context.WithValue(ctx, key{}, id), id
 }
 
 func plainToken(s string) bool {
@@ -50,8 +54,8 @@ func plainToken(s string) bool {
 	return true
 }
 
-// requestID is the call's request id, or "".
-func requestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
+// FromContext is the call's request id, or "".
+func FromContext(ctx context.Context) string {
+	id, _ := ctx.Value(key{}).(string)
 	return id
 }

@@ -1,9 +1,17 @@
-package server
+// Package authz is the gRPC edge's first concern: who the caller is, and
+// what it may do. It proves the caller on a new stream's headers (grpc-go's
+// tap handle, before a byte of the request is read), checks the method's
+// scope, and checks every request message's owner and actors before any
+// handler runs; the HTTP/JSON listener's door proves its callers through
+// it too (AdmitHTTP). A refusal is counted and logged with its reason,
+// never echoing a credential or the owner the caller named.
+package authz
 
 import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -23,12 +31,13 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/server/requestid"
 )
 
-// methodScopes is what each RPC needs: any one of the scopes listed. A
+// MethodScopes is what each RPC needs: any one of the scopes listed. A
 // method missing here is refused to everyone (and TestEveryMethodHasAScope
 // fails), so a new RPC is closed until someone decides who may call it.
-var methodScopes = map[string][]auth.Scope{
+var MethodScopes = map[string][]auth.Scope{
 	cb.ContentService_Encode_FullMethodName:            {auth.ScopeContent},
 	cb.ContentService_Decode_FullMethodName:            {auth.ScopeContent},
 	cb.ContentService_DecodeBatch_FullMethodName:       {auth.ScopeContent},
@@ -77,27 +86,53 @@ var methodScopes = map[string][]auth.Scope{
 }
 
 const (
-	healthService = "grpc.health.v1.Health"
+	HealthService = "grpc.health.v1.Health"
 	// Both reflection versions grpcurl may ask for.
 	reflectionV1      = "grpc.reflection.v1.ServerReflection"
 	reflectionV1Alpha = "grpc.reflection.v1alpha.ServerReflection"
 )
 
-// authorizer is the first interceptor: it proves the caller's principal,
+// Authorizer is the first interceptor: it proves the caller's principal,
 // checks the method's scope, and checks every request message's owner and
 // actors, before any handler runs.
-type authorizer struct {
+type Authorizer struct {
 	authn *auth.Authenticator
 	// publicReflection serves reflection to unauthenticated callers.
 	publicReflection bool
 	log              *zap.Logger
 	denied           func(reason string)
-	// codec records requests that did not parse; every message is checked
-	// against it before anything else reads it.
-	codec *requestCodec
+	// malformed takes back a request the codec could not parse; every
+	// message is checked against it before anything else reads it.
+	malformed func(msg any) error
 }
 
-func serviceOf(fullMethod string) string {
+// Config is what an Authorizer works from.
+type Config struct {
+	// Authn proves callers; nil refuses every call but health.
+	Authn *auth.Authenticator
+	// PublicReflection serves reflection without credentials.
+	PublicReflection bool
+	Log              *zap.Logger
+	// Denied, when set, counts each refusal by its reason.
+	Denied func(reason string)
+	// Malformed returns the parse error the codec recorded against a
+	// request message, or nil (see the server's request codec).
+	Malformed func(msg any) error
+}
+
+// New returns the authorizer of cfg.
+func New(cfg Config) *Authorizer {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.Malformed == nil {
+		cfg.Malformed = func(any) error { return nil }
+	}
+	return &Authorizer{authn: cfg.Authn, publicReflection: cfg.PublicReflection, log: cfg.Log, denied: cfg.Denied, malformed: cfg.Malformed}
+}
+
+// ServiceOf is the service of a full method name (or an RPC path).
+func ServiceOf(fullMethod string) string {
 	s := strings.TrimPrefix(fullMethod, "/")
 	if i := strings.LastIndexByte(s, '/'); i >= 0 {
 		return s[:i]
@@ -105,7 +140,7 @@ func serviceOf(fullMethod string) string {
 	return s
 }
 
-// tap is grpc-go's InTapHandle: it runs on a new stream's headers, before
+// Tap is grpc-go's InTapHandle: it runs on a new stream's headers, before
 // gRPC reads, decompresses or decodes a byte of the request, and refuses
 // there a caller that is not proven or whose principal lacks the
 // method's scope. An anonymous request therefore costs the server its
@@ -117,9 +152,9 @@ func serviceOf(fullMethod string) string {
 // A refusal here is a trailers-only answer, which carries no header of
 // ours: its request id rides in the status as google.rpc.RequestInfo,
 // the standard detail for it, and in the log line.
-func (a *authorizer) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+func (a *Authorizer) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	ctx = metadata.NewIncomingContext(ctx, info.Header)
-	ctx, id := withRequestID(ctx)
+	ctx, id := requestid.With(ctx)
 	ctx, err := a.admit(ctx, info.FullMethodName)
 	if err != nil {
 		if st, ok := status.FromError(err); ok {
@@ -137,12 +172,12 @@ type tappedKey struct{}
 
 // admit returns ctx carrying the principal, or the status refusing the
 // call. A call the tap handle admitted is not admitted again.
-func (a *authorizer) admit(ctx context.Context, fullMethod string) (context.Context, error) {
+func (a *Authorizer) admit(ctx context.Context, fullMethod string) (context.Context, error) {
 	if tapped, _ := ctx.Value(tappedKey{}).(bool); tapped {
 		return ctx, nil
 	}
-	svc := serviceOf(fullMethod)
-	if svc == healthService {
+	svc := ServiceOf(fullMethod)
+	if svc == HealthService {
 		return ctx, nil
 	}
 	reflection := svc == reflectionV1 || svc == reflectionV1Alpha
@@ -158,7 +193,7 @@ func (a *authorizer) admit(ctx context.Context, fullMethod string) (context.Cont
 	if reflection {
 		return ctx, nil // any proven principal may list the API
 	}
-	scopes, ok := methodScopes[fullMethod]
+	scopes, ok := MethodScopes[fullMethod]
 	if !ok {
 		a.log.Error("method has no scope rule; refused to everyone", zap.String("method", fullMethod))
 		return nil, status.Error(codes.PermissionDenied, "this method is not open to any scope")
@@ -173,7 +208,7 @@ func (a *authorizer) admit(ctx context.Context, fullMethod string) (context.Cont
 	return nil, status.Error(codes.PermissionDenied, err.Error())
 }
 
-func (a *authorizer) authenticate(ctx context.Context) (*auth.Principal, error) {
+func (a *Authorizer) authenticate(ctx context.Context) (*auth.Principal, error) {
 	if a.authn == nil {
 		return nil, errors.New("no authentication is configured")
 	}
@@ -203,11 +238,11 @@ func verifiedLeaf(ctx context.Context) *x509.Certificate {
 	return info.State.VerifiedChains[0][0]
 }
 
-func (a *authorizer) refuse(ctx context.Context, method, reason string, err error) {
+func (a *Authorizer) refuse(ctx context.Context, method, reason string, err error) {
 	if a.denied != nil {
 		a.denied(reason)
 	}
-	fields := []zap.Field{zap.String("grpc.method", method), zap.String("reason", reason), zap.String("error", err.Error()), zap.String("request_id", requestID(ctx))}
+	fields := []zap.Field{zap.String("grpc.method", method), zap.String("reason", reason), zap.String("error", err.Error()), zap.String("request_id", requestid.FromContext(ctx))}
 	if p, ok := peer.FromContext(ctx); ok {
 		fields = append(fields, zap.String("peer.address", p.Addr.String()))
 	}
@@ -220,12 +255,12 @@ func (a *authorizer) refuse(ctx context.Context, method, reason string, err erro
 // checkRequest enforces the owner scope and the trusted-actor rule on one
 // request message. The refusal reads the same whether or not the owner
 // exists, and never repeats the owner the caller sent.
-func (a *authorizer) checkRequest(ctx context.Context, method string, msg any) error {
+func (a *Authorizer) checkRequest(ctx context.Context, method string, msg any) error {
 	p := auth.FromContext(ctx)
 	if p == nil {
 		return nil // health and public reflection name no owner
 	}
-	owner, named := ownerOf(msg)
+	owner, named := OwnerOf(msg)
 	if !named || owner == "" {
 		return nil // no owner, or an empty one the handler rejects as invalid
 	}
@@ -273,10 +308,10 @@ func checkActors(p *auth.Principal, owner string, msg any) error {
 	return nil
 }
 
-// ownerOf finds the owner a request names: a top-level string field
+// OwnerOf finds the owner a request names: a top-level string field
 // "owner", or one inside a message field that is set (Import's start). It
 // reads the descriptor, so a new request type is covered without code.
-func ownerOf(msg any) (string, bool) {
+func OwnerOf(msg any) (string, bool) {
 	m, ok := msg.(proto.Message)
 	if !ok {
 		return "", false
@@ -306,10 +341,10 @@ func ownerField(r protoreflect.Message) (string, bool) {
 	return r.Get(f).String(), true
 }
 
-func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	malformed := a.codec.malformed(req) // taken first, so it is never left behind
-	ctx, id := withRequestID(ctx)
-	_ = grpc.SetHeader(ctx, metadata.Pairs(requestIDHeader, id))
+func (a *Authorizer) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	malformed := a.malformed(req) // taken first, so it is never left behind
+	ctx, id := requestid.With(ctx)
+	_ = grpc.SetHeader(ctx, metadata.Pairs(requestid.Header, id))
 	ctx, err := a.admit(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
@@ -324,9 +359,9 @@ func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	return handler(ctx, req)
 }
 
-func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx, id := withRequestID(ss.Context())
-	_ = ss.SetHeader(metadata.Pairs(requestIDHeader, id))
+func (a *Authorizer) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, id := requestid.With(ss.Context())
+	_ = ss.SetHeader(metadata.Pairs(requestid.Header, id))
 	ctx, err := a.admit(ctx, info.FullMethod)
 	if err != nil {
 		return err
@@ -340,7 +375,7 @@ func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 type authorizedStream struct {
 	grpc.ServerStream
 	ctx    context.Context
-	a      *authorizer
+	a      *Authorizer
 	method string
 }
 
@@ -350,9 +385,48 @@ func (s *authorizedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	if err := s.a.codec.malformed(m); err != nil {
+	if err := s.a.malformed(m); err != nil {
 		s.a.refuse(s.ctx, s.method, "malformed", err)
 		return err
 	}
 	return s.a.checkRequest(s.ctx, s.method, m)
+}
+
+// AdmitHTTP proves an HTTP request's caller as the gRPC listener proves
+// one (the Authorization header, or the client certificate TLS
+// verified), before the listener reads its body; health, and reflection
+// where it is public, are open.
+func (a *Authorizer) AdmitHTTP(r *http.Request) error {
+	svc := ServiceOf(r.URL.Path)
+	if svc == HealthService || a.publicReflection && (svc == reflectionV1 || svc == reflectionV1Alpha) {
+		return nil
+	}
+	if a.authn == nil {
+		return errors.New("no authentication is configured")
+	}
+	values := r.Header.Values("Authorization")
+	if len(values) > 1 {
+		return errors.New("credentials not valid: more than one authorization header")
+	}
+	header := ""
+	if len(values) == 1 {
+		header = values[0]
+	}
+	var leaf *x509.Certificate
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		leaf = r.TLS.VerifiedChains[0][0]
+	}
+	_, err := a.authn.Authenticate(r.Context(), header, leaf)
+	if err != nil {
+		a.refuse(r.Context(), r.URL.Path, "unauthenticated", err)
+	}
+	return err
+}
+
+// PrincipalName is the proven principal's name in ctx, or "".
+func PrincipalName(ctx context.Context) string {
+	if p := auth.FromContext(ctx); p != nil {
+		return p.Name
+	}
+	return ""
 }
