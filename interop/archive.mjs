@@ -147,6 +147,15 @@ async function importInto(client, input) {
       const m = messages.find((x) => x.id === d.id);
       if (m) { m.decodedType = d.content?.type; m.contentType = d.contentType; }
     }
+    // The type each message is filed under in the reference's database
+    // (what a contentTypes filter finds it by), as ContentType names.
+    for (const [name, value] of Object.entries(b.ContentType)) {
+      if (typeof value !== 'number') continue;
+      for (const f of await conv.findMessages({ contentTypes: [value] })) {
+        const m = messages.find((x) => x.id === f.id);
+        if (m) (m.listedAs ??= []).push(name);
+      }
+    }
   }
   const consent = [];
   for (const c of input.consent || []) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -83,6 +84,11 @@ type refArchiveView struct {
 		ConvoID     string      `json:"convoId"`
 		Envelope    refEnvelope `json:"envelope"`
 		DecodedType *string     `json:"decodedType"`
+		// ContentType is the type the reference's database lists the
+		// message under (its enriched listing's contentType).
+		ContentType json.RawMessage `json:"contentType"`
+		// ListedAs names the ContentType filters that find the message.
+		ListedAs []string `json:"listedAs"`
 	} `json:"messages"`
 	Consent []struct {
 		EntityType int    `json:"entityType"`

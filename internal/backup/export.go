@@ -352,6 +352,7 @@ func (rd *exportReader) conversations(ctx context.Context, snap store.Snapshot) 
 				rd.counts.Excluded++
 				return nil
 			}
+			records.ExportForm(m)
 			rd.counts.Messages++
 			el := &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: m}}
 			return rd.emit(ctx, el, int64(archive.ElementSize(el)))

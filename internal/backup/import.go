@@ -299,7 +299,7 @@ func (im *importer) apply(record uint64, el *ds.BackupElement, cost int64) error
 		im.groups[string(g.GetId())] = true
 	case *ds.BackupElement_GroupMessage:
 		m := e.GroupMessage
-		if err := errors.Join(records.CheckMessage(m), im.limits.CheckMessageSize(m)); err != nil {
+		if err := errors.Join(records.PrepareMessage(m), im.limits.CheckMessageSize(m)); err != nil {
 			return fail(records.At("group_message", err))
 		}
 		if !im.groups[string(m.GetGroupId())] {

@@ -70,7 +70,7 @@ func Verify(r io.Reader, key []byte, opts archive.ReaderOptions) (rep Report, er
 			bad = records.At("group", records.CheckArchivedGroup(e.Group))
 		case *ds.BackupElement_GroupMessage:
 			rep.Messages++
-			bad = records.At("group_message", records.CheckMessage(e.GroupMessage))
+			bad = records.At("group_message", records.PrepareMessage(e.GroupMessage))
 		case *ds.BackupElement_Consent:
 			rep.Consent++
 			bad = records.At("consent", records.CheckConsent(e.Consent))

@@ -1,3 +1,4 @@
+//lint:file-ignore SA1019 content_type_save is retired but still stored, and made to agree with the envelope on export (ARCH-004, ARCH-008).
 // Package records holds the rules about single records that every path
 // into the store applies alike (the ConversationService and archive
 // import): what a well-formed group, message and consent record is, the
@@ -323,6 +324,56 @@ func DeriveIdentifiers(m *mb.GroupMessageSave) {
 	m.ContentType = t.GetTypeId()
 	m.VersionMajor = int32(t.GetVersionMajor())
 	m.VersionMinor = int32(t.GetVersionMinor())
+}
+
+// PrepareMessage makes m the record the store keeps and an export writes
+// (its identifier fields derived from its envelope, ARCH-008), then checks
+// that record, not the one the caller sent: the write path, Import and
+// Verify apply the rules Export applies to what is stored, so a record
+// the store takes always exports (a NUL in an envelope's type once went
+// in unchecked and then stopped every export of its owner).
+func PrepareMessage(m *mb.GroupMessageSave) error {
+	if m == nil {
+		return CheckMessage(m)
+	}
+	DeriveIdentifiers(m)
+	return CheckMessage(m)
+}
+
+// legacyTypes are the retired content_type_save values of the catalogue
+// types that had one, by type id under xmtp.org.
+var legacyTypes = map[string]mb.ContentTypeSave{
+	"text":                    mb.ContentTypeSave_CONTENT_TYPE_SAVE_TEXT,
+	"group_membership_change": mb.ContentTypeSave_CONTENT_TYPE_SAVE_GROUP_MEMBERSHIP_CHANGE,
+	"group_updated":           mb.ContentTypeSave_CONTENT_TYPE_SAVE_GROUP_UPDATED,
+	"reaction":                mb.ContentTypeSave_CONTENT_TYPE_SAVE_REACTION,
+	"readReceipt":             mb.ContentTypeSave_CONTENT_TYPE_SAVE_READ_RECEIPT,
+	"reply":                   mb.ContentTypeSave_CONTENT_TYPE_SAVE_REPLY,
+	"attachment":              mb.ContentTypeSave_CONTENT_TYPE_SAVE_ATTACHMENT,
+	"remoteStaticAttachment":  mb.ContentTypeSave_CONTENT_TYPE_SAVE_REMOTE_ATTACHMENT,
+	"transactionReference":    mb.ContentTypeSave_CONTENT_TYPE_SAVE_TRANSACTION_REFERENCE,
+}
+
+// ExportForm is m as an export writes it: for typed content, the retired
+// content_type_save agrees with the identifier fields or is left unset.
+// The reference's import reads that enum before the type string, so a
+// disagreeing value (stored as given, ARCH-004) would list a text message
+// as an attachment there; ARCH-008 makes the envelope's type the
+// message's, and the reference's own exporter leaves the enum at its
+// default. Content that is not a typed envelope keeps its fields as given.
+func ExportForm(m *mb.GroupMessageSave) {
+	cts := m.GetContentTypeSave()
+	if cts == mb.ContentTypeSave_CONTENT_TYPE_SAVE_UNSPECIFIED {
+		return
+	}
+	if _, err := codec.ParseEnvelope(m.GetDecryptedMessageBytes()); err != nil {
+		return
+	}
+	DeriveIdentifiers(m)
+	if want, ok := legacyTypes[m.GetContentType()]; ok && m.GetAuthorityId() == "xmtp.org" && want == cts {
+		return
+	}
+	m.ContentTypeSave = mb.ContentTypeSave_CONTENT_TYPE_SAVE_UNSPECIFIED
 }
 
 // TypeOf is the content type a stored message's identifier fields name.

@@ -129,7 +129,7 @@ func (s *ConversationService) AppendMessages(ctx context.Context, req *cb.Append
 		return nil, status.Errorf(codes.InvalidArgument, "messages: %d exceed the limit of %d per call", len(msgs), s.maxAppend)
 	}
 	for i, m := range msgs {
-		if err := errors.Join(records.CheckMessage(m), s.limits.Records.CheckMessageSize(m)); err != nil {
+		if err := errors.Join(records.PrepareMessage(m), s.limits.Records.CheckMessageSize(m)); err != nil {
 			return nil, statusOf(records.At(fmt.Sprintf("messages[%d]", i), err))
 		}
 	}
