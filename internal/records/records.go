@@ -1,4 +1,5 @@
 //lint:file-ignore SA1019 content_type_save is retired but still stored, and made to agree with the envelope on export (ARCH-004, ARCH-008).
+
 // Package records holds the rules about single records that every path
 // into the store applies alike (the ConversationService and archive
 // import): what a well-formed group, message and consent record is, the

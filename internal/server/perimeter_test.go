@@ -916,7 +916,6 @@ func TestEveryMethodHasAScope(t *testing.T) {
 	}
 }
 
-
 // syncBuffer collects log output from concurrent handlers.
 type syncBuffer struct {
 	mu  sync.Mutex
