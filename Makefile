@@ -181,7 +181,7 @@ FUZZ_TARGETS := \
 	internal/codec:FuzzDecodeTransactionReference internal/codec:FuzzDecodeWalletSendCalls internal/codec:FuzzDecodeActions \
 	internal/codec:FuzzDecodeIntent internal/codec:FuzzDecodeLegacyReaction \
 	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive \
-	internal/archive:FuzzParseElementMatchesProto internal/archive:FuzzAppendElementMatchesProto internal/wire:FuzzConsumeMatchesProtowire \
+	internal/archive:FuzzParseElementMatchesProto internal/archive:FuzzAppendElementMatchesProto internal/wire:FuzzConsumeMatchesProtowire internal/wire:FuzzBadUTF8Field \
 	internal/server/pagetoken:FuzzPageToken internal/server:FuzzListFilter internal/server:FuzzHTTPRequest internal/contentapi:FuzzMarshalVTMatchesProto internal/contentapi:FuzzDecodeReusingMatchesAlone \
 	internal/jobs:FuzzCheckObjectKey internal/jobs:FuzzJobID \
 	internal/preview:FuzzCut internal/preview:FuzzPreview internal/preview:FuzzJSONCost

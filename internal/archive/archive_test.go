@@ -593,3 +593,22 @@ func TestARCH018_ReaderReportsACutCompressedStream(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordNotUTF8NamesTheField (issue 34): a record whose string field
+// is not UTF-8 is refused naming the field, as the reference's own error
+// does, not only "not a BackupElement".
+func TestRecordNotUTF8NamesTheField(t *testing.T) {
+	var base Nonce
+	base[0] = 9
+	meta := marshalEl(t, &ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{ExportedAtNs: 1}}})
+	msg := protowire.AppendTag(nil, 1, protowire.BytesType)
+	msg = protowire.AppendBytes(msg, []byte("id"))
+	msg = protowire.AppendTag(msg, 7, protowire.BytesType) // sender_inbox_id
+	msg = protowire.AppendBytes(msg, []byte("a\xffb"))
+	el := protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), msg) // group_message
+	data := rawArchive(t, 0, base, []rawRecord{{meta, bigNonce(base, 0)}, {el, bigNonce(base, 1)}})
+	_, _, _, err := readAll(data, testKey)
+	if !errors.Is(err, ErrElement) || !strings.Contains(err.Error(), "group_message.sender_inbox_id: not valid UTF-8") {
+		t.Errorf("a record that is not UTF-8: %v; want ErrElement naming group_message.sender_inbox_id", err)
+	}
+}

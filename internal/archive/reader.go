@@ -10,6 +10,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	"github.com/contentbackup/contentbackup/internal/wire"
 )
 
 // Default limits of a Reader. A record's length is read before its bytes,
@@ -272,6 +273,9 @@ func (r *Reader) record(shared bool) (*ds.BackupElement, error) {
 	}
 	el, aliased, err := parseElement(plain, hand, &r.strs)
 	if err != nil {
+		if field := wire.BadUTF8Field(plain, (&ds.BackupElement{}).ProtoReflect().Descriptor()); field != "" {
+			err = fmt.Errorf("%s: not valid UTF-8", field)
+		}
 		return nil, fail(fmt.Errorf("%w: %v", ErrElement, err))
 	}
 	if aliased && !shared {

@@ -646,6 +646,20 @@ func TestReliability8_BadInputIsInvalidArgument(t *testing.T) {
 		badUTF8 := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "\xff")
 		err := raw(cb.ConversationService_ListGroups_FullMethodName, badUTF8)
 		wantCode(t, err, codes.InvalidArgument, "not a valid protobuf message")
+		// The refusal names the field (issue 34): protobuf's own says only
+		// that some string is not UTF-8.
+		wantCode(t, err, codes.InvalidArgument, "owner: not valid UTF-8")
+		// AppendMessagesRequest{owner, messages: [ok, {sender_inbox_id: "\xc3"}]}
+		msg := func(sender string) []byte {
+			return protowire.AppendString(protowire.AppendTag(nil, 7, protowire.BytesType), sender)
+		}
+		batch := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "owner")
+		for _, m := range [][]byte{msg("ok"), msg("\xc3")} {
+			batch = protowire.AppendBytes(protowire.AppendTag(batch, 2, protowire.BytesType), m)
+		}
+		err = raw(cb.ConversationService_AppendMessages_FullMethodName, batch)
+		wantCode(t, err, codes.InvalidArgument, "messages[1].sender_inbox_id: not valid UTF-8")
+		// An archive record's is named too (archive: TestRecordNotUTF8NamesTheField).
 
 		// EncodeRequest{content: Content{reply: Reply{content: ...}}} 6,000
 		// replies deep: 12,000 message levels, past protobuf's 10,000.

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"fmt"
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/wire"
 
 	// Registers the "proto" codec this one wraps.
 	_ "google.golang.org/grpc/encoding/proto"
@@ -104,6 +107,13 @@ func exportChunk(v any) (hdr, chunk []byte, ok bool) {
 
 func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if err := c.proto.Unmarshal(data, v); err != nil {
+		// Protobuf says a string is not UTF-8 without naming it: the
+		// caller is told which field.
+		if m, ok := v.(proto.Message); ok {
+			if field := wire.BadUTF8Field(data.Materialize(), m.ProtoReflect().Descriptor()); field != "" {
+				err = fmt.Errorf("%s: not valid UTF-8 (a string field holds UTF-8 text; bytes go in a bytes field)", field)
+			}
+		}
 		c.bad.Store(v, err)
 	}
 	return nil

@@ -6,7 +6,13 @@
 // protowire, so every input reads exactly as protowire reads it.
 package wire
 
-import "google.golang.org/protobuf/encoding/protowire"
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
 
 // ConsumeTag is protowire.ConsumeTag.
 func ConsumeTag(b []byte) (protowire.Number, protowire.Type, int) {
@@ -54,4 +60,64 @@ func AppendVarint(b []byte, v uint64) []byte {
 		return append(b, byte(v)|0x80, byte(v>>7))
 	}
 	return protowire.AppendVarint(b, v)
+}
+
+// BadUTF8Field names the first string field of b, a message of md on the
+// wire, that is not valid UTF-8: its path from md ("messages[2].sender_
+// inbox_id", "group.mutable_metadata.attributes.value"), or "" when none
+// is (or b does not parse far enough to find one). Protobuf refuses such a
+// message without naming the field; a caller told which field is wrong
+// can fix it.
+func BadUTF8Field(b []byte, md protoreflect.MessageDescriptor) string {
+	return badUTF8(b, md, "", 0)
+}
+
+// maxUTF8Depth bounds the recursion as protobuf bounds nesting.
+const maxUTF8Depth = 100
+
+func badUTF8(b []byte, md protoreflect.MessageDescriptor, prefix string, depth int) string {
+	if depth > maxUTF8Depth {
+		return ""
+	}
+	seen := map[protowire.Number]int{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return ""
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		fd := md.Fields().ByNumber(num)
+		if fd == nil {
+			continue
+		}
+		name := prefix + string(fd.Name())
+		if fd.IsList() {
+			name = fmt.Sprintf("%s[%d]", name, seen[num])
+			seen[num]++
+		}
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			if !utf8.Valid(v) {
+				return name
+			}
+		case protoreflect.MessageKind, protoreflect.GroupKind:
+			if got := badUTF8(v, fd.Message(), name+".", depth+1); got != "" {
+				return got
+			}
+		}
+	}
+	return ""
 }

@@ -5,6 +5,11 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 )
 
 // sameAsProtowire fails t unless each reader reads b as protowire does,
@@ -70,4 +75,68 @@ func TestAppendMatchesProtowire(t *testing.T) {
 			t.Errorf("varint %d: %x, want %x", v, got, want)
 		}
 	}
+}
+
+// TestBadUTF8Field: the field that is not UTF-8 is named by its path,
+// through nested messages, lists and maps; a valid message names none.
+func TestBadUTF8Field(t *testing.T) {
+	good := &mb.GroupMessageSave{Id: []byte{1}, SenderInboxId: "alice", ContentType: "text"}
+	el := func(m *mb.GroupMessageSave) []byte {
+		b, err := proto.MarshalOptions{}.Marshal(&ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: m}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	elMD := (&ds.BackupElement{}).ProtoReflect().Descriptor()
+	// Marshal refuses invalid UTF-8 itself: write the field by hand.
+	raw := protowire.AppendTag(nil, 1, protowire.BytesType)
+	raw = protowire.AppendBytes(raw, []byte{1})
+	raw = protowire.AppendTag(raw, 7, protowire.BytesType)
+	raw = protowire.AppendBytes(raw, []byte("a\xffb"))
+	wrapped := protowire.AppendTag(nil, 3, protowire.BytesType)
+	wrapped = protowire.AppendBytes(wrapped, raw)
+	if proto.Unmarshal(wrapped, &ds.BackupElement{}) == nil {
+		t.Fatal("protobuf took invalid UTF-8: the test's premise is gone")
+	}
+	if got := BadUTF8Field(wrapped, elMD); got != "group_message.sender_inbox_id" {
+		t.Errorf("BadUTF8Field = %q, want group_message.sender_inbox_id", got)
+	}
+	if got := BadUTF8Field(el(good), elMD); got != "" {
+		t.Errorf("a valid element names %q", got)
+	}
+	// A list's index: the third super admin of a group.
+	groupMD := (&gb.GroupSave{}).ProtoReflect().Descriptor()
+	var meta []byte
+	for i := range 3 {
+		meta = protowire.AppendTag(meta, 3, protowire.BytesType)
+		if i == 2 {
+			meta = protowire.AppendBytes(meta, []byte{0xc3})
+		} else {
+			meta = protowire.AppendString(meta, "ok")
+		}
+	}
+	group := protowire.AppendTag(nil, 14, protowire.BytesType)
+	group = protowire.AppendBytes(group, meta)
+	if got := BadUTF8Field(group, groupMD); got != "mutable_metadata.super_admin_list[2]" {
+		t.Errorf("BadUTF8Field = %q, want mutable_metadata.super_admin_list[2]", got)
+	}
+	if got := BadUTF8Field([]byte{0xff, 0xff}, groupMD); got != "" {
+		t.Errorf("garbage names %q", got)
+	}
+}
+
+// FuzzBadUTF8Field: any bytes are read without panicking, and a field
+// named as not UTF-8 is in a message protobuf refuses.
+func FuzzBadUTF8Field(f *testing.F) {
+	f.Add([]byte{0x1a, 0x05, 0x3a, 0x03, 'a', 0xff, 'b'})
+	f.Add([]byte{0x1a, 0x04, 0x3a, 0x02, 'o', 'k'})
+	f.Add([]byte{0xff, 0xff})
+	md := (&ds.BackupElement{}).ProtoReflect().Descriptor()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		field := BadUTF8Field(b, md)
+		if field != "" && proto.Unmarshal(b, &ds.BackupElement{}) == nil {
+			t.Fatalf("%x: named %s, and protobuf takes the message", b, field)
+		}
+	})
 }
