@@ -1,11 +1,14 @@
 package jobs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
@@ -55,5 +58,48 @@ func TestImportOfADeletedObjectIsNoOutage(t *testing.T) {
 	j := waitDone(t, q.m, imp.ID)
 	if j.State != store.JobFailed || j.ErrorCode != int32(fault.FailedPrecondition) || !strings.Contains(j.ErrorMessage, "gone") || strings.Contains(j.ErrorMessage, "completes it") {
 		t.Errorf("import of a deleted object: %s %d %q; want FAILED_PRECONDITION saying it is gone", j.State, j.ErrorCode, j.ErrorMessage)
+	}
+}
+
+// TestExportBlockedByARecord (issue 34): a stored record the export rules
+// refuse (written before a rule) stops its owner's export, naming the
+// record, and the export-blocked signal goes up for the owner; an export
+// that excludes it completes, and the signal goes down.
+func TestExportBlockedByARecord(t *testing.T) {
+	st := enginetest.SQLite(t)
+	type signal struct {
+		owner   string
+		blocked bool
+	}
+	var got []signal
+	h := newHarness(t, st, func(c *Config) {
+		c.Freshness.ExportBlocked = func(_, owner string, blocked bool) { got = append(got, signal{owner, blocked}) }
+	})
+	owner := storetest.Owner("blocked")
+	fill(t, st, owner, 3)
+	old := storetest.Message("older build", storetest.GroupID("g-one"), 99)
+	old.DeliveryStatus = 0 // refused at the door since; stored before the rule
+	if _, err := st.AppendMessages(t.Context(), owner, []*mb.GroupMessageSave{old}, store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "blocked"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = waitDone(t, h.m, j.ID)
+	if j.State != store.JobFailed || j.ErrorCode != int32(fault.FailedPrecondition) || !strings.Contains(j.ErrorMessage, fmt.Sprintf("%x", old.GetId())) {
+		t.Fatalf("export of an owner with an unexportable record: %s %d %q; want FAILED_PRECONDITION naming it", j.State, j.ErrorCode, j.ErrorMessage)
+	}
+	req := exportReq(owner, "the rest")
+	req.Nonconforming = backup.ExcludeNonconforming
+	j, err = h.m.StartExport(t.Context(), "tester", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = waitDone(t, h.m, j.ID); j.State != store.JobSucceeded {
+		t.Fatalf("export excluding the record: %s %q", j.State, j.ErrorMessage)
+	}
+	if len(got) != 2 || got[0] != (signal{owner, true}) || got[1] != (signal{owner, false}) {
+		t.Errorf("export-blocked signals %v; want up, then down, for %s", got, owner)
 	}
 }

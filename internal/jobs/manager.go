@@ -940,6 +940,15 @@ func (m *Manager) execute(ctx context.Context, r *run, req request, p prepared) 
 		m.cfg.Ended(r.job.Kind, end.State, r.bytes.Load(), end.At.Sub(r.job.Created))
 	}
 	log.Info("job ended", zap.String("state", end.State), zap.String("error", end.ErrorMessage), zap.Uint64("bytes", r.bytes.Load()))
+	if r.job.Kind == store.JobExport && m.cfg.Freshness.ExportBlocked != nil {
+		var unexportable *backup.UnexportableError
+		switch {
+		case errors.As(err, &unexportable):
+			m.cfg.Freshness.ExportBlocked(p.backup.Schedule, p.backup.Owner, true)
+		case end.State == store.JobSucceeded:
+			m.cfg.Freshness.ExportBlocked(p.backup.Schedule, p.backup.Owner, false)
+		}
+	}
 	if end.State == store.JobSucceeded && p.backup.Schedule != "" && m.cfg.Freshness.BackupSucceeded != nil {
 		m.cfg.Freshness.BackupSucceeded(p.backup.Schedule, p.backup.Owner, end.At)
 	}

@@ -31,6 +31,12 @@ type Freshness struct {
 	RetentionRan func(schedule string, at time.Time, err error)
 	// ScheduleInterval: how long the schedule waits between ticks.
 	ScheduleInterval func(schedule string, every time.Duration)
+	// ExportBlocked: an export of owner (by schedule, "" on demand) ended:
+	// blocked when a stored record the export rules refuse stopped it
+	// (the job's error names the record), not when it completed. Until
+	// an operator excludes or repairs the record (Lint, nonconforming),
+	// every backup of the owner fails the same way.
+	ExportBlocked func(schedule, owner string, blocked bool)
 }
 
 // VerifyPolicy re-reads a schedule's stored backups on a cron schedule of

@@ -23,6 +23,7 @@ type JobMetrics struct {
 	retentionRuns  *prometheus.CounterVec
 	retentionLast  *prometheus.GaugeVec
 	interval       *prometheus.GaugeVec
+	blocked        *prometheus.GaugeVec
 	reg            prometheus.Registerer
 }
 
@@ -77,8 +78,12 @@ func NewJobMetrics(reg prometheus.Registerer) *JobMetrics {
 		Name: "contentbackup_schedule_interval_seconds",
 		Help: "How long a schedule waits between ticks; the alert rules measure staleness in it.",
 	}, []string{"schedule"})
+	m.blocked = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "contentbackup_export_blocked",
+		Help: "1 while an owner's last export (by schedule; \"\" on demand) was stopped by a stored record the export rules refuse, until one completes: every backup of the owner fails the same way until the record is excluded or repaired (archivectl lint, --nonconforming).",
+	}, []string{"schedule", "owner"})
 	reg.MustRegister(m.jobs, m.jobBytes, m.scheduleRuns, m.scheduleMissed, m.takenOver, m.verified,
-		m.lastSuccess, m.lastVerified, m.retentionRuns, m.retentionLast, m.interval)
+		m.lastSuccess, m.lastVerified, m.retentionRuns, m.retentionLast, m.interval, m.blocked)
 	return m
 }
 
@@ -116,6 +121,13 @@ func (m *JobMetrics) Instrument(cfg *jobs.Config) {
 		},
 		ScheduleInterval: func(schedule string, every time.Duration) {
 			m.interval.WithLabelValues(schedule).Set(every.Seconds())
+		},
+		ExportBlocked: func(schedule, owner string, blocked bool) {
+			if blocked {
+				m.blocked.WithLabelValues(schedule, owner).Set(1)
+				return
+			}
+			m.blocked.DeleteLabelValues(schedule, owner)
 		},
 	}
 }
