@@ -28,6 +28,7 @@ import (
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	"github.com/contentbackup/contentbackup/internal/archive"
 )
 
@@ -256,6 +257,42 @@ func messageEdges() []edge[*mb.GroupMessageSave] {
 		add(fmt.Sprintf("sender_inbox_id %q", short(v)), func(m *mb.GroupMessageSave) { m.SenderInboxId = v })
 		add(fmt.Sprintf("untyped, authority_id %q", short(v)), func(m *mb.GroupMessageSave) { m.DecryptedMessageBytes = []byte{0xff}; m.AuthorityId = v })
 		add(fmt.Sprintf("untyped, content_type %q", short(v)), func(m *mb.GroupMessageSave) { m.DecryptedMessageBytes = []byte{0xff}; m.ContentType = v })
+	}
+	// Envelope-level edges (issue 34): the type's own strings, which the
+	// identifier fields are derived from (ARCH-008); parameters;
+	// compression; nesting; and a retired enum that disagrees.
+	envelope := func(ec *mc.EncodedContent) []byte { b, _ := proto.Marshal(ec); return b }
+	for _, v := range []string{"", "a\x00b", "\u00e9", ascii(300, 'c')} {
+		add(fmt.Sprintf("envelope type_id %q", short(v)), func(m *mb.GroupMessageSave) {
+			m.DecryptedMessageBytes = envelope(&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: v, VersionMajor: 1}, Content: []byte("x")})
+		})
+		add(fmt.Sprintf("envelope authority_id %q", short(v)), func(m *mb.GroupMessageSave) {
+			m.DecryptedMessageBytes = envelope(&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: v, TypeId: "text", VersionMajor: 1}, Content: []byte("x")})
+		})
+	}
+	add("envelope of 100 parameters", func(m *mb.GroupMessageSave) {
+		params := map[string]string{}
+		for i := range 100 {
+			params[fmt.Sprintf("p%d", i)] = ascii(100, 'v')
+		}
+		m.DecryptedMessageBytes = envelope(&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "text", VersionMajor: 1}, Parameters: params, Content: []byte("x")})
+	})
+	add("envelope compressed with an unknown compression", func(m *mb.GroupMessageSave) {
+		m.DecryptedMessageBytes = envelope(&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "text", VersionMajor: 1}, Compression: mc.Compression(7).Enum(), Content: []byte("x")})
+	})
+	add("envelope compressed with gzip, content not gzip", func(m *mb.GroupMessageSave) {
+		m.DecryptedMessageBytes = envelope(&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "text", VersionMajor: 1}, Compression: mc.Compression_COMPRESSION_GZIP.Enum(), Content: []byte("not gzip")})
+	})
+	add("envelope of a reply to a reply", func(m *mb.GroupMessageSave) {
+		inner := envelope(&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "text", VersionMajor: 1}, Content: []byte("x")})
+		m.DecryptedMessageBytes = envelope(&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "reply", VersionMajor: 1}, Content: inner})
+	})
+	for _, v := range []int32{1, 8, 42} {
+		//lint:ignore SA1019 the retired field's values are shapes under test
+		add(fmt.Sprintf("typed text, content_type_save %d", v), func(m *mb.GroupMessageSave) {
+			m.DecryptedMessageBytes = envelope(&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "text", VersionMajor: 1}, Content: []byte("x")})
+			m.ContentTypeSave = mb.ContentTypeSave(v)
+		})
 	}
 	add("expires_at_ns without expiry_known", func(m *mb.GroupMessageSave) {
 		m.ExpiryKnown, m.ExpiresAtNs = nil, proto.Int64(4_000_000_000_000_000_000)
