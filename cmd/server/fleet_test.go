@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/jobs"
@@ -167,21 +168,37 @@ func archivesIn(t *testing.T, dir string) int {
 	return n
 }
 
+// twoReplicas is a fleet of two built servers on one Postgres database
+// and an S3 gateway behind a throttle, alice's 10 MiB of messages stored,
+// and the throttle at 1 MiB/s so that an export is caught mid-way.
+type twoReplicas struct {
+	gw           gateway
+	th           *throttle
+	url          string
+	a, b         *jobServer
+	connA, connB *grpc.ClientConn
+}
+
+func startFleet(t *testing.T) twoReplicas {
+	t.Helper()
+	bin := buildServer(t)
+	gw, gwAddr := startGateway(t)
+	f := twoReplicas{gw: gw, th: startThrottle(t, gwAddr), url: storetest.NewPostgresDatabase(t)}
+	dir := t.TempDir()
+	f.a = &jobServer{bin: bin, env: fleetEnv(t, f.url, dir, f.th.addr)}
+	f.b = &jobServer{bin: bin, env: fleetEnv(t, f.url, dir, f.th.addr)}
+	f.connA, f.connB = f.a.start(t), f.b.start(t)
+	fillLarge(t, f.connA, "alice")
+	f.th.rate.Store(1 << 20)
+	return f
+}
+
 // TestFleetJobSurvivesAReplica: a replica SIGKILLed mid-export leaves its
 // job to its lease, and the other replica of the fleet takes it over and
 // finishes it: one complete backup, its object matching its summary.
 func TestFleetJobSurvivesAReplica(t *testing.T) {
-	bin := buildServer(t)
-	gw, gwAddr := startGateway(t)
-	th := startThrottle(t, gwAddr)
-	url := storetest.NewPostgresDatabase(t)
-	dir := t.TempDir()
-	a := &jobServer{bin: bin, env: fleetEnv(t, url, dir, th.addr)}
-	b := &jobServer{bin: bin, env: fleetEnv(t, url, dir, th.addr)}
-	connA := a.start(t)
-	connB := b.start(t)
-	fillLarge(t, connA, "alice")
-	th.rate.Store(1 << 20)
+	f := startFleet(t)
+	gw, th, a, b, connA, connB := f.gw, f.th, f.a, f.b, f.connA, f.connB
 	op := startExport(t, connA, "alice", "s3", "fleet")
 	key := objectKey(t, op)
 	waitTransferring(t, connA, op.GetName())
@@ -230,17 +247,8 @@ func TestFleetJobSurvivesAReplica(t *testing.T) {
 // restores. (Before attempts were fenced, both attempts wrote one key and
 // the resumed replica deleted its successor's object.)
 func TestFleetStaleReplicaPausedAcrossItsLease(t *testing.T) {
-	bin := buildServer(t)
-	gw, gwAddr := startGateway(t)
-	th := startThrottle(t, gwAddr)
-	url := storetest.NewPostgresDatabase(t)
-	dir := t.TempDir()
-	a := &jobServer{bin: bin, env: fleetEnv(t, url, dir, th.addr)}
-	b := &jobServer{bin: bin, env: fleetEnv(t, url, dir, th.addr)}
-	connA := a.start(t)
-	connB := b.start(t)
-	fillLarge(t, connA, "alice")
-	th.rate.Store(1 << 20)
+	f := startFleet(t)
+	gw, th, url, a, b, connA, connB := f.gw, f.th, f.url, f.a, f.b, f.connA, f.connB
 	op := startExport(t, connA, "alice", "s3", "paused")
 	md := &cb.JobMetadata{}
 	if err := op.GetMetadata().UnmarshalTo(md); err != nil {

@@ -95,22 +95,11 @@ func TestIdentityFirstGRPCGzipBombs(t *testing.T) {
 	}
 	send() // the connection, once
 	want := strconv.Itoa(int(codes.Unauthenticated))
-	var bad []string
-	var mu sync.Mutex
-	allocated := allocatedBytes(func() {
-		var wg sync.WaitGroup
-		for w := range 8 {
-			wg.Go(func() {
-				for i := w; i < 1000; i += 8 {
-					if got := send(); got != want {
-						mu.Lock()
-						bad = append(bad, got)
-						mu.Unlock()
-					}
-				}
-			})
+	bad, allocated := sendAnonymous(func() string {
+		if got := send(); got != want {
+			return got
 		}
-		wg.Wait()
+		return ""
 	})
 	if len(bad) > 0 {
 		t.Errorf("%d of 1000 anonymous gzip requests answered %q, want grpc-status %s", len(bad), bad[0], want)
@@ -145,22 +134,11 @@ func TestIdentityFirstHTTPGzipBombs(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	send()
-	var bad []string
-	var mu sync.Mutex
-	allocated := allocatedBytes(func() {
-		var wg sync.WaitGroup
-		for w := range 8 {
-			wg.Go(func() {
-				for i := w; i < 1000; i += 8 {
-					if code, answer := send(); code != http.StatusUnauthorized || !strings.Contains(answer, `"code":"unauthenticated"`) {
-						mu.Lock()
-						bad = append(bad, fmt.Sprint(code, answer))
-						mu.Unlock()
-					}
-				}
-			})
+	bad, allocated := sendAnonymous(func() string {
+		if code, answer := send(); code != http.StatusUnauthorized || !strings.Contains(answer, `"code":"unauthenticated"`) {
+			return fmt.Sprint(code, answer)
 		}
-		wg.Wait()
+		return ""
 	})
 	if len(bad) > 0 {
 		t.Errorf("%d of 1000 anonymous gzip requests answered %q, want 401 unauthenticated", len(bad), bad[0])
@@ -169,6 +147,29 @@ func TestIdentityFirstHTTPGzipBombs(t *testing.T) {
 	if allocated > anonymousBudget {
 		t.Errorf("1000 anonymous requests allocated %d MiB; want under %d MiB", allocated>>20, anonymousBudget>>20)
 	}
+}
+
+// sendAnonymous makes 1,000 calls of refused from 8 callers at once and
+// returns the unexpected answers (refused's non-empty results) and what
+// the whole process allocated meanwhile.
+func sendAnonymous(refused func() string) (bad []string, allocated uint64) {
+	var mu sync.Mutex
+	allocated = allocatedBytes(func() {
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for i := w; i < 1000; i += 8 {
+					if got := refused(); got != "" {
+						mu.Lock()
+						bad = append(bad, got)
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+	return bad, allocated
 }
 
 // rawRequest opens a connection to url's host and writes a request line

@@ -105,17 +105,28 @@ func (s SQLStore) lockBackup(ctx context.Context, tx Conn, owner, id string) (st
 	return r.backup(), nil
 }
 
+// writingUnder locks owner's backup id and returns it while it is being
+// written by the job attempt by names: the check every fenced catalog
+// write makes in its own transaction.
+func (s SQLStore) writingUnder(ctx context.Context, tx Conn, owner, id string, by store.Fence) (store.Backup, error) {
+	b, err := s.lockBackup(ctx, tx, owner, id)
+	if err != nil {
+		return store.Backup{}, err
+	}
+	if b.State != store.BackupWriting {
+		return store.Backup{}, fmt.Errorf("backup %s is %s: %w", id, b.State, store.ErrFailedPrecondition)
+	}
+	if err := s.holdsFence(ctx, tx, b.JobID, by); err != nil {
+		return store.Backup{}, fmt.Errorf("backup %s: %w", id, err)
+	}
+	return b, nil
+}
+
 func (s SQLStore) CompleteBackup(ctx context.Context, owner, id string, by store.Fence, sum store.BackupSummary) error {
 	return s.db.Write(ctx, func(tx Conn) error {
-		b, err := s.lockBackup(ctx, tx, owner, id)
+		b, err := s.writingUnder(ctx, tx, owner, id, by)
 		if err != nil {
 			return err
-		}
-		if b.State != store.BackupWriting {
-			return fmt.Errorf("backup %s is %s: %w", id, b.State, store.ErrFailedPrecondition)
-		}
-		if err := s.holdsFence(ctx, tx, b.JobID, by); err != nil {
-			return fmt.Errorf("backup %s: %w", id, err)
 		}
 		key := sum.ObjectKey
 		if key == "" {
@@ -133,15 +144,8 @@ func (s SQLStore) CompleteBackup(ctx context.Context, owner, id string, by store
 
 func (s SQLStore) AbandonBackup(ctx context.Context, owner, id string, by store.Fence) error {
 	return s.db.Write(ctx, func(tx Conn) error {
-		b, err := s.lockBackup(ctx, tx, owner, id)
-		if err != nil {
+		if _, err := s.writingUnder(ctx, tx, owner, id, by); err != nil {
 			return err
-		}
-		if b.State != store.BackupWriting {
-			return fmt.Errorf("backup %s is %s: %w", id, b.State, store.ErrFailedPrecondition)
-		}
-		if err := s.holdsFence(ctx, tx, b.JobID, by); err != nil {
-			return fmt.Errorf("backup %s: %w", id, err)
 		}
 		if _, err := tx.Exec(ctx, s.d.bind(`DELETE FROM backups WHERE owner = ? AND id = ?`), owner, id); err != nil {
 			return fmt.Errorf("%s: abandon backup: %w", s.d.Name, err)
