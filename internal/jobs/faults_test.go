@@ -4,11 +4,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/backup"
+	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
@@ -71,9 +75,19 @@ func TestExportBlockedByARecord(t *testing.T) {
 		owner   string
 		blocked bool
 	}
+	var mu sync.Mutex
 	var got []signal
+	signals := func() []signal {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
 	h := newHarness(t, st, func(c *Config) {
-		c.Freshness.ExportBlocked = func(_, owner string, blocked bool) { got = append(got, signal{owner, blocked}) }
+		c.Freshness.ExportBlocked = func(_, owner string, blocked bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, signal{owner, blocked})
+		}
 	})
 	owner := storetest.Owner("blocked")
 	fill(t, st, owner, 3)
@@ -99,7 +113,9 @@ func TestExportBlockedByARecord(t *testing.T) {
 	if j = waitDone(t, h.m, j.ID); j.State != store.JobSucceeded {
 		t.Fatalf("export excluding the record: %s %q", j.State, j.ErrorMessage)
 	}
-	if len(got) != 2 || got[0] != (signal{owner, true}) || got[1] != (signal{owner, false}) {
-		t.Errorf("export-blocked signals %v; want up, then down, for %s", got, owner)
+	// The signal follows the job's end, which waitDone sees first.
+	eventually.True(t, 10*time.Second, func() bool { return len(signals()) == 2 }, func() string { return fmt.Sprint(signals()) })
+	if s := signals(); s[0] != (signal{owner, true}) || s[1] != (signal{owner, false}) {
+		t.Errorf("export-blocked signals %v; want up, then down, for %s", s, owner)
 	}
 }
