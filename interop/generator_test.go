@@ -288,9 +288,9 @@ func messageEdges() []edge[*mb.GroupMessageSave] {
 		m.DecryptedMessageBytes = envelope(&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "reply", VersionMajor: 1}, Content: inner})
 	})
 	for _, v := range []int32{1, 8, 42} {
-		//lint:ignore SA1019 the retired field's values are shapes under test
 		add(fmt.Sprintf("typed text, content_type_save %d", v), func(m *mb.GroupMessageSave) {
 			m.DecryptedMessageBytes = envelope(&mc.EncodedContent{Type: &mc.ContentTypeId{AuthorityId: "xmtp.org", TypeId: "text", VersionMajor: 1}, Content: []byte("x")})
+			//lint:ignore SA1019 the retired field's values are shapes under test
 			m.ContentTypeSave = mb.ContentTypeSave(v)
 		})
 	}
