@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 
@@ -62,22 +63,16 @@ func (b *Buckets) LocalDir(name string) string {
 // filesystem holding dir (its nearest existing ancestor).
 func freeBytes(dir string) (uint64, error) {
 	var st unix.Statfs_t
-	for d := dir; ; {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
 		err := unix.Statfs(d, &st)
 		if err == nil {
 			return st.Bavail * uint64(st.Bsize), nil
 		}
-		if !errors.Is(err, unix.ENOENT) {
+		// A bucket directory is made on its first write: its nearest
+		// existing ancestor is on the filesystem it will be on.
+		if !errors.Is(err, unix.ENOENT) || d == filepath.Dir(d) {
 			return 0, fmt.Errorf("free space of %s: %w", dir, err)
 		}
-		parent := d[:max(strings.LastIndexByte(d, '/'), 0)]
-		if parent == d || parent == "" {
-			parent = "/"
-		}
-		if parent == d {
-			return 0, fmt.Errorf("free space of %s: %w", dir, err)
-		}
-		d = parent
 	}
 }
 

@@ -367,11 +367,14 @@ func ExportForm(m *mb.GroupMessageSave) {
 	if cts == mb.ContentTypeSave_CONTENT_TYPE_SAVE_UNSPECIFIED {
 		return
 	}
-	if _, err := codec.ParseEnvelope(m.GetDecryptedMessageBytes()); err != nil {
+	ec, err := codec.ParseEnvelope(m.GetDecryptedMessageBytes())
+	if err != nil {
 		return
 	}
-	DeriveIdentifiers(m)
-	if want, ok := legacyTypes[m.GetContentType()]; ok && m.GetAuthorityId() == "xmtp.org" && want == cts {
+	// The stored identifier fields were derived from this type on write
+	// (store.Derive): the envelope's type is read once, here.
+	t := ec.GetType()
+	if want, ok := legacyTypes[t.GetTypeId()]; ok && t.GetAuthorityId() == "xmtp.org" && want == cts {
 		return
 	}
 	m.ContentTypeSave = mb.ContentTypeSave_CONTENT_TYPE_SAVE_UNSPECIFIED
