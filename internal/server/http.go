@@ -16,5 +16,8 @@ func (s *Server) HTTPHandler(maxRecvBytes int) (http.Handler, error) {
 
 // HTTPHandlerWith is HTTPHandler under limits.
 func (s *Server) HTTPHandlerWith(limits httpjson.Limits) (http.Handler, error) {
+	if limits.Memory == nil {
+		limits.Memory = s.pool
+	}
 	return httpjson.New(s.grpc, s.authz.AdmitHTTP, limits, s.log)
 }

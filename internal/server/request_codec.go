@@ -32,11 +32,14 @@ import (
 // takes it back (malformed) before anything reads the message.
 type requestCodec struct {
 	proto encoding.CodecV2
-	bad   sync.Map // message pointer → parse error
+	bad   sync.Map // message pointer → parse error, or *status.Status
+	// inflated is the listener's gzip decompressor, whose charge for a
+	// message the codec releases once it is parsed (see gunzipBudget).
+	inflated *gunzipBudget
 }
 
-func newRequestCodec() *requestCodec {
-	return &requestCodec{proto: encoding.GetCodecV2("proto")}
+func newRequestCodec(inflated *gunzipBudget) *requestCodec {
+	return &requestCodec{proto: encoding.GetCodecV2("proto"), inflated: inflated}
 }
 
 func (c *requestCodec) Name() string { return "proto" }
@@ -106,6 +109,14 @@ func exportChunk(v any) (hdr, chunk []byte, ok bool) {
 }
 
 func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	charge, refused := c.inflated.claim(data)
+	if refused != nil {
+		c.bad.Store(v, refused)
+		return nil
+	}
+	if charge != nil {
+		defer charge.Close()
+	}
 	if err := c.proto.Unmarshal(data, v); err != nil {
 		// Protobuf says a string is not UTF-8 without naming it: the
 		// caller is told which field.
@@ -128,6 +139,9 @@ func (c *requestCodec) malformed(msg any) error {
 	err, ok := c.bad.LoadAndDelete(msg)
 	if !ok {
 		return nil
+	}
+	if st, refused := err.(*status.Status); refused {
+		return st.Err()
 	}
 	return status.Error(codes.InvalidArgument, clip("the request is not a valid protobuf message: "+err.(error).Error()))
 }

@@ -148,6 +148,9 @@ type Server struct {
 	// authz proves callers for the HTTP/JSON listener's door too.
 	authz   *authz.Authorizer
 	metrics prometheus.Registerer
+	// pool is the memory budget the HTTP/JSON listener's inflation is
+	// charged to, as the gRPC listener's is.
+	pool *budget.Pool
 }
 
 // New builds the server and registers every service: the call chain
@@ -162,7 +165,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 	if pool == nil {
 		pool = budget.NewPool(limits.MemoryBytes)
 	}
-	opts, callMetrics, authz := serverOptions(cfg, limits, log)
+	opts, callMetrics, authz := serverOptions(cfg, limits, pool, log)
 	g := grpc.NewServer(opts...)
 	jm := registerServices(g, cfg, limits, pool, log)
 
@@ -177,7 +180,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 		callMetrics.InitializeMetrics(g)
 	}
 	srv := &Server{grpc: g, health: hs, log: log, store: cfg.Store, jobs: jm, storeInterval: cfg.StoreCheckInterval, shutdown: make(chan struct{}),
-		authz: authz, metrics: cfg.Metrics}
+		authz: authz, metrics: cfg.Metrics, pool: pool}
 	if srv.storeInterval <= 0 {
 		srv.storeInterval = 2 * time.Second
 	}
@@ -195,7 +198,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 // first (the caller proven before anything else runs, so every log line
 // below names the principal), and the transport's limits; with metrics,
 // the per-call metrics it registered.
-func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOption, *grpcprom.ServerMetrics, *authz.Authorizer) {
+func serverOptions(cfg Config, limits Limits, pool *budget.Pool, log *zap.Logger) ([]grpc.ServerOption, *grpcprom.ServerMetrics, *authz.Authorizer) {
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithLevels(callLevel),
@@ -205,7 +208,8 @@ func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOpt
 		log.Error("panic in handler", zap.Any("panic", p), zap.Stack("stack"))
 		return status.Error(codes.Internal, "internal error")
 	})
-	reqCodec := newRequestCodec()
+	inflate := newGunzipBudget(pool, int64(cfg.MaxRecvBytes))
+	reqCodec := newRequestCodec(inflate)
 	authzCfg := authz.Config{Authn: cfg.Auth, PublicReflection: cfg.PublicReflection, Log: log, Malformed: reqCodec.malformed}
 	if cfg.Metrics != nil {
 		refused := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -232,6 +236,10 @@ func serverOptions(cfg Config, limits Limits, log *zap.Logger) ([]grpc.ServerOpt
 		// before its request is read, decompressed or decoded.
 		grpc.InTapHandle(authorizer.Tap),
 		grpc.ForceServerCodecV2(reqCodec),
+		// A compressed request is inflated under the memory budget, before
+		// any interceptor (see gunzipBudget).
+		//lint:ignore SA1019 the one way to give a server, not the process, a decompressor of its own
+		grpc.RPCDecompressor(inflate),
 		// gRPC buffers a whole request (up to MaxRecvBytes) before any
 		// handler runs; bounding the calls one connection may have open
 		// bounds what one client can make it buffer.

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/fault"
 )
 
@@ -42,6 +43,10 @@ type Limits struct {
 	// stream reads one for its life); past it a request is UNAVAILABLE
 	// (503) before a byte of its body is read.
 	MaxBodies int
+	// Memory, when set, is the server-wide memory budget: a compressed
+	// body holds a message's room from it (1.5 × MaxRecvBytes + 4 KiB)
+	// while it is read, or is refused 429 before a byte is inflated.
+	Memory *budget.Pool
 }
 
 // DefaultMaxRecvBytes is the gRPC server's default message limit, which
@@ -139,6 +144,19 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tooLarge(w, r.ContentLength, d.maxBody)
 		return
 	}
+	if compressedBody(r) && d.limits.Memory != nil {
+		// The transcoder inflates a message whole, up to maxBody, before
+		// the gRPC server sees it: its room is taken from the server-wide
+		// memory budget first, and held while the body is read.
+		inflated := d.limits.Memory.NewCall("decompressed request", d.maxBody)
+		if err := inflated.Charge(d.maxBody); err != nil {
+			w.Header().Set("Retry-After", "1")
+			httpError(w, http.StatusTooManyRequests, "resource_exhausted",
+				"the server's memory budget has no room now to decompress a request body; retry, or send it uncompressed")
+			return
+		}
+		defer inflated.Close()
+	}
 	body := &pacedBody{body: r.Body, rc: http.NewResponseController(w), start: time.Now(), grace: d.limits.BodyGrace, rate: d.limits.MinBodyRate}
 	r.Body = body
 	dw := &doorWriter{ResponseWriter: w, body: body, rest: !rpcPath(r.URL.Path)}
@@ -166,6 +184,17 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// body's pace, so an HTTP/1.1 client still writing it reads the
 	// answer rather than a connection reset under it. Nothing is kept.
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, max(d.maxBody, maxDrain)))
+}
+
+// compressedBody reports whether r's body, or its messages, are
+// compressed in a way the transcoder inflates.
+func compressedBody(r *http.Request) bool {
+	for _, h := range []string{"Content-Encoding", "Connect-Content-Encoding", "Grpc-Encoding"} {
+		if v := r.Header.Get(h); v != "" && v != "identity" {
+			return true
+		}
+	}
+	return false
 }
 
 // maxDrain bounds what the door reads and drops of a body the handler
