@@ -123,14 +123,19 @@ reliability:
 	TEST_DATABASE_URL="$$url" go test -count=1 -v -run 'Reliability' ./internal/server
 
 # interop-soak runs the differential generator against the reference
-# client for SOAK_SEEDS seeds of SOAK_SHAPES shapes each (make test runs
-# one seed of 300); each seed's verdicts land in interop/soak-<seed>.json.
+# client for SOAK_SEEDS seeds: SOAK_SHAPES single-record shapes, and
+# SOAK_BATCHES batches of SOAK_BATCH_RECORDS records in each direction
+# (make test runs one seed of 300 shapes and 3 batches of 80 each way);
+# each seed's verdicts land in interop/soak-<seed>*.json.
 SOAK_SEEDS ?= 1 2 3 4 5 6 7 8 9 10
 SOAK_SHAPES ?= 2000
+SOAK_BATCHES ?= 10
+SOAK_BATCH_RECORDS ?= 150
 interop-soak: interop-deps
 	cd interop && for seed in $(SOAK_SEEDS); do \
-		go test -count=1 -timeout 60m -run '^TestReferenceRules_DifferentialGenerator$$' . -v \
-			-gen.seed=$$seed -gen.shapes=$(SOAK_SHAPES) -gen.report=$$PWD/soak-$$seed.json | grep -E 'seed [0-9]+:|imported|FAIL|ok' || exit 1; \
+		go test -count=1 -timeout 60m -run '^(TestReferenceRules_DifferentialGenerator|TestGeneratorBatches_.*)$$' . -v \
+			-gen.seed=$$seed -gen.shapes=$(SOAK_SHAPES) -gen.batches=$(SOAK_BATCHES) -gen.batch-records=$(SOAK_BATCH_RECORDS) \
+			-gen.report=$$PWD/soak-$$seed.json | grep -E 'seed [0-9]+|imported|FAIL|ok' || exit 1; \
 	done
 
 # retention-golden rewrites internal/jobs/testdata/restic_forget.json from

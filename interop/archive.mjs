@@ -136,7 +136,10 @@ async function importInto(client, input) {
   await sync.importArchive(data, key);
   const conversations = [];
   const messages = [];
-  for (const item of client.conversations().list({})) {
+  // Every conversation the import stored: list's defaults hide those
+  // whose consent is Denied and all but one DM of a pair.
+  const every = { consentStates: [b.ConsentState.Unknown, b.ConsentState.Allowed, b.ConsentState.Denied], includeDuplicateDms: true };
+  for (const item of client.conversations().list(every)) {
     const conv = item.conversation ?? item;
     conversations.push({ id: conv.id(), membershipState: conv.membershipState(), name: safe(() => conv.groupName()),
       disappearing: safe(() => { const d = conv.messageDisappearingSettings(); return d ? { fromNs: String(d.fromNs), inNs: String(d.inNs) } : null; }) });

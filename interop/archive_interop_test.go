@@ -80,10 +80,12 @@ type refArchiveView struct {
 		Disappearing    *refDisappearing `json:"disappearing"`
 	} `json:"conversations"`
 	Messages []struct {
-		ID          string      `json:"id"`
-		ConvoID     string      `json:"convoId"`
-		Envelope    refEnvelope `json:"envelope"`
-		DecodedType *string     `json:"decodedType"`
+		ID          string          `json:"id"`
+		ConvoID     string          `json:"convoId"`
+		Kind        json.RawMessage `json:"kind"`
+		SentAtNs    json.RawMessage `json:"sentAtNs"`
+		Envelope    refEnvelope     `json:"envelope"`
+		DecodedType *string         `json:"decodedType"`
 		// ContentType is the type the reference's database lists the
 		// message under (its enriched listing's contentType).
 		ContentType json.RawMessage `json:"contentType"`
