@@ -139,11 +139,16 @@ async function importInto(client, input) {
   // Every conversation the import stored: list's defaults hide those
   // whose consent is Denied and all but one DM of a pair.
   const every = { consentStates: [b.ConsentState.Unknown, b.ConsentState.Allowed, b.ConsentState.Denied], includeDuplicateDms: true };
+  const seen = new Set();
   for (const item of client.conversations().list(every)) {
     const conv = item.conversation ?? item;
+    if (seen.has(conv.id())) continue; // a DM listed as itself and as a duplicate
+    seen.add(conv.id());
     conversations.push({ id: conv.id(), membershipState: conv.membershipState(), name: safe(() => conv.groupName()),
       disappearing: safe(() => { const d = conv.messageDisappearingSettings(); return d ? { fromNs: String(d.fromNs), inNs: String(d.inNs) } : null; }) });
     for (const m of await conv.findMessages({})) {
+      // A DM the reference stitches to another lists the other's messages too.
+      if (messages.some((x) => x.id === m.id)) continue;
       messages.push({ id: m.id, convoId: m.convoId, kind: m.kind, sentAtNs: m.sentAtNs, envelope: envelopeOut(m.content) });
     }
     for (const d of await conv.findEnrichedMessages({})) {
@@ -156,7 +161,7 @@ async function importInto(client, input) {
       if (typeof value !== 'number') continue;
       for (const f of await conv.findMessages({ contentTypes: [value] })) {
         const m = messages.find((x) => x.id === f.id);
-        if (m) (m.listedAs ??= []).push(name);
+        if (m && !(m.listedAs ??= []).includes(name)) m.listedAs.push(name);
       }
     }
   }
