@@ -46,6 +46,22 @@ func HasCitus(ctx context.Context, db *sql.DB) (bool, error) {
 	return has, nil
 }
 
+// Undistributed returns the owner tables that are not distributed.
+func Undistributed(ctx context.Context, db *sql.DB) ([]string, error) {
+	var left []string
+	for _, table := range OwnerTables {
+		var distributed bool
+		err := db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass($1))", table).Scan(&distributed)
+		if err != nil {
+			return nil, fmt.Errorf("migrate: citus: is %s distributed: %w", table, err)
+		}
+		if !distributed {
+			left = append(left, table)
+		}
+	}
+	return left, nil
+}
+
 // Distribute distributes each owner table that is not yet distributed,
 // groups first (the others colocate with it), and returns those it
 // distributed. Idempotent: a table already distributed is left as it is,
@@ -71,7 +87,7 @@ func Distribute(ctx context.Context, db *sql.DB) ([]string, error) {
 	var done []string
 	for _, table := range OwnerTables {
 		var distributed bool
-		err := conn.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = $1::regclass)", table).Scan(&distributed)
+		err := conn.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass($1))", table).Scan(&distributed)
 		if err != nil {
 			return done, fmt.Errorf("migrate: citus: is %s distributed: %w", table, err)
 		}

@@ -418,7 +418,11 @@ func openStore(ctx context.Context, f storeFlags, migrate bool, log *zap.Logger,
 		}
 		// The URL may hold a password: log only where it points.
 		cfg := s.Pool().Config().ConnConfig
-		log.Info("store", zap.String("engine", "postgres"), zap.String("host", cfg.Host), zap.String("database", cfg.Database), zap.Bool("migrated", migrate))
+		fields := []zap.Field{zap.String("engine", "postgres"), zap.String("host", cfg.Host), zap.String("database", cfg.Database), zap.Bool("migrated", migrate)}
+		if len(s.Distributed) > 0 {
+			fields = append(fields, zap.Strings("citus_distributed", s.Distributed))
+		}
+		log.Info("store", fields...)
 		return s, nil
 	}
 	s, err := sqlite.Open(ctx, f.DataDir, sqlite.Options{Migrate: migrate})

@@ -290,9 +290,14 @@ func GroupSelect(owner string, after []byte, limit int, changedAfter *int64, pla
 		b.WriteString(` AND id > ` + placeholder(len(args)))
 	}
 	if changedAfter != nil {
-		// Twice: "?" placeholders are positional.
-		args = append(args, *changedAfter, *changedAfter)
-		b.WriteString(` AND (change_seq > ` + placeholder(len(args)-1) + ` OR EXISTS (SELECT 1 FROM messages m WHERE m.owner = groups.owner AND m.group_id = groups.id AND m.change_seq > ` + placeholder(len(args)) + `))`)
+		// Each value again where it is used: "?" placeholders are
+		// positional. The subquery names the owner itself, not through
+		// groups.owner: Citus routes a statement to one shard only when
+		// every table in it is filtered by the owner's value (issue 35's
+		// router-plan test).
+		args = append(args, *changedAfter, owner, *changedAfter)
+		b.WriteString(` AND (change_seq > ` + placeholder(len(args)-2) + ` OR EXISTS (SELECT 1 FROM messages m WHERE m.owner = ` + placeholder(len(args)-1) +
+			` AND m.group_id = groups.id AND m.change_seq > ` + placeholder(len(args)) + `))`)
 	}
 	args = append(args, limit)
 	b.WriteString(` ORDER BY id LIMIT ` + placeholder(len(args)))

@@ -37,6 +37,9 @@ type Store struct {
 	sqlstore.SQLStore
 	pool  *pgxpool.Pool
 	space *store.SpaceWatch
+	// Distributed names the tables this Open distributed on Citus (none
+	// on plain Postgres, or when they were already).
+	Distributed []string
 }
 
 var _ store.Store = (*Store)(nil)
@@ -49,6 +52,9 @@ type Options struct {
 	// Tracer, when set, traces every query (the OpenTelemetry pgx tracer
 	// when tracing is on).
 	Tracer pgx.QueryTracer
+	// OnNotice, when set, is called with each notice the server sends
+	// (the Citus router-plan test reads Citus's multi-shard notices).
+	OnNotice func(*pgconn.PgConn, *pgconn.Notice)
 }
 
 // Open connects to the database at url (a postgres:// URL or key=value
@@ -60,6 +66,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if opts.Tracer != nil {
 		cfg.ConnConfig.Tracer = opts.Tracer
+	}
+	if opts.OnNotice != nil {
+		cfg.ConnConfig.OnNotice = opts.OnNotice
 	}
 	// pgx reads the server's messages 8 KiB at a time: an export's stream
 	// of rows took a read system call per 8 KiB, a fifth of the server's
@@ -84,9 +93,18 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 func (s *Store) prepare(ctx context.Context, opts Options) error {
 	db := stdlib.OpenDBFromPool(s.pool)
 	defer db.Close()
+	citus, err := migrations.HasCitus(ctx, db)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
 	if opts.Migrate {
 		if _, err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
 			return fmt.Errorf("postgres: %w", err)
+		}
+		if citus {
+			if s.Distributed, err = migrations.Distribute(ctx, db); err != nil {
+				return fmt.Errorf("postgres: %w", err)
+			}
 		}
 		return nil
 	}
@@ -96,6 +114,15 @@ func (s *Store) prepare(ctx context.Context, opts Options) error {
 	}
 	if current < latest {
 		return fmt.Errorf("postgres: the database is at schema version %d, the binary needs %d: run the migrate command or start with --migrate", current, latest)
+	}
+	if citus {
+		left, err := migrations.Undistributed(ctx, db)
+		if err != nil {
+			return fmt.Errorf("postgres: %w", err)
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("postgres: the database has Citus but %s not distributed by owner: run the migrate command or start with --migrate", strings.Join(left, ", "))
+		}
 	}
 	return nil
 }
@@ -335,9 +362,8 @@ func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessa
 	_, err = sp.CopyFrom(ctx, pgx.Identifier{"messages"}, copyColumns, pgx.CopyFromSlice(len(fresh), func(i int) ([]any, error) {
 		return append([]any{owner}, store.MessageInsertArgs(fresh[i], restored, seq)...), nil
 	}))
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation
+	case uniqueViolation(err):
 		if rerr := sp.Rollback(ctx); rerr != nil {
 			return nil, fmt.Errorf("postgres: rollback to savepoint: %w", rerr)
 		}
@@ -349,6 +375,18 @@ func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessa
 		return nil, fmt.Errorf("postgres: release savepoint: %w", err)
 	}
 	return out, nil
+}
+
+// uniqueViolation reports a unique constraint refusing a row. Citus
+// relays a worker's refusal of a COPY row as an internal error (XX000)
+// with the worker's message, not as 23505.
+func uniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return pgErr.Code == "23505" ||
+		pgErr.Code == "XX000" && strings.HasPrefix(pgErr.Message, "duplicate key value violates unique constraint")
 }
 
 // insertNew inserts the batch in one statement that leaves stored ids

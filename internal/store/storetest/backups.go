@@ -297,3 +297,40 @@ func testIncrementAndBaseDeleteSerialize(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testBackupAccounting: RecordVerification, OwnerBackupBytes (the quota's
+// sum, over complete backups only) and WrappingKEKs (fleet-wide, one
+// sample per fingerprint).
+func testBackupAccounting(t *testing.T, s store.Store) {
+	for i, owner := range []string{"alice", "alice", "bob"} {
+		b := writingBackup(owner, fmt.Sprintf("%016x0000000000000000", i+1), "")
+		b.KEKFingerprint = []string{"kek-a", "kek-b", "kek-a"}[i]
+		if err := s.CreateBackup(ctx(t), b); err != nil {
+			t.Fatalf("CreateBackup: %v", err)
+		}
+		if i < 2 {
+			completeAsJob(t, s, b, store.BackupSummary{At: time.Now(), Length: uint64(1000 * (i + 1))})
+		}
+	}
+	if got, err := s.OwnerBackupBytes(ctx(t), "alice"); err != nil || got != 3000 {
+		t.Errorf("OwnerBackupBytes(alice) = %d, %v; want 3000", got, err)
+	}
+	if got, err := s.OwnerBackupBytes(ctx(t), "bob"); err != nil || got != 0 {
+		t.Errorf("OwnerBackupBytes(bob) = %d, %v; want 0 (its backup is not complete)", got, err)
+	}
+	keks, err := s.WrappingKEKs(ctx(t))
+	if err != nil || len(keks) != 2 || keks[0].Fingerprint != "kek-a" || keks[1].Fingerprint != "kek-b" || len(keks[0].Sample) == 0 {
+		t.Errorf("WrappingKEKs = %+v, %v; want kek-a and kek-b with samples", keks, err)
+	}
+	id := fmt.Sprintf("%016x0000000000000000", 1)
+	if err := s.RecordVerification(ctx(t), "alice", id, time.Unix(0, 1_800_000_000_000_000_000), "sha256 mismatch"); err != nil {
+		t.Fatalf("RecordVerification: %v", err)
+	}
+	got, err := s.GetBackup(ctx(t), "alice", id)
+	if err != nil || got.VerifyProblem != "sha256 mismatch" || got.Verified.UnixNano() != 1_800_000_000_000_000_000 {
+		t.Errorf("after RecordVerification: %+v, %v", got, err)
+	}
+	if err := s.RecordVerification(ctx(t), "bob", id, time.Now(), ""); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("RecordVerification of alice's backup as bob: %v, want ErrNotFound", err)
+	}
+}

@@ -63,6 +63,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ListJobsPages", testListJobs},
 		{"DeleteFinishedJobs", testDeleteFinishedJobs},
 		{"BackupCatalogIsOwnerBound", testBackupCatalog},
+		{"BackupAccounting", testBackupAccounting},
 		{"BackupChains", testBackupChains},
 		{"ProbeWrite", testProbeWrite},
 		{"ScheduleTickClaimedOnce", testScheduleTicks},

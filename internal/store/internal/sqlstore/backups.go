@@ -275,13 +275,15 @@ func (s SQLStore) RecordVerification(ctx context.Context, owner, id string, at t
 }
 
 func (s SQLStore) WrappingKEKs(ctx context.Context) ([]store.WrappingKEK, error) {
+	// The fingerprints, then one wrapped key of each to try: fleet-wide
+	// reads, bounded by the few KEKs a catalog is ever under, once at
+	// start. Two plain statements rather than one with a correlated
+	// subquery, which Citus cannot plan over a distributed table.
 	var out []store.WrappingKEK
-	// One row per fingerprint, with one of its wrapped keys to try: a
-	// fleet-wide read, bounded by the few KEKs a catalog is ever under.
-	err := s.db.Read().Query(ctx, `SELECT f.kek_fingerprint, (SELECT wrapped_key FROM backups b WHERE b.kek_fingerprint = f.kek_fingerprint LIMIT 1) FROM (SELECT DISTINCT kek_fingerprint FROM backups) f ORDER BY f.kek_fingerprint LIMIT 64`, nil, func(rows Rows) error {
+	err := s.db.Read().Query(ctx, `SELECT DISTINCT kek_fingerprint FROM backups ORDER BY kek_fingerprint LIMIT 64`, nil, func(rows Rows) error {
 		for rows.Next() {
 			var w store.WrappingKEK
-			if err := rows.Scan(&w.Fingerprint, &w.Sample); err != nil {
+			if err := rows.Scan(&w.Fingerprint); err != nil {
 				return err
 			}
 			out = append(out, w)
@@ -290,6 +292,12 @@ func (s SQLStore) WrappingKEKs(ctx context.Context) ([]store.WrappingKEK, error)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: read the catalog's key-encryption keys: %w", s.d.Name, err)
+	}
+	for i := range out {
+		err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT wrapped_key FROM backups WHERE kek_fingerprint = ? LIMIT 1`), out[i].Fingerprint).Scan(&out[i].Sample)
+		if err != nil {
+			return nil, fmt.Errorf("%s: read a key wrapped under %q: %w", s.d.Name, out[i].Fingerprint, err)
+		}
 	}
 	return out, nil
 }

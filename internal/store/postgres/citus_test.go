@@ -1,0 +1,130 @@
+package postgres_test
+
+import (
+	"context"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/postgres"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/migrations"
+)
+
+// planRecorder keeps, for each connection, the statement it runs, and the
+// statements during which Citus said it was about to run a multi-shard
+// (multi-task) plan.
+type planRecorder struct {
+	mu      sync.Mutex
+	current map[*pgconn.PgConn]string
+	all     map[string]bool
+	multi   map[string]bool
+}
+
+func (r *planRecorder) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.mu.Lock()
+	flat := strings.Join(strings.Fields(d.SQL), " ")
+	r.current[c.PgConn()], r.all[flat] = flat, true
+	r.mu.Unlock()
+	return ctx
+}
+
+func (r *planRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *planRecorder) TraceCopyFromStart(ctx context.Context, c *pgx.Conn, d pgx.TraceCopyFromStartData) context.Context {
+	r.mu.Lock()
+	r.current[c.PgConn()] = "COPY " + d.TableName.Sanitize()
+	r.mu.Unlock()
+	return ctx
+}
+
+func (r *planRecorder) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
+
+func (r *planRecorder) notice(c *pgconn.PgConn, n *pgconn.Notice) {
+	if !strings.Contains(n.Message, "multi-task query about to be executed") {
+		return
+	}
+	r.mu.Lock()
+	r.multi[r.current[c]] = true
+	r.mu.Unlock()
+}
+
+// citusFleetWide are the statements on owner tables that read across
+// owners by design, each bounded: the expiry purge's and the KEK check's.
+// On Citus each runs on every shard; every other statement on an owner
+// table routes to the one shard holding its owner.
+var citusFleetWide = map[string]string{
+	"SELECT DISTINCT owner FROM messages WHERE owner > $1 AND expires_at_ns <= $2 ORDER BY owner LIMIT $3": "the purge finds its next owners, a page at a time (LIMIT)",
+	"SELECT min(expires_at_ns) FROM messages WHERE expires_at_ns <= $1":                                    "the purge's lag, on the expiry index of each shard",
+	"SELECT DISTINCT kek_fingerprint FROM backups ORDER BY kek_fingerprint LIMIT 64":                       "the KEK check at start: at most 64 fingerprints, on the kek_fingerprint index",
+	"SELECT wrapped_key FROM backups WHERE kek_fingerprint = $1 LIMIT 1":                                   "the KEK check at start: one sample of each fingerprint",
+}
+
+var ownerTableRef = regexp.MustCompile(`(?i)\b(?:from|into|update|join)\s+(` + strings.Join(migrations.OwnerTables, "|") + `)\b`)
+
+// TestCitusRouterPlans: the whole conformance suite on a real Citus
+// cluster (make citus), with Citus told to report every statement it
+// splits over shards (citus.multi_task_query_log_level): a statement on an
+// owner table that does not name its owner, and so is not routed to one
+// shard, fails it unless citusFleetWide names it. It needs the cluster
+// (TEST_CITUS_WORKERS); make test leaves it to make citus by name.
+func TestCitusRouterPlans(t *testing.T) {
+	if !storetest.Citus() {
+		t.Fatalf("%s is not set: this test runs on a Citus cluster (make citus)", storetest.CitusWorkersEnv)
+	}
+	rec := &planRecorder{current: map[*pgconn.PgConn]string{}, all: map[string]bool{}, multi: map[string]bool{}}
+	open := func(t testing.TB) store.Store {
+		t.Helper()
+		u, err := url.Parse(storetest.NewPostgresDatabase(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("citus.multi_task_query_log_level", "notice")
+		u.RawQuery = q.Encode()
+		s, err := postgres.Open(context.Background(), u.String(), postgres.Options{Migrate: true, Tracer: rec, OnNotice: rec.notice})
+		if err != nil {
+			t.Fatalf("open postgres store: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	storetest.Run(t, open)
+	if t.Failed() {
+		return
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var bad, fleet []string
+	for sql := range rec.multi {
+		if !ownerTableRef.MatchString(sql) {
+			continue // the migrations' own statements, Citus's catalog
+		}
+		if _, ok := citusFleetWide[sql]; ok {
+			fleet = append(fleet, sql)
+			continue
+		}
+		bad = append(bad, sql)
+	}
+	sort.Strings(bad)
+	for _, b := range bad {
+		t.Errorf("Citus runs this statement on an owner table over every shard: it does not name its owner:\n\t%s", b)
+	}
+	checked := 0
+	for sql := range rec.all {
+		if ownerTableRef.MatchString(sql) {
+			checked++
+		}
+	}
+	if checked < 40 {
+		t.Errorf("only %d statements on owner tables were recorded: the tracer saw too little", checked)
+	}
+	t.Logf("%d distinct statements on owner tables: %d routed to one shard, %d fleet-wide by design, %d over every shard by mistake", checked, checked-len(fleet)-len(bad), len(fleet), len(bad))
+}
