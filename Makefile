@@ -28,7 +28,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build image breaking node tools generate lint test check fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-preview load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check citus citus-stop fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-preview load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -73,7 +73,9 @@ check-generated: generate
 lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	go vet ./...
+	go vet -tags 'ha citus' ./test/...
 	staticcheck ./...
+	staticcheck -tags 'ha citus' ./test/...
 
 # node installs the pinned Node (see NODE_VERSION) from the npm registry.
 node:
@@ -91,7 +93,7 @@ test: tools interop-deps lint check-generated breaking check-alerts
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
 	echo "go test -race -count=1 ./... (TEST_DATABASE_URL=$$url)"; \
-	TEST_DATABASE_URL="$$url" go test -race -count=1 ./...
+	TEST_DATABASE_URL="$$url" go test -race -count=1 -skip '^TestCitus' ./...
 	$(MAKE) bench-smoke
 	$(MAKE) fuzz
 
@@ -169,7 +171,27 @@ check: interop-deps
 	go vet ./...
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
-	TEST_DATABASE_URL="$$url" go test -count=1 ./...
+	TEST_DATABASE_URL="$$url" go test -count=1 -skip '^TestCitus' ./...
+
+# citus runs the store on a real Citus cluster, a coordinator and two
+# workers on loopback (scripts/ensure-citus.sh installs and starts it from
+# ../shared/citus; CI runs it): the whole store conformance suite with
+# every statement's plan checked (TestCitusRouterPlans), a chain of
+# backups restored, the fleet tests, and a worker stopped and started and
+# a worker added with the shards rebalanced under gRPC writers
+# (test/citus, build tag citus). TestCitusRouterPlans needs the cluster;
+# make test leaves it here by name.
+citus:
+	@env=$$(bash scripts/ensure-citus.sh) || exit 1; export $$env; \
+	echo "make citus: $$env" | tr '\n' ' '; echo; \
+	go test -count=1 -timeout 20m -v -run '^TestCitusRouterPlans$$' ./internal/store/postgres && \
+	go test -count=1 -timeout 10m -run '^TestChainRestoresTheOwner$$' ./internal/jobs && \
+	go test -count=1 -timeout 20m -run '^TestFleet' ./cmd/server && \
+	go test -tags citus -count=1 -timeout 20m -v ./test/citus/
+
+# citus-stop stops the Citus cluster make citus started, and removes it.
+citus-stop:
+	bash ../shared/citus/cluster.sh down
 
 # postgres-stop stops the throwaway PostgreSQL the tests started (and only it).
 postgres-stop:

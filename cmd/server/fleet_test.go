@@ -269,12 +269,19 @@ func TestFleetStaleReplicaPausedAcrossItsLease(t *testing.T) {
 	}
 	th.rate.Store(0)
 	watcher := pgConnect(t, url)
-	var waiting int32
+	// The statement waiting on the row: on Citus the wait is on the
+	// worker holding the shard, and citus_lock_waits names it by its
+	// global pid, which Citus's pg_cancel_backend takes.
+	waitQuery := `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE '%backups%' LIMIT 1`
+	if storetest.Citus() {
+		waitQuery = `SELECT waiting_gpid FROM citus_lock_waits LIMIT 1`
+	}
+	var waiting int64
 	for deadline := time.Now().Add(60 * time.Second); waiting == 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("replica a never reached its catalog commit:\n%s", a.logs())
 		}
-		err := watcher.QueryRow(t.Context(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE '%backups%' LIMIT 1`).Scan(&waiting)
+		err := watcher.QueryRow(t.Context(), waitQuery).Scan(&waiting)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatal(err)
 		}
@@ -284,7 +291,11 @@ func TestFleetStaleReplicaPausedAcrossItsLease(t *testing.T) {
 	if err := a.proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := watcher.Exec(t.Context(), `SELECT pg_cancel_backend($1)`, waiting); err != nil {
+	cancel := `SELECT pg_cancel_backend($1::int)`
+	if storetest.Citus() {
+		cancel = `SELECT pg_cancel_backend($1::bigint)`
+	}
+	if _, err := watcher.Exec(t.Context(), cancel, waiting); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(t.Context()); err != nil {
