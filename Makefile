@@ -28,7 +28,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
-.PHONY: run build image breaking node tools generate lint test check citus citus-stop fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-preview load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-preview load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -188,6 +188,15 @@ citus:
 	go test -count=1 -timeout 10m -run '^TestChainRestoresTheOwner$$' ./internal/jobs && \
 	go test -count=1 -timeout 20m -run '^TestFleet' ./cmd/server && \
 	go test -tags citus -count=1 -timeout 20m -v ./test/citus/
+
+# bench-citus: appends, a ListMessages page, an export and its import on
+# one plain Postgres and on the Citus cluster (coordinator and two workers
+# on this machine), side by side in one run; BENCHMARKS.md keeps the
+# figures as ratios.
+bench-citus:
+	@env=$$(bash scripts/ensure-citus.sh) || exit 1; export $$env; \
+	plain=$$(bash scripts/ensure-postgres.sh) || exit 1; \
+	TEST_PLAIN_DATABASE_URL="$$plain" go test -tags citus -count=1 -run '^$$' -bench '^BenchmarkBeside$$' -benchtime 10x ./test/citus/
 
 # citus-stop stops the Citus cluster make citus started, and removes it.
 citus-stop:

@@ -162,12 +162,6 @@ type batchTally struct {
 	Disagreed   int `json:"disagreed"`
 }
 
-func (t *batchTally) add(o batchTally) {
-	t.Records += o.Records
-	t.Agreed += o.Agreed
-	t.AllowListed += o.AllowListed
-	t.Disagreed += o.Disagreed
-}
 
 // refListing is the ContentType name the reference files a message of a
 // catalogue type under, by the envelope's type id.

@@ -7,6 +7,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/migrations"
 )
 
 // open is this engine's opener, handed to the conformance suite: a store
@@ -24,4 +25,35 @@ func open(t testing.TB) store.Store {
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, open)
+}
+
+// TestEveryTableHasADistribution: each table the migrations make is an
+// owner table (distributed by owner on Citus) or a server table (left on
+// the coordinator); a migration adding a table fails here until it is
+// put in one of migrations.OwnerTables and migrations.ServerTables.
+func TestEveryTableHasADistribution(t *testing.T) {
+	s := open(t)
+	known := map[string]bool{}
+	for _, table := range append(append([]string{}, migrations.OwnerTables...), migrations.ServerTables...) {
+		known[table] = true
+	}
+	rows, err := s.(*postgres.Store).Pool().Query(t.Context(), `SELECT tablename FROM pg_tables WHERE schemaname = 'public'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var table string
+		if err := rows.Scan(&table); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if !known[table] {
+			t.Errorf("table %s is in neither migrations.OwnerTables nor migrations.ServerTables: say how Citus holds it", table)
+		}
+	}
+	if n != len(known) {
+		t.Errorf("%d tables in the schema, %d named: a named table no migration makes?", n, len(known))
+	}
 }

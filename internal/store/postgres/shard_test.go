@@ -13,6 +13,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/migrations"
 )
 
 // recorder is a pgx tracer that keeps every statement the store sends.
@@ -42,10 +43,10 @@ func (r *recorder) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFro
 
 // ownerTables are the tables keyed by owner: a sharded deployment (Citus,
 // distributed by owner) routes each statement on them by its owner.
-var ownerTables = []string{"groups", "messages", "consent", "backups", "schedule_ticks"}
+var ownerTables = migrations.OwnerTables
 
 var (
-	tableRef = regexp.MustCompile(`(?i)\b(?:from|into|update|join)\s+(groups|messages|consent|backups|schedule_ticks)\b`)
+	tableRef = regexp.MustCompile(`(?i)\b(?:from|into|update|join)\s+(` + strings.Join(migrations.OwnerTables, "|") + `)\b`)
 	// ownerFilter: the owner bound in the WHERE clause, the distribution
 	// column a router needs.
 	ownerFilter = regexp.MustCompile(`(?i)\bwhere\b[^;]*\b(?:\w+\.)?owner\s*=\s*\$\d+`)
@@ -59,6 +60,8 @@ var (
 var fleetWide = map[string]string{
 	"SELECT DISTINCT owner FROM messages WHERE owner > $1 AND expires_at_ns <= $2 ORDER BY owner LIMIT $3": "the purge finds the next owners holding expired messages, in owner order",
 	"SELECT min(expires_at_ns) FROM messages WHERE expires_at_ns <= $1":                                    "the purge's lag: the oldest expired message left, whoever's",
+	"SELECT DISTINCT kek_fingerprint FROM backups ORDER BY kek_fingerprint LIMIT 64":                       "the KEK check at start: the fingerprints the catalog is wrapped under",
+	"SELECT wrapped_key FROM backups WHERE kek_fingerprint = $1 LIMIT 1":                                   "the KEK check at start: one sample of each",
 }
 
 // TestStatementsLeadWithOwner: every statement the whole conformance
