@@ -162,7 +162,6 @@ type batchTally struct {
 	Disagreed   int `json:"disagreed"`
 }
 
-
 // refListing is the ContentType name the reference files a message of a
 // catalogue type under, by the envelope's type id.
 var refListing = map[string]string{
