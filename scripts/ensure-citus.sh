@@ -47,7 +47,7 @@ done
 # The cluster really distributes: a scratch database, a table distributed
 # over both workers.
 check=$("$CITUS_DIR/cluster.sh" db citus_check)
-psql -qAt "$check" -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+PGOPTIONS="-c client_min_messages=warning" psql -qAt "$check" -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
 DROP TABLE IF EXISTS probe;
 CREATE TABLE probe (owner text PRIMARY KEY);
 SELECT create_distributed_table('probe', 'owner');
