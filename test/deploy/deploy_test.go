@@ -135,3 +135,43 @@ func TestAlertRulesReadDefinedMetrics(t *testing.T) {
 	}
 	check(t, f, exprs, names)
 }
+
+// runbookURL is an alert's runbook_url: docs/runbook.md and a section.
+var runbookURL = regexp.MustCompile(`runbook_url:\s*"[^"]*/docs/runbook\.md#([a-z0-9-]+)"`)
+
+// TestAlertRulesHaveRunbooks: every alert names a section of
+// docs/runbook.md that exists (GitHub's anchor of a "## " heading).
+func TestAlertRulesHaveRunbooks(t *testing.T) {
+	rules, err := os.ReadFile(filepath.Join(root, "deploy/prometheus/contentbackup-alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	book, err := os.ReadFile(filepath.Join(root, "docs/runbook.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]bool{}
+	for _, line := range strings.Split(string(book), "\n") {
+		if title, ok := strings.CutPrefix(line, "## "); ok {
+			sections[strings.ReplaceAll(strings.ToLower(strings.TrimSpace(title)), " ", "-")] = true
+		}
+	}
+	alerts := regexp.MustCompile(`(?m)^\s+- alert: (\w+)$`).FindAllStringSubmatchIndex(string(rules), -1)
+	if len(alerts) < 7 {
+		t.Fatalf("%d alerts; want at least 7", len(alerts))
+	}
+	for i, a := range alerts {
+		end := len(rules)
+		if i+1 < len(alerts) {
+			end = alerts[i+1][0]
+		}
+		name := string(rules[a[2]:a[3]])
+		m := runbookURL.FindSubmatch(rules[a[0]:end])
+		switch {
+		case m == nil:
+			t.Errorf("alert %s has no runbook_url into docs/runbook.md", name)
+		case !sections[string(m[1])]:
+			t.Errorf("alert %s's runbook_url names #%s, which docs/runbook.md has no section for", name, m[1])
+		}
+	}
+}

@@ -195,6 +195,50 @@ func TestREADME(t *testing.T) {
 		t.Fatalf("the README's blocks failed: %v\n%s\nserver log:\n%s", err, out.String(), logs)
 	}
 	t.Logf("ran %d README blocks (%d skipped)", ran, len(blocks)-ran)
+	leftInCheckout(t, root, dir)
+}
+
+// leftInCheckout fails on a file the walkthrough wrote that git would
+// not ignore in a checkout: following the README there must leave no key,
+// token or archive that `git add .` would commit, or that the next run of
+// this test would find (it copies untracked files, and keys are never
+// overwritten).
+func leftInCheckout(t *testing.T, root, dir string) {
+	t.Helper()
+	tracked, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	known := map[string]bool{}
+	for _, f := range strings.Split(strings.TrimRight(string(tracked), "\x00"), "\x00") {
+		known[f] = true
+	}
+	var written []string
+	err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if !known[rel] {
+			written = append(written, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(written) == 0 {
+		return
+	}
+	check := exec.Command("git", "-C", root, "check-ignore", "--no-index", "--verbose", "--non-matching", "--stdin")
+	check.Stdin = strings.NewReader(strings.Join(written, "\n") + "\n")
+	out, _ := check.Output() // exit 1 when some path is not ignored
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		// A path no pattern matches is printed as "::\t<path>".
+		if strings.HasPrefix(line, "::\t") {
+			t.Errorf("the walkthrough leaves %s in the checkout, and .gitignore does not cover it", strings.TrimPrefix(line, "::\t"))
+		}
+	}
 }
 
 // TestREADMELinks: every in-page link of the README names a heading, and
