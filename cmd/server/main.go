@@ -186,7 +186,7 @@ type jobFlags struct {
 	OwnerBackupQuota      int64         `name:"owner-backup-quota" env:"OWNER_BACKUP_QUOTA" default:"10737418240" help:"Archive bytes one owner's backups may hold in all (the catalog's sum); an export past it is RESOURCE_EXHAUSTED. -1: none."`
 	BucketReserve         int64         `name:"bucket-reserve" env:"BUCKET_RESERVE" default:"1073741824" help:"Free bytes an export leaves on a file bucket's filesystem (the store's disk, in the default layout); past it the export is RESOURCE_EXHAUSTED. -1: none."`
 	JobAttempts           int           `name:"job-attempts" env:"JOB_ATTEMPTS" default:"3" help:"Runs of one job in all: a job whose server stopped is taken over and run again (an export from the start, an import whole) until it has run this many times; 1 turns takeover off."`
-	Schedule              string        `name:"schedule" env:"SCHEDULE" help:"YAML policy of scheduled exports (cron, owners, key, bucket, prefix, keep); see docs/backup-jobs.md."`
+	Schedule              string        `name:"schedule" env:"SCHEDULE" help:"YAML policy of scheduled exports (name, cron, owners, bucket, prefix, keep or retention, full_every, verify); see docs/backup-jobs.md."`
 	// Hidden: fleet tests play a replica whose clock is skewed with it.
 	ScheduleClockOffset time.Duration `name:"schedule-clock-offset" env:"SCHEDULE_CLOCK_OFFSET" hidden:"" help:"Testing only: schedules read a clock this far off."`
 }
