@@ -89,7 +89,7 @@ interop-deps: node
 # need PostgreSQL: TEST_DATABASE_URL when set, else the server on
 # 127.0.0.1:5432, started by scripts/ensure-postgres.sh when none answers.
 test: tools interop-deps lint check-generated breaking check-alerts
-	@echo "make test: lint, generated code, go test -race ./..., then every fuzz target; about 10 minutes on 2 cores (make check is the fast path)"
+	@echo "make test: lint, generated code, go test -race ./..., then every fuzz target; about 20 minutes on 2 cores (make check is the fast path)"
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
 	echo "go test -race -count=1 ./... (TEST_DATABASE_URL=$$url)"; \
@@ -166,7 +166,7 @@ ha:
 	go test -tags ha -count=1 -v -timeout 5m -run '^TestFailover$$' ./test/ha/
 
 # check is the fast path: vet, staticcheck and every test once, without the
-# race detector or fuzzing; under 2 minutes once the build cache is warm.
+# race detector or fuzzing; about 5 minutes on 2 cores.
 check: interop-deps
 	go vet ./...
 	@url="$${TEST_DATABASE_URL:-}"; \
