@@ -297,30 +297,9 @@ func (c *serveCmd) Run() error {
 		log.Info("tracing", zap.String("otlp_endpoint", c.OTLPEndpoint), zap.Float64("sample_ratio", c.TraceSampleRatio))
 	}
 
-	st, err := openStore(ctx, c.storeFlags, c.Migrate, log, tracing)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
-	perimeter, err := c.perimeter(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer perimeter.stop()
-
-	lis, err := net.Listen("tcp", c.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", c.Listen, err)
-	}
-	jobsCfg, closeJobs, err := c.jobs(ctx, c.DataDir)
-	if err != nil {
-		return err
-	}
-	defer closeJobs()
-	if !jobsCfg.KEK.KMS() {
-		log.Warn("backup data keys are wrapped by a local key file: set --job-key-keeper to a KMS key in production")
-	}
+	// What can be checked is checked, and every address bound, before
+	// anything is written: a port in use or a bad file stops the server
+	// without a data directory, a database or a migration to show for it.
 	var policy *jobs.SchedulePolicy
 	if c.Schedule != "" {
 		if policy, err = jobs.LoadSchedules(c.Schedule); err != nil {
@@ -336,6 +315,49 @@ func (c *serveCmd) Run() error {
 		if words, err = preview.Load(b); err != nil {
 			return fmt.Errorf("--preview-words %s: %w", c.PreviewWords, err)
 		}
+	}
+	httpAddr := c.httpAddr()
+	if httpAddr != "" && c.TLSCert == "" && !transport.IsLoopback(httpAddr) && !c.Insecure {
+		return fmt.Errorf("--http-listen %s: plaintext off loopback needs --insecure (a mesh that terminates mTLS)", httpAddr)
+	}
+	lis, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.Listen, err)
+	}
+	defer lis.Close()
+	var httpLis, metricsLis net.Listener
+	if httpAddr != "" {
+		if httpLis, err = net.Listen("tcp", httpAddr); err != nil {
+			return fmt.Errorf("http: listen on %s: %w", httpAddr, err)
+		}
+		defer httpLis.Close()
+	}
+	if c.MetricsListen != "" {
+		if metricsLis, err = net.Listen("tcp", c.MetricsListen); err != nil {
+			return fmt.Errorf("metrics: listen on %s: %w", c.MetricsListen, err)
+		}
+		defer metricsLis.Close()
+	}
+
+	perimeter, err := c.perimeter(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer perimeter.stop()
+
+	st, err := openStore(ctx, c.storeFlags, c.Migrate, log, tracing)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	jobsCfg, closeJobs, err := c.jobs(ctx, c.DataDir)
+	if err != nil {
+		return err
+	}
+	defer closeJobs()
+	if !jobsCfg.KEK.KMS() {
+		log.Warn("backup data keys are wrapped by a local key file: set --job-key-keeper to a KMS key in production")
 	}
 	cfg := server.Config{
 		PreviewWords:       words,
@@ -377,14 +399,10 @@ func (c *serveCmd) Run() error {
 	srv := server.New(cfg, log)
 	c.startPurge(ctx, st, cfg.Metrics, log)
 	if reg != nil {
-		stopMetrics, err := serveMetrics(c.MetricsListen, reg, srv, perimeter.policy, c.PProf, log)
-		if err != nil {
-			return err
-		}
-		defer stopMetrics()
+		defer serveMetrics(metricsLis, reg, srv, perimeter.policy, c.PProf, log)()
 	}
-	if addr := c.httpAddr(); addr != "" {
-		stopHTTP, err := serveHTTP(addr, srv, cfg.MaxRecvBytes, perimeter.httpTLS, c.Insecure, log)
+	if httpLis != nil {
+		stopHTTP, err := serveHTTP(httpLis, srv, cfg.MaxRecvBytes, perimeter.httpTLS, log)
 		if err != nil {
 			return err
 		}
@@ -477,17 +495,10 @@ func (c *serveCmd) httpAddr() string {
 // listener may: with the gRPC listener's TLS (the same certificates,
 // rotation and client verification) when it has TLS, and in plaintext
 // only on loopback or with --insecure otherwise.
-func serveHTTP(addr string, srv *server.Server, maxRecv int, tlsConfig *tls.Config, insecure bool, log *zap.Logger) (stop func(), err error) {
-	if tlsConfig == nil && !transport.IsLoopback(addr) && !insecure {
-		return nil, fmt.Errorf("--http-listen %s: plaintext off loopback needs --insecure (a mesh that terminates mTLS)", addr)
-	}
+func serveHTTP(lis net.Listener, srv *server.Server, maxRecv int, tlsConfig *tls.Config, log *zap.Logger) (stop func(), err error) {
 	h, err := srv.HTTPHandler(maxRecv)
 	if err != nil {
 		return nil, err
-	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("http: listen on %s: %w", addr, err)
 	}
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
@@ -521,11 +532,7 @@ func serveHTTP(addr string, srv *server.Server, maxRecv int, tlsConfig *tls.Conf
 // serveMetrics serves /metrics, and the probes /livez and /readyz, on addr
 // until the returned stop is called. The probes are plain HTTP because
 // Kubernetes' gRPC probes cannot speak TLS.
-func serveMetrics(addr string, reg *prometheus.Registry, srv *server.Server, policy *auth.PolicySource, profiles bool, log *zap.Logger) (stop func(), err error) {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
-	}
+func serveMetrics(lis net.Listener, reg *prometheus.Registry, srv *server.Server, policy *auth.PolicySource, profiles bool, log *zap.Logger) (stop func()) {
 	hs := &http.Server{Handler: metricsMux(reg, srv, policy, profiles), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -537,7 +544,7 @@ func serveMetrics(addr string, reg *prometheus.Registry, srv *server.Server, pol
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(ctx)
-	}, nil
+	}
 }
 
 // metricsMux routes the metrics address: /metrics, the probes and, with

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBinaryChecksBeforeItWrites: a port in use (gRPC, HTTP/JSON or
+// metrics) or a schedule file that does not load stops the server before
+// it makes its data directory, its database or a dev token (issue 36:
+// it created all three, and migrated, before finding the port taken).
+func TestBinaryChecksBeforeItWrites(t *testing.T) {
+	bin := buildServer(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := taken.Addr().String()
+	badSchedule := filepath.Join(t.TempDir(), "schedule.yaml")
+	if err := os.WriteFile(badSchedule, []byte("schedules: [{name: x, cron: 'not a cron'}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"gRPC port in use", []string{"LISTEN_ADDR=" + busy, "HTTP_LISTEN_ADDR=", "METRICS_ADDR="}, "listen on " + busy},
+		{"HTTP port in use", []string{"LISTEN_ADDR=127.0.0.1:0", "HTTP_LISTEN_ADDR=" + busy, "METRICS_ADDR="}, "http: listen on " + busy},
+		{"metrics port in use", []string{"LISTEN_ADDR=127.0.0.1:0", "HTTP_LISTEN_ADDR=", "METRICS_ADDR=" + busy}, "metrics: listen on " + busy},
+		{"schedule that does not load", []string{"LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "SCHEDULE=" + badSchedule}, "schedule"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dataDir := filepath.Join(t.TempDir(), "data")
+			cmd := exec.Command(bin)
+			cmd.Env = append(append(os.Environ(), "DATA_DIR="+dataDir, "LOG_FORMAT=json"), c.env...)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the server started; want it to stop:\n%s", out)
+			}
+			if !strings.Contains(string(out), c.want) {
+				t.Errorf("output does not say %q:\n%s", c.want, out)
+			}
+			if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+				t.Errorf("the data directory was made (%v) before the server stopped", err)
+			}
+		})
+	}
+}
