@@ -119,3 +119,31 @@ func TestExportBlockedByARecord(t *testing.T) {
 		t.Errorf("export-blocked signals %v; want up, then down, for %s", s, owner)
 	}
 }
+
+// TestExportToADirectoryThatCannotBeMade (issue 36): a file bucket whose
+// directory cannot be made (a read-only filesystem, a path under a file)
+// ends the export FAILED_PRECONDITION naming the directory, not "the
+// store is unavailable" with the cause only in the server's log.
+func TestExportToADirectoryThatCannotBeMade(t *testing.T) {
+	st := enginetest.SQLite(t)
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(file, "backups") // under a file: never a directory
+	h := newHarness(t, st, func(c *Config) {
+		c.Buckets = NewBuckets(map[string]string{"local": "file://" + dir + "?create_dir=1&no_tmp_dir=1&metadata=skip"})
+	})
+	owner := storetest.Owner("alice")
+	fill(t, st, owner, 3)
+	j, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "nowhere"))
+	if err == nil {
+		j = waitDone(t, h.m, j.ID)
+		err = fmt.Errorf("%w: %s", fault.New(fault.Kind(j.ErrorCode), j.ErrorMessage), j.State)
+	}
+	// Classified as the gRPC edge classifies it (internal/server's status
+	// mapping).
+	if k := fault.Of(err, fault.FileKind, store.UnavailableKind); k != fault.FailedPrecondition || !strings.Contains(err.Error(), dir) {
+		t.Errorf("export to a bucket whose directory cannot be made: %v (kind %v); want FAILED_PRECONDITION naming %s", err, k, dir)
+	}
+}
