@@ -117,11 +117,26 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var c cli
-	kctx := kong.Parse(&c, kong.Name("archivectl"), kong.Description("Export, import, inspect, verify and rewrap XMTP archives."),
-		kong.UsageOnError(), kong.BindTo(ctx, (*context.Context)(nil)),
+	parser, err := kong.New(&c, kong.Name("archivectl"), kong.Description("Export, import, inspect, verify and rewrap XMTP archives."),
+		kong.BindTo(ctx, (*context.Context)(nil)),
 		kong.Vars{"version": buildinfo.Version(buildVersion)})
-	if err := kctx.Run(&c); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "archivectl:", err)
+		os.Exit(1)
+	}
+	kctx, err := parser.Parse(os.Args[1:])
+	if err != nil {
+		// One line: what was wrong and where the flags are listed, not
+		// the whole usage before it (restic's way).
+		var pe *kong.ParseError
+		if errors.As(err, &pe) {
+			kctx = pe.Context
+		}
+		fmt.Fprintln(os.Stderr, "archivectl:", parseError(err, kctx))
+		os.Exit(2)
+	}
+	if err := kctx.Run(&c); err != nil {
+		fmt.Fprintln(os.Stderr, "archivectl:", explain(err, &c, kctx.Command()))
 		os.Exit(1)
 	}
 }

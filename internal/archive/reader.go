@@ -230,7 +230,11 @@ func (r *Reader) record(shared bool) (*ds.BackupElement, error) {
 		// Not one byte of the next prefix came out: the compressed stream
 		// stops inside a block or before its frame ends, after the last
 		// complete record. Say that, not that a prefix was cut.
-		return nil, fail(fmt.Errorf("%w: the compressed stream is cut (inside a zstd block, or before its frame ends) after record %d", ErrTruncated, int64(num)-1))
+		where := fmt.Sprintf("after record %d", int64(num)-1)
+		if num == 0 {
+			where = "before its first record is whole"
+		}
+		return nil, fail(fmt.Errorf("%w: the compressed stream is cut (inside a zstd block, or before its frame ends) %s", ErrTruncated, where))
 	case err != nil:
 		return nil, fail(r.streamError(err, fmt.Sprintf("length prefix (%d of %d bytes)", n, lengthSize)))
 	}

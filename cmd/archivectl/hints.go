@@ -1,0 +1,134 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/alecthomas/kong"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// mistake is a common mistake an error shows: match tells it from the
+// error and what the command was given; hint says what to do.
+type mistake struct {
+	match func(err error, c *cli, command string) bool
+	hint  func(err error, c *cli) string
+}
+
+func codeOf(err error) codes.Code {
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		return se.GRPCStatus().Code()
+	}
+	return codes.Unknown
+}
+
+var (
+	laterVersion = regexp.MustCompile(`container version (\d+) is later than (\d+)`)
+	stoppedAt    = regexp.MustCompile(`(?:import stopped at record|import: record) (\d+)`)
+)
+
+// mistakes are the ones new users make most (issue 36), each with the
+// hint restic or pgBackRest would give: what is wrong, and what to do.
+var mistakes = []mistake{
+	{ // no credentials, or the wrong ones
+		match: func(err error, _ *cli, _ string) bool { return codeOf(err) == codes.Unauthenticated },
+		hint: func(_ error, c *cli) string {
+			if c.TokenFile == "" && os.Getenv("CONTENTBACKUP_TOKEN") == "" && c.TLSCert == "" {
+				return "no credentials were sent: set CONTENTBACKUP_TOKEN or --token-file, or give a client certificate with --tls-cert and --tls-key; a development server writes its token to <data-dir>/dev-token"
+			}
+			return "the server did not accept these credentials: check the token (or certificate) against its auth policy"
+		},
+	},
+	{ // a plaintext call to a TLS server
+		match: func(err error, _ *cli, _ string) bool {
+			msg := err.Error()
+			return codeOf(err) == codes.Unavailable && (strings.Contains(msg, "error reading server preface") ||
+				strings.Contains(msg, "connection closed before server preface received"))
+		},
+		hint: func(error, *cli) string {
+			return "the server did not answer plaintext gRPC: if it serves TLS, pass --tls-ca with the CA that signed its certificate"
+		},
+	},
+	{ // a TLS call to a plaintext server
+		match: func(err error, _ *cli, _ string) bool {
+			return strings.Contains(err.Error(), "first record does not look like a TLS handshake")
+		},
+		hint: func(error, *cli) string {
+			return "the server answered in plaintext: drop the --tls-* flags, or pass --plaintext"
+		},
+	},
+	{ // the wrong key
+		match: func(err error, _ *cli, _ string) bool {
+			return strings.Contains(err.Error(), "fails authentication")
+		},
+		hint: func(error, *cli) string {
+			return "wrong key? an archive opens only under the key it was exported with, given by --key-file; a backup job's key comes from archivectl backups key"
+		},
+	},
+	{ // a file that is not an archive
+		match: func(err error, _ *cli, _ string) bool {
+			m := laterVersion.FindStringSubmatch(err.Error())
+			return m != nil && len(m[1]) > 2
+		},
+		hint: func(err error, _ *cli) string {
+			m := laterVersion.FindStringSubmatch(err.Error())
+			return "is this file an archive? its first two bytes read as version " + m[1] + "; this tool reads versions up to " + m[2]
+		},
+	},
+	{ // another owner's backup, restored without --source-owner
+		match: func(err error, c *cli, command string) bool {
+			return codeOf(err) == codes.NotFound && strings.HasPrefix(command, "restore") && c.Restore.SourceOwner == ""
+		},
+		hint: func(_ error, c *cli) string {
+			return "if the backup is another owner's, name that owner with --source-owner; restoring it into " + c.Restore.Owner + " needs the scope archive.migrate"
+		},
+	},
+	{ // an import that stopped part-way
+		match: func(err error, _ *cli, _ string) bool {
+			return stoppedAt.MatchString(err.Error())
+		},
+		hint: func(err error, _ *cli) string {
+			n := stoppedAt.FindStringSubmatch(err.Error())[1]
+			return "every record before record " + n + " is applied and none from it on; once the archive is whole, the same import again applies the rest and leaves what is there as it is"
+		},
+	},
+}
+
+// explain is the one line archivectl prints for err: the error, then the
+// hint of the mistake it shows, if any.
+func explain(err error, c *cli, command string) string {
+	// grpc-go's "rpc error: code = X desc = " says the code in its own
+	// words: the code's name and the server's message read better.
+	line := rpcError.ReplaceAllString(err.Error(), "$1: ")
+	for _, m := range mistakes {
+		if m.match(err, c, command) {
+			return fmt.Sprintf("%s (hint: %s)", line, m.hint(err, c))
+		}
+	}
+	return line
+}
+
+var rpcError = regexp.MustCompile(`rpc error: code = (\w+) desc = `)
+
+// parseError is the line for a command line kong could not parse: the
+// error and where the flags are listed, without the usage before it.
+func parseError(err error, kctx *kong.Context) string {
+	cmd := "archivectl"
+	if kctx != nil && kctx.Command() != "" {
+		cmd += " " + strings.Join(strings.Fields(strings.NewReplacer("<", "", ">", "").Replace(kctx.Command())), " ")
+		// Only the command's words, not its positional arguments.
+		var words []string
+		for _, w := range strings.Fields(kctx.Command()) {
+			if !strings.HasPrefix(w, "<") {
+				words = append(words, w)
+			}
+		}
+		cmd = "archivectl " + strings.Join(words, " ")
+	}
+	return fmt.Sprintf("%s (%s --help lists the flags)", err, cmd)
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/credentials"
+
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/devpki"
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/transport"
+)
+
+// transcriptLines are the archivectl lines of docs/archivectl-errors.md,
+// in order: each mistake's one-line error, as the tool prints it.
+func transcriptLines(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/archivectl-errors.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "archivectl: ") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestArchivectlMistakes: each common mistake of issue 36, made over TCP
+// against a real server (and one with a TLS server), prints the one line
+// docs/archivectl-errors.md shows for it: the error and what to do.
+// Paths, addresses and ids vary from run to run and are written there as
+// DIR, ADDR and ID.
+func TestArchivectlMistakes(t *testing.T) {
+	bin := build(t)
+	addr, s, _ := serveJobs(t, nil)
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	key := write("backup.key", bytes.Repeat([]byte{7}, 32))
+	wrong := write("wrong.key", bytes.Repeat([]byte{8}, 32))
+	owner, bob := storetest.Owner("alice"), storetest.Owner("bob")
+	g := storetest.FullGroup("g")
+	if _, err := s.PutGroup(t.Context(), owner, g); err != nil {
+		t.Fatal(err)
+	}
+	// Enough messages that a cut near the end falls after records that
+	// import.
+	var msgs []*mb.GroupMessageSave
+	for i := range 200 {
+		m := storetest.Message(fmt.Sprint("m", i), g.GetId(), int64(i+1))
+		m.DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, 1000)
+		msgs = append(msgs, m)
+	}
+	if _, err := s.AppendMessages(t.Context(), owner, msgs, store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	anon := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN="}}
+	archive := filepath.Join(dir, "alice.xmtp")
+	if _, stderr, err := ctl.run("export", "--owner", owner, "--key-file", key, "--output", archive); err != nil {
+		t.Fatalf("export: %v\n%s", err, stderr)
+	}
+	whole, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	truncated := write("truncated.xmtp", whole[:len(whole)*2/3])
+	notArchive := write("README.md", []byte("# contentbackup\n\nA gRPC service.\n"))
+	out, stderr, err := ctl.run("jobs", "start-export", "--owner", owner, "--label", "for restore", "--wait")
+	if err != nil {
+		t.Fatalf("jobs start-export: %v\n%s%s", err, out, stderr)
+	}
+	out, _, _ = ctl.run("backups", "list", "--owner", owner)
+	backupID := strings.Fields(strings.Split(out, "\n")[1])[0]
+
+	// A TLS server, called as if it were plaintext.
+	ca, err := devpki.NewCA("mistakes CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, sk, err := ca.Issue(devpki.Leaf{CommonName: "localhost", DNSNames: []string{"localhost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, stop, err := transport.ServerCredentials(t.Context(), transport.ServerFiles{CertFile: write("server.crt", sc), KeyFile: write("server.key", sk)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	tlsAddr, _ := serve(t, credentials.TransportCredentials(creds))
+
+	cases := []struct {
+		name string
+		tool tool
+		args []string
+	}{
+		{"a mistyped flag", ctl, []string{"export", "--ownr", owner}},
+		{"no token", anon, []string{"export", "--owner", owner, "--key-file", key, "--output", filepath.Join(dir, "a.xmtp")}},
+		{"a TLS server called in plaintext", ctl, []string{"--server", tlsAddr, "estimate", "--owner", owner}},
+		{"the wrong key", ctl, []string{"import", "--owner", owner, "--key-file", wrong, archive}},
+		{"a file that is not an archive", ctl, []string{"import", "--owner", owner, "--key-file", key, notArchive}},
+		{"a truncated archive", ctl, []string{"import", "--owner", owner, "--key-file", key, truncated}},
+		{"another owner's backup without --source-owner", ctl, []string{"restore", "--owner", bob, backupID}},
+	}
+	want := transcriptLines(t)
+	if len(want) != len(cases) {
+		t.Errorf("docs/archivectl-errors.md shows %d lines, the test makes %d mistakes", len(want), len(cases))
+	}
+	ids := regexp.MustCompile(`\b[0-9a-f]{32}\b`)
+	for i, c := range cases {
+		_, stderr, err := c.tool.run(c.args...)
+		if err == nil {
+			t.Errorf("%s: archivectl succeeded", c.name)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		got := lines[len(lines)-1]
+		got = strings.NewReplacer(dir, "DIR", tlsAddr, "ADDR", addr, "ADDR", owner, "alice", bob, "bob").Replace(got)
+		got = ids.ReplaceAllString(got, "ID")
+		if len(lines) != 1 {
+			t.Errorf("%s: %d lines on stderr, want one:\n%s", c.name, len(lines), stderr)
+		}
+		switch {
+		case i >= len(want):
+			t.Errorf("%s: docs/archivectl-errors.md has no line for it; the tool prints:\n%s", c.name, got)
+		case got != want[i]:
+			t.Errorf("%s:\n got: %s\nwant: %s", c.name, got, want[i])
+		}
+	}
+}
