@@ -193,8 +193,20 @@ func summaryLine(op *longrunningpb.Operation) string {
 	_ = op.GetMetadata().UnmarshalTo(md)
 	kind := strings.ToLower(strings.TrimPrefix(md.GetKind().String(), "JOB_KIND_"))
 	state := strings.ToLower(strings.TrimPrefix(md.GetState().String(), "JOB_STATE_"))
+	if md.GetValidateOnly() {
+		// A dry run applies nothing: it never reads as an import that
+		// happened.
+		kind = "dry-run import"
+	}
 	line := fmt.Sprintf("%s  %-6s %-10s %s  %s/%s  %s", op.GetName(), kind, state, md.GetOwner(),
 		md.GetObject().GetBucket(), md.GetObject().GetKey(), byteCount(md.GetBytesDone(), md.GetBytesTotal()))
+	if r := (&cb.ImportJobResult{}); md.GetValidateOnly() && op.GetResponse().UnmarshalTo(r) == nil {
+		c := r.GetCounts()
+		line += fmt.Sprintf("\nnothing applied; an import would insert %d groups, %d messages and %d consent records, update %d, and leave %d as they are",
+			c.GetGroups().GetInserted(), c.GetMessages().GetInserted(), c.GetConsent().GetInserted(),
+			c.GetGroups().GetUpdated()+c.GetMessages().GetUpdated()+c.GetConsent().GetUpdated(),
+			c.GetGroups().GetUnchanged()+c.GetMessages().GetUnchanged()+c.GetConsent().GetUnchanged())
+	}
 	if e := op.GetError(); e != nil {
 		line += "  error: " + e.GetMessage()
 	}

@@ -143,3 +143,36 @@ func TestArchivectlMistakes(t *testing.T) {
 		}
 	}
 }
+
+// TestArchivectlDryRunSaysSo: an import with --validate-only reads as a
+// dry run, with what an import would do, never as an import that
+// happened ("import succeeded … inserted 2", issue 36).
+func TestArchivectlDryRunSaysSo(t *testing.T) {
+	bin := build(t)
+	addr, s, _ := serveJobs(t, nil)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	owner := storetest.Owner("dry")
+	g := storetest.FullGroup("g")
+	if _, err := s.PutGroup(t.Context(), owner, g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendMessages(t.Context(), owner, []*mb.GroupMessageSave{storetest.Message("m1", g.GetId(), 1), storetest.Message("m2", g.GetId(), 2)}, store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, stderr, err := ctl.run("jobs", "start-export", "--owner", owner, "--wait"); err != nil {
+		t.Fatalf("export: %v\n%s%s", err, out, stderr)
+	}
+	out, _, _ := ctl.run("backups", "list", "--owner", owner)
+	id := strings.Fields(strings.Split(out, "\n")[1])[0]
+	into := storetest.Owner("into")
+	out, stderr, err := ctl.run("jobs", "start-import", "--owner", into, "--source-owner", owner, "--backup", id, "--validate-only", "--wait")
+	if err != nil {
+		t.Fatalf("dry run: %v\n%s%s", err, out, stderr)
+	}
+	if !strings.Contains(out, "dry-run import") || !strings.Contains(out, "nothing applied; an import would insert 1 groups, 2 messages") {
+		t.Errorf("a dry run's output does not say it is one:\n%s", out)
+	}
+	if strings.Contains(out, " import  succeeded") {
+		t.Errorf("a dry run reads as an import that happened:\n%s", out)
+	}
+}
