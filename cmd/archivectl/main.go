@@ -231,7 +231,8 @@ func (p *progress) print() {
 type exportCmd struct {
 	keyFlags
 	Owner  string `required:"" help:"Owner (inbox) whose records to export."`
-	Output string `short:"o" required:"" type:"path" help:"Archive file to write; written to a temporary file and renamed only once complete."`
+	Output string `short:"o" required:"" type:"path" help:"Archive file to write; written to a temporary file and put in place only once complete."`
+	Force  bool   `help:"Replace --output if it exists (without it, an existing file is refused before the export starts)."`
 	selectionFlags
 }
 
@@ -301,6 +302,9 @@ func (e *estimateCmd) Run(ctx context.Context, c *cli) error {
 }
 
 func (e *exportCmd) Run(ctx context.Context, c *cli) error {
+	if err := refuseOverwrite(e.Output, e.Force); err != nil {
+		return err
+	}
 	key, err := e.key()
 	if err != nil {
 		return err
@@ -316,7 +320,7 @@ func (e *exportCmd) Run(ctx context.Context, c *cli) error {
 		return fmt.Errorf("export: %w", err)
 	}
 	var summary *cb.ExportSummary
-	err = writeAtomically(e.Output, func(w io.Writer) error {
+	err = writeAtomically(e.Output, e.Force, func(w io.Writer) error {
 		h := sha256.New()
 		out := io.MultiWriter(w, h)
 		prog := newProgress("exported")
@@ -380,9 +384,27 @@ func matches(s *cb.ExportSummary, n uint64, h hash.Hash) bool {
 	return s.GetArchiveBytes() == n && bytes.Equal(s.GetSha256(), h.Sum(nil))
 }
 
+// errExists is a file that would be overwritten without --force.
+func errExists(path string) error {
+	return fmt.Errorf("%s exists; --force replaces it", path)
+}
+
+// refuseOverwrite fails, before any work, when path exists and force is
+// not set.
+func refuseOverwrite(path string, force bool) error {
+	if _, err := os.Lstat(path); err == nil && !force {
+		return errExists(path)
+	}
+	return nil
+}
+
 // writeAtomically writes path through a temporary file beside it, synced
-// and renamed into place only when write succeeds.
-func writeAtomically(path string, write func(io.Writer) error) (err error) {
+// and put in place only when write succeeds: renamed over path with
+// force, else linked, which fails if path appeared meanwhile.
+func writeAtomically(path string, force bool, write func(io.Writer) error) (err error) {
+	if err := refuseOverwrite(path, force); err != nil {
+		return err
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.partial")
 	if err != nil {
 		return err
@@ -402,7 +424,16 @@ func writeAtomically(path string, write func(io.Writer) error) (err error) {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if force {
+		return os.Rename(tmp.Name(), path)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return errExists(path)
+		}
+		return err
+	}
+	return os.Remove(tmp.Name())
 }
 
 type importCmd struct {
@@ -569,6 +600,7 @@ type rewrapCmd struct {
 	keyFlags
 	NewKeyFile string `name:"new-key-file" env:"NEW_ARCHIVE_KEY_FILE" help:"File holding the new key, raw or hex. Or set NEW_ARCHIVE_KEY to the hex."`
 	Output     string `short:"o" required:"" type:"path" help:"Archive file to write (through a temporary file)."`
+	Force      bool   `help:"Replace --output if it exists."`
 	File       string `arg:"" type:"existingfile" help:"Archive file to read."`
 }
 
@@ -583,7 +615,7 @@ func (rw *rewrapCmd) Run(c *cli) error {
 	}
 	defer closeArchive()
 	var written uint64
-	err = writeAtomically(rw.Output, func(out io.Writer) error {
+	err = writeAtomically(rw.Output, rw.Force, func(out io.Writer) error {
 		w, err := archive.NewWriter(out, newKey, archive.WriterOptions{})
 		if err != nil {
 			return err

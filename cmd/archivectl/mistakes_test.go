@@ -176,3 +176,35 @@ func TestArchivectlDryRunSaysSo(t *testing.T) {
 		t.Errorf("a dry run reads as an import that happened:\n%s", out)
 	}
 }
+
+// TestArchivectlExportKeepsAnExistingFile: export -o refuses a file that
+// exists before it starts, and leaves it as it was; --force replaces it
+// (issue 36: it was overwritten silently).
+func TestArchivectlExportKeepsAnExistingFile(t *testing.T) {
+	bin := build(t)
+	addr, s := serve(t, nil)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	owner := storetest.Owner("keep")
+	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	key := filepath.Join(dir, "k")
+	if err := os.WriteFile(key, bytes.Repeat([]byte{3}, 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "precious.xmtp")
+	if err := os.WriteFile(out, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err := ctl.run("export", "--owner", owner, "--key-file", key, "-o", out)
+	if got, _ := os.ReadFile(out); err == nil || !strings.Contains(stderr, "exists; --force replaces it") || string(got) != "precious" {
+		t.Errorf("export over an existing file: %v %q; the file now holds %d bytes", err, stderr, len(got))
+	}
+	if _, stderr, err := ctl.run("export", "--owner", owner, "--key-file", key, "-o", out, "--force"); err != nil {
+		t.Fatalf("export --force: %v %s", err, stderr)
+	}
+	if got, _ := os.ReadFile(out); string(got) == "precious" {
+		t.Errorf("export --force left the file as it was")
+	}
+}
