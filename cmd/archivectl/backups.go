@@ -33,7 +33,7 @@ type backupsCmd struct {
 
 type backupRef struct {
 	Owner  string `required:"" help:"The backup's owner (inbox)."`
-	Backup string `arg:"" help:"The backup's catalog id."`
+	Backup string `arg:"" help:"The backup's catalog id, or a unique prefix of it (at least 4 hex digits)."`
 }
 
 type listBackupsCmd struct {
@@ -213,6 +213,9 @@ func (s *showBackupCmd) Run(ctx context.Context, c *cli) error {
 		return err
 	}
 	defer conn.Close()
+	if s.Backup, err = resolveBackup(ctx, conn, s.Owner, s.Backup); err != nil {
+		return err
+	}
 	b, err := cb.NewBackupServiceClient(conn).GetBackup(ctx, &cb.GetBackupRequest{Owner: s.Owner, Backup: s.Backup})
 	if err != nil {
 		return fmt.Errorf("show: %w", err)
@@ -240,6 +243,9 @@ func (k *backupKeyCmd) Run(ctx context.Context, c *cli) error {
 		return err
 	}
 	defer conn.Close()
+	if k.Backup, err = resolveBackup(ctx, conn, k.Owner, k.Backup); err != nil {
+		return err
+	}
 	resp, err := cb.NewBackupServiceClient(conn).GetBackupKey(ctx, &cb.GetBackupKeyRequest{Owner: k.Owner, Backup: k.Backup})
 	if err != nil {
 		return fmt.Errorf("key: %w", err)
@@ -258,8 +264,45 @@ func (d *deleteBackupCmd) Run(ctx context.Context, c *cli) error {
 		return err
 	}
 	defer conn.Close()
+	if d.Backup, err = resolveBackup(ctx, conn, d.Owner, d.Backup); err != nil {
+		return err
+	}
 	if _, err := cb.NewBackupServiceClient(conn).DeleteBackup(ctx, &cb.DeleteBackupRequest{Owner: d.Owner, Backup: d.Backup}); err != nil {
 		return fmt.Errorf("delete: %w", err)
 	}
 	return c.output(map[string]any{"deleted": d.Backup}, fmt.Sprintf("deleted backup %s\n", d.Backup))
+}
+
+// minPrefix is the shortest id prefix archivectl resolves: shorter ones
+// would match too often to be worth a listing.
+const minPrefix = 4
+
+// resolveBackup turns a unique prefix of one of owner's backup ids into
+// the id, as git does with commits; a whole id (32 hex digits) is taken
+// as it is, without a listing.
+func resolveBackup(ctx context.Context, conn *grpc.ClientConn, owner, id string) (string, error) {
+	id = strings.ToLower(id)
+	if len(id) == 32 {
+		return id, nil
+	}
+	if len(id) < minPrefix {
+		return "", fmt.Errorf("backup id %q: give at least %d of its 32 hex digits", id, minPrefix)
+	}
+	all, err := allBackups(ctx, conn, owner)
+	if err != nil {
+		return "", err
+	}
+	var found []string
+	for _, b := range all {
+		if strings.HasPrefix(b.GetId(), id) {
+			found = append(found, b.GetId())
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("no backup of %s has an id starting %s (archivectl backups list --owner %s lists them)", owner, id, owner)
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("backup id %s is ambiguous: %s", id, strings.Join(found, ", "))
 }

@@ -49,6 +49,11 @@ func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
 		return err
 	}
 	defer conn.Close()
+	if s.Since != "" {
+		if s.Since, err = resolveBackup(ctx, conn, s.Owner, s.Since); err != nil {
+			return err
+		}
+	}
 	sel := selectionFlags{Elements: s.Elements, StartNs: s.StartNs, EndNs: s.EndNs, ExcludeDisappearing: s.ExcludeDisappearing}
 	op, err := cb.NewBackupServiceClient(conn).StartExport(ctx, &cb.StartExportRequest{
 		Owner: s.Owner, Options: sel.options(), Bucket: s.Bucket, Label: s.Label,
@@ -62,7 +67,7 @@ func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
 
 type startImportJobCmd struct {
 	Owner        string `required:"" help:"Owner (inbox) to import into."`
-	Backup       string `required:"" help:"The backup's catalog id ('backups list')."`
+	Backup       string `required:"" help:"The backup's catalog id ('backups list'), or a unique prefix of it."`
 	SourceOwner  string `name:"source-owner" help:"The backup's owner when it is not --owner (an account migration: needs archive.migrate)."`
 	ValidateOnly bool   `name:"validate-only" help:"A dry run: read and authenticate the whole backup and report what the import would insert, update and leave unchanged, applying nothing."`
 	Wait         bool   `help:"Wait for the job to end, as 'jobs wait' does."`
@@ -74,6 +79,13 @@ func (s *startImportJobCmd) Run(ctx context.Context, c *cli) error {
 		return err
 	}
 	defer conn.Close()
+	source := s.SourceOwner
+	if source == "" {
+		source = s.Owner
+	}
+	if s.Backup, err = resolveBackup(ctx, conn, source, s.Backup); err != nil {
+		return err
+	}
 	op, err := cb.NewBackupServiceClient(conn).StartImport(ctx, &cb.StartImportRequest{
 		Owner: s.Owner, Backup: s.Backup, SourceOwner: s.SourceOwner, ValidateOnly: s.ValidateOnly,
 	})

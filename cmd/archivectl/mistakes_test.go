@@ -208,3 +208,53 @@ func TestArchivectlExportKeepsAnExistingFile(t *testing.T) {
 		t.Errorf("export --force left the file as it was")
 	}
 }
+
+// TestArchivectlShortBackupIDs: a unique prefix of a backup id (4 hex
+// digits or more) names it, as git's do; one that is too short, matches
+// none or matches two is refused, saying which.
+func TestArchivectlShortBackupIDs(t *testing.T) {
+	bin := build(t)
+	addr, s, _ := serveJobs(t, nil)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	owner := storetest.Owner("short")
+	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 2 {
+		if out, stderr, err := ctl.run("jobs", "start-export", "--owner", owner, "--wait"); err != nil {
+			t.Fatalf("export: %v\n%s%s", err, out, stderr)
+		}
+	}
+	out, _, _ := ctl.run("backups", "list", "--owner", owner)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		ids = append(ids, strings.Fields(line)[0])
+	}
+	if len(ids) != 2 {
+		t.Fatalf("backups list: %s", out)
+	}
+	// The shortest prefix that tells the first from the second.
+	n := minPrefix
+	for ids[0][:n] == ids[1][:n] {
+		n++
+	}
+	if out, stderr, err := ctl.run("--json", "backups", "show", "--owner", owner, ids[0][:n]); err != nil || !strings.Contains(out, ids[0]) {
+		t.Errorf("backups show %s: %v %s %s", ids[0][:n], err, out, stderr)
+	}
+	if out, stderr, err := ctl.run("jobs", "start-import", "--owner", owner, "--backup", ids[1][:n], "--validate-only", "--wait"); err != nil || !strings.Contains(out, "dry-run import") {
+		t.Errorf("jobs start-import --backup %s: %v %s %s", ids[1][:n], err, out, stderr)
+	}
+	for prefix, want := range map[string]string{
+		"abc":        "give at least 4 of its 32 hex digits",
+		"ffffffffff": "no backup of " + owner + " has an id starting ffffffffff",
+	} {
+		if _, stderr, err := ctl.run("backups", "show", "--owner", owner, prefix); err == nil || !strings.Contains(stderr, want) {
+			t.Errorf("backups show %s: %v %q; want %q", prefix, err, stderr, want)
+		}
+	}
+	if ids[0][:minPrefix] == ids[1][:minPrefix] {
+		if _, stderr, err := ctl.run("backups", "show", "--owner", owner, ids[0][:minPrefix]); err == nil || !strings.Contains(stderr, "ambiguous") {
+			t.Errorf("an ambiguous prefix: %v %q", err, stderr)
+		}
+	}
+}

@@ -12,7 +12,7 @@ import (
 // restoreCmd imports a backup, or a whole chain of them, from the
 // server's catalog, one import job at a time.
 type restoreCmd struct {
-	Backup       string `arg:"" help:"The backup to restore (catalog id): with --chain, the newest member of its chain."`
+	Backup       string `arg:"" help:"The backup to restore (catalog id, or a unique prefix of it): with --chain, the newest member of its chain."`
 	Owner        string `required:"" help:"Owner (inbox) to restore into."`
 	SourceOwner  string `name:"source-owner" help:"The backups' owner when it is not --owner (an account migration: needs archive.migrate)."`
 	Chain        bool   `help:"Restore the backup's whole chain: its full backup, then each increment up to it, oldest first. Import is additive and idempotent, so a chain restored this way holds what its newest member's export saw."`
@@ -32,6 +32,9 @@ func (r *restoreCmd) Run(ctx context.Context, c *cli) error {
 	source := r.SourceOwner
 	if source == "" {
 		source = r.Owner
+	}
+	if r.Backup, err = resolveBackup(ctx, conn, source, r.Backup); err != nil {
+		return err
 	}
 	backups := cb.NewBackupServiceClient(conn)
 	chain := []string{r.Backup}
