@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/willabides/kongplete"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -40,18 +41,22 @@ import (
 type cli struct {
 	Server string `default:"127.0.0.1:50051" env:"SERVER_ADDR" help:"Address of the contentbackup server (export, import)."`
 	connFlags
-	JSON     bool             `name:"json" help:"Print machine-readable JSON on stdout."`
-	Export   exportCmd        `cmd:"" help:"Export an owner's archive from the server to a file."`
-	Import   importCmd        `cmd:"" help:"Import an archive file into an owner's store on the server."`
-	Inspect  inspectCmd       `cmd:"" help:"Print an archive's version and metadata (reads record 0 only; no server)."`
-	Verify   verifyCmd        `cmd:"" help:"Read a whole archive and report what it holds and the first problem (no server)."`
-	Rewrap   rewrapCmd        `cmd:"" help:"Rewrite an archive, legacy nonce form included, in the counter form under a new key (no server)."`
-	Estimate estimateCmd      `cmd:"" help:"What an export of the owner would hold and weigh now (counts and exact bytes), written nowhere: a dry run of export."`
-	Jobs     jobsCmd          `cmd:"" help:"Start, follow and cancel server-side export and import jobs (object storage)."`
-	Restore  restoreCmd       `cmd:"" help:"Restore a backup from the server's catalog into an owner, waiting for each import job; with --chain, the increment's whole chain, oldest first."`
-	Backups  backupsCmd       `cmd:"" help:"List, show, delete and fetch the key of an owner's backups in the server's catalog."`
-	Lint     lintCmd          `cmd:"" help:"List an owner's stored records that the reference client's import would refuse, with the repair an export would make."`
-	Version  kong.VersionFlag `help:"Print the version and exit."`
+	JSON     bool        `name:"json" help:"Print machine-readable JSON on stdout."`
+	Export   exportCmd   `cmd:"" help:"Export an owner's archive from the server to a file."`
+	Import   importCmd   `cmd:"" help:"Import an archive file into an owner's store on the server."`
+	Inspect  inspectCmd  `cmd:"" help:"Print an archive's version and metadata (reads record 0 only; no server)."`
+	Verify   verifyCmd   `cmd:"" help:"Read a whole archive and report what it holds and the first problem (no server)."`
+	Rewrap   rewrapCmd   `cmd:"" help:"Rewrite an archive, legacy nonce form included, in the counter form under a new key (no server)."`
+	Estimate estimateCmd `cmd:"" help:"What an export of the owner would hold and weigh now (counts and exact bytes), written nowhere: a dry run of export."`
+	Jobs     jobsCmd     `cmd:"" help:"Start, follow and cancel server-side export and import jobs (object storage)."`
+	Restore  restoreCmd  `cmd:"" help:"Restore a backup from the server's catalog into an owner, waiting for each import job; with --chain, the increment's whole chain, oldest first."`
+	Backups  backupsCmd  `cmd:"" help:"List, show, delete and fetch the key of an owner's backups in the server's catalog."`
+	Lint     lintCmd     `cmd:"" help:"List an owner's stored records that the reference client's import would refuse, with the repair an export would make."`
+	// Shell completion is kongplete's (posener/complete under kong):
+	// the completion command prints the line that hooks the binary into
+	// the login shell, and the binary answers the shell's COMP_LINE.
+	Completion kongplete.InstallCompletions `cmd:"" help:"Print the line that turns on tab completion in your login shell (bash, zsh or fish): add it to the shell's rc file."`
+	Version    kong.VersionFlag             `help:"Print the version and exit."`
 }
 
 // buildVersion is set at build time: -ldflags "-X main.buildVersion=...".
@@ -124,6 +129,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "archivectl:", err)
 		os.Exit(1)
 	}
+	// A shell asking for completions (COMP_LINE set) is answered, and the
+	// process ends there.
+	kongplete.Complete(parser)
 	kctx, err := parser.Parse(os.Args[1:])
 	if err != nil {
 		// One line: what was wrong and where the flags are listed, not

@@ -258,3 +258,26 @@ func TestArchivectlShortBackupIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestArchivectlCompletion: the binary answers a shell's completion
+// request (COMP_LINE), and `completion` prints the line that hooks it
+// into the login shell (issue 36: "completion" was an unexpected
+// argument).
+func TestArchivectlCompletion(t *testing.T) {
+	bin := build(t)
+	for line, want := range map[string]string{
+		"archivectl bac":            "backups",
+		"archivectl backups l":      "list",
+		"archivectl export --own":   "--owner",
+		"archivectl jobs start-imp": "start-import",
+	} {
+		out, stderr, err := tool{t: t, bin: bin, env: []string{"COMP_LINE=" + line}}.run()
+		if err != nil || strings.TrimSpace(out) != want {
+			t.Errorf("completing %q: %q %v %s; want %q", line, out, err, stderr, want)
+		}
+	}
+	out, stderr, err := tool{t: t, bin: bin}.run("completion")
+	if err != nil || !(strings.Contains(out, "complete -C "+bin) || strings.Contains(out, "complete -f -c archivectl")) {
+		t.Errorf("archivectl completion: %q %v %s", out, err, stderr)
+	}
+}
