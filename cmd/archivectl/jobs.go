@@ -36,8 +36,10 @@ type startExportJobCmd struct {
 	Label               string   `help:"A note kept with the backup in the catalog."`
 	Wait                bool     `help:"Wait for the job to end, as 'jobs wait' does."`
 	Elements            []string `enum:"messages,consent,none" help:"Categories to export: messages, consent, or none; default both (ARCH-017)."`
-	StartNs             *int64   `name:"start-ns" help:"Export messages sent after this time (ns, exclusive)."`
-	EndNs               *int64   `name:"end-ns" help:"Export messages sent up to this time (ns, inclusive)."`
+	Start               instant  `xor:"start" help:"Export messages sent after this time (exclusive): RFC 3339, a date (UTC midnight), or an age back from now such as 30d or 12h."`
+	End                 instant  `xor:"end" help:"Export messages sent up to this time (inclusive), as --start."`
+	StartNs             *int64   `name:"start-ns" xor:"start" help:"As --start, in nanoseconds since the epoch."`
+	EndNs               *int64   `name:"end-ns" xor:"end" help:"As --end, in nanoseconds since the epoch."`
 	ExcludeDisappearing bool     `help:"Leave out messages with an expiry, or whose expiry is unknown."`
 	Nonconforming       string   `enum:"fail,exclude,repair" default:"fail" help:"As for export: fail, exclude or repair a stored record the reference would refuse."`
 	Since               string   `help:"An earlier complete backup of the owner (catalog id): write an increment holding only what changed since it. Restore with 'restore --chain'."`
@@ -54,7 +56,7 @@ func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
 			return err
 		}
 	}
-	sel := selectionFlags{Elements: s.Elements, StartNs: s.StartNs, EndNs: s.EndNs, ExcludeDisappearing: s.ExcludeDisappearing}
+	sel := selectionFlags{Elements: s.Elements, Start: s.Start, End: s.End, StartNs: s.StartNs, EndNs: s.EndNs, ExcludeDisappearing: s.ExcludeDisappearing}
 	op, err := cb.NewBackupServiceClient(conn).StartExport(ctx, &cb.StartExportRequest{
 		Owner: s.Owner, Options: sel.options(), Bucket: s.Bucket, Label: s.Label,
 		Nonconforming: nonconformingModes[s.Nonconforming], SinceBackup: s.Since,

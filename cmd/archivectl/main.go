@@ -248,8 +248,10 @@ type exportCmd struct {
 // the reference would refuse.
 type selectionFlags struct {
 	Elements            []string `enum:"messages,consent,none" help:"Categories to export: messages, consent, or none; default both (ARCH-017)."`
-	StartNs             *int64   `name:"start-ns" help:"Export messages sent after this time (ns, exclusive)."`
-	EndNs               *int64   `name:"end-ns" help:"Export messages sent up to this time (ns, inclusive)."`
+	Start               instant  `xor:"start" help:"Export messages sent after this time (exclusive): RFC 3339, a date (UTC midnight), or an age back from now such as 30d or 12h."`
+	End                 instant  `xor:"end" help:"Export messages sent up to this time (inclusive), as --start."`
+	StartNs             *int64   `name:"start-ns" xor:"start" help:"As --start, in nanoseconds since the epoch."`
+	EndNs               *int64   `name:"end-ns" xor:"end" help:"As --end, in nanoseconds since the epoch."`
 	ExcludeDisappearing bool     `help:"Leave out messages with an expiry, or whose expiry is unknown."`
 	Nonconforming       string   `enum:"fail,exclude,repair" default:"fail" help:"A stored record the reference client's import would refuse ('lint' lists them): fail the export, exclude it (counted), or repair it where the repair is lossless and exclude it otherwise."`
 }
@@ -262,6 +264,7 @@ var nonconformingModes = map[string]cb.NonconformingRecords{
 }
 
 func (e *selectionFlags) options() *ds.ArchiveOptions {
+	e.StartNs, e.EndNs = e.Start.or(e.StartNs), e.End.or(e.EndNs)
 	if len(e.Elements) == 0 && e.StartNs == nil && e.EndNs == nil && !e.ExcludeDisappearing {
 		return nil // every default (ARCH-017)
 	}

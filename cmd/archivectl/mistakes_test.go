@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 
@@ -279,5 +282,49 @@ func TestArchivectlCompletion(t *testing.T) {
 	out, stderr, err := tool{t: t, bin: bin}.run("completion")
 	if err != nil || !(strings.Contains(out, "complete -C "+bin) || strings.Contains(out, "complete -f -c archivectl")) {
 		t.Errorf("archivectl completion: %q %v %s", out, err, stderr)
+	}
+}
+
+// TestArchivectlHumanTimes: --start and --end take RFC 3339, a date or an
+// age back from now, and the archive's window is what they said (issue
+// 36: nanoseconds only).
+func TestArchivectlHumanTimes(t *testing.T) {
+	bin := build(t)
+	addr, s := serve(t, nil)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	owner := storetest.Owner("times")
+	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	key := filepath.Join(dir, "k")
+	if err := os.WriteFile(key, bytes.Repeat([]byte{3}, 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "window.xmtp")
+	before := time.Now()
+	if _, stderr, err := ctl.run("export", "--owner", owner, "--key-file", key, "-o", out, "--start", "30d", "--end", "2030-01-02T00:00:00Z"); err != nil {
+		t.Fatalf("export --start 30d --end …: %v %s", err, stderr)
+	}
+	js, stderr, err := ctl.run("--json", "inspect", "--key-file", key, out)
+	if err != nil {
+		t.Fatalf("inspect: %v %s", err, stderr)
+	}
+	var got struct {
+		Metadata struct {
+			StartNs string `json:"start_ns"`
+			EndNs   string `json:"end_ns"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal([]byte(js), &got); err != nil {
+		t.Fatalf("inspect --json: %v\n%s", err, js)
+	}
+	start, _ := strconv.ParseInt(got.Metadata.StartNs, 10, 64)
+	wantStart := before.Add(-30 * 24 * time.Hour)
+	if d := time.Unix(0, start).Sub(wantStart); d < -time.Minute || d > time.Minute {
+		t.Errorf("the window starts at %s; --start 30d said about %s", time.Unix(0, start).UTC(), wantStart.UTC())
+	}
+	if got.Metadata.EndNs != fmt.Sprint(time.Date(2030, 1, 2, 0, 0, 0, 0, time.UTC).UnixNano()) {
+		t.Errorf("the window ends at %s ns; --end said 2030-01-02T00:00:00Z", got.Metadata.EndNs)
 	}
 }
