@@ -591,9 +591,12 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	cfg := zap.NewProductionConfig()
 	if format == "console" {
 		cfg = zap.NewDevelopmentConfig()
+		// Development's stack after every warning buries the line that
+		// matters; a stack is for a bug (error and above), as in json.
+		cfg.Development = false
 	}
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	log, err := cfg.Build()
+	log, err := cfg.Build(zap.AddStacktrace(zapcore.ErrorLevel))
 	if err != nil {
 		return nil, fmt.Errorf("logger: %w", err)
 	}

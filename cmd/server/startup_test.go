@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -50,5 +51,29 @@ func TestBinaryChecksBeforeItWrites(t *testing.T) {
 				t.Errorf("the data directory was made (%v) before the server stopped", err)
 			}
 		})
+	}
+}
+
+// TestConsoleLogWarningsCarryNoStack: --log-format console prints a
+// warning as one line, not followed by a 25-line stack (issue 36).
+func TestConsoleLogWarningsCarryNoStack(t *testing.T) {
+	// The logger writes to stderr: swap it for a pipe for this test.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = w
+	log, err := newLogger("info", "console")
+	os.Stderr = saved
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Warn("a warning")
+	_ = log.Sync()
+	w.Close()
+	out, _ := io.ReadAll(r)
+	if lines := strings.Count(strings.TrimSpace(string(out)), "\n") + 1; lines != 1 || !strings.Contains(string(out), "a warning") {
+		t.Errorf("a console warning took %d lines:\n%s", lines, out)
 	}
 }
