@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,11 +67,17 @@ func NewPostgresDatabase(t testing.TB) string {
 		}
 		db := *u
 		db.Path = "/" + name
+		// Registering nodes copies the role to each worker, and two
+		// databases registering at once (test packages run in parallel)
+		// race on it there ("tuple concurrently updated"): one at a time
+		// across processes, and once more if it still collides.
+		unlock := lockFile(t, filepath.Join(os.TempDir(), "contentbackup-citus-register.lock"))
+		defer unlock()
 		host, port := splitHostPort(t, u.Host)
 		exec(ctx, t, db.String(), fmt.Sprintf("SELECT citus_set_coordinator_host('%s', %s)", host, port))
 		for _, w := range workers {
 			host, port := splitHostPort(t, w)
-			exec(ctx, t, db.String(), fmt.Sprintf("SELECT citus_add_node('%s', %s)", host, port))
+			execRetried(ctx, t, db.String(), fmt.Sprintf("SELECT citus_add_node('%s', %s)", host, port))
 		}
 	}
 	out := *u
@@ -96,6 +104,42 @@ func exec(ctx context.Context, t testing.TB, url, sql string) {
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// execRetried is exec, tried up to three times: citus_add_node is
+// idempotent, and its failure under a concurrent one is transient.
+func execRetried(ctx context.Context, t testing.TB, url, sql string) {
+	t.Helper()
+	var err error
+	for attempt := range 3 {
+		var conn *pgx.Conn
+		if conn, err = pgx.Connect(ctx, url); err == nil {
+			_, err = conn.Exec(ctx, sql)
+			conn.Close(ctx)
+		}
+		if err == nil {
+			return
+		}
+		time.Sleep(time.Duration(attempt+1) * 300 * time.Millisecond)
+	}
+	t.Fatalf("%s: %v", sql, err)
+}
+
+// lockFile holds an exclusive lock on path until the returned unlock.
+func lockFile(t testing.TB, path string) (unlock func()) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		t.Fatalf("lock %s: %v", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("lock %s: %v", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
 	}
 }
 
