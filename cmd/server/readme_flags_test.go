@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -84,5 +85,81 @@ func TestREADMEScopeTable(t *testing.T) {
 		if !strings.Contains(string(readme), "\n| `"+string(s)+"` |") {
 			t.Errorf("scope %s has no row in the README's scopes table", s)
 		}
+	}
+}
+
+// serverEnvs are the environment variables the server's flags read.
+func serverEnvs(t *testing.T) map[string]bool {
+	t.Helper()
+	var c cli
+	parser, err := kong.New(&c, kong.Exit(func(int) { t.Fatal("kong exited") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs := map[string]bool{}
+	var walk func(n *kong.Node)
+	walk = func(n *kong.Node) {
+		for _, group := range n.AllFlags(true) {
+			for _, f := range group {
+				for _, e := range f.Envs {
+					envs[e] = true
+				}
+			}
+		}
+		for _, child := range n.Children {
+			walk(child)
+		}
+	}
+	walk(parser.Model.Node)
+	return envs
+}
+
+// TestDeployFilesSetOnlyRealFlags: every variable the Kubernetes manifest
+// and the compose file give the server is one of its flags' (a misspelt
+// one is silently ignored by the server), besides the Go runtime's and
+// the cloud SDKs' own; and the manifest, whose replicas share nothing on
+// disk, gives the jobs a shared bucket and key keeper (issue 36: both
+// were commented out).
+func TestDeployFilesSetOnlyRealFlags(t *testing.T) {
+	envs := serverEnvs(t)
+	other := regexp.MustCompile(`^(GOMEMLIMIT|GOMAXPROCS|GOGC|AWS_[A-Z_]+|GOOGLE_[A-Z_]+|AZURE_[A-Z_]+|POSTGRES_[A-Z_]+)$`)
+	manifest, err := os.ReadFile("../../deploy/kubernetes/contentbackup.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`(?m)^\s*-\s*(?:\{\s*)?name:\s*([A-Z][A-Z0-9_]*)\b`).FindAllSubmatch(manifest, -1)
+	if len(names) < 10 {
+		t.Fatalf("found %d variables in the manifest", len(names))
+	}
+	seen := map[string]bool{}
+	for _, m := range names {
+		name := string(m[1])
+		seen[name] = true
+		if !envs[name] && !other.MatchString(name) {
+			t.Errorf("kubernetes: %s is not a variable any server flag reads", name)
+		}
+	}
+	for _, want := range []string{"JOB_BUCKETS", "JOB_KEY_KEEPER"} {
+		if !seen[want] {
+			t.Errorf("kubernetes: %s is not set: replicas on a read-only filesystem need a shared bucket and key keeper", want)
+		}
+	}
+	doc := yamlDocs(t, "../../deploy/compose/docker-compose.yaml")[0]
+	services, _ := doc["services"].(map[string]any)
+	checked := 0
+	for name, svc := range services {
+		if name == "postgres" {
+			continue // the database's own image
+		}
+		env, _ := svc.(map[string]any)["environment"].(map[string]any)
+		for key := range env {
+			checked++
+			if !envs[key] && !other.MatchString(key) {
+				t.Errorf("compose: service %s sets %s, which no server flag reads", name, key)
+			}
+		}
+	}
+	if checked < 3 {
+		t.Fatalf("found %d variables in the compose file's services", checked)
 	}
 }
