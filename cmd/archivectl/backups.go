@@ -28,6 +28,7 @@ type backupsCmd struct {
 	Show      showBackupCmd   `cmd:"" help:"Print one backup."`
 	Key       backupKeyCmd    `cmd:"" help:"Write a backup's archive key (64 hex characters, mode 0600) to a file, for verify, inspect or a device; the server logs it as an audit event."`
 	Delete    deleteBackupCmd `cmd:"" help:"Delete a backup: its object, sidecar and catalog row."`
+	Verify    verifyBackupCmd `cmd:"" help:"Read a complete backup back now, as a schedule's verification does (length, SHA-256, every record, the counts), and record the result; exits non-zero when it is not sound."`
 	Retention retentionCmd    `cmd:"" help:"Dry run of a schedule's retention for an owner: which of its backups the server keeps (and by which rule) and which it deletes after the schedule's next export. Deletes nothing."`
 }
 
@@ -305,4 +306,34 @@ func resolveBackup(ctx context.Context, conn *grpc.ClientConn, owner, id string)
 		return found[0], nil
 	}
 	return "", fmt.Errorf("backup id %s is ambiguous: %s", id, strings.Join(found, ", "))
+}
+
+type verifyBackupCmd struct{ backupRef }
+
+func (v *verifyBackupCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if v.Backup, err = resolveBackup(ctx, conn, v.Owner, v.Backup); err != nil {
+		return err
+	}
+	b, err := cb.NewBackupServiceClient(conn).VerifyBackup(ctx, &cb.VerifyBackupRequest{Owner: v.Owner, Backup: v.Backup})
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	sound := b.GetVerifyProblem() == ""
+	text := fmt.Sprintf("backup %s is sound (read back %s)\n", b.GetId(), b.GetVerifyTime().AsTime().UTC().Format(time.RFC3339))
+	if !sound {
+		text = fmt.Sprintf("backup %s is NOT sound: %s\n", b.GetId(), b.GetVerifyProblem())
+	}
+	if err := c.output(map[string]any{"backup": b.GetId(), "sound": sound, "problem": b.GetVerifyProblem(),
+		"verified": b.GetVerifyTime().AsTime().UTC().Format(time.RFC3339Nano)}, text); err != nil {
+		return err
+	}
+	if !sound {
+		return fmt.Errorf("backup %s failed verification", b.GetId())
+	}
+	return nil
 }

@@ -328,3 +328,43 @@ func TestArchivectlHumanTimes(t *testing.T) {
 		t.Errorf("the window ends at %s ns; --end said 2030-01-02T00:00:00Z", got.Metadata.EndNs)
 	}
 }
+
+// TestArchivectlBackupsVerify: backups verify reads a backup back on
+// demand: sound, then, after its object is damaged, not sound with the
+// problem and a non-zero exit (issue 36).
+func TestArchivectlBackupsVerify(t *testing.T) {
+	bin := build(t)
+	addr, s, bucketDir := serveJobs(t, nil)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	owner := storetest.Owner("verify")
+	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
+		t.Fatal(err)
+	}
+	if out, stderr, err := ctl.run("jobs", "start-export", "--owner", owner, "--wait"); err != nil {
+		t.Fatalf("export: %v\n%s%s", err, out, stderr)
+	}
+	list, _, _ := ctl.run("backups", "list", "--owner", owner)
+	id := strings.Fields(strings.Split(list, "\n")[1])[0]
+	if out, stderr, err := ctl.run("backups", "verify", "--owner", owner, id[:8]); err != nil || !strings.Contains(out, "is sound") {
+		t.Fatalf("backups verify of a sound backup: %v %q %q", err, out, stderr)
+	}
+	var object string
+	_ = filepath.WalkDir(bucketDir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, ".xmtpbak") {
+			object = p
+		}
+		return err
+	})
+	data, err := os.ReadFile(object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-10] ^= 0xff
+	if err := os.WriteFile(object, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := ctl.run("backups", "verify", "--owner", owner, id)
+	if err == nil || !strings.Contains(out, "is NOT sound") || !strings.Contains(stderr, "failed verification") {
+		t.Errorf("backups verify of a damaged backup: %v %q %q", err, out, stderr)
+	}
+}

@@ -76,6 +76,24 @@ func (m *Manager) Verify(ctx context.Context, b store.Backup) (problem string, e
 	return problem, nil
 }
 
+// VerifyBackup verifies one of owner's backups now, on demand, as a
+// schedule's verification would (Verify), and returns its catalog row as
+// it stands after: Verified and VerifyProblem set. The reading is logged
+// with the principal who asked.
+func (m *Manager) VerifyBackup(ctx context.Context, principal, owner, id string) (store.Backup, error) {
+	b, err := m.Backup(ctx, owner, id)
+	if err != nil {
+		return store.Backup{}, err
+	}
+	problem, err := m.Verify(ctx, b)
+	if err != nil {
+		return store.Backup{}, err
+	}
+	m.cfg.Log.Info("backup verified on demand", zap.String("principal", principal), zap.String("owner", owner),
+		zap.String("backup", id), zap.Bool("sound", problem == ""))
+	return m.Backup(ctx, owner, id)
+}
+
 func (m *Manager) readBack(ctx context.Context, b store.Backup) (string, error) {
 	if b.State != store.BackupComplete {
 		return "", fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)

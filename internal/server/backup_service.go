@@ -148,6 +148,14 @@ func (s *BackupService) GetBackupKey(ctx context.Context, req *cb.GetBackupKeyRe
 	return &cb.GetBackupKeyResponse{Key: key}, nil
 }
 
+func (s *BackupService) VerifyBackup(ctx context.Context, req *cb.VerifyBackupRequest) (*cb.Backup, error) {
+	b, err := s.jobs.VerifyBackup(ctx, principalName(ctx), req.GetOwner(), req.GetBackup())
+	if err != nil {
+		return nil, jobStatus(err, req.GetBackup())
+	}
+	return backupOf(b), nil
+}
+
 var backupStates = map[string]cb.BackupState{
 	store.BackupWriting: cb.BackupState_BACKUP_STATE_WRITING, store.BackupComplete: cb.BackupState_BACKUP_STATE_COMPLETE,
 	store.BackupDeleting: cb.BackupState_BACKUP_STATE_DELETING,

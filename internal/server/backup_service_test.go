@@ -375,3 +375,48 @@ func TestBackupJobsPastMaxRunning(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyBackupOnDemand (issue 36): VerifyBackup reads one complete
+// backup back now and records what it found: sound at first; after a
+// byte of its object is flipped at rest, the problem, in the response and
+// in the catalog. Another owner's backup is NOT_FOUND, as a missing one.
+func TestVerifyBackupOnDemand(t *testing.T) {
+	jobsCfg, dir := testJobs(t)
+	st := enginetest.SQLite(t)
+	addr := serveTCP(t, withJobs(Config{Store: st}, jobsCfg), nil)
+	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
+	populate(t, cb.NewConversationServiceClient(conn), "alice")
+	backups := cb.NewBackupServiceClient(conn)
+	op, err := backups.StartExport(t.Context(), exportJob("alice", "to verify"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := exportResult(t, waitOp(t, conn, op.GetName()))
+	id := result.GetBackup()
+
+	before := time.Now()
+	b, err := backups.VerifyBackup(t.Context(), &cb.VerifyBackupRequest{Owner: "alice", Backup: id})
+	if err != nil || b.GetVerifyProblem() != "" || b.GetVerifyTime().AsTime().Before(before.Add(-time.Second)) {
+		t.Fatalf("VerifyBackup of a sound backup: %v, %v", b, err)
+	}
+
+	path := filepath.Join(dir, result.GetArchive().GetKey())
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err = backups.VerifyBackup(t.Context(), &cb.VerifyBackupRequest{Owner: "alice", Backup: id})
+	if err != nil || b.GetVerifyProblem() == "" {
+		t.Fatalf("VerifyBackup of a damaged backup: %v, %v; want its problem", b, err)
+	}
+	stored, err := backups.GetBackup(t.Context(), &cb.GetBackupRequest{Owner: "alice", Backup: id})
+	if err != nil || stored.GetVerifyProblem() != b.GetVerifyProblem() {
+		t.Errorf("the catalog after VerifyBackup: %v, %v; want the problem recorded", stored, err)
+	}
+	_, err = backups.VerifyBackup(t.Context(), &cb.VerifyBackupRequest{Owner: "bob", Backup: id})
+	wantCode(t, err, codes.NotFound, "not found")
+}

@@ -536,6 +536,10 @@ func ownerCalls(t *testing.T) map[string]ownerCall {
 			_, err := cb.NewBackupServiceClient(c).GetBackupKey(ctx, &cb.GetBackupKeyRequest{Owner: o, Backup: jobs.NewID(time.Now())})
 			return err
 		},
+		cb.BackupService_VerifyBackup_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).VerifyBackup(ctx, &cb.VerifyBackupRequest{Owner: o, Backup: jobs.NewID(time.Now())})
+			return err
+		},
 	}
 }
 

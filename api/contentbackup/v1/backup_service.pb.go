@@ -890,6 +890,59 @@ func (x *GetBackupRequest) GetBackup() string {
 	return ""
 }
 
+// VerifyBackupRequest names a complete backup within an owner.
+type VerifyBackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Backup        string                 `protobuf:"bytes,2,opt,name=backup,proto3" json:"backup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyBackupRequest) Reset() {
+	*x = VerifyBackupRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyBackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyBackupRequest) ProtoMessage() {}
+
+func (x *VerifyBackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyBackupRequest.ProtoReflect.Descriptor instead.
+func (*VerifyBackupRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *VerifyBackupRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *VerifyBackupRequest) GetBackup() string {
+	if x != nil {
+		return x.Backup
+	}
+	return ""
+}
+
 // DeleteBackupRequest names a backup within an owner.
 type DeleteBackupRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -901,7 +954,7 @@ type DeleteBackupRequest struct {
 
 func (x *DeleteBackupRequest) Reset() {
 	*x = DeleteBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +966,7 @@ func (x *DeleteBackupRequest) String() string {
 func (*DeleteBackupRequest) ProtoMessage() {}
 
 func (x *DeleteBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +979,7 @@ func (x *DeleteBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{7}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteBackupRequest) GetOwner() string {
@@ -954,7 +1007,7 @@ type GetBackupKeyRequest struct {
 
 func (x *GetBackupKeyRequest) Reset() {
 	*x = GetBackupKeyRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1019,7 @@ func (x *GetBackupKeyRequest) String() string {
 func (*GetBackupKeyRequest) ProtoMessage() {}
 
 func (x *GetBackupKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1032,7 @@ func (x *GetBackupKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetBackupKeyRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{8}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetBackupKeyRequest) GetOwner() string {
@@ -1006,7 +1059,7 @@ type GetBackupKeyResponse struct {
 
 func (x *GetBackupKeyResponse) Reset() {
 	*x = GetBackupKeyResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1071,7 @@ func (x *GetBackupKeyResponse) String() string {
 func (*GetBackupKeyResponse) ProtoMessage() {}
 
 func (x *GetBackupKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1084,7 @@ func (x *GetBackupKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetBackupKeyResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{9}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetBackupKeyResponse) GetKey() []byte {
@@ -1084,7 +1137,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1149,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1162,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{10}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobMetadata) GetKind() JobKind {
@@ -1246,7 +1299,7 @@ type ExportJobResult struct {
 
 func (x *ExportJobResult) Reset() {
 	*x = ExportJobResult{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1311,7 @@ func (x *ExportJobResult) String() string {
 func (*ExportJobResult) ProtoMessage() {}
 
 func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1324,7 @@ func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportJobResult.ProtoReflect.Descriptor instead.
 func (*ExportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{11}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExportJobResult) GetSummary() *ExportSummary {
@@ -1312,7 +1365,7 @@ type ImportJobResult struct {
 
 func (x *ImportJobResult) Reset() {
 	*x = ImportJobResult{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1377,7 @@ func (x *ImportJobResult) String() string {
 func (*ImportJobResult) ProtoMessage() {}
 
 func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1390,7 @@ func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportJobResult.ProtoReflect.Descriptor instead.
 func (*ImportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{12}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ImportJobResult) GetCounts() *ImportResponse {
@@ -1406,6 +1459,9 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x10GetBackupRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
 	"\x06backup\x18\x02 \x01(\tR\x06backup\"C\n" +
+	"\x13VerifyBackupRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06backup\x18\x02 \x01(\tR\x06backup\"C\n" +
 	"\x13DeleteBackupRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
 	"\x06backup\x18\x02 \x01(\tR\x06backup\"C\n" +
@@ -1465,7 +1521,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x16JOB_PHASE_TRANSFERRING\x10\x02\x12\x18\n" +
 	"\x14JOB_PHASE_COMMITTING\x10\x03\x12\x12\n" +
 	"\x0eJOB_PHASE_DONE\x10\x04\x12\x14\n" +
-	"\x10JOB_PHASE_QUEUED\x10\x052\xe9\x05\n" +
+	"\x10JOB_PHASE_QUEUED\x10\x052\xf2\x06\n" +
 	"\rBackupService\x12\x97\x01\n" +
 	"\vStartExport\x12$.contentbackup.v1.StartExportRequest\x1a\x1d.google.longrunning.Operation\"C\xcaA@\n" +
 	" contentbackup.v1.ExportJobResult\x12\x1ccontentbackup.v1.JobMetadata\x12\x97\x01\n" +
@@ -1474,7 +1530,8 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\vListBackups\x12$.contentbackup.v1.ListBackupsRequest\x1a%.contentbackup.v1.ListBackupsResponse\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/v1/owners/{owner}/backups\x12v\n" +
 	"\tGetBackup\x12\".contentbackup.v1.GetBackupRequest\x1a\x18.contentbackup.v1.Backup\"+\x82\xd3\xe4\x93\x02%\x12#/v1/owners/{owner}/backups/{backup}\x12M\n" +
 	"\fDeleteBackup\x12%.contentbackup.v1.DeleteBackupRequest\x1a\x16.google.protobuf.Empty\x12]\n" +
-	"\fGetBackupKey\x12%.contentbackup.v1.GetBackupKeyRequest\x1a&.contentbackup.v1.GetBackupKeyResponseBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
+	"\fGetBackupKey\x12%.contentbackup.v1.GetBackupKeyRequest\x1a&.contentbackup.v1.GetBackupKeyResponse\x12\x86\x01\n" +
+	"\fVerifyBackup\x12%.contentbackup.v1.VerifyBackupRequest\x1a\x18.contentbackup.v1.Backup\"5\x82\xd3\xe4\x93\x02/:\x01*\"*/v1/owners/{owner}/backups/{backup}:verifyBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
 
 var (
 	file_contentbackup_v1_backup_service_proto_rawDescOnce sync.Once
@@ -1489,7 +1546,7 @@ func file_contentbackup_v1_backup_service_proto_rawDescGZIP() []byte {
 }
 
 var file_contentbackup_v1_backup_service_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_contentbackup_v1_backup_service_proto_goTypes = []any{
 	(BackupState)(0),                   // 0: contentbackup.v1.BackupState
 	(JobKind)(0),                       // 1: contentbackup.v1.JobKind
@@ -1502,58 +1559,61 @@ var file_contentbackup_v1_backup_service_proto_goTypes = []any{
 	(*ListBackupsRequest)(nil),         // 8: contentbackup.v1.ListBackupsRequest
 	(*ListBackupsResponse)(nil),        // 9: contentbackup.v1.ListBackupsResponse
 	(*GetBackupRequest)(nil),           // 10: contentbackup.v1.GetBackupRequest
-	(*DeleteBackupRequest)(nil),        // 11: contentbackup.v1.DeleteBackupRequest
-	(*GetBackupKeyRequest)(nil),        // 12: contentbackup.v1.GetBackupKeyRequest
-	(*GetBackupKeyResponse)(nil),       // 13: contentbackup.v1.GetBackupKeyResponse
-	(*JobMetadata)(nil),                // 14: contentbackup.v1.JobMetadata
-	(*ExportJobResult)(nil),            // 15: contentbackup.v1.ExportJobResult
-	(*ImportJobResult)(nil),            // 16: contentbackup.v1.ImportJobResult
-	(*device_sync.ArchiveOptions)(nil), // 17: xmtp.device_sync.ArchiveOptions
-	(NonconformingRecords)(0),          // 18: contentbackup.v1.NonconformingRecords
-	(*ExportSummary)(nil),              // 19: contentbackup.v1.ExportSummary
-	(*timestamppb.Timestamp)(nil),      // 20: google.protobuf.Timestamp
-	(*ImportResponse)(nil),             // 21: contentbackup.v1.ImportResponse
-	(*longrunningpb.Operation)(nil),    // 22: google.longrunning.Operation
-	(*emptypb.Empty)(nil),              // 23: google.protobuf.Empty
+	(*VerifyBackupRequest)(nil),        // 11: contentbackup.v1.VerifyBackupRequest
+	(*DeleteBackupRequest)(nil),        // 12: contentbackup.v1.DeleteBackupRequest
+	(*GetBackupKeyRequest)(nil),        // 13: contentbackup.v1.GetBackupKeyRequest
+	(*GetBackupKeyResponse)(nil),       // 14: contentbackup.v1.GetBackupKeyResponse
+	(*JobMetadata)(nil),                // 15: contentbackup.v1.JobMetadata
+	(*ExportJobResult)(nil),            // 16: contentbackup.v1.ExportJobResult
+	(*ImportJobResult)(nil),            // 17: contentbackup.v1.ImportJobResult
+	(*device_sync.ArchiveOptions)(nil), // 18: xmtp.device_sync.ArchiveOptions
+	(NonconformingRecords)(0),          // 19: contentbackup.v1.NonconformingRecords
+	(*ExportSummary)(nil),              // 20: contentbackup.v1.ExportSummary
+	(*timestamppb.Timestamp)(nil),      // 21: google.protobuf.Timestamp
+	(*ImportResponse)(nil),             // 22: contentbackup.v1.ImportResponse
+	(*longrunningpb.Operation)(nil),    // 23: google.longrunning.Operation
+	(*emptypb.Empty)(nil),              // 24: google.protobuf.Empty
 }
 var file_contentbackup_v1_backup_service_proto_depIdxs = []int32{
-	17, // 0: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
+	18, // 0: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
 	4,  // 1: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
-	18, // 2: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
+	19, // 2: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
 	4,  // 3: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
 	0,  // 4: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
 	4,  // 5: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
-	17, // 6: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
-	19, // 7: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
-	20, // 8: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
-	20, // 9: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
-	20, // 10: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
+	18, // 6: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
+	20, // 7: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
+	21, // 8: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
+	21, // 9: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
+	21, // 10: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
 	7,  // 11: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
 	1,  // 12: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
 	2,  // 13: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
 	3,  // 14: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
 	4,  // 15: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
-	20, // 16: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
-	20, // 17: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
-	20, // 18: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
-	19, // 19: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
+	21, // 16: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
+	21, // 17: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
+	21, // 18: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
+	20, // 19: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
 	4,  // 20: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
 	4,  // 21: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
-	21, // 22: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
+	22, // 22: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
 	5,  // 23: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
 	6,  // 24: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
 	8,  // 25: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
 	10, // 26: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
-	11, // 27: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
-	12, // 28: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
-	22, // 29: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
-	22, // 30: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
-	9,  // 31: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
-	7,  // 32: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
-	23, // 33: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
-	13, // 34: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
-	29, // [29:35] is the sub-list for method output_type
-	23, // [23:29] is the sub-list for method input_type
+	12, // 27: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
+	13, // 28: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
+	11, // 29: contentbackup.v1.BackupService.VerifyBackup:input_type -> contentbackup.v1.VerifyBackupRequest
+	23, // 30: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
+	23, // 31: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
+	9,  // 32: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
+	7,  // 33: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
+	24, // 34: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
+	14, // 35: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
+	7,  // 36: contentbackup.v1.BackupService.VerifyBackup:output_type -> contentbackup.v1.Backup
+	30, // [30:37] is the sub-list for method output_type
+	23, // [23:30] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -1571,7 +1631,7 @@ func file_contentbackup_v1_backup_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_v1_backup_service_proto_rawDesc), len(file_contentbackup_v1_backup_service_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

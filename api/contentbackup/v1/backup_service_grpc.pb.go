@@ -27,6 +27,7 @@ const (
 	BackupService_GetBackup_FullMethodName    = "/contentbackup.v1.BackupService/GetBackup"
 	BackupService_DeleteBackup_FullMethodName = "/contentbackup.v1.BackupService/DeleteBackup"
 	BackupService_GetBackupKey_FullMethodName = "/contentbackup.v1.BackupService/GetBackupKey"
+	BackupService_VerifyBackup_FullMethodName = "/contentbackup.v1.BackupService/VerifyBackup"
 )
 
 // BackupServiceClient is the client API for BackupService service.
@@ -93,6 +94,17 @@ type BackupServiceClient interface {
 	// object to a device or the reference client. Every call is logged as an
 	// audit event naming the principal, the owner and the backup.
 	GetBackupKey(ctx context.Context, in *GetBackupKeyRequest, opts ...grpc.CallOption) (*GetBackupKeyResponse, error)
+	// VerifyBackup reads one complete backup back now, as a schedule's
+	// verification does: the object's length and SHA-256 against the
+	// catalog, every record authenticated under the backup's key, and the
+	// counts. It records the result in the catalog and returns the backup,
+	// verify_time and verify_problem set (an empty problem: sound). It
+	// reads the whole object: set a deadline that allows for its size. A
+	// backup not complete is FAILED_PRECONDITION.
+	// The resource itself, as GetBackup returns it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	VerifyBackup(ctx context.Context, in *VerifyBackupRequest, opts ...grpc.CallOption) (*Backup, error)
 }
 
 type backupServiceClient struct {
@@ -163,6 +175,16 @@ func (c *backupServiceClient) GetBackupKey(ctx context.Context, in *GetBackupKey
 	return out, nil
 }
 
+func (c *backupServiceClient) VerifyBackup(ctx context.Context, in *VerifyBackupRequest, opts ...grpc.CallOption) (*Backup, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Backup)
+	err := c.cc.Invoke(ctx, BackupService_VerifyBackup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackupServiceServer is the server API for BackupService service.
 // All implementations must embed UnimplementedBackupServiceServer
 // for forward compatibility.
@@ -227,6 +249,17 @@ type BackupServiceServer interface {
 	// object to a device or the reference client. Every call is logged as an
 	// audit event naming the principal, the owner and the backup.
 	GetBackupKey(context.Context, *GetBackupKeyRequest) (*GetBackupKeyResponse, error)
+	// VerifyBackup reads one complete backup back now, as a schedule's
+	// verification does: the object's length and SHA-256 against the
+	// catalog, every record authenticated under the backup's key, and the
+	// counts. It records the result in the catalog and returns the backup,
+	// verify_time and verify_problem set (an empty problem: sound). It
+	// reads the whole object: set a deadline that allows for its size. A
+	// backup not complete is FAILED_PRECONDITION.
+	// The resource itself, as GetBackup returns it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	VerifyBackup(context.Context, *VerifyBackupRequest) (*Backup, error)
 	mustEmbedUnimplementedBackupServiceServer()
 }
 
@@ -254,6 +287,9 @@ func (UnimplementedBackupServiceServer) DeleteBackup(context.Context, *DeleteBac
 }
 func (UnimplementedBackupServiceServer) GetBackupKey(context.Context, *GetBackupKeyRequest) (*GetBackupKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetBackupKey not implemented")
+}
+func (UnimplementedBackupServiceServer) VerifyBackup(context.Context, *VerifyBackupRequest) (*Backup, error) {
+	return nil, status.Error(codes.Unimplemented, "method VerifyBackup not implemented")
 }
 func (UnimplementedBackupServiceServer) mustEmbedUnimplementedBackupServiceServer() {}
 func (UnimplementedBackupServiceServer) testEmbeddedByValue()                       {}
@@ -384,6 +420,24 @@ func _BackupService_GetBackupKey_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BackupService_VerifyBackup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VerifyBackupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).VerifyBackup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_VerifyBackup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).VerifyBackup(ctx, req.(*VerifyBackupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BackupService_ServiceDesc is the grpc.ServiceDesc for BackupService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -414,6 +468,10 @@ var BackupService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetBackupKey",
 			Handler:    _BackupService_GetBackupKey_Handler,
+		},
+		{
+			MethodName: "VerifyBackup",
+			Handler:    _BackupService_VerifyBackup_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -71,6 +71,9 @@ var MethodScopes = map[string][]auth.Scope{
 	cb.BackupService_StartImport_FullMethodName: {auth.ScopeArchiveImport},
 	// A backup's key opens the owner's whole archive: the export side's.
 	cb.BackupService_GetBackupKey_FullMethodName: {auth.ScopeArchiveExport},
+	// Verifying reads the backup (as an export's owner may) and records
+	// the result in the catalog.
+	cb.BackupService_VerifyBackup_FullMethodName: {auth.ScopeArchiveExport},
 	cb.BackupService_DeleteBackup_FullMethodName: {auth.ScopeArchiveExport},
 	// The catalog is read by either side of a transfer.
 	cb.BackupService_ListBackups_FullMethodName: {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
