@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
@@ -54,7 +52,7 @@ func (l *listBackupsCmd) Run(ctx context.Context, c *cli) error {
 	if c.JSON {
 		out := make([]json.RawMessage, 0, len(all))
 		for _, b := range all {
-			j, err := protojson.Marshal(b)
+			j, err := protoJSON(b)
 			if err != nil {
 				return err
 			}
@@ -221,16 +219,32 @@ func (s *showBackupCmd) Run(ctx context.Context, c *cli) error {
 	if err != nil {
 		return fmt.Errorf("show: %w", err)
 	}
-	return printProto(b)
-}
-
-func printProto(m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true}.Marshal(m)
-	if err != nil {
-		return err
+	if c.JSON {
+		j, err := protoJSON(b)
+		if err != nil {
+			return err
+		}
+		return c.output(json.RawMessage(j), "")
 	}
-	fmt.Println(string(b))
-	return nil
+	sum := b.GetSummary()
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	for _, row := range [][2]string{
+		{"id", b.GetId()}, {"owner", b.GetOwner()}, {"state", shortState(b.GetState())}, {"kind", kind(b)},
+		{"label", b.GetLabel()}, {"schedule", b.GetSchedule()},
+		{"created", b.GetCreateTime().AsTime().UTC().Format(time.RFC3339)},
+		{"object", b.GetObject().GetBucket() + "/" + b.GetObject().GetKey()},
+		{"window", window(b.GetOptions())},
+		{"records", fmt.Sprintf("%d groups, %d messages, %d consent", sum.GetGroups(), sum.GetMessages(), sum.GetConsentRecords())},
+		{"bytes", fmt.Sprint(sum.GetArchiveBytes())},
+		{"sha256", hex.EncodeToString(sum.GetSha256())},
+		{"verified", verified(b)},
+	} {
+		fmt.Fprintf(w, "%s:\t%s\n", row[0], row[1])
+	}
+	if p := b.GetVerifyProblem(); p != "" {
+		fmt.Fprintf(w, "problem:\t%s\n", p)
+	}
+	return w.Flush()
 }
 
 type backupKeyCmd struct {

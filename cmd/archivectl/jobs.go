@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +14,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/schollz/progressbar/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
@@ -186,7 +187,7 @@ func (l *listJobsCmd) Run(ctx context.Context, c *cli) error {
 	if c.JSON {
 		out := make([]json.RawMessage, 0, len(all))
 		for _, op := range all {
-			b, err := protojson.Marshal(op)
+			b, err := protoJSON(op)
 			if err != nil {
 				return err
 			}
@@ -194,6 +195,7 @@ func (l *listJobsCmd) Run(ctx context.Context, c *cli) error {
 		}
 		return c.output(out, "")
 	}
+	fmt.Println("OPERATION  KIND  STATE  OWNER  OBJECT  PROGRESS")
 	for _, op := range all {
 		fmt.Println(summaryLine(op))
 	}
@@ -238,12 +240,11 @@ func byteCount(done, total uint64) string {
 // summary line and, when done, its result.
 func (c *cli) printOperation(op *longrunningpb.Operation) error {
 	if c.JSON {
-		b, err := protojson.MarshalOptions{Multiline: true}.Marshal(op)
+		b, err := protoJSON(op)
 		if err != nil {
 			return err
 		}
-		fmt.Println(string(b))
-		return nil
+		return c.output(json.RawMessage(b), "")
 	}
 	fmt.Println(summaryLine(op))
 	if r := op.GetResponse(); r != nil {
@@ -251,11 +252,7 @@ func (c *cli) printOperation(op *longrunningpb.Operation) error {
 		if err != nil {
 			return err
 		}
-		b, err := protojson.MarshalOptions{Multiline: true}.Marshal(m)
-		if err != nil {
-			return err
-		}
-		fmt.Println(string(b))
+		fmt.Print(resultText(m))
 	}
 	return nil
 }
@@ -317,4 +314,23 @@ func writeNew(path string, body []byte) error {
 		return err
 	}
 	return f.Close()
+}
+
+// resultText is a finished job's result for people: what an export
+// wrote, what an import did.
+func resultText(m proto.Message) string {
+	switch r := m.(type) {
+	case *cb.ExportJobResult:
+		sum := r.GetSummary()
+		return fmt.Sprintf("backup %s: %d groups, %d messages, %d consent records, %d bytes, sha256 %s\n",
+			r.GetBackup(), sum.GetGroups(), sum.GetMessages(), sum.GetConsentRecords(), sum.GetArchiveBytes(), hex.EncodeToString(sum.GetSha256()))
+	case *cb.ImportJobResult:
+		c := r.GetCounts()
+		line := func(what string, e *cb.ElementCounts) string {
+			return fmt.Sprintf("%s: %d inserted, %d updated, %d unchanged", what, e.GetInserted(), e.GetUpdated(), e.GetUnchanged())
+		}
+		return line("groups", c.GetGroups()) + "; " + line("messages", c.GetMessages()) + "; " + line("consent", c.GetConsent()) + "\n"
+	}
+	b, _ := protoJSON(m)
+	return string(b) + "\n"
 }

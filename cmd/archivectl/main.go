@@ -29,6 +29,7 @@ import (
 	"github.com/willabides/kongplete"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
@@ -166,6 +167,15 @@ func (c *cli) dial() (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("server %s: %w", c.Server, err)
 	}
 	return conn, nil
+}
+
+// protoJSON is the one JSON form archivectl prints API messages in:
+// protojson with the proto field names (snake_case, as archivectl's own
+// objects), every field present (an empty list is [], never missing), and
+// protojson's own rules otherwise (64-bit integers as strings, bytes as
+// base64).
+func protoJSON(m proto.Message) ([]byte, error) {
+	return protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
 }
 
 // output prints v as JSON with --json, else text.
