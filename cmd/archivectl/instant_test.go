@@ -28,3 +28,22 @@ func TestParseInstant(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressLine: with a total, the share done and the time left at the
+// rate so far; no rate before a whole second (the first frame read "64
+// TB/s", issue 36).
+func TestProgressLine(t *testing.T) {
+	p := &progress{verb: "sent", total: 100 << 20, bytes: 25 << 20}
+	for elapsed, want := range map[time.Duration]string{
+		10 * time.Millisecond: "sent 25.0 of 100.0 MiB (25%)",
+		5 * time.Second:       "sent 25.0 of 100.0 MiB (25%), 5.0 MiB/s, about 15s left",
+	} {
+		if got := p.line(elapsed); got != want {
+			t.Errorf("after %s: %q, want %q", elapsed, got, want)
+		}
+	}
+	unknown := &progress{verb: "exported", bytes: 10 << 20}
+	if got := unknown.line(2 * time.Second); got != "exported 10.0 MiB, 5.0 MiB/s" {
+		t.Errorf("no total: %q", got)
+	}
+}

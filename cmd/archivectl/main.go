@@ -221,29 +221,47 @@ func optNs(v *int64) string {
 	return fmt.Sprint(*v)
 }
 
-// progress reports a long transfer on stderr, at most once a second.
+// progress reports a long transfer on stderr, at most once a second:
+// bytes and rate, and with a known total (an import's file) the share
+// done and the time left at the rate so far.
 type progress struct {
 	verb        string
+	total       uint64 // 0: unknown
 	start, last time.Time
 	bytes       uint64
 }
 
-func newProgress(verb string) *progress {
+func newProgress(verb string, total uint64) *progress {
 	now := time.Now()
-	return &progress{verb: verb, start: now, last: now}
+	return &progress{verb: verb, total: total, start: now, last: now}
 }
 
 func (p *progress) add(n int) {
 	p.bytes += uint64(n)
 	if time.Since(p.last) >= time.Second {
 		p.last = time.Now()
-		p.print()
+		fmt.Fprintln(os.Stderr, p.line(time.Since(p.start)))
 	}
 }
 
-func (p *progress) print() {
-	secs := max(time.Since(p.start).Seconds(), 1e-9)
-	fmt.Fprintf(os.Stderr, "%s %.1f MiB (%.1f MiB/s)\n", p.verb, float64(p.bytes)/(1<<20), float64(p.bytes)/(1<<20)/secs)
+// line is the report after elapsed: no rate before a whole second has
+// gone (a rate over the first milliseconds reads as terabytes a second).
+func (p *progress) line(elapsed time.Duration) string {
+	mib := float64(p.bytes) / (1 << 20)
+	line := fmt.Sprintf("%s %.1f MiB", p.verb, mib)
+	if p.total > 0 {
+		line = fmt.Sprintf("%s %.1f of %.1f MiB (%.0f%%)", p.verb, mib, float64(p.total)/(1<<20), 100*float64(p.bytes)/float64(p.total))
+	}
+	if elapsed < time.Second || p.bytes == 0 {
+		return line
+	}
+	rate := float64(p.bytes) / elapsed.Seconds()
+	line += fmt.Sprintf(", %.1f MiB/s", rate/(1<<20))
+	if p.total > p.bytes {
+		left := time.Duration(float64(p.total-p.bytes) / rate * float64(time.Second))
+		line += ", about " + left.Round(time.Second).String() + " left"
+	}
+	return line
 }
 
 type exportCmd struct {
@@ -344,7 +362,7 @@ func (e *exportCmd) Run(ctx context.Context, c *cli) error {
 	err = writeAtomically(e.Output, e.Force, func(w io.Writer) error {
 		h := sha256.New()
 		out := io.MultiWriter(w, h)
-		prog := newProgress("exported")
+		prog := newProgress("exported", 0)
 		var n uint64
 		for {
 			m, err := stream.Recv()
@@ -485,7 +503,11 @@ func (i *importCmd) Run(ctx context.Context, c *cli) error {
 	if err := stream.Send(&cb.ImportRequest{Payload: &cb.ImportRequest_Start{Start: &cb.ImportStart{Owner: i.Owner, Key: key}}}); err != nil {
 		return fmt.Errorf("import: %w", err)
 	}
-	prog := newProgress("sent")
+	var size uint64
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		size = uint64(fi.Size())
+	}
+	prog := newProgress("sent", size)
 	buf := make([]byte, 256<<10)
 	for {
 		n, rerr := f.Read(buf)
