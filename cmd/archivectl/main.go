@@ -33,6 +33,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/buildinfo"
@@ -329,6 +330,9 @@ func (e *estimateCmd) Run(ctx context.Context, c *cli) error {
 		return fmt.Errorf("estimate: %w", err)
 	}
 	sum := resp.GetSummary()
+	if sum.GetGroups() == 0 {
+		noteRestored(ctx, conn, e.Owner)
+	}
 	if c.JSON {
 		return c.output(map[string]uint64{"groups": sum.GetGroups(), "messages": sum.GetMessages(), "consent": sum.GetConsentRecords(),
 			"bytes": sum.GetArchiveBytes(), "excluded": sum.GetExcludedRecords(), "repaired": sum.GetRepairedRecords()}, "")
@@ -338,6 +342,30 @@ func (e *estimateCmd) Run(ctx context.Context, c *cli) error {
 	fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\n", sum.GetGroups(), sum.GetMessages(), sum.GetConsentRecords(), sum.GetArchiveBytes(),
 		sum.GetExcludedRecords(), sum.GetRepairedRecords())
 	return w.Flush()
+}
+
+// noteRestored says on stderr why an owner whose export holds no group
+// may still have conversations: restored ones (imported from an archive)
+// are never exported until activated (ARCH-026). Said only when the
+// principal may list the owner's groups; otherwise nothing is said.
+func noteRestored(ctx context.Context, conn *grpc.ClientConn, owner string) {
+	page, err := cb.NewConversationServiceClient(conn).ListGroups(ctx, &cb.ListGroupsRequest{Owner: owner, PageSize: 1000})
+	if err != nil {
+		return
+	}
+	restored := 0
+	for _, g := range page.GetGroups() {
+		if g.GetMembershipState() == gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED {
+			restored++
+		}
+	}
+	if restored > 0 {
+		more := ""
+		if page.GetNextPageToken() != "" {
+			more = " or more"
+		}
+		fmt.Fprintf(os.Stderr, "note: %s has %d%s restored conversations (imported from an archive); restored conversations and their messages are not exported (ARCH-026) until a Welcome activates them (ActivateGroup)\n", owner, restored, more)
+	}
 }
 
 func (e *exportCmd) Run(ctx context.Context, c *cli) error {

@@ -368,3 +368,35 @@ func TestArchivectlBackupsVerify(t *testing.T) {
 		t.Errorf("backups verify of a damaged backup: %v %q %q", err, out, stderr)
 	}
 }
+
+// TestArchivectlEstimateSaysWhyRestoredIsEmpty: after an archive is
+// imported into a new owner, estimate shows no groups (restored ones are
+// never exported, ARCH-026) and says so, rather than a silent 0 (issue 36).
+func TestArchivectlEstimateSaysWhyRestoredIsEmpty(t *testing.T) {
+	bin := build(t)
+	addr, s := serve(t, nil)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	owner, into := storetest.Owner("source"), storetest.Owner("restored")
+	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	key := filepath.Join(dir, "k")
+	if err := os.WriteFile(key, bytes.Repeat([]byte{3}, 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(dir, "a.xmtp")
+	if _, stderr, err := ctl.run("export", "--owner", owner, "--key-file", key, "-o", archive); err != nil {
+		t.Fatalf("export: %v %s", err, stderr)
+	}
+	if _, stderr, err := ctl.run("import", "--owner", into, "--key-file", key, archive); err != nil {
+		t.Fatalf("import: %v %s", err, stderr)
+	}
+	out, stderr, err := ctl.run("estimate", "--owner", into)
+	if err != nil || !strings.Contains(stderr, "has 1 restored conversations") || !strings.Contains(stderr, "ARCH-026") {
+		t.Errorf("estimate of a restored owner: %v\n%s%s", err, out, stderr)
+	}
+	if _, stderr, _ := ctl.run("estimate", "--owner", owner); strings.Contains(stderr, "restored") {
+		t.Errorf("estimate of an owner with live groups says: %s", stderr)
+	}
+}
