@@ -120,7 +120,6 @@ var rpcError = regexp.MustCompile(`rpc error: code = (\w+) desc = `)
 func parseError(err error, kctx *kong.Context) string {
 	cmd := "archivectl"
 	if kctx != nil && kctx.Command() != "" {
-		cmd += " " + strings.Join(strings.Fields(strings.NewReplacer("<", "", ">", "").Replace(kctx.Command())), " ")
 		// Only the command's words, not its positional arguments.
 		var words []string
 		for _, w := range strings.Fields(kctx.Command()) {
