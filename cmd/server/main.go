@@ -583,7 +583,7 @@ func metricsMux(reg *prometheus.Registry, srv *server.Server, policy *auth.Polic
 	return mux
 }
 
-func newLogger(level, format string) (*zap.Logger, error) {
+func newLogger(level, format string, opts ...zap.Option) (*zap.Logger, error) {
 	var lvl zapcore.Level
 	if err := lvl.Set(level); err != nil {
 		return nil, fmt.Errorf("log level: %w", err)
@@ -596,7 +596,7 @@ func newLogger(level, format string) (*zap.Logger, error) {
 		cfg.Development = false
 	}
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	log, err := cfg.Build(zap.AddStacktrace(zapcore.ErrorLevel))
+	log, err := cfg.Build(append([]zap.Option{zap.AddStacktrace(zapcore.ErrorLevel)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("logger: %w", err)
 	}
