@@ -418,25 +418,8 @@ func generateShapes(seed uint64, n int) []shape {
 // sentinel group and the sentinel message, as referenceImports does.
 func sealForReference(t *testing.T, elements ...*ds.BackupElement) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	w, err := archive.NewWriter(&buf, interopKey, archive.WriterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta := &ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{
-		Elements:     []ds.BackupElementSelection{ds.BackupElementSelection_BACKUP_ELEMENT_SELECTION_MESSAGES, ds.BackupElementSelection_BACKUP_ELEMENT_SELECTION_CONSENT},
-		ExportedAtNs: 1_700_000_000_000_000_000}}}
-	all := append([]*ds.BackupElement{meta, groupEl(sentinelGroup)}, elements...)
-	all = append(all, &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: sentinelMessage()}})
-	for _, el := range all {
-		if err := w.WriteElement(el); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	all := append([]*ds.BackupElement{groupEl(sentinelGroup)}, elements...)
+	return sealElements(t, append(all, &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: sentinelMessage()}}))
 }
 
 // refImport is one archive for the reference to import, and what it made

@@ -203,18 +203,9 @@ func TestArchivectlDryRunSaysSo(t *testing.T) {
 // exists before it starts, and leaves it as it was; --force replaces it
 // (issue 36: it was overwritten silently).
 func TestArchivectlExportKeepsAnExistingFile(t *testing.T) {
-	bin := build(t)
-	addr, s := serve(t, nil)
-	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
-	owner := storetest.Owner("keep")
-	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
-		t.Fatal(err)
-	}
+	ctl, owner, _, _ := operatorAndOwner(t, "keep", false)
 	dir := t.TempDir()
-	key := filepath.Join(dir, "k")
-	if err := os.WriteFile(key, bytes.Repeat([]byte{3}, 32), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	key := keyFileIn(t, dir)
 	out := filepath.Join(dir, "precious.xmtp")
 	if err := os.WriteFile(out, []byte("precious"), 0o600); err != nil {
 		t.Fatal(err)
@@ -235,13 +226,7 @@ func TestArchivectlExportKeepsAnExistingFile(t *testing.T) {
 // digits or more) names it, as git's do; one that is too short, matches
 // none or matches two is refused, saying which.
 func TestArchivectlShortBackupIDs(t *testing.T) {
-	bin := build(t)
-	addr, s, _ := serveJobs(t, nil)
-	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
-	owner := storetest.Owner("short")
-	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
-		t.Fatal(err)
-	}
+	ctl, owner, _, _ := operatorAndOwner(t, "short", true)
 	var ids []string
 	for range 2 {
 		if out, stderr, err := ctl.run("jobs", "start-export", "--owner", owner, "--wait"); err != nil {
@@ -308,18 +293,9 @@ func TestArchivectlCompletion(t *testing.T) {
 // age back from now, and the archive's window is what they said (issue
 // 36: nanoseconds only).
 func TestArchivectlHumanTimes(t *testing.T) {
-	bin := build(t)
-	addr, s := serve(t, nil)
-	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
-	owner := storetest.Owner("times")
-	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
-		t.Fatal(err)
-	}
+	ctl, owner, _, _ := operatorAndOwner(t, "times", false)
 	dir := t.TempDir()
-	key := filepath.Join(dir, "k")
-	if err := os.WriteFile(key, bytes.Repeat([]byte{3}, 32), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	key := keyFileIn(t, dir)
 	out := filepath.Join(dir, "window.xmtp")
 	before := time.Now()
 	if _, stderr, err := ctl.run("export", "--owner", owner, "--key-file", key, "-o", out, "--start", "30d", "--end", "2030-01-02T00:00:00Z"); err != nil {
@@ -352,13 +328,7 @@ func TestArchivectlHumanTimes(t *testing.T) {
 // demand: sound, then, after its object is damaged, not sound with the
 // problem and a non-zero exit (issue 36).
 func TestArchivectlBackupsVerify(t *testing.T) {
-	bin := build(t)
-	addr, s, bucketDir := serveJobs(t, nil)
-	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
-	owner := storetest.Owner("verify")
-	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
-		t.Fatal(err)
-	}
+	ctl, owner, _, bucketDir := operatorAndOwner(t, "verify", true)
 	if out, stderr, err := ctl.run("jobs", "start-export", "--owner", owner, "--wait"); err != nil {
 		t.Fatalf("export: %v\n%s%s", err, out, stderr)
 	}
@@ -392,18 +362,10 @@ func TestArchivectlBackupsVerify(t *testing.T) {
 // imported into a new owner, estimate shows no groups (restored ones are
 // never exported, ARCH-026) and says so, rather than a silent 0 (issue 36).
 func TestArchivectlEstimateSaysWhyRestoredIsEmpty(t *testing.T) {
-	bin := build(t)
-	addr, s := serve(t, nil)
-	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
-	owner, into := storetest.Owner("source"), storetest.Owner("restored")
-	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
-		t.Fatal(err)
-	}
+	ctl, owner, _, _ := operatorAndOwner(t, "source", false)
+	into := storetest.Owner("restored")
 	dir := t.TempDir()
-	key := filepath.Join(dir, "k")
-	if err := os.WriteFile(key, bytes.Repeat([]byte{3}, 32), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	key := keyFileIn(t, dir)
 	archive := filepath.Join(dir, "a.xmtp")
 	if _, stderr, err := ctl.run("export", "--owner", owner, "--key-file", key, "-o", archive); err != nil {
 		t.Fatalf("export: %v %s", err, stderr)
@@ -418,4 +380,33 @@ func TestArchivectlEstimateSaysWhyRestoredIsEmpty(t *testing.T) {
 	if _, stderr, _ := ctl.run("estimate", "--owner", owner); strings.Contains(stderr, "restored") {
 		t.Errorf("estimate of an owner with live groups says: %s", stderr)
 	}
+}
+
+// operatorAndOwner serves a server (with jobs when jobs is set), and
+// returns archivectl as its operator, an owner holding one group, the
+// store and, with jobs, the bucket's directory.
+func operatorAndOwner(t *testing.T, name string, jobs bool) (ctl tool, owner string, s store.Store, bucketDir string) {
+	t.Helper()
+	var addr string
+	if jobs {
+		addr, s, bucketDir = serveJobs(t, nil)
+	} else {
+		addr, s = serve(t, nil)
+	}
+	ctl = tool{t: t, bin: build(t), env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	owner = storetest.Owner(name)
+	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
+		t.Fatal(err)
+	}
+	return ctl, owner, s, bucketDir
+}
+
+// keyFileIn writes an archive key (32 raw bytes) into dir.
+func keyFileIn(t *testing.T, dir string) string {
+	t.Helper()
+	key := filepath.Join(dir, "k")
+	if err := os.WriteFile(key, bytes.Repeat([]byte{3}, 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return key
 }

@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,20 +22,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
-	"github.com/contentbackup/contentbackup/internal/auth"
-	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
-	"github.com/contentbackup/contentbackup/internal/transport"
+	"github.com/contentbackup/contentbackup/test/serving"
 )
 
 const token = "citus-test-token"
@@ -57,36 +52,6 @@ func clusterSh(t *testing.T, args ...string) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("cluster.sh %v: %v\n%s", args, err, stderr.String())
 	}
-}
-
-func serve(t *testing.T, st store.Store) *grpc.ClientConn {
-	t.Helper()
-	pol, err := auth.ParsePolicy([]byte("principals:\n  - name: citus\n    tokens_sha256: [" + auth.TokenDigest(token) + "]\n    scopes: [admin]\n    owners: [\"*\"]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	authn, err := auth.NewAuthenticator(auth.StaticPolicy(pol), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(server.Config{Store: st, Auth: authn, StoreCheckInterval: 250 * time.Millisecond}, zap.NewNop())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
-	opts, err := transport.DialOptions(transport.ClientOptions{Insecure: true, Token: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(lis.Addr().String(), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(); cancel(); <-done })
-	return conn
 }
 
 // nodeOf is the worker port holding owner's shard of groups (and so of
@@ -243,7 +208,7 @@ func TestCitusWorkerStoppedAndStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	conn := serve(t, st)
+	conn := serving.Serve(t, st, token, nil)
 	db, err := pgx.Connect(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +315,7 @@ func TestCitusWorkerAddedAndRebalanced(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	conn := serve(t, st)
+	conn := serving.Serve(t, st, token, nil)
 	var owners []string
 	for i := range 8 {
 		owners = append(owners, fmt.Sprintf("owner-%03d", i))

@@ -13,7 +13,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os/exec"
 	"sort"
 	"strings"
@@ -23,19 +22,16 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
-	"github.com/contentbackup/contentbackup/internal/auth"
-	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
-	"github.com/contentbackup/contentbackup/internal/transport"
+	"github.com/contentbackup/contentbackup/test/serving"
 )
 
 const token = "ha-test-token"
@@ -50,36 +46,6 @@ func cluster(t *testing.T, args ...string) string {
 		t.Fatalf("ha-cluster.sh %v: %v\n%s", args, err, stderr.String())
 	}
 	return strings.TrimSpace(string(out))
-}
-
-func serve(t *testing.T, st store.Store, log *zap.Logger) *grpc.ClientConn {
-	t.Helper()
-	pol, err := auth.ParsePolicy([]byte("principals:\n  - name: ha\n    tokens_sha256: [" + auth.TokenDigest(token) + "]\n    scopes: [admin]\n    owners: [\"*\"]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	authn, err := auth.NewAuthenticator(auth.StaticPolicy(pol), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(server.Config{Store: st, Auth: authn, StoreCheckInterval: 250 * time.Millisecond}, log)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
-	opts, err := transport.DialOptions(transport.ClientOptions{Insecure: true, Token: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(lis.Addr().String(), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(); cancel(); <-done })
-	return conn
 }
 
 func messageID(writer, n int) []byte {
@@ -103,7 +69,7 @@ func TestFailover(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	var logBuf syncBuffer
 	logger := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(&logBuf), zap.WarnLevel))
-	conn := serve(t, st, logger)
+	conn := serving.Serve(t, st, token, logger)
 	defer func() {
 		if t.Failed() {
 			t.Logf("server log (warnings and errors):\n%s", logBuf.String())
