@@ -176,10 +176,10 @@ check: interop-deps
 # citus runs the store on a real Citus cluster, a coordinator and two
 # workers on loopback (scripts/ensure-citus.sh installs and starts it from
 # ../shared/citus; CI runs it): the whole store conformance suite with
-# every statement's plan checked (TestCitusRouterPlans), the jobs',
-# backup and server packages' tests (chains, takeover, verification,
-# quotas, the KEK check, export and import, every service over TCP, on
-# both engines: Postgres here means the cluster), the fleet tests, and a worker stopped and started and
+# every statement's plan checked (TestCitusRouterPlans), the jobs' and
+# backup packages' tests (chains, takeover, verification, quotas, the KEK
+# check, export and import, on both engines: Postgres here means the
+# cluster), the fleet tests, and a worker stopped and started and
 # a worker added with the shards rebalanced under gRPC writers
 # (test/citus, build tag citus). TestCitusRouterPlans needs the cluster;
 # make test leaves it here by name.
@@ -187,7 +187,7 @@ citus:
 	@env=$$(bash scripts/ensure-citus.sh) || exit 1; export $$env; \
 	echo "make citus: $$env" | tr '\n' ' '; echo; \
 	go test -count=1 -timeout 20m -v -run '^TestCitusRouterPlans$$' ./internal/store/postgres && \
-	go test -count=1 -timeout 20m ./internal/jobs ./internal/backup ./internal/server && \
+	go test -count=1 -timeout 20m ./internal/jobs ./internal/backup && \
 	go test -count=1 -timeout 20m -run '^TestFleet' ./cmd/server && \
 	go test -tags citus -count=1 -timeout 20m -v ./test/citus/
 

@@ -271,14 +271,16 @@ func firstLine(b []byte) string {
 // TestHTTPBodiesReadAtOnceAreBounded: past MaxBodies requests reading a
 // body, the next is 503 unavailable before its body is read.
 func TestHTTPBodiesReadAtOnceAreBounded(t *testing.T) {
-	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 2, BodyGrace: 10 * time.Second, MinBodyRate: 1})
+	// A grace far longer than the wait below: on a loaded machine the two
+	// slow bodies must still be holding their places when it ends.
+	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 2, BodyGrace: 2 * time.Minute, MinBodyRate: 1})
 	headers := map[string]string{"Content-Type": "application/json", "Content-Length": "1000", "Authorization": "Bearer " + aliceToken}
 	// Two slow bodies hold both places.
 	for range 2 {
 		rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, headers)
 	}
 	var code int
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if code, _ = httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, aliceToken, `{}`); code == http.StatusServiceUnavailable {
 			break
 		}
