@@ -232,3 +232,51 @@ func resticSets(t *testing.T) map[string][]string {
 	}
 	return golden
 }
+
+// TestRetentionPeriodsAreUTC: periods are read in UTC whatever zone the
+// catalog's times come in (a server not running in UTC reads them in its
+// local zone). Each case's backups straddle a period's end in UTC-8 but
+// not in UTC, so reading them in UTC-8 keeps a different set.
+func TestRetentionPeriodsAreUTC(t *testing.T) {
+	west := time.FixedZone("UTC-8", -8*60*60)
+	at := func(times ...string) []store.Backup {
+		var list []store.Backup
+		for _, s := range times {
+			u, err := time.Parse(time.RFC3339, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list = append(list, store.Backup{ID: s, Created: u.In(west)})
+		}
+		return list
+	}
+	cases := []struct {
+		rule    Retention
+		backups []store.Backup
+		want    []string
+	}{
+		// The second and third are on January 1 in UTC-8, on January 2
+		// and 1 in UTC.
+		{Retention{Daily: 2}, at("2025-01-02T06:00:00Z", "2025-01-02T02:00:00Z", "2025-01-01T10:00:00Z", "2024-12-31T10:00:00Z"),
+			[]string{"2025-01-02T06:00:00Z", "2025-01-01T10:00:00Z"}},
+		// Monday 6 January 03:00 UTC is Sunday evening, ISO week 1, in UTC-8.
+		{Retention{Weekly: 2}, at("2025-01-06T03:00:00Z", "2025-01-03T12:00:00Z", "2024-12-25T12:00:00Z"),
+			[]string{"2025-01-06T03:00:00Z", "2025-01-03T12:00:00Z"}},
+		// 1 February 03:00 UTC is 31 January in UTC-8.
+		{Retention{Monthly: 2}, at("2025-02-01T03:00:00Z", "2025-01-15T12:00:00Z", "2024-12-15T12:00:00Z"),
+			[]string{"2025-02-01T03:00:00Z", "2025-01-15T12:00:00Z"}},
+		// 1 January 2025 03:00 UTC is still 2024 in UTC-8.
+		{Retention{Yearly: 2}, at("2025-01-01T03:00:00Z", "2024-06-01T12:00:00Z", "2023-06-01T12:00:00Z"),
+			[]string{"2025-01-01T03:00:00Z", "2024-06-01T12:00:00Z"}},
+	}
+	for _, c := range cases {
+		keep, _ := c.rule.Apply(c.backups)
+		var got []string
+		for _, k := range keep {
+			got = append(got, k.Backup.ID)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%+v keeps %v; want %v (periods in UTC)", c.rule, got, c.want)
+		}
+	}
+}

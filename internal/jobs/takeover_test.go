@@ -355,3 +355,28 @@ func TestRunnerStopsBeforeItsLeaseWhenRenewalsHang(t *testing.T) {
 		t.Errorf("the runner stopped at %s, after its lease ran out at %s", stoppedAt.Format(time.StampMilli), stored.LeaseUntil.Format(time.StampMilli))
 	}
 }
+
+// TestRunnerStopsWhenItsRenewalSaysTakenOver: a renewal that finds the job
+// under a later attempt (another replica took it over) stops the runner
+// at once, not at its watchdog two thirds of a lease later, and the stale
+// runner ends nothing: the job stays the new attempt's. The lease here is
+// ten minutes, so only the renewal's answer can stop it within the wait.
+func TestRunnerStopsWhenItsRenewalSaysTakenOver(t *testing.T) {
+	st, h, _, j := startGated(t, 20, "renewal-lost", func(c *Config) { c.Lease = 10 * time.Minute })
+	// Another replica's claim, as its reaper makes it once the lease has
+	// run out: the store moves the job to attempt 2.
+	claimed, err := st.Store.ClaimJob(t.Context(), time.Now().Add(time.Hour), time.Now().Add(2*time.Hour), 5)
+	if err != nil || claimed.ID != j.ID || claimed.Attempt != 2 {
+		t.Fatalf("claim: %+v, %v", claimed, err)
+	}
+	select {
+	case <-st.stopped:
+	case <-time.After(time.Minute):
+		t.Fatal("the runner went on after its renewal said the job was taken over")
+	}
+	eventually.True(t, 30*time.Second, func() bool { return h.m.Running() == 0 }, func() string { return "the stale runner still runs" })
+	got, err := st.Store.GetJob(t.Context(), j.ID)
+	if err != nil || got.State != store.JobRunning || got.Attempt != 2 {
+		t.Errorf("job after the stale runner stopped: %+v, %v; want it running at attempt 2, the taker's", got, err)
+	}
+}

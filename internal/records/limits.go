@@ -24,7 +24,8 @@ type Limits struct {
 	// EncodedContent bytes, compressed or not).
 	MessageContentBytes int
 	// MessageBytes bounds a message record's encoded size beside its
-	// content (ids, sender, type fields).
+	// content: every other field together (ids, sender, type fields), so
+	// that none of them can take the room the content limit allows.
 	MessageBytes int
 	// ConsentBytes bounds a consent record's encoded size.
 	ConsentBytes int
@@ -37,15 +38,14 @@ type Limits struct {
 var DefaultLimits = Limits{
 	GroupBytes:          256 << 10,
 	MessageContentBytes: 16 << 20,
-	MessageBytes:        16<<20 + 64<<10,
+	MessageBytes:        64 << 10,
 	ConsentBytes:        4 << 10,
 }
 
 // MaxActorBytes bounds an inbox id a request acts as (a deletion's actor).
 const MaxActorBytes = 256
 
-// WithDefaults fills unset limits from DefaultLimits; a message record's
-// limit follows its content's.
+// WithDefaults fills unset limits from DefaultLimits.
 func (l Limits) WithDefaults() Limits {
 	d := DefaultLimits
 	if l.GroupBytes <= 0 {
@@ -55,7 +55,7 @@ func (l Limits) WithDefaults() Limits {
 		l.MessageContentBytes = d.MessageContentBytes
 	}
 	if l.MessageBytes <= 0 {
-		l.MessageBytes = max(d.MessageBytes, l.MessageContentBytes+64<<10)
+		l.MessageBytes = d.MessageBytes
 	}
 	if l.ConsentBytes <= 0 {
 		l.ConsentBytes = d.ConsentBytes
@@ -72,15 +72,24 @@ func (l Limits) CheckGroupSize(g *gb.GroupSave) error {
 	return nil
 }
 
-// CheckMessageSize refuses a message whose content or record is over the
-// limits.
+// MessageRecordBytes is the largest encoded message record the limits
+// allow: its content and everything beside it.
+func (l Limits) MessageRecordBytes() int {
+	l = l.WithDefaults()
+	return l.MessageContentBytes + l.MessageBytes
+}
+
+// CheckMessageSize refuses a message whose content, or whose fields beside
+// its content, are over the limits. (A 16 MiB sender_inbox_id beside empty
+// content is the second: the content's room is the content's.)
 func (l Limits) CheckMessageSize(m *mb.GroupMessageSave) error {
 	l = l.WithDefaults()
-	if n := len(m.GetDecryptedMessageBytes()); n > l.MessageContentBytes {
-		return fieldErr("decrypted_message_bytes", "%d bytes exceed the limit of %d for message content", n, l.MessageContentBytes)
+	content := len(m.GetDecryptedMessageBytes())
+	if content > l.MessageContentBytes {
+		return fieldErr("decrypted_message_bytes", "%d bytes exceed the limit of %d for message content", content, l.MessageContentBytes)
 	}
-	if n := proto.Size(m); n > l.MessageBytes {
-		return fieldErr("message", "%d bytes exceed the limit of %d for a message record", n, l.MessageBytes)
+	if n := proto.Size(m) - content; n > l.MessageBytes {
+		return fieldErr("message", "%d bytes beside the content exceed the limit of %d for a message record's other fields", n, l.MessageBytes)
 	}
 	return nil
 }

@@ -135,7 +135,7 @@ func (s *ConversationService) AppendMessages(ctx context.Context, req *cb.Append
 	}
 	// The store driver encodes the batch again (statement arguments, COPY
 	// rows): reserve that much of the server's budget for the call.
-	call, done := callBudget(ctx, s.pool, "append", 2*int64(s.limits.Records.MessageBytes)*int64(s.maxAppend))
+	call, done := callBudget(ctx, s.pool, "append", 2*int64(s.limits.Records.MessageRecordBytes())*int64(s.maxAppend))
 	defer done()
 	if err := call.Charge(2 * int64(proto.Size(req))); err != nil {
 		return nil, statusOf(err)

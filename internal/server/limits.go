@@ -96,5 +96,5 @@ func orDefault[T int | int64 | time.Duration](v *T, d T) {
 // maxArchiveRecord is the largest archive record an import reads: the
 // largest record the limits let in, in its element wrapper, with its tag.
 func (l Limits) maxArchiveRecord() int {
-	return max(l.Records.MessageBytes, l.Records.GroupBytes) + 1<<10
+	return max(l.Records.MessageRecordBytes(), l.Records.GroupBytes) + 1<<10
 }
