@@ -330,7 +330,7 @@ func TestImportIntoEmptyOwner_ARCH013_ARCH016_ARCH020(t *testing.T) {
 		for _, el := range exported {
 			switch {
 			case el.GetGroup() != nil:
-				wantGroups = append(wantGroups, store.Restored(el.GetGroup()))
+				wantGroups = append(wantGroups, storetest.RestoredForm(el.GetGroup()))
 			case el.GetGroupMessage() != nil:
 				wantMsgs = append(wantMsgs, el.GetGroupMessage())
 			case el.GetConsent() != nil:

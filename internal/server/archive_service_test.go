@@ -170,7 +170,7 @@ func TestE2EArchiveExportImport(t *testing.T) {
 		gb2, mb2, cb2 := everything(t, c.conv, b)
 		var wantGroups []*gb.GroupSave
 		for _, g := range ga {
-			wantGroups = append(wantGroups, store.Restored(g))
+			wantGroups = append(wantGroups, storetest.RestoredForm(g))
 		}
 		diff(t, "groups: Restored, historical metadata exact (ARCH-020)", gb2, wantGroups)
 		// The retired content_type_save goes out only where it names the

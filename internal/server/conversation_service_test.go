@@ -284,7 +284,7 @@ func TestE2EConversation_ARCH015_RestoredGroupRefusesAppendsUntilActivated(t *te
 		if err != nil {
 			t.Fatal(err)
 		}
-		diff(t, "ARCH-020 historical metadata exposed", got.GetGroup(), store.Restored(archived))
+		diff(t, "ARCH-020 historical metadata exposed", got.GetGroup(), storetest.RestoredForm(archived))
 
 		_, err = c.AppendMessages(t.Context(), &cb.AppendMessagesRequest{Owner: owner, Messages: []*mb.GroupMessageSave{storetest.Message("m", archived.Id, 1)}})
 		wantCode(t, err, codes.FailedPrecondition, fmt.Sprintf("group %x", archived.Id))

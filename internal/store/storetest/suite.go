@@ -187,7 +187,7 @@ func testPutGroupOverRestored(t *testing.T, s store.Store) {
 		t.Fatalf("PutGroup over a Restored group: %v; want ErrGroupInactive", err)
 	}
 	got, _ := s.GetGroup(ctx(t), owner, []byte("g"))
-	equal(t, "restored group after refused put", got, store.Restored(archived))
+	equal(t, "restored group after refused put", got, RestoredForm(archived))
 }
 
 func testListGroupsPages(t *testing.T, s store.Store) {
@@ -537,7 +537,7 @@ func testMergeGroups(t *testing.T, s store.Store) {
 	equal(t, "ARCH-014 known group keeps its state, raises last_message_ns", got, wantLive)
 
 	got, _ = s.GetGroup(ctx(t), owner, fresh.Id)
-	equal(t, "ARCH-020 new group keeps archived metadata, Restored", got, store.Restored(fresh))
+	equal(t, "ARCH-020 new group keeps archived metadata, Restored", got, RestoredForm(fresh))
 
 	got, _ = s.GetGroup(ctx(t), owner, anonymous.Id)
 	if got.Metadata != nil || got.AddedByInboxId != "" || got.MembershipState != restored {
