@@ -322,7 +322,7 @@ func consentQuery(els ...*ds.BackupElement) []map[string]any {
 func sealElements(t *testing.T, els []*ds.BackupElement) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	w, err := archive.NewWriter(&buf, interopKey, archive.WriterOptions{})
+	w, err := archive.NewWriter(&buf, interopKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -295,5 +296,64 @@ func TestWeDecryptReferenceAttachment(t *testing.T) {
 	}
 	if int(ref.ContentLength) != len(mustHex(t, ref.Payload)) {
 		t.Errorf("reference contentLength %d, payload %d bytes", ref.ContentLength, len(mustHex(t, ref.Payload)))
+	}
+}
+
+// TestCodecVectorsAreTheReferences: each golden vector of the codec's
+// tests (internal/codec/testdata/reference-vectors.json) that names a call
+// of the reference's bindings is exactly what that call writes today: the
+// whole envelope's bytes, or, for a ": content" vector, its content (a
+// JSON content compared as a value). So the codec's golden tests compare
+// with the reference's output, not with our encoder's.
+func TestCodecVectorsAreTheReferences(t *testing.T) {
+	raw, err := os.ReadFile("../internal/codec/testdata/reference-vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Vectors map[string]struct {
+			Hex       string  `json:"hex"`
+			Reference *string `json:"reference"`
+		} `json:"vectors"`
+	}
+	if err := json.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	var ref map[string]refEnvelope
+	runReference(t, "golden", nil, &ref)
+	checked := 0
+	for name, v := range file.Vectors {
+		if v.Reference == nil {
+			continue
+		}
+		checked++
+		r, ok := ref[name]
+		if !ok {
+			t.Errorf("%s: reference.mjs golden has no case for it", name)
+			continue
+		}
+		ec := r.proto(t)
+		want := mustHex(t, v.Hex)
+		switch {
+		case strings.HasSuffix(name, ": content") && isJSON(ec):
+			if !jsonEqual(t, ec.GetContent(), want) {
+				t.Errorf("%s: the reference writes %s; the vector is %s", name, ec.GetContent(), want)
+			}
+		case strings.HasSuffix(name, ": content"):
+			if !bytes.Equal(ec.GetContent(), want) {
+				t.Errorf("%s: the reference writes %x; the vector is %x", name, ec.GetContent(), want)
+			}
+		default:
+			got, err := proto.Marshal(ec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s: the reference writes %x; the vector is %x", name, got, want)
+			}
+		}
+	}
+	if checked != len(ref) {
+		t.Errorf("checked %d vectors; reference.mjs golden has %d cases", checked, len(ref))
 	}
 }

@@ -2,6 +2,7 @@
 // @xmtp/wasm-bindings) for the Go interoperability tests.
 //
 //   node reference.mjs encode    prints {"name": envelope, ...} for fixed values
+//   node reference.mjs golden    the same for the codec's golden vectors' values
 //   node reference.mjs encrypt   prints the reference's encryption of a fixed attachment
 //   node reference.mjs decrypt   reads {payload, remote} on stdin, prints the attachment
 //
@@ -65,11 +66,25 @@ const cases = {
   intent: () => b.encodeIntent({ id: 'menu-1', actionId: 'yes', metadata: { count: 2, note: 'x', ok: true } }),
 };
 
+// The codec's golden vectors (internal/codec/testdata/reference-vectors.json)
+// that the bindings can encode, by the vectors' names.
+const golden = {
+  'text Hello, World!': () => b.encodeText('Hello, World!'),
+  'text hello': () => b.encodeText('hello'),
+  'read receipt': () => b.encodeReadReceipt({}),
+  'reaction 2.0 added': () => b.encodeReaction({ reference: 'abc', referenceInboxId: '', action: b.ReactionAction.Added, content: '👍', schema: b.ReactionSchema.Unicode }),
+  'reaction 2.0 removed shortcode: content': () => b.encodeReaction({ reference: 'abc', referenceInboxId: 'inbox1', action: b.ReactionAction.Removed, content: ':thumbsup:', schema: b.ReactionSchema.Shortcode }),
+  'intent: content': () => b.encodeIntent({ id: 'a1', actionId: 'y' }),
+};
+
 const mode = process.argv[2];
 let out;
 if (mode === 'encode') {
   out = {};
   for (const [name, f] of Object.entries(cases)) out[name] = envelope(f());
+} else if (mode === 'golden') {
+  out = {};
+  for (const [name, f] of Object.entries(golden)) out[name] = envelope(f());
 } else if (mode === 'encrypt') {
   const e = b.encryptAttachment({ filename: 'ref.bin', mimeType: 'application/octet-stream', content: new TextEncoder().encode('encrypted by the reference') });
   out = { payload: hex(e.payload), contentDigest: e.contentDigest, secret: hex(e.secret), salt: hex(e.salt), nonce: hex(e.nonce), contentLength: e.contentLength, filename: e.filename };

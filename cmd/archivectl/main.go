@@ -687,7 +687,7 @@ func (rw *rewrapCmd) Run(c *cli) error {
 	defer closeArchive()
 	var written uint64
 	err = writeAtomically(rw.Output, rw.Force, func(out io.Writer) error {
-		w, err := archive.NewWriter(out, newKey, archive.WriterOptions{})
+		w, err := archive.NewWriter(out, newKey)
 		if err != nil {
 			return err
 		}

@@ -22,6 +22,7 @@ import (
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/archive/archivetest"
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/devpki"
 	"github.com/contentbackup/contentbackup/internal/jobs"
@@ -198,20 +199,16 @@ func TestArchivectlRewrapLegacy(t *testing.T) {
 	ctl := tool{t: t, bin: bin, env: []string{"ARCHIVE_KEY=" + hex.EncodeToString(oldKey), "NEW_ARCHIVE_KEY=" + hex.EncodeToString(newKey)}}
 
 	// A legacy repeated-nonce archive, as writers up to libxmtp 1.6.1 made.
-	var buf bytes.Buffer
-	w, _ := archive.NewWriter(&buf, oldKey, archive.WriterOptions{LegacyNonce: true})
 	els := []*ds.BackupElement{{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{ExportedAtNs: 5}}}}
 	for _, m := range storetest.Messages("m", storetest.GroupID("g"), 10, 1) {
 		els = append(els, &ds.BackupElement{Element: &ds.BackupElement_GroupMessage{GroupMessage: m}})
 	}
-	for _, el := range els {
-		if err := w.WriteElement(el); err != nil {
-			t.Fatal(err)
-		}
+	legacyData, err := archivetest.Legacy(oldKey, [12]byte{7}, els...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	w.Close()
 	legacy := filepath.Join(dir, "legacy.xmtp")
-	os.WriteFile(legacy, buf.Bytes(), 0o600)
+	os.WriteFile(legacy, legacyData, 0o600)
 
 	out, _, err := ctl.run("--json", "verify", legacy)
 	if err != nil || !strings.Contains(out, `"legacy_records": 10`) {

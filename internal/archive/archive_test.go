@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"math/big"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/archive/archivetest"
 )
 
 var (
@@ -61,10 +61,16 @@ func sampleElements() []*ds.BackupElement {
 }
 
 // write writes elements with the package's Writer.
-func write(t testing.TB, opts WriterOptions, els ...*ds.BackupElement) []byte {
+// write writes els with the package's Writer, under base when it is not
+// nil.
+func write(t testing.TB, base *Nonce, els ...*ds.BackupElement) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	w, err := NewWriter(&buf, testKey, opts)
+	w, err := NewWriter(&buf, testKey)
+	if base != nil {
+		buf.Reset()
+		w, err = newWriter(&buf, testKey, *base)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,18 +119,26 @@ type rawRecord struct {
 // own reading of section 1, so that the Reader is checked against it.
 func rawArchive(t testing.TB, version uint16, base Nonce, records []rawRecord) []byte {
 	t.Helper()
-	block, _ := aes.NewCipher(testKey)
-	aead, _ := cipher.NewGCM(block)
-	var body []byte
-	for _, r := range records {
-		ct := aead.Seal(nil, r.nonce[:], r.plain, nil)
-		body = binary.LittleEndian.AppendUint32(body, uint32(len(ct)))
-		body = append(body, ct...)
+	raw := make([]archivetest.Record, len(records))
+	for i, r := range records {
+		raw[i] = archivetest.Record{Plain: r.plain, Nonce: r.nonce}
 	}
-	enc, _ := zstd.NewWriter(nil)
-	out := binary.LittleEndian.AppendUint16(nil, version)
-	out = append(out, base[:]...)
-	return append(out, enc.EncodeAll(body, nil)...)
+	data, err := archivetest.Raw(testKey, version, base, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// legacyArchive is els under testNonce, every record under it, as
+// libxmtp up to 1.6.1 wrote (the Writer writes only counter archives).
+func legacyArchive(t testing.TB, els ...*ds.BackupElement) []byte {
+	t.Helper()
+	data, err := archivetest.Legacy(testKey, testNonce, els...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 func marshalEl(t testing.TB, el *ds.BackupElement) []byte {
@@ -137,27 +151,19 @@ func marshalEl(t testing.TB, el *ds.BackupElement) []byte {
 
 // bigNonce is base + i mod 2^96 computed with math/big, independently of
 // Nonce.Add.
-func bigNonce(base Nonce, i uint64) Nonce {
-	le := func(b []byte) []byte { // little-endian to big-endian and back
-		r := make([]byte, len(b))
-		for j := range b {
-			r[len(b)-1-j] = b[j]
-		}
-		return r
-	}
-	v := new(big.Int).SetBytes(le(base[:]))
-	v.Add(v, new(big.Int).SetUint64(i))
-	v.Mod(v, new(big.Int).Lsh(big.NewInt(1), 96))
-	var out Nonce
-	b := v.FillBytes(make([]byte, NonceSize))
-	copy(out[:], le(b))
-	return out
-}
+func bigNonce(base Nonce, i uint64) Nonce { return archivetest.NonceAt(base, i) }
 
 func TestARCH001_LayoutReadIndependently(t *testing.T) {
 	els := sampleElements()
-	data := write(t, WriterOptions{Nonce: &testNonce}, els...)
+	checkLayout(t, write(t, &testNonce, els...), els)
+}
 
+// checkLayout reads data as section 1 lays an archive out, without the
+// Reader: version 0 and testNonce in the header, one zstd frame (decoded
+// by klauspost's decoder) of length-prefixed AES-256-GCM records, record i
+// under testNonce + i (math/big), each the marshalled element.
+func checkLayout(t *testing.T, data []byte, els []*ds.BackupElement) {
+	t.Helper()
 	if v := binary.LittleEndian.Uint16(data[:2]); v != 0 {
 		t.Fatalf("version %d; want 0", v)
 	}
@@ -205,9 +211,13 @@ func TestARCH001_LayoutReadIndependently(t *testing.T) {
 }
 
 // The exact bytes of a fixed archive: any change to the container's
-// output shows here.
+// output shows here. The vector is the writer's output pinned, so it is
+// first held to the layout read independently (checkLayout): a vector
+// re-pinned to a wrong writer fails there, not only here.
 func TestARCH001_GoldenVector(t *testing.T) {
-	data := write(t, WriterOptions{Nonce: &testNonce}, metadataElement(), groupElement("g1"))
+	golden, _ := hex.DecodeString(goldenArchive)
+	checkLayout(t, golden, []*ds.BackupElement{metadataElement(), groupElement("g1")})
+	data := write(t, &testNonce, metadataElement(), groupElement("g1"))
 	const want = goldenArchive
 	if got := hex.EncodeToString(data); got != want {
 		t.Errorf("archive bytes changed:\n got %s\nwant %s", got, want)
@@ -220,7 +230,7 @@ func TestARCH001_GoldenVector(t *testing.T) {
 
 func TestRoundTrip(t *testing.T) {
 	els := sampleElements()
-	meta, got, r, err := readAll(write(t, WriterOptions{}, els...), testKey)
+	meta, got, r, err := readAll(write(t, nil, els...), testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,8 +251,8 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestARCH001_RandomBaseNonce(t *testing.T) {
-	a := write(t, WriterOptions{}, metadataElement())
-	b := write(t, WriterOptions{}, metadataElement())
+	a := write(t, nil, metadataElement())
+	b := write(t, nil, metadataElement())
 	if bytes.Equal(a[2:14], b[2:14]) {
 		t.Error("two archives share a base nonce")
 	}
@@ -291,7 +301,7 @@ func TestARCH001_NonceCarryAndWrap(t *testing.T) {
 func TestARCH001_RecordNoncesWrapAt2To96(t *testing.T) {
 	base := Nonce{0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 	els := []*ds.BackupElement{metadataElement(), groupElement("a"), groupElement("b"), groupElement("c")}
-	data := write(t, WriterOptions{Nonce: &base}, els...)
+	data := write(t, &base, els...)
 	want := rawArchive(t, 0, base, []rawRecord{
 		{marshalEl(t, els[0]), base}, {marshalEl(t, els[1]), Nonce{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}},
 		{marshalEl(t, els[2]), Nonce{}}, {marshalEl(t, els[3]), Nonce{1}},
@@ -307,7 +317,7 @@ func TestARCH001_RecordNoncesWrapAt2To96(t *testing.T) {
 
 func TestARCH002_LegacyArchive(t *testing.T) {
 	els := sampleElements()
-	data := write(t, WriterOptions{Nonce: &testNonce, LegacyNonce: true}, els...)
+	data := legacyArchive(t, els...)
 	_, got, r, err := readAll(data, testKey)
 	if err != nil || len(got) != len(els)-1 {
 		t.Fatalf("legacy archive: %d elements, %v", len(got), err)
@@ -412,7 +422,7 @@ func TestARCH005_UnknownElementsSkipped(t *testing.T) {
 }
 
 func TestARCH006_Record0MustBeMetadata(t *testing.T) {
-	data := write(t, WriterOptions{}, groupElement("a"), metadataElement())
+	data := write(t, nil, groupElement("a"), metadataElement())
 	r, err := NewReader(bytes.NewReader(data), testKey, ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -428,10 +438,10 @@ func TestARCH006_Record0MustBeMetadata(t *testing.T) {
 func TestARCH012_KeyLength(t *testing.T) {
 	for _, n := range []int{0, 1, 16, 31, 33, 64} {
 		var out bytes.Buffer
-		if _, err := NewWriter(&out, make([]byte, n), WriterOptions{}); !errors.Is(err, ErrKeySize) || out.Len() != 0 {
+		if _, err := NewWriter(&out, make([]byte, n)); !errors.Is(err, ErrKeySize) || out.Len() != 0 {
 			t.Errorf("writer, %d-byte key: %v, wrote %d bytes", n, err, out.Len())
 		}
-		src := &failAfter{t: t, r: bytes.NewReader(write(t, WriterOptions{}, metadataElement())), limit: 0}
+		src := &failAfter{t: t, r: bytes.NewReader(write(t, nil, metadataElement())), limit: 0}
 		if _, err := NewReader(src, make([]byte, n), ReaderOptions{}); !errors.Is(err, ErrKeySize) {
 			t.Errorf("reader, %d-byte key: %v", n, err)
 		}
@@ -457,7 +467,7 @@ func readWithin(t *testing.T, data []byte) error {
 }
 
 func TestARCH018_EveryTruncationFails(t *testing.T) {
-	data := write(t, WriterOptions{Nonce: &testNonce}, sampleElements()...)
+	data := write(t, &testNonce, sampleElements()...)
 	if err := readWithin(t, data); err != nil {
 		t.Fatalf("whole archive: %v", err)
 	}
@@ -475,7 +485,7 @@ func TestARCH018_FramingErrors(t *testing.T) {
 		enc, _ := zstd.NewWriter(nil)
 		return append(append(binary.LittleEndian.AppendUint16(nil, 0), b[:]...), enc.EncodeAll(body, nil)...)
 	}
-	valid := write(t, WriterOptions{Nonce: &b}, metadataElement(), groupElement("a"))
+	valid := write(t, &b, metadataElement(), groupElement("a"))
 	tests := []struct {
 		name string
 		data []byte
@@ -520,7 +530,7 @@ func TestHostileLengthAllocatesLittle(t *testing.T) {
 
 func TestWriterAfterClose(t *testing.T) {
 	var buf bytes.Buffer
-	w, _ := NewWriter(&buf, testKey, WriterOptions{})
+	w, _ := NewWriter(&buf, testKey)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -555,7 +565,7 @@ func TestARCH018_ReaderKeepsTheSourceError(t *testing.T) {
 	for i := range 200 {
 		els = append(els, &ds.BackupElement{Element: &ds.BackupElement_Group{Group: &gb.GroupSave{Id: bytes.Repeat([]byte{byte(i)}, 200)}}})
 	}
-	data := write(t, WriterOptions{}, els...)
+	data := write(t, nil, els...)
 	cancelled := errors.New("rpc error: code = Canceled")
 	r, err := NewReader(&failingSource{data: data[:len(data)/2], err: cancelled}, testKey, ReaderOptions{})
 	if err != nil {
@@ -575,7 +585,7 @@ func TestARCH018_ReaderKeepsTheSourceError(t *testing.T) {
 // stream, past the last complete record, is a truncation that says so
 // (ARCH-018), not a cut length prefix.
 func TestARCH018_ReaderReportsACutCompressedStream(t *testing.T) {
-	whole := write(t, WriterOptions{}, metadataElement())
+	whole := write(t, nil, metadataElement())
 	// Drop the frame's last bytes: the one record decodes only if the
 	// block is whole, so the cut is inside the block or at the frame end.
 	for cut := len(whole) - 1; cut > len(whole)-4; cut-- {

@@ -69,7 +69,7 @@ func BenchmarkWriter(b *testing.B) {
 	el := benchElement()
 	b.SetBytes(int64(recordSize(b) * benchRecords))
 	for b.Loop() {
-		w, _ := NewWriter(io.Discard, testKey, WriterOptions{})
+		w, _ := NewWriter(io.Discard, testKey)
 		for range benchRecords {
 			if err := w.WriteElement(el); err != nil {
 				b.Fatal(err)
@@ -83,7 +83,7 @@ func BenchmarkWriter(b *testing.B) {
 
 func benchArchive(b *testing.B) []byte {
 	var buf bytes.Buffer
-	w, _ := NewWriter(&buf, testKey, WriterOptions{})
+	w, _ := NewWriter(&buf, testKey)
 	w.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: &ds.BackupMetadataSave{}}})
 	el := benchElement()
 	for range benchRecords {

@@ -149,7 +149,7 @@ func TestNextAndNextSharedMixedSizes(t *testing.T) {
 		el.GetGroupMessage().Id = []byte{byte(i)}
 		els = append(els, el)
 	}
-	data := write(t, WriterOptions{}, append([]*ds.BackupElement{metadataElement()}, append(els, els...)...)...)
+	data := write(t, nil, append([]*ds.BackupElement{metadataElement()}, append(els, els...)...)...)
 	r, err := NewReader(bytes.NewReader(data), testKey, ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +208,7 @@ func TestNextKeepsOnlyWhatTheCallerKeeps(t *testing.T) {
 			el.GetGroupMessage().DecryptedMessageBytes = bytes.Repeat([]byte{byte(i)}, size)
 			els = append(els, el)
 		}
-		return write(t, WriterOptions{}, els...)
+		return write(t, nil, els...)
 	}()
 	r, err := NewReader(bytes.NewReader(data), testKey, ReaderOptions{})
 	if err != nil {

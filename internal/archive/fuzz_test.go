@@ -17,8 +17,8 @@ import (
 func FuzzReader(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{1, 0})
-	f.Add(write(f, WriterOptions{Nonce: &testNonce}, sampleElements()...))
-	f.Add(write(f, WriterOptions{Nonce: &testNonce, LegacyNonce: true}, sampleElements()...))
+	f.Add(write(f, &testNonce, sampleElements()...))
+	f.Add(legacyArchive(f, sampleElements()...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkReads(t, data)
 	})
@@ -27,9 +27,8 @@ func FuzzReader(f *testing.F) {
 // FuzzReaderMutatedArchive starts from valid archives, counter and legacy,
 // so that mutations reach past the header and the first record.
 func FuzzReaderMutatedArchive(f *testing.F) {
-	for _, opts := range []WriterOptions{{Nonce: &testNonce}, {Nonce: &testNonce, LegacyNonce: true}} {
-		f.Add(write(f, opts, sampleElements()...), uint16(0), byte(0))
-	}
+	f.Add(write(f, &testNonce, sampleElements()...), uint16(0), byte(0))
+	f.Add(legacyArchive(f, sampleElements()...), uint16(0), byte(0))
 	f.Fuzz(func(t *testing.T, data []byte, at uint16, flip byte) {
 		if len(data) > 0 {
 			data = bytes.Clone(data)
@@ -51,7 +50,7 @@ func checkReads(t *testing.T, data []byte) {
 		t.Fatal("complete archive without metadata")
 	}
 	var buf bytes.Buffer
-	w, err := NewWriter(&buf, testKey, WriterOptions{})
+	w, err := NewWriter(&buf, testKey)
 	if err != nil {
 		t.Fatal(err)
 	}

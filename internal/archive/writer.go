@@ -14,17 +14,6 @@ import (
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 )
 
-// WriterOptions changes how a Writer writes. The zero value is right for
-// every real archive.
-type WriterOptions struct {
-	// Nonce fixes the base nonce instead of drawing it from crypto/rand:
-	// for fixed test vectors only (ARCH-001 requires a random one).
-	Nonce *Nonce
-	// LegacyNonce seals every record under the base nonce, as writers up
-	// to libxmtp 1.6.1 did: for producing legacy archives in tests only.
-	LegacyNonce bool
-}
-
 // Writer writes an archive. WriteElement each element, the metadata
 // element first (ARCH-006), then Close, which ends the zstd stream; until
 // Close returns nil the archive is not complete.
@@ -32,7 +21,6 @@ type Writer struct {
 	aead   cipher.AEAD
 	zw     *rawFrameWriter
 	base   Nonce
-	legacy bool
 	n      uint64 // records written
 	nonce  Nonce  // the record's nonce: a local would escape once a record
 	err    error  // sticky
@@ -43,19 +31,27 @@ type Writer struct {
 // same bytes under a given nonce.
 var marshal = proto.MarshalOptions{Deterministic: true}
 
-// NewWriter writes the header to w and returns a Writer for the records.
-// A key that is not 32 bytes is rejected before anything is written
-// (ARCH-012).
-func NewWriter(w io.Writer, key []byte, opts WriterOptions) (*Writer, error) {
+// NewWriter writes the header, under a base nonce drawn from crypto/rand
+// (ARCH-001), to w and returns a Writer for the records. A key that is not
+// 32 bytes is rejected before anything is written (ARCH-012).
+//
+// It writes only counter archives: legacy ones (one nonce for every
+// record) and chosen base nonces are for tests, which build them with
+// package archivetest, outside this package's API.
+func NewWriter(w io.Writer, key []byte) (*Writer, error) {
+	var base Nonce
+	if _, err := rand.Read(base[:]); err != nil {
+		return nil, fmt.Errorf("archive: base nonce: %w", err)
+	}
+	return newWriter(w, key, base)
+}
+
+// newWriter is NewWriter under a given base nonce: the package's own tests
+// pin one for fixed vectors.
+func newWriter(w io.Writer, key []byte, base Nonce) (*Writer, error) {
 	aead, err := newAEAD(key)
 	if err != nil {
 		return nil, err
-	}
-	var base Nonce
-	if opts.Nonce != nil {
-		base = *opts.Nonce
-	} else if _, err := rand.Read(base[:]); err != nil {
-		return nil, fmt.Errorf("archive: base nonce: %w", err)
 	}
 	var header [HeaderSize]byte
 	binary.LittleEndian.PutUint16(header[:2], Version)
@@ -69,7 +65,7 @@ func NewWriter(w io.Writer, key []byte, opts WriterOptions) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("archive: %w", err)
 	}
-	return &Writer{aead: aead, zw: zw, base: base, legacy: opts.LegacyNonce}, nil
+	return &Writer{aead: aead, zw: zw, base: base}, nil
 }
 
 // Records is how many records have been written.
@@ -90,10 +86,7 @@ func (w *Writer) WriteElement(el *ds.BackupElement) error {
 	if err != nil {
 		return w.fail(fmt.Errorf("archive: record %d: marshal: %w", w.n, err))
 	}
-	w.nonce = w.base
-	if !w.legacy {
-		w.nonce = w.base.Add(w.n)
-	}
+	w.nonce = w.base.Add(w.n)
 	size := len(block) - start - lengthSize + TagSize
 	if uint64(size) > 1<<32-1 {
 		return w.fail(fmt.Errorf("archive: record %d: %d bytes do not fit a 4-byte length", w.n, size))

@@ -20,6 +20,7 @@ import (
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/archive/archivetest"
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -424,7 +425,7 @@ func TestImportKeepsLiveState_ARCH014(t *testing.T) {
 // archiveOf writes elements with the container directly.
 func archiveOf(t *testing.T, els ...*ds.BackupElement) []byte {
 	var buf bytes.Buffer
-	w, err := archive.NewWriter(&buf, key, archive.WriterOptions{})
+	w, err := archive.NewWriter(&buf, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,21 +555,12 @@ func TestVerify(t *testing.T) {
 // element applied, the retry counted.
 func TestImportLegacyArchive_ARCH002_ARCH022(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, s store.Store) {
-		var buf bytes.Buffer
-		w, err := archive.NewWriter(&buf, key, archive.WriterOptions{LegacyNonce: true})
+		data, err := archivetest.Legacy(key, [12]byte{7}, metaEl(), groupEl("g1"), msgEl("m1", "g1"), msgEl("m2", "g1"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, el := range []*ds.BackupElement{metaEl(), groupEl("g1"), msgEl("m1", "g1"), msgEl("m2", "g1")} {
-			if err := w.WriteElement(el); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
 		owner := storetest.Owner("legacy")
-		res, err := Import(t.Context(), s, owner, key, &buf, ImportOptions{})
+		res, err := Import(t.Context(), s, owner, key, bytes.NewReader(data), ImportOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -125,7 +125,7 @@ func Export(ctx context.Context, st store.Store, owner string, key []byte, opts 
 	if err != nil {
 		return Counts{}, err
 	}
-	aw, err := archive.NewWriter(w, key, archive.WriterOptions{})
+	aw, err := archive.NewWriter(w, key)
 	if err != nil {
 		return Counts{}, err
 	}

@@ -45,7 +45,7 @@ func TestE2E_ARCH017_DoorRefusesWhatTheReferenceRefuses(t *testing.T) {
 
 		// An archive holding a message of unspecified delivery status.
 		var buf bytes.Buffer
-		w, err := archive.NewWriter(&buf, archiveKey, archive.WriterOptions{})
+		w, err := archive.NewWriter(&buf, archiveKey)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestE2E_ARCH017_DoorRefusesWhatTheReferenceRefuses(t *testing.T) {
 		// Consent dated far ahead would pin its state: Import refuses it as
 		// SetConsent does.
 		buf.Reset()
-		w, err = archive.NewWriter(&buf, archiveKey, archive.WriterOptions{})
+		w, err = archive.NewWriter(&buf, archiveKey)
 		if err != nil {
 			t.Fatal(err)
 		}

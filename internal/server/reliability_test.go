@@ -240,7 +240,7 @@ func holdArchivePrefix(ctx context.Context, c cb.ArchiveServiceClient, owner str
 func bigRecordArchive(t testing.TB, size int) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	w, err := archive.NewWriter(&buf, archiveKey, archive.WriterOptions{})
+	w, err := archive.NewWriter(&buf, archiveKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +391,7 @@ func TestReliability3_EveryStoredMessageIsListable(t *testing.T) {
 func TestReliability4_ImportBoundedByBytes(t *testing.T) {
 	forEachEngineArchive2(t, Config{Limits: Limits{ImportReadAheadBytes: 24 * mib, Records: records.Limits{MessageContentBytes: 2 * mib}}}, func(t *testing.T, c archiveClients, s store.Store) {
 		var buf bytes.Buffer
-		w, err := archive.NewWriter(&buf, archiveKey, archive.WriterOptions{})
+		w, err := archive.NewWriter(&buf, archiveKey)
 		if err != nil {
 			t.Fatal(err)
 		}

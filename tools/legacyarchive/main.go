@@ -8,6 +8,7 @@
 package main
 
 import (
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -18,6 +19,7 @@ import (
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/archive/archivetest"
 )
 
 func main() {
@@ -68,31 +70,32 @@ func run(keyFile, outPath, inPath string) error {
 	if err != nil {
 		return err
 	}
-	out, err := os.OpenFile(outPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	w, err := archive.NewWriter(out, key, archive.WriterOptions{LegacyNonce: true})
-	if err != nil {
-		out.Close()
-		return err
-	}
-	err = w.WriteElement(&ds.BackupElement{Element: &ds.BackupElement_Metadata{Metadata: meta}})
-	for err == nil {
-		var el *ds.BackupElement
-		if el, err = r.NextShared(); err == nil {
-			err = w.WriteElement(el)
+	// The production Writer writes only counter archives; the legacy form
+	// comes from the tests' own archive builder, which seals a whole
+	// archive at once: this tool is for trying rewrap on small archives.
+	els := []*ds.BackupElement{{Element: &ds.BackupElement_Metadata{Metadata: meta}}}
+	for {
+		el, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
 		}
+		if err != nil {
+			return err
+		}
+		els = append(els, el)
 	}
-	if !errors.Is(err, io.EOF) {
-		out.Close()
+	var base [12]byte
+	if _, err := rand.Read(base[:]); err != nil {
+		return err
+	}
+	data, err := archivetest.Legacy(key, base, els...)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(outPath, data, 0o600); err != nil {
 		os.Remove(outPath)
 		return err
 	}
-	if err := errors.Join(w.Close(), out.Close()); err != nil {
-		os.Remove(outPath)
-		return err
-	}
-	fmt.Printf("wrote %s: %d records under one nonce (legacy form)\n", outPath, w.Records())
+	fmt.Printf("wrote %s: %d records under one nonce (legacy form)\n", outPath, len(els))
 	return nil
 }
