@@ -49,7 +49,7 @@ func fleetEnv(t *testing.T, url, dir, s3Endpoint string, extra ...string) []stri
 // archives one replica would: one per tick, every tick, none twice; also
 // when one replica's clock is 3 s ahead or behind.
 func TestFleetSchedulesFireOncePerTick(t *testing.T) {
-	bin := buildServer(t)
+	bin := buildServerWithTestHooks(t) // SCHEDULE_CLOCK_OFFSET skews a replica's clock
 	for _, c := range []struct {
 		name   string
 		offset time.Duration

@@ -315,11 +315,44 @@ func (s *syncBuffer) String() string {
 
 func buildServer(t *testing.T) string {
 	t.Helper()
+	return buildServerWith(t)
+}
+
+// buildServerWithTestHooks builds the server with its test-only flags
+// (testhooks.go).
+func buildServerWithTestHooks(t *testing.T) string {
+	t.Helper()
+	return buildServerWith(t, "-tags", "testhooks")
+}
+
+func buildServerWith(t *testing.T, args ...string) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "server")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", append(append([]string{"build"}, args...), "-o", bin, ".")...).CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// TestProductionBinaryHasNoTestHooks: the binary built as make build
+// builds it refuses the test-only flags, so no operator can shift the
+// schedule clock; the fleet tests' build has them.
+func TestProductionBinaryHasNoTestHooks(t *testing.T) {
+	for _, c := range []struct {
+		bin  string
+		want string
+	}{
+		{buildServer(t), "unknown flag --schedule-clock-offset"},
+		{buildServerWithTestHooks(t), ""},
+	} {
+		out, err := exec.Command(c.bin, "serve", "--schedule-clock-offset=1h", "--help").CombinedOutput()
+		switch {
+		case c.want != "" && (err == nil || !strings.Contains(string(out), c.want)):
+			t.Errorf("production binary with --schedule-clock-offset: %v\n%s", err, out)
+		case c.want == "" && err != nil:
+			t.Errorf("test-hooks binary with --schedule-clock-offset: %v\n%s", err, out)
+		}
+	}
 }
 
 // TestBinaryRefusesAnOpenPerimeter: on an address other than loopback the

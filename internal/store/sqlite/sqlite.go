@@ -50,7 +50,8 @@ type Options struct {
 	Migrate bool
 	// MaxPages, when set, caps the database file at that many pages
 	// (PRAGMA max_page_count) on the writer: past it writes fail
-	// SQLITE_FULL, as on a full disk. Tests use it to fill the store.
+	// SQLITE_FULL, as on a full disk. For tests only, which use it to fill
+	// the store (TestPageCapIsTestOnly holds that no binary sets it).
 	MaxPages int
 }
 
@@ -122,8 +123,8 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) ProbeWrite(ctx context.Context) error { return s.Probe(ctx, s.space) }
 
 // SetMaxPages caps the database file at n pages (PRAGMA max_page_count)
-// on the writer, as Options.MaxPages does at open: a way for tests, or an
-// operator's drill, to stand in for a full disk and then free it.
+// on the writer, as Options.MaxPages does at open: for tests, to stand in
+// for a full disk and then free it (TestPageCapIsTestOnly).
 func (s *Store) SetMaxPages(ctx context.Context, n int) error {
 	if _, err := s.write.ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", n)); err != nil {
 		return fmt.Errorf("sqlite: max_page_count: %w", err)
