@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
 
@@ -37,7 +38,11 @@ func (e *ExceededError) Error() string {
 type Pool struct {
 	sem      *semaphore.Weighted
 	capacity int64
+	held     atomic.Int64
 }
+
+// Held is how many of the pool's bytes calls hold now.
+func (p *Pool) Held() int64 { return p.held.Load() }
 
 // NewPool returns a pool of capacity bytes.
 func NewPool(capacity int64) *Pool {
@@ -81,6 +86,7 @@ func (c *Call) Charge(n int64) error {
 	if !c.pool.sem.TryAcquire(n) {
 		return &ExceededError{Limit: "server memory", Bytes: c.pool.capacity, Want: n}
 	}
+	c.pool.held.Add(n)
 	c.used += n
 	return nil
 }
@@ -105,6 +111,7 @@ func (c *Call) Wait(ctx context.Context, n int64) error {
 			if !c.pool.sem.TryAcquire(n) {
 				return &ExceededError{Limit: "server memory", Bytes: c.pool.capacity, Want: n}
 			}
+			c.pool.held.Add(n)
 			c.used += n
 			return nil
 		}
@@ -131,6 +138,7 @@ func (c *Call) Release(n int64) {
 	close(c.freed)
 	c.freed = make(chan struct{})
 	c.mu.Unlock()
+	c.pool.held.Add(-n)
 	c.pool.sem.Release(n)
 }
 

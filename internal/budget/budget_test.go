@@ -68,3 +68,31 @@ func TestWaitBlocksUntilReleased(t *testing.T) {
 		t.Errorf("a wait on a short pool: %v", err)
 	}
 }
+
+// TestPoolHeldCountsWhatCallsHold: Held follows charges and releases,
+// waits included, and a refused charge holds nothing.
+func TestPoolHeldCountsWhatCallsHold(t *testing.T) {
+	p := NewPool(100)
+	a, b := p.NewCall("a", 100), p.NewCall("b", 100)
+	if err := a.Charge(30); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Wait(t.Context(), 50); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Charge(40); err == nil {
+		t.Fatal("a charge past the pool was taken")
+	}
+	if got := p.Held(); got != 80 {
+		t.Errorf("held %d; want 80", got)
+	}
+	a.Release(10)
+	b.Close()
+	if got := p.Held(); got != 20 {
+		t.Errorf("held %d after releases; want 20", got)
+	}
+	a.Close()
+	if got := p.Held(); got != 0 {
+		t.Errorf("held %d after every call closed", got)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -17,9 +16,13 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/jobs/jobstest"
@@ -27,8 +30,6 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
 	"github.com/contentbackup/contentbackup/internal/transport"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // testJobs is a jobs configuration over temporary directories: a local
@@ -337,7 +338,8 @@ func TestBackupJobsPastMaxRunning(t *testing.T) {
 	held := &heldStore{Store: enginetest.SQLite(t), reached: make(chan struct{}), release: make(chan struct{})}
 	jobsCfg, _ := testJobs(t)
 	jobsCfg.MaxRunning, jobsCfg.MaxQueuedPerOwner = 1, 1
-	addr := serveTCP(t, withJobs(Config{Store: held}, jobsCfg), nil)
+	pool := budget.NewPool(DefaultLimits.MemoryBytes)
+	addr := serveTCP(t, withJobs(Config{Store: held, Pool: pool}, jobsCfg), nil)
 	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
 	populate(t, cb.NewConversationServiceClient(conn), "alice")
 	populate(t, cb.NewConversationServiceClient(conn), "bob")
@@ -354,16 +356,16 @@ func TestBackupJobsPastMaxRunning(t *testing.T) {
 	if err := queued.GetMetadata().UnmarshalTo(md); err != nil || md.GetPhase() != cb.JobPhase_JOB_PHASE_QUEUED || queued.GetDone() {
 		t.Errorf("queued operation: %v, %v", md, err)
 	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
+	// The running export holds its reservation; the queued one none. The
+	// server's budget then holds the same once the refused starts are
+	// answered (a call's bytes go back just after its answer).
+	before := pool.Held()
 	_, err = cb.NewBackupServiceClient(conn).StartImport(t.Context(), &cb.StartImportRequest{Owner: "bob", Backup: strings.Repeat("0", 32)})
 	wantStatus(t, "an import of an unknown backup", err, codes.NotFound)
 	_, err = cb.NewBackupServiceClient(conn).StartExport(t.Context(), exportJob("bob", "b2"))
 	wantStatus(t, "an export past bob's queue", err, codes.ResourceExhausted)
-	runtime.ReadMemStats(&after)
-	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 4<<20 {
-		t.Errorf("refused starts grew the heap by %d bytes", grew)
+	if !eventually.Within(10*time.Second, func() bool { return pool.Held() == before }) {
+		t.Errorf("refused starts left %d bytes of the server's budget held (%d before them)", pool.Held(), before)
 	}
 	if names := listNames(t, conn, ""); len(names) != 2 {
 		t.Errorf("operations after refused starts: %v", names)
