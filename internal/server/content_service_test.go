@@ -153,14 +153,17 @@ func TestE2EEncodeCompression(t *testing.T) {
 		if enc.GetEnvelope().Compression == nil || enc.GetEnvelope().GetCompression() != alg || len(enc.GetEnvelope().GetContent()) >= len(text) {
 			t.Errorf("%v: not compressed: %v", alg, enc.GetEnvelope().Compression)
 		}
-		dec, _ := c.Decode(ctx, &cb.DecodeRequest{EncodedContent: enc.GetEncodedContent()})
-		if dec.GetContent().GetText() != text {
-			t.Errorf("%v: round trip lost the text", alg)
+		dec, err := c.Decode(ctx, &cb.DecodeRequest{EncodedContent: enc.GetEncodedContent()})
+		if err != nil || dec.GetContent().GetText() != text {
+			t.Errorf("%v: round trip lost the text: %v", alg, err)
 		}
 	}
-	enc, _ := c.Encode(ctx, &cb.EncodeRequest{Input: &cb.EncodeRequest_Content{Content: &cb.Content{Value: &cb.Content_Text{Text: text}}}})
-	if enc.GetEnvelope().Compression != nil {
-		t.Error("compressed without being asked (CTYPE-031)")
+	enc, err := c.Encode(ctx, &cb.EncodeRequest{Input: &cb.EncodeRequest_Content{Content: &cb.Content{Value: &cb.Content_Text{Text: text}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if enc.GetEnvelope().Compression != nil || string(enc.GetEnvelope().GetContent()) != text {
+		t.Errorf("compressed without being asked (CTYPE-031): %v, %d content bytes for %d of text", enc.GetEnvelope().Compression, len(enc.GetEnvelope().GetContent()), len(text))
 	}
 }
 
@@ -175,7 +178,10 @@ func TestE2EEncodeCustomAndErrors(t *testing.T) {
 	if enc.ShouldPush != nil || enc.GetDeletable() || enc.GetContentType() != "example.com/poll:1.0" {
 		t.Errorf("custom metadata %v", enc)
 	}
-	dec, _ := c.Decode(ctx, &cb.DecodeRequest{EncodedContent: enc.GetEncodedContent()})
+	dec, err := c.Decode(ctx, &cb.DecodeRequest{EncodedContent: enc.GetEncodedContent()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if u := dec.GetUndecoded(); u.GetKind() != cb.UndecodedKind_UNDECODED_KIND_NO_MATCHING_CODEC || !bytes.Equal(u.GetEncodedContent(), enc.GetEncodedContent()) || u.GetFallback() != "A poll" {
 		t.Errorf("custom decode %v", dec)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -167,7 +168,7 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.ContentLength = -1
 	r.Header.Del("Content-Length")
 	if !framed(r) {
-		r.Body = http.MaxBytesReader(w, r.Body, d.maxBody)
+		r.Body = &cappedBody{ReadCloser: http.MaxBytesReader(w, r.Body, d.maxBody), limit: d.maxBody, over: &dw.over}
 		if isJSON(r.Header.Get("Content-Type")) {
 			first, err := peekByte(r.Body)
 			if err == io.EOF {
@@ -389,6 +390,7 @@ type pacedBody struct {
 type doorWriter struct {
 	http.ResponseWriter
 	body    *pacedBody
+	over    overLimitBody // the unframed body sent more than the limit
 	swallow bool // the answer was replaced: drop the transcoder's
 	held    int  // a 429 waiting for its body to say why
 	// rest: a REST path's answer; restErr holds its error's status and
@@ -396,6 +398,27 @@ type doorWriter struct {
 	rest    bool
 	restErr int
 	errBody []byte
+}
+
+// overLimitBody records that an unframed body went past its limit: limit
+// holds it once more than it was sent, 0 until then.
+type overLimitBody struct{ limit atomic.Int64 }
+
+// cappedBody is an unframed body cut off at limit bytes, recording when
+// the caller sent more.
+type cappedBody struct {
+	io.ReadCloser
+	limit int64
+	over  *overLimitBody
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var tooMuch *http.MaxBytesError
+	if errors.As(err, &tooMuch) {
+		b.over.limit.Store(b.limit)
+	}
+	return n, err
 }
 
 // maxErrorBody bounds the REST error body the door rewrites.
@@ -412,6 +435,14 @@ func (w *doorWriter) WriteHeader(code int) {
 		w.ResponseWriter.Header().Set("Connection", "close")
 		httpError(w.ResponseWriter, http.StatusRequestTimeout, "deadline_exceeded",
 			fmt.Sprintf("the request body arrived slower than %d bytes a second after %s", w.body.rate, w.body.grace))
+	case w.over.limit.Load() > 0:
+		// The transcoder answers a read error as UNAVAILABLE; the caller
+		// sent too much, which is 413 resource_exhausted, as for a body
+		// that declares too much.
+		w.swallow = true
+		w.ResponseWriter.Header().Set("Connection", "close")
+		httpError(w.ResponseWriter, http.StatusRequestEntityTooLarge, "resource_exhausted",
+			fmt.Sprintf("the request body is over the limit of %d bytes; it was cut off there", w.over.limit.Load()))
 	case w.rest && code >= 400:
 		w.restErr = code
 	case code == http.StatusTooManyRequests:
@@ -422,7 +453,7 @@ func (w *doorWriter) WriteHeader(code int) {
 }
 
 func (w *doorWriter) Write(p []byte) (int, error) {
-	if w.body.overdue && !w.swallow {
+	if (w.body.overdue || w.over.limit.Load() > 0) && !w.swallow {
 		w.WriteHeader(http.StatusRequestTimeout)
 	}
 	if w.swallow {
