@@ -186,14 +186,17 @@ func TestIncrementRefusals(t *testing.T) {
 		{"other options than the base's", ExportRequest{Owner: alice, Since: alicesFull.GetBackup(), Options: messagesOnly}, fault.Invalid, ErrInvalid},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			before, _ := st.ListBackups(ctx, store.BackupQuery{Owner: c.req.Owner, Limit: 100})
-			_, err := h.m.StartExport(ctx, "tester", c.req)
+			before, err := st.ListBackups(ctx, store.BackupQuery{Owner: c.req.Owner, Limit: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = h.m.StartExport(ctx, "tester", c.req)
 			if !errors.Is(err, c.is) || fault.Of(err) != c.kind {
 				t.Fatalf("got %v (%v), want %v", err, fault.Of(err), c.is)
 			}
-			after, _ := st.ListBackups(ctx, store.BackupQuery{Owner: c.req.Owner, Limit: 100})
-			if len(after) != len(before) {
-				t.Errorf("a refused start wrote a catalog row: %d, then %d", len(before), len(after))
+			after, err := st.ListBackups(ctx, store.BackupQuery{Owner: c.req.Owner, Limit: 100})
+			if err != nil || len(after) != len(before) {
+				t.Errorf("a refused start wrote a catalog row: %d, then %d (%v)", len(before), len(after), err)
 			}
 		})
 	}
@@ -240,20 +243,27 @@ schedules:
 		if j.State != store.JobSucceeded {
 			t.Fatalf("day %d: %s %s", day, j.State, j.ErrorMessage)
 		}
-		md, _ := Progress(j)
+		md, err := Progress(j)
+		if err != nil || md.GetBackup() == "" {
+			t.Fatalf("day %d: progress %v, %v", day, md, err)
+		}
 		ids = append(ids, md.GetBackup())
 		// Retention runs after the job: wait for it before the next firing.
-		eventually.Within(10*time.Second, func() bool {
-			l, _ := st.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 10})
-			return len(l) <= 4
-		})
+		// Keep 2 and the bases they need: full; full+1; +2 on +1 on the
+		// full; the new full and +2's whole chain; the new full and +1.
+		want := []int{1, 2, 3, 4, 2}[day]
+		var held int
+		eventually.True(t, 10*time.Second, func() bool {
+			l, err := st.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 10})
+			held = len(l)
+			return err == nil && held == want
+		}, func() string { return fmt.Sprintf("day %d: retention left %d backups, want %d", day, held, want) })
 	}
 	wantBase := []string{"", ids[0], ids[1], "", ids[3]}
-	var rows []store.Backup
-	eventually.Within(10*time.Second, func() bool {
-		rows, _ = st.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 10})
-		return len(rows) == 2
-	})
+	rows, err := st.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(rows) != 2 || rows[0].ID != ids[4] || rows[1].ID != ids[3] {
 		t.Fatalf("after five firings the catalog holds %v, want the last full and its increment %v", rows, ids[3:])
 	}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
@@ -273,33 +273,72 @@ func TestBackupJobBadRequests(t *testing.T) {
 	}
 }
 
-// TestJobMetrics: a job's end is counted by kind and state, with the
-// bytes it moved; the running gauge is registered.
+// TestJobMetrics: the running gauge reads 1 while an export runs and 0
+// once it ended; its end is observed by kind and state, and its archive's
+// bytes counted by kind, equal to the result's length.
 func TestJobMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	jobsCfg, _ := testJobs(t)
-	st := enginetest.SQLite(t)
-	addr := serveTCP(t, withJobs(Config{Store: st, Metrics: reg}, jobsCfg), nil)
+	held := &heldStore{Store: enginetest.SQLite(t), reached: make(chan struct{}), release: make(chan struct{})}
+	addr := serveTCP(t, withJobs(Config{Store: held, Metrics: reg}, jobsCfg), nil)
 	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
 	populate(t, cb.NewConversationServiceClient(conn), "alice")
 	op, err := cb.NewBackupServiceClient(conn).StartExport(t.Context(), exportJob("alice", "m.xmtpbak"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitOp(t, conn, op.GetName())
-	// The end is recorded just after the operation shows done.
-	var n int
-	eventually.True(t, 5*time.Second, func() bool {
-		var err error
-		if n, err = testutil.GatherAndCount(reg, "contentbackup_jobs_duration_seconds"); err != nil {
-			t.Fatal(err)
+	running := func() float64 {
+		t.Helper()
+		m := series(t, reg, "contentbackup_jobs_running", nil)
+		if m == nil {
+			t.Fatal("no contentbackup_jobs_running series")
 		}
-		return n == 1
-	}, func() string { return fmt.Sprintf("%d job duration series, want 1", n) })
-	running, err := testutil.GatherAndCount(reg, "contentbackup_jobs_running")
-	if err != nil || running != 1 {
-		t.Errorf("contentbackup_jobs_running: %d series, %v", running, err)
+		return m.GetGauge().GetValue()
 	}
+	<-held.reached
+	if got := running(); got != 1 {
+		t.Errorf("contentbackup_jobs_running while the export runs: %v; want 1", got)
+	}
+	close(held.release)
+	done := waitOp(t, conn, op.GetName())
+	result := exportResult(t, done)
+	// The end is recorded just after the operation shows done.
+	var ended uint64
+	eventually.True(t, 5*time.Second, func() bool {
+		ended = series(t, reg, "contentbackup_jobs_duration_seconds", map[string]string{"kind": "export", "state": "succeeded"}).GetHistogram().GetSampleCount()
+		return ended == 1
+	}, func() string { return fmt.Sprintf("%d export ends observed as succeeded, want 1", ended) })
+	if got := running(); got != 0 {
+		t.Errorf("contentbackup_jobs_running after the export ended: %v; want 0", got)
+	}
+	bytes := series(t, reg, "contentbackup_jobs_archive_bytes_total", map[string]string{"kind": "export"}).GetCounter().GetValue()
+	if want := result.GetSummary().GetArchiveBytes(); bytes != float64(want) || want == 0 {
+		t.Errorf("contentbackup_jobs_archive_bytes_total{kind=export} %v; the archive is %d bytes", bytes, want)
+	}
+}
+
+// series is name's series whose labels include labels (nil when none).
+func series(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) *dto.Metric {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue next
+				}
+			}
+			return m
+		}
+	}
+	return nil
 }
 
 // heldStore holds every export's message reads until release is closed.
