@@ -301,10 +301,10 @@ type syncBuffer struct {
 	b  strings.Builder
 }
 
-func (s *syncBuffer) Write(p []byte) {
+func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.b.Write(p)
+	return s.b.Write(p)
 }
 
 func (s *syncBuffer) String() string {
