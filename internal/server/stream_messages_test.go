@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
@@ -203,7 +206,7 @@ func TestE2EStreamMessagesPageBytes(t *testing.T) {
 func TestE2EStreamMessagesStalledClient(t *testing.T) {
 	for _, e := range enginetest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
-			s := e.Open(t)
+			s := &readCounter{Store: e.Open(t)}
 			conn := startTCP(t, Config{Store: s, Limits: Limits{StreamIdleTimeout: 2 * time.Second}})
 			c := cb.NewConversationServiceClient(conn)
 			owner := storetest.Owner("stall")
@@ -222,7 +225,19 @@ func TestE2EStreamMessagesStalledClient(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Second) // read nothing; the server fills its pipeline
+			// Read nothing while the server fills its pipeline: until its
+			// reads from the store stop (no read in half a second), not for
+			// a fixed time a loaded machine may not fill it in.
+			for last, still := int64(-1), 0; still < 5; time.Sleep(100 * time.Millisecond) {
+				if n := s.read.Load(); n != last {
+					last, still = n, 0
+				} else {
+					still++
+				}
+			}
+			if n := s.read.Load(); n >= 48 {
+				t.Errorf("a stalled stream's server read %d of 96 messages from the store", n)
+			}
 			runtime.GC()
 			runtime.ReadMemStats(&during)
 			// Server: three pages (4 MiB each) of responses; the transport's
@@ -336,4 +351,17 @@ func TestReliabilityHeldMessageStreams(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readCounter counts the messages StreamMessages reads from the store.
+type readCounter struct {
+	store.Store
+	read atomic.Int64
+}
+
+func (r *readCounter) StreamMessages(ctx context.Context, owner string, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) (bool, error) {
+	return r.Store.StreamMessages(ctx, owner, q, func(m *mb.GroupMessageSave) error {
+		r.read.Add(1)
+		return fn(m)
+	})
 }
