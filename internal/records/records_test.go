@@ -77,16 +77,21 @@ func TestCTYPE018_CheckDeletionEveryCatalogueRow(t *testing.T) {
 	// Deletable types outside the application kind, and types outside the
 	// catalogue, are refused to every sender, super admins included.
 	admin := &gb.GroupSave{MutableMetadata: &gb.MutableMetadataSave{SuperAdminList: []string{"root"}}}
-	for name, m := range map[string]*mb.GroupMessageSave{
-		"membership change kind": {Kind: mb.GroupMessageKindSave_GROUP_MESSAGE_KIND_SAVE_MEMBERSHIP_CHANGE, AuthorityId: "xmtp.org", ContentType: "text", VersionMajor: 1},
-		"unspecified kind":       {AuthorityId: "xmtp.org", ContentType: "text", VersionMajor: 1},
-		"custom":                 {Kind: 1, AuthorityId: "example.com", ContentType: "text", VersionMajor: 1},
-		"unknown":                {Kind: 1},
-		"other major":            {Kind: 1, AuthorityId: "xmtp.org", ContentType: "text", VersionMajor: 2},
-		"legacy reaction":        {Kind: 1, AuthorityId: "xmtp.org", ContentType: "reaction", VersionMajor: 1},
+	for name, c := range map[string]struct {
+		m   *mb.GroupMessageSave
+		why string // the refusal says why the type is not deletable
+	}{
+		"membership change kind": {&mb.GroupMessageSave{Kind: mb.GroupMessageKindSave_GROUP_MESSAGE_KIND_SAVE_MEMBERSHIP_CHANGE, AuthorityId: "xmtp.org", ContentType: "text", VersionMajor: 1}, "not an application message"},
+		"unspecified kind":       {&mb.GroupMessageSave{AuthorityId: "xmtp.org", ContentType: "text", VersionMajor: 1}, "not an application message"},
+		"custom":                 {&mb.GroupMessageSave{Kind: 1, AuthorityId: "example.com", ContentType: "text", VersionMajor: 1}, "(not in the catalogue)"},
+		"unknown":                {&mb.GroupMessageSave{Kind: 1}, "unknown (the content is not a typed envelope)"},
+		"authority only":         {&mb.GroupMessageSave{Kind: 1, AuthorityId: "xmtp.org"}, "(not in the catalogue)"},
+		"type only":              {&mb.GroupMessageSave{Kind: 1, ContentType: "text"}, "(not in the catalogue)"},
+		"other major":            {&mb.GroupMessageSave{Kind: 1, AuthorityId: "xmtp.org", ContentType: "text", VersionMajor: 2}, "(not in the catalogue)"},
+		"legacy reaction":        {&mb.GroupMessageSave{Kind: 1, AuthorityId: "xmtp.org", ContentType: "reaction", VersionMajor: 1}, "(not in the catalogue)"},
 	} {
-		if err := CheckDeletion(m, admin, "root"); !errors.Is(err, ErrNotDeletable) || !strings.Contains(err.Error(), "CTYPE-018") {
-			t.Errorf("%s: %v; want ErrNotDeletable citing CTYPE-018", name, err)
+		if err := CheckDeletion(c.m, admin, "root"); !errors.Is(err, ErrNotDeletable) || !strings.Contains(err.Error(), "CTYPE-018") || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("%s: %v; want ErrNotDeletable citing CTYPE-018 and saying %q", name, err, c.why)
 		}
 	}
 }

@@ -38,6 +38,7 @@ func TestServiceOf(t *testing.T) {
 		"/grpc.health.v1.Health/Check":            HealthService,
 		"/v1/owners/alice/groups":                 "v1/owners/alice",
 		"":                                        "",
+		"//Decode":                                "", // an empty service name stays empty
 	} {
 		if got := ServiceOf(in); got != want {
 			t.Errorf("ServiceOf(%q) = %q, want %q", in, got, want)
