@@ -6,6 +6,8 @@ PROTOC_GEN_GO_VTPROTO_VERSION := v0.6.0
 STATICCHECK_VERSION      := v0.8.2
 GHZ_VERSION              := v0.93.0
 GRPCURL_VERSION          := v1.9.3
+# Mutation testing (make mutate, scripts/mutate.sh; TESTING.md).
+GREMLINS_VERSION         := v0.6.0
 # The S3-compatible server the job tests write to (cmd/server/jobs_test.go).
 VERSITYGW_VERSION        := v1.8.0
 
@@ -28,6 +30,7 @@ FUZZTIME ?= 100000x
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
+.PHONY: mutate mutate-sample stress racy
 .PHONY: run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-preview load postgres postgres-stop reliability
 
 run:
@@ -56,6 +59,7 @@ tools:
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	go install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
 
 # api/third_party gets the Google API files the API imports, printed from the
 # Go modules go.mod pins (tools/protodeps); only our own files are linted
@@ -320,3 +324,35 @@ bench-archive: build
 load:
 	go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 	bash bench/load.sh
+
+# mutate runs gremlins over every package that holds the service's rules
+# (records, auth, the edge's authorization, archive, backup, preview,
+# jobs), one package at a time, and prints each one's score and its
+# surviving mutants (TESTING.md keeps them, with the reason each is left).
+# By hand: about 55 minutes on 2 cores, most of it internal/jobs.
+mutate:
+	@url="$${TEST_DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+	TEST_DATABASE_URL="$$url" bash scripts/mutate.sh
+
+# mutate-sample is what CI runs: the three packages whose rules guard the
+# door (records, auth, authz), each required to keep the score TESTING.md
+# records, so that a test that stops killing a mutant fails CI (about 4
+# minutes).
+MUTATE_SAMPLE_MIN ?= 95
+mutate-sample:
+	MUTATE_MIN_EFFICACY=$(MUTATE_SAMPLE_MIN) bash scripts/mutate.sh internal/records internal/auth internal/server/authz
+
+# stress runs the fast packages 20 times over under the race detector,
+# by hand, to shake out order- and timing-dependent tests.
+STRESS_PKGS ?= ./internal/archive/... ./internal/auth/... ./internal/budget ./internal/codec ./internal/contentapi ./internal/preview ./internal/records ./internal/server/authz ./internal/server/pagetoken ./internal/wire
+stress:
+	go test -race -count=20 $(STRESS_PKGS)
+
+# racy runs the tests that were once flaky a few more times each (CI runs
+# it): TESTING.md says what each raced on and how it was fixed.
+RACY_TESTS := ^(TestHTTPConnectClientStreamImport|TestE2EStreamMessagesStalledClient|TestRunnerStopsWhenItsRenewalSaysTakenOver|TestRunnerStopsBeforeItsLeaseWhenRenewalsHang|TestScheduleBuildsChains)$$
+racy:
+	@url="$${TEST_DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+	TEST_DATABASE_URL="$$url" go test -race -count=5 -run '$(RACY_TESTS)' ./internal/server ./internal/jobs

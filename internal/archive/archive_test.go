@@ -598,8 +598,8 @@ func TestARCH018_ReaderReportsACutCompressedStream(t *testing.T) {
 			_, err = r.Next()
 		}
 		r.Close()
-		if !errors.Is(err, ErrTruncated) || strings.Contains(err.Error(), "length prefix (0 of") {
-			t.Errorf("cut at %d of %d: %v", cut, len(whole), err)
+		if !errors.Is(err, ErrTruncated) || strings.Contains(err.Error(), "length prefix (0 of") || !strings.Contains(err.Error(), "before its first record is whole") {
+			t.Errorf("cut at %d of %d: %v; want a truncation before the first record is whole", cut, len(whole), err)
 		}
 	}
 }
@@ -620,5 +620,73 @@ func TestRecordNotUTF8NamesTheField(t *testing.T) {
 	_, _, _, err := readAll(data, testKey)
 	if !errors.Is(err, ErrElement) || !strings.Contains(err.Error(), "group_message.sender_inbox_id: not valid UTF-8") {
 		t.Errorf("a record that is not UTF-8: %v; want ErrElement naming group_message.sender_inbox_id", err)
+	}
+}
+
+// recordingMeter records every charge and refuses past limit (0: never).
+type recordingMeter struct {
+	charges []int64
+	total   int64
+	limit   int64
+}
+
+var errMeterFull = errors.New("the test meter is full")
+
+func (m *recordingMeter) Charge(n int64) error {
+	if m.limit > 0 && m.total+n > m.limit {
+		return errMeterFull
+	}
+	m.charges = append(m.charges, n)
+	m.total += n
+	return nil
+}
+
+// TestReaderChargesItsMeter: the reader charges its meter, before it
+// allocates, its overhead and then both record buffers (ciphertext and
+// plaintext) as they grow to the largest record, never more than
+// ReaderMemory; a meter that refuses fails the read with its own error.
+func TestReaderChargesItsMeter(t *testing.T) {
+	big := groupElement("big")
+	big.GetGroup().MutableMetadata = &gb.MutableMetadataSave{Attributes: map[string]string{"x": strings.Repeat("y", 3<<20)}}
+	data := write(t, nil, metadataElement(), big, groupElement("small"))
+	opts := ReaderOptions{MaxRecordSize: 8 << 20, MaxWindow: DefaultMaxWindow}
+	read := func(m *recordingMeter) error {
+		o := opts
+		o.Meter = m
+		r, err := NewReader(bytes.NewReader(data), testKey, o)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		if _, err := r.Metadata(); err != nil {
+			return err
+		}
+		for {
+			if _, err := r.Next(); errors.Is(err, io.EOF) {
+				return nil
+			} else if err != nil {
+				return err
+			}
+		}
+	}
+	m := &recordingMeter{}
+	if err := read(m); err != nil {
+		t.Fatal(err)
+	}
+	sealed := int64(proto.Size(big)) + TagSize
+	overhead := readerOverhead(opts.MaxWindow)
+	if len(m.charges) == 0 || m.charges[0] != overhead {
+		t.Fatalf("charges %v; want the overhead %d first", m.charges, overhead)
+	}
+	for _, c := range m.charges {
+		if c <= 0 {
+			t.Errorf("a charge of %d", c)
+		}
+	}
+	if buffers := m.total - overhead; buffers < 2*sealed || m.total > ReaderMemory(opts) {
+		t.Errorf("charged %d for the buffers of a %d-byte record (at least twice it), %d in all (at most %d)", buffers, sealed, m.total, ReaderMemory(opts))
+	}
+	if err := read(&recordingMeter{limit: overhead + sealed}); !errors.Is(err, errMeterFull) {
+		t.Errorf("a meter with room for one buffer: %v; want its refusal", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -159,12 +160,14 @@ func elements(t *testing.T, data []byte) (*ds.BackupMetadataSave, []*ds.BackupEl
 	var out []*ds.BackupElement
 	for {
 		el, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return meta, out
+		}
 		if err != nil {
-			break
+			t.Fatalf("reading the archive back after %d elements: %v", len(out), err)
 		}
 		out = append(out, el)
 	}
-	return meta, out
 }
 
 func ids[T interface{ GetId() []byte }](xs []T) []string {

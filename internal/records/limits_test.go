@@ -109,3 +109,18 @@ func padTo(t *testing.T, m proto.Message, set func(int), size int) int {
 	t.Fatalf("no padding makes the record %d bytes", size)
 	return 0
 }
+
+// TestLimitsDefaults: an unset limit (zero, or negative) is the default
+// one; a set one is kept.
+func TestLimitsDefaults(t *testing.T) {
+	if got := (Limits{}).WithDefaults(); got != DefaultLimits {
+		t.Errorf("zero limits %+v; want the defaults %+v", got, DefaultLimits)
+	}
+	if got := (Limits{GroupBytes: -1, MessageContentBytes: -1, MessageBytes: -1, ConsentBytes: -1}).WithDefaults(); got != DefaultLimits {
+		t.Errorf("negative limits %+v; want the defaults", got)
+	}
+	set := Limits{GroupBytes: 1, MessageContentBytes: 2, MessageBytes: 3, ConsentBytes: 4}
+	if got := set.WithDefaults(); got != set {
+		t.Errorf("set limits %+v became %+v", set, got)
+	}
+}

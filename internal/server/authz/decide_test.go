@@ -152,6 +152,8 @@ func TestAdmitHTTP(t *testing.T) {
 		}
 		return r
 	}
+	emptyChain := req(cb.ContentService_Decode_FullMethodName, "", nil, relay)
+	emptyChain.TLS.VerifiedChains = [][]*x509.Certificate{{}}
 	twice := req(cb.ContentService_Decode_FullMethodName, "reader", nil)
 	twice.Header.Add("Authorization", "Bearer reader")
 	for _, c := range []struct {
@@ -162,6 +164,8 @@ func TestAdmitHTTP(t *testing.T) {
 	}{
 		{"health", req("/grpc.health.v1.Health/Check", "", nil), false, true},
 		{"reflection, public", req("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "", nil), true, true},
+		{"reflection v1alpha, public", req("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "", nil), true, true},
+		{"reflection v1alpha, not public", req("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "", nil), false, false},
 		{"reflection, not public", req("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "", nil), false, false},
 		{"anonymous", req(cb.ContentService_Decode_FullMethodName, "", nil), false, false},
 		{"a token", req(cb.ContentService_Decode_FullMethodName, "reader", nil), false, true},
@@ -169,6 +173,7 @@ func TestAdmitHTTP(t *testing.T) {
 		{"two headers", twice, false, false},
 		{"a verified certificate", req(cb.ContentService_Decode_FullMethodName, "", relay), false, true},
 		{"a certificate TLS did not verify", req(cb.ContentService_Decode_FullMethodName, "", nil, relay), false, false},
+		{"an empty verified chain", emptyChain, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := testAuthorizer(t, c.public, nil).AdmitHTTP(c.r)
