@@ -42,6 +42,7 @@ import (
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	ct "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents/content_types"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -144,7 +145,8 @@ func nestedReplyBomb(t testing.TB, depth, fill int) []byte {
 func TestReliability1_NestedReplyBomb_CTYPE025(t *testing.T) {
 	bomb := nestedReplyBomb(t, 16, 15*mib)
 	t.Logf("request: %d bytes", len(bomb))
-	c := cb.NewContentServiceClient(startTCP(t, Config{Limits: Limits{MemoryBytes: 128 * mib}}))
+	pool := budget.NewPool(128 * mib)
+	c := cb.NewContentServiceClient(startTCP(t, Config{Pool: pool, Limits: Limits{MemoryBytes: 128 * mib}}))
 	// Alone, it is content that fails to decode (kept, CTYPE-008), because
 	// its levels together pass the one 16 MiB cap of CTYPE-025.
 	one, err := c.Decode(t.Context(), &cb.DecodeRequest{EncodedContent: bomb})
@@ -177,6 +179,17 @@ func TestReliability1_NestedReplyBomb_CTYPE025(t *testing.T) {
 	}
 	if growth > 128*mib+32*mib {
 		t.Errorf("peak heap grew %.0f MiB; the budget is 128 MiB", float64(growth)/mib)
+	}
+	// How many of the 8 are served depends on how they overlap; that a
+	// bomb the budget has no room for is refused does not: with all but
+	// 8 MiB of the pool held, it is RESOURCE_EXHAUSTED, and served again
+	// once the pool is free.
+	hold := holdAllBut(t, pool, 128*mib, 8*mib)
+	_, err = c.Decode(t.Context(), &cb.DecodeRequest{EncodedContent: bomb})
+	wantCode(t, err, codes.ResourceExhausted, "")
+	hold.Close()
+	if again, err := c.Decode(t.Context(), &cb.DecodeRequest{EncodedContent: bomb}); err != nil || again.GetUndecoded().GetKind() != cb.UndecodedKind_UNDECODED_KIND_DECODE_FAILED {
+		t.Errorf("the bomb with the pool free again: %v, %v", again.GetUndecoded(), err)
 	}
 }
 
