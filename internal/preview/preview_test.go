@@ -231,6 +231,16 @@ func TestCTYPE009_UndecodablePreviewsItsFallback(t *testing.T) {
 	if p := previewBytes(t, w, reg, mustMarshal(t, badJSON), Options{}); !p.Push || !p.FromFallback || p.Body != "Pick one: 1 or 2" {
 		t.Errorf("undecodable actions: %+v", p)
 	}
+	// A catalogue type that is silent (push false) keeps its silence when
+	// its content does not decode: its fallback shows only when silent
+	// types are asked for, and then does not push.
+	badUpdate := &mc.EncodedContent{Type: codec.TypeGroupUpdated.Proto(), Content: []byte{0xff, 0xff}, Fallback: ptr("The group changed")}
+	if p := previewBytes(t, w, reg, mustMarshal(t, badUpdate), Options{}); p.Push || p.Body != "" {
+		t.Errorf("undecodable silent type: %+v, want nothing", p)
+	}
+	if p := previewBytes(t, w, reg, mustMarshal(t, badUpdate), Options{IncludeSilent: true}); p.Push || p.Body != "The group changed" {
+		t.Errorf("undecodable silent type, silent asked for: %+v, want its fallback, not pushed", p)
+	}
 	unknown.Fallback = nil
 	if p := previewBytes(t, w, reg, mustMarshal(t, unknown), Options{}); p.Push || p.Body != "" {
 		t.Errorf("no fallback: %+v, want nothing to push", p)
@@ -511,4 +521,49 @@ func allocatedBytes(f func()) uint64 {
 	f()
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestCutTrimsSpaceBeforeTheEllipsis: a cut that lands after white space
+// (space, tab, newline, carriage return) drops it before the ellipsis, in
+// a run of plain ASCII and past one alike; a cut inside a word keeps it.
+func TestCutTrimsSpaceBeforeTheEllipsis(t *testing.T) {
+	room := func(n int) int { return n + jsonCost(ellipsis) }
+	for _, c := range []struct {
+		s      string
+		budget int
+		want   string
+	}{
+		{"hello world again", room(6), "hello" + ellipsis},
+		{"hello   world", room(8), "hello" + ellipsis},
+		{"hello worlds", room(8), "hello wo" + ellipsis},
+		{"tab\there and more", room(4), "tab" + ellipsis},
+		{"é then words", room(7), "é then" + ellipsis},
+		{"é then\nwords", room(8) + 1, "é then" + ellipsis}, // \n costs two as JSON
+		{"é then\rwords", room(8) + 1, "é then" + ellipsis},
+	} {
+		if got, cut := Cut(c.s, c.budget); !cut || got != c.want {
+			t.Errorf("Cut(%q, %d) = %q, %v; want %q", c.s, c.budget, got, cut, c.want)
+		}
+	}
+}
+
+// TestPrefixKeepsPastTheLimit: prefix keeps a string up to the limit and
+// a rune's bytes more whole, and cuts a longer one past the limit on a
+// rune boundary.
+func TestPrefixKeepsPastTheLimit(t *testing.T) {
+	if got := prefix("abcdefgh", 4); got != "abcdefgh" {
+		t.Errorf("limit + 4 bytes: %q", got)
+	}
+	if got := prefix("abcdefghi", 4); got != "abcdefgh" {
+		t.Errorf("limit + 5 bytes: %q", got)
+	}
+	if got := prefix("abcdefg€hij", 4); got != "abcdefg" {
+		t.Errorf("a rune across the cut: %q", got)
+	}
+	if got := amount(1.25); got != "1.25" {
+		t.Errorf("amount(1.25) = %q", got)
+	}
+	if got := amount(100000); got != "100000" {
+		t.Errorf("amount(100000) = %q", got)
+	}
 }
