@@ -105,7 +105,6 @@ func startGateway(t *testing.T) (g gateway, addr string) {
 	}
 }
 
-
 func (g gateway) object(key string) string {
 	return filepath.Join(g.dir, s3Bucket, filepath.FromSlash(key))
 }

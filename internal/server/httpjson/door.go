@@ -391,8 +391,8 @@ type doorWriter struct {
 	http.ResponseWriter
 	body    *pacedBody
 	over    overLimitBody // the unframed body sent more than the limit
-	swallow bool // the answer was replaced: drop the transcoder's
-	held    int  // a 429 waiting for its body to say why
+	swallow bool          // the answer was replaced: drop the transcoder's
+	held    int           // a 429 waiting for its body to say why
 	// rest: a REST path's answer; restErr holds its error's status and
 	// body until finish rewrites them.
 	rest    bool
