@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -753,7 +752,6 @@ func TestListMessagesReaderEnds(t *testing.T) {
 	limits := DefaultLimits
 	limits.ListPageBytes = 40 << 10 // a few messages a page
 	svc := NewConversationService(s, codec.NewRegistry(), ConversationOptions{Limits: limits, Pool: budget.NewPool(1 << 30)})
-	before := runtime.NumGoroutine()
 	req := &cb.ListMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g"), PageSize: 1000}
 	listed := 0
 	for {
@@ -775,16 +773,17 @@ func TestListMessagesReaderEnds(t *testing.T) {
 	if _, err := tiny.ListMessages(ctx, &cb.ListMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g")}); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("under a 64-byte budget: %v", err)
 	}
-	if n := goroutinesBackTo(before); n > before {
-		t.Errorf("%d goroutines after listing, %d before: a page reader did not end", n, before)
+	if n := pageReadersLeft(); n > 0 {
+		t.Errorf("%d page readers still run after listing", n)
 	}
 }
 
-// goroutinesBackTo waits up to 5 s for the goroutines to number at most
-// before, and returns how many there are.
-func goroutinesBackTo(before int) int {
-	eventually.Within(5*time.Second, func() bool { return runtime.NumGoroutine() <= before })
-	return runtime.NumGoroutine()
+// pageReadersLeft waits up to 5 s for every page reader (readPage's
+// goroutine) to end, and returns how many still run.
+func pageReadersLeft() int {
+	const reader = "(*ConversationService).readPage.func"
+	eventually.Within(5*time.Second, func() bool { return eventually.Goroutines(reader) == 0 })
+	return eventually.Goroutines(reader)
 }
 
 // TestE2EConversation_META051_ExpiredMessagesLeave: a disappearing

@@ -16,6 +16,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
@@ -213,7 +214,6 @@ func TestE2EStreamMessagesStalledClient(t *testing.T) {
 			// 96 messages of 1 MiB, not envelopes: 192 MiB of responses,
 			// two messages (4 MiB) a page.
 			putLargeMessages(t, c, owner, 12, 8, 1<<20)
-			goroutines := runtime.NumGoroutine()
 			var before, during runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
@@ -262,8 +262,11 @@ func TestE2EStreamMessagesStalledClient(t *testing.T) {
 			if got >= 96 {
 				t.Errorf("a stalled stream sent all %d messages", got)
 			}
-			if n := goroutinesBackTo(goroutines); n > goroutines {
-				t.Errorf("%d goroutines after the stream ended, %d before", n, goroutines)
+			if n := pageReadersLeft(); n > 0 {
+				t.Errorf("%d page readers still run after the stream ended", n)
+			}
+			if !eventually.Within(5*time.Second, func() bool { return eventually.Goroutines("server.startSender") == 0 }) {
+				t.Errorf("%d stream senders still run after the stream ended", eventually.Goroutines("server.startSender"))
 			}
 		})
 	}
