@@ -494,11 +494,11 @@ func TestReliability5_NeighbourOwnersOnTheEmbeddedStore(t *testing.T) {
 		t.Fatalf("the third owner's small write: %v", err)
 	}
 	t.Logf("10k-message append: %s before a group at the size limit, %s after; a 10-message write during it: %s", before, after, small)
-	// Timing on a shared machine is noisy: the bound is generous, the
-	// failure it guards against was 45 s and 28.5 s.
-	if after > 3*before+2*time.Second || small > 3*before+2*time.Second {
-		t.Errorf("neighbouring writes slowed: %s and %s against %s before", after, small, before)
-	}
+	// The figures are logged, not asserted: a test on a shared machine
+	// measures nothing reliably by the clock. What made neighbours slow
+	// (groups as a WITHOUT ROWID table, whose every search read a large
+	// row whole) is held where it is decided, in the schema:
+	// sqlite's TestUpgradeToRowidGroups.
 }
 
 // tcpProxy forwards a loopback port to a target; Cut closes the listener
