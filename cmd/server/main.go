@@ -132,7 +132,7 @@ func (f limitFlags) limits(callExpand int64) server.Limits {
 		MemoryBytes: f.MemoryBudget, CallExpandBytes: callExpand, ListPageBytes: f.ListPageBytes,
 		Records: records.Limits{
 			GroupBytes: f.MaxGroupBytes, MessageContentBytes: f.MaxMessageBytes,
-			ConsentBytes: f.MaxConsentBytes,
+			MessageBytes: records.DefaultLimits.MessageBytes, ConsentBytes: f.MaxConsentBytes,
 		},
 		ImportReadAheadBytes: f.ImportReadAhead, ArchiveWindowBytes: f.ArchiveMaxWindow,
 		MaxArchiveStreams: f.MaxArchiveStreams, MaxArchiveStreamsPerOwner: f.MaxStreamsPerOwner,
