@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -175,8 +176,48 @@ func (c *cli) dial() (*grpc.ClientConn, error) {
 // objects), every field present (an empty list is [], never missing), and
 // protojson's own rules otherwise (64-bit integers as strings, bytes as
 // base64).
+//
+// One convention for every --json output: protobuf's field names, every
+// field present (empty lists as []), and digests (a "sha256" field) in
+// lowercase hex, as sha256sum prints them and the text output shows them,
+// not in the base64 protobuf's JSON gives bytes.
 func protoJSON(m proto.Message) ([]byte, error) {
-	return protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	if !hexDigests(v) {
+		return b, nil
+	}
+	return json.Marshal(v)
+}
+
+// hexDigests rewrites every "sha256" string of v, base64, as hex, and
+// reports whether it found one.
+func hexDigests(v any) bool {
+	found := false
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if s, ok := x.(string); ok && k == "sha256" {
+				if raw, err := base64.StdEncoding.DecodeString(s); err == nil {
+					t[k] = hex.EncodeToString(raw)
+					found = true
+				}
+				continue
+			}
+			found = hexDigests(x) || found
+		}
+	case []any:
+		for _, x := range t {
+			found = hexDigests(x) || found
+		}
+	}
+	return found
 }
 
 // output prints v as JSON with --json, else text.
