@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,8 +15,6 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
-	"github.com/contentbackup/contentbackup/internal/jobs"
-	"github.com/contentbackup/contentbackup/internal/store"
 )
 
 // backupsCmd reads and manages the server's backup catalog: each backup
@@ -27,7 +25,7 @@ type backupsCmd struct {
 	Key       backupKeyCmd    `cmd:"" help:"Write a backup's archive key (64 hex characters, mode 0600) to a file, for verify, inspect or a device; the server logs it as an audit event."`
 	Delete    deleteBackupCmd `cmd:"" help:"Delete a backup: its object, sidecar and catalog row."`
 	Verify    verifyBackupCmd `cmd:"" help:"Read a complete backup back now, as a schedule's verification does (length, SHA-256, every record, the counts), and record the result; exits non-zero when it is not sound."`
-	Retention retentionCmd    `cmd:"" help:"Dry run of a schedule's retention for an owner: which of its backups the server keeps (and by which rule) and which it deletes after the schedule's next export. Deletes nothing."`
+	Retention retentionCmd    `cmd:"" help:"Dry run of a retention for an owner, computed by the server: a schedule's as it runs it, or --keep-* rules of your own; which backups stay (by which rule) and which it would delete. Deletes nothing."`
 }
 
 type backupRef struct {
@@ -72,70 +70,56 @@ func (l *listBackupsCmd) Run(ctx context.Context, c *cli) error {
 }
 
 type retentionCmd struct {
-	Owner     string `required:"" help:"Owner (inbox) whose backups to weigh."`
-	Schedules string `required:"" type:"existingfile" help:"The server's --schedule policy file."`
-	Schedule  string `required:"" help:"The schedule's name in it."`
+	Owner       string `required:"" help:"Owner (inbox) whose backups to weigh."`
+	Schedule    string `help:"A schedule the server runs: its backups, under its rules unless --keep-* flags are given. Without it, every complete backup of the owner, under the --keep-* rules."`
+	KeepLast    int32  `name:"keep-last" help:"Keep the newest n backups (restic's --keep-last)."`
+	KeepDaily   int32  `name:"keep-daily" help:"Keep the newest backup of each of the last n days that have one (UTC); -1: every day."`
+	KeepWeekly  int32  `name:"keep-weekly" help:"The same for ISO weeks."`
+	KeepMonthly int32  `name:"keep-monthly" help:"The same for months."`
+	KeepYearly  int32  `name:"keep-yearly" help:"The same for years."`
 }
 
 func (r *retentionCmd) Run(ctx context.Context, c *cli) error {
-	policy, err := jobs.LoadSchedules(r.Schedules)
-	if err != nil {
-		return err
-	}
-	var sched *jobs.Schedule
-	for _, s := range policy.Schedules {
-		if s.Name == r.Schedule {
-			sched = s
-		}
-	}
-	if sched == nil {
-		return fmt.Errorf("schedule %q: not in %s", r.Schedule, r.Schedules)
+	req := &cb.PlanRetentionRequest{Owner: r.Owner, Schedule: r.Schedule}
+	if r.KeepLast != 0 || r.KeepDaily != 0 || r.KeepWeekly != 0 || r.KeepMonthly != 0 || r.KeepYearly != 0 {
+		req.Rules = &cb.RetentionRules{Last: r.KeepLast, Daily: r.KeepDaily, Weekly: r.KeepWeekly, Monthly: r.KeepMonthly, Yearly: r.KeepYearly}
+	} else if r.Schedule == "" {
+		return errors.New("name a --schedule, or give --keep-last, --keep-daily, --keep-weekly, --keep-monthly or --keep-yearly")
 	}
 	conn, err := c.dial()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	all, err := allBackups(ctx, conn, r.Owner)
+	plan, err := cb.NewBackupServiceClient(conn).PlanRetention(ctx, req)
 	if err != nil {
 		return err
 	}
-	var complete []store.Backup
-	labels := map[string]string{}
-	for _, b := range all {
-		if b.GetSchedule() == r.Schedule && b.GetState() == cb.BackupState_BACKUP_STATE_COMPLETE {
-			complete = append(complete, store.Backup{ID: b.GetId(), Created: b.GetCreateTime().AsTime()})
-			labels[b.GetId()] = b.GetLabel()
-		}
-	}
-	keep, remove := sched.Policy().Apply(complete)
-	type row struct {
-		Backup  string   `json:"backup"`
-		Created string   `json:"created"`
-		Action  string   `json:"action"`
-		Rules   []string `json:"rules,omitempty"`
-		Label   string   `json:"label,omitempty"`
-	}
-	var rows []row
-	for _, k := range keep {
-		rows = append(rows, row{k.Backup.ID, k.Backup.Created.UTC().Format(time.RFC3339), "keep", k.Rules, labels[k.Backup.ID]})
-	}
-	for _, b := range remove {
-		rows = append(rows, row{b.ID, b.Created.UTC().Format(time.RFC3339), "delete", nil, labels[b.ID]})
-	}
-	slices.SortFunc(rows, func(a, b row) int { return strings.Compare(b.Created, a.Created) })
 	if c.JSON {
-		return c.output(rows, "")
+		b, err := protoJSON(plan)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Println(string(b))
+		return err
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tCREATED\tACTION\tRULES\tLABEL")
-	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Backup, r.Created, r.Action, strings.Join(r.Rules, ","), r.Label)
+	fmt.Fprintln(w, "ID\tCREATED\tKIND\tACTION\tRULES\tLABEL")
+	kept := 0
+	for _, d := range plan.GetDecisions() {
+		b, action := d.GetBackup(), "delete"
+		if d.GetKeep() {
+			action = "keep"
+			kept++
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", b.GetId(), b.GetCreateTime().AsTime().UTC().Format(time.RFC3339), kind(b), action, strings.Join(d.GetRules(), ","), b.GetLabel())
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	fmt.Printf("%d kept, %d to delete (dry run: nothing was deleted)\n", len(keep), len(remove))
+	rr := plan.GetRules()
+	fmt.Printf("%d kept, %d to delete under last %d, daily %d, weekly %d, monthly %d, yearly %d (dry run: nothing was deleted)\n",
+		kept, len(plan.GetDecisions())-kept, rr.GetLast(), rr.GetDaily(), rr.GetWeekly(), rr.GetMonthly(), rr.GetYearly())
 	return nil
 }
 

@@ -73,6 +73,12 @@ func serve(t *testing.T, creds credentials.TransportCredentials) (string, store.
 // serveJobs is serve with jobs: a local key-encryption key and the file
 // bucket "local", whose directory it returns.
 func serveJobs(t *testing.T, creds credentials.TransportCredentials) (string, store.Store, string) {
+	return serveJobsWith(t, creds, nil)
+}
+
+// serveJobsWith is serveJobs whose server runs policy's schedules (not
+// started: they never fire, but the server knows them).
+func serveJobsWith(t *testing.T, creds credentials.TransportCredentials, policy *jobs.SchedulePolicy) (string, store.Store, string) {
 	s := enginetest.SQLite(t)
 	kek, err := keyring.Open(t.Context(), "", t.TempDir())
 	if err != nil {
@@ -97,6 +103,11 @@ func serveJobs(t *testing.T, creds credentials.TransportCredentials) (string, st
 	cfg := server.Config{Store: s, Auth: authn, Credentials: creds}
 	server.AttachJobs(&cfg, jobs.Config{KEK: kek, Buckets: buckets})
 	srv := server.New(cfg, zap.NewNop())
+	if policy != nil {
+		if _, err := jobs.NewScheduler(t.Context(), srv.Jobs(), policy); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
@@ -456,12 +467,17 @@ func TestArchivectlLint(t *testing.T) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// TestArchivectlRetentionDryRun: `backups retention` weighs an owner's
-// complete backups of one schedule by the policy file's rules, says which
-// it keeps and why, and deletes nothing.
+// TestArchivectlRetentionDryRun (issue 36): `backups retention` asks the
+// server for the plan of a schedule it runs (no local copy of its policy),
+// or of --keep-* rules of the caller's, over that schedule's backups or
+// all of the owner's; it says which it keeps and why, and deletes nothing.
 func TestArchivectlRetentionDryRun(t *testing.T) {
 	bin := build(t)
-	addr, s, _ := serveJobs(t, nil)
+	policy, err := jobs.ParseSchedules([]byte("schedules:\n  - name: nightly\n    cron: '@daily'\n    owners: [x]\n    bucket: local\n    retention: {daily: 3, weekly: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, s, _ := serveJobsWith(t, nil, policy)
 	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
 	owner := storetest.Owner("ret")
 	// Ten daily backups of the schedule "nightly", and one of another.
@@ -479,37 +495,56 @@ func TestArchivectlRetentionDryRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	policy := filepath.Join(t.TempDir(), "schedules.yaml")
-	os.WriteFile(policy, []byte("schedules:\n  - name: nightly\n    cron: '@daily'\n    owners: [x]\n    bucket: local\n    retention: {daily: 3, weekly: 2}\n"), 0o600)
-	out, stderr, err := ctl.run("--json", "backups", "retention", "--owner", owner, "--schedules", policy, "--schedule", "nightly")
-	if err != nil {
-		t.Fatalf("retention: %v\n%s", err, stderr)
-	}
-	var rows []struct {
-		Created, Action string
-		Rules           []string
-	}
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	var kept []string
-	for _, r := range rows {
-		if r.Action == "keep" {
-			kept = append(kept, r.Created[:10]+":"+strings.Join(r.Rules, "+"))
+	kept := func(args ...string) (decisions int, kept []string) {
+		t.Helper()
+		out, stderr, err := ctl.run(append([]string{"--json", "backups", "retention", "--owner", owner}, args...)...)
+		if err != nil {
+			t.Fatalf("retention %v: %v\n%s", args, err, stderr)
 		}
+		var plan struct {
+			Decisions []struct {
+				Backup struct {
+					CreateTime string `json:"create_time"`
+				} `json:"backup"`
+				Keep  bool     `json:"keep"`
+				Rules []string `json:"rules"`
+			} `json:"decisions"`
+		}
+		if err := json.Unmarshal([]byte(out), &plan); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		for _, d := range plan.Decisions {
+			if d.Keep {
+				kept = append(kept, d.Backup.CreateTime[:10]+":"+strings.Join(d.Rules, "+"))
+			}
+		}
+		return len(plan.Decisions), kept
 	}
 	// Nov 10, 9, 8 by day; by ISO week, Nov 10 (a Tuesday) for the week
 	// from Monday Nov 9, and Nov 8 (a Sunday) for the week before; the
 	// other schedule's backup is not weighed.
-	if len(rows) != 10 || fmt.Sprint(kept) != "[2026-11-10:daily+weekly 2026-11-09:daily 2026-11-08:daily+weekly]" {
-		t.Errorf("%d rows, kept %v", len(rows), kept)
+	if n, k := kept("--schedule", "nightly"); n != 10 || fmt.Sprint(k) != "[2026-11-10:daily+weekly 2026-11-09:daily 2026-11-08:daily+weekly]" {
+		t.Errorf("the schedule's rules: %d decisions, kept %v", n, k)
+	}
+	// Rules of one's own over the schedule's backups, and over all.
+	if n, k := kept("--schedule", "nightly", "--keep-last", "2"); n != 10 || fmt.Sprint(k) != "[2026-11-10:last 2026-11-09:last]" {
+		t.Errorf("--keep-last 2 over the schedule: %d decisions, kept %v", n, k)
+	}
+	if n, k := kept("--keep-last", "1"); n != 11 || fmt.Sprint(k) != "[2026-11-11:last]" {
+		t.Errorf("--keep-last 1 over every backup: %d decisions, kept %v", n, k)
 	}
 	if l, _ := s.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 100}); len(l) != 11 {
-		t.Errorf("the dry run left %d backups of 11", len(l))
+		t.Errorf("the dry runs left %d backups of 11", len(l))
 	}
-	text, _, err := ctl.run("backups", "retention", "--owner", owner, "--schedules", policy, "--schedule", "nightly")
-	if err != nil || !strings.Contains(text, "3 kept, 7 to delete (dry run") {
+	text, _, err := ctl.run("backups", "retention", "--owner", owner, "--schedule", "nightly")
+	if err != nil || !strings.Contains(text, "3 kept, 7 to delete under last 0, daily 3, weekly 2") || !strings.Contains(text, "(dry run: nothing was deleted)") {
 		t.Errorf("table: %v\n%s", err, text)
+	}
+	if _, stderr, err := ctl.run("backups", "retention", "--owner", owner, "--schedule", "weekly"); err == nil || !strings.Contains(stderr, "runs no schedule of that name") {
+		t.Errorf("an unknown schedule: %v\n%s", err, stderr)
+	}
+	if _, stderr, err := ctl.run("backups", "retention", "--owner", owner); err == nil || !strings.Contains(stderr, "--keep-last") {
+		t.Errorf("neither a schedule nor rules: %v\n%s", err, stderr)
 	}
 }
 

@@ -84,6 +84,11 @@ var (
 	// ErrBaseNeeded: the backup is the base of an increment, which cannot
 	// be restored without it.
 	ErrBaseNeeded = store.ErrHasIncrement
+	// ErrNoSuchSchedule: the server runs no schedule of that name. It
+	// names no owner, so it tells nothing of another owner's data.
+	ErrNoSuchSchedule = fault.New(fault.NotFound, "this server runs no schedule of that name")
+	// ErrPlanTooLarge: more backups than a retention plan weighs.
+	ErrPlanTooLarge = fault.New(fault.FailedPrecondition, "the owner has more backups than a retention plan weighs")
 	// ErrKeyUnavailable: the key-encryption key that wrapped the backup's
 	// data key is not this server's (another KEK, or its file is gone):
 	// the backup is intact, but this server cannot open it.
@@ -168,6 +173,9 @@ type Manager struct {
 	mu      sync.Mutex
 	running map[string]*run // started here and not ended: queued or running
 	closed  bool
+	// schedules is the policy this server's scheduler runs (nil: none),
+	// for PlanRetention.
+	schedules atomic.Pointer[SchedulePolicy]
 }
 
 // New returns a manager; Run starts its lease reaper.

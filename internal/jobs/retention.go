@@ -1,11 +1,13 @@
 package jobs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
@@ -124,4 +126,86 @@ func keepChains(list []store.Backup, keep []Kept, remove []store.Backup) ([]Kept
 		}
 	}
 	return keep, remove
+}
+
+// MaxPlanBackups bounds the backups a retention plan weighs.
+const MaxPlanBackups = 10_000
+
+// Plan is a retention's dry run for one owner: what it keeps (newest
+// first, each with why) and what its next run deletes.
+type Plan struct {
+	Rules  Retention
+	Keep   []Kept
+	Remove []store.Backup
+}
+
+// PlanRetention is the dry run of a retention for owner: the schedule's
+// as this server runs it (over that schedule's complete backups), or the
+// rules given (replacing the schedule's, or, without a schedule, over
+// every complete backup of the owner). It deletes nothing.
+func (m *Manager) PlanRetention(ctx context.Context, owner, schedule string, rules *Retention) (Plan, error) {
+	if err := records.CheckOwner(owner); err != nil {
+		return Plan{}, invalid(err)
+	}
+	if rules != nil {
+		if err := rules.check(); err != nil {
+			return Plan{}, invalid(fmt.Errorf("rules: %w", err))
+		}
+	}
+	var plan Plan
+	switch {
+	case schedule != "":
+		s := m.schedule(schedule)
+		if s == nil {
+			return Plan{}, fmt.Errorf("schedule %.64q: %w", schedule, ErrNoSuchSchedule)
+		}
+		plan.Rules = s.Policy()
+	case rules == nil:
+		return Plan{}, invalid(errors.New("rules: required without a schedule"))
+	}
+	if rules != nil {
+		plan.Rules = *rules
+	}
+	backups, err := m.completeBackups(ctx, owner, schedule, MaxPlanBackups)
+	if err != nil {
+		return Plan{}, err
+	}
+	plan.Keep, plan.Remove = plan.Rules.Apply(backups)
+	return plan, nil
+}
+
+// schedule is the named schedule of the policy this server runs, or nil.
+func (m *Manager) schedule(name string) *Schedule {
+	p := m.schedules.Load()
+	if p == nil {
+		return nil
+	}
+	for _, s := range p.Schedules {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// completeBackups is every complete backup of owner, of one schedule when
+// schedule is set, newest first, read from the catalog a page at a time;
+// more than limit (when not 0) is ErrPlanTooLarge.
+func (m *Manager) completeBackups(ctx context.Context, owner, schedule string, limit int) ([]store.Backup, error) {
+	var all []store.Backup
+	before := ""
+	for {
+		page, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: schedule, State: store.BackupComplete, Before: before, Limit: 500})
+		if err != nil {
+			return nil, fmt.Errorf("list backups: %w", err)
+		}
+		all = append(all, page...)
+		if limit > 0 && len(all) > limit {
+			return nil, fmt.Errorf("more than %d: %w", limit, ErrPlanTooLarge)
+		}
+		if len(page) < 500 {
+			return all, nil
+		}
+		before = page[len(page)-1].ID
+	}
 }

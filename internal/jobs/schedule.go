@@ -213,6 +213,7 @@ func NewScheduler(ctx context.Context, m *Manager, p *SchedulePolicy) (*Schedule
 		}
 	}
 	sc.announce(ctx)
+	m.schedules.Store(p)
 	c := cron.New(cron.WithLocation(time.UTC))
 	sc.cron = c
 	for _, s := range p.Schedules {
@@ -390,30 +391,12 @@ func (m *Manager) nextBase(ctx context.Context, s *Schedule, owner string) (stri
 	return newest.ID, nil
 }
 
-// scheduledBackups is every complete backup of owner that schedule wrote,
-// newest first, read from the catalog a page at a time.
-func (m *Manager) scheduledBackups(ctx context.Context, schedule, owner string) ([]store.Backup, error) {
-	var complete []store.Backup
-	before := ""
-	for {
-		page, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: schedule, State: store.BackupComplete, Before: before, Limit: 500})
-		if err != nil {
-			return nil, fmt.Errorf("list backups: %w", err)
-		}
-		complete = append(complete, page...)
-		if len(page) < 500 {
-			return complete, nil
-		}
-		before = page[len(page)-1].ID
-	}
-}
-
 // Prune deletes the owner's complete backups that s wrote and its
 // retention does not keep, as the catalog lists them: an object in the
 // prefix that the catalog does not hold (another writer's, or one left by
 // hand) is never counted nor deleted.
 func (m *Manager) Prune(ctx context.Context, s *Schedule, owner string) error {
-	complete, err := m.scheduledBackups(ctx, s.Name, owner)
+	complete, err := m.completeBackups(ctx, owner, s.Name, 0)
 	if err != nil {
 		return err
 	}

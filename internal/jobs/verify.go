@@ -176,7 +176,7 @@ func (f *readFailure) Read(p []byte) (int, error) {
 // that schedule wrote, those verified longest ago first, and returns how
 // many it read and how many had a problem.
 func (m *Manager) VerifyOwner(ctx context.Context, schedule, owner string, sample int) (read, failed int, err error) {
-	complete, err := m.scheduledBackups(ctx, schedule, owner)
+	complete, err := m.completeBackups(ctx, owner, schedule, 0)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -154,6 +155,30 @@ func (s *BackupService) VerifyBackup(ctx context.Context, req *cb.VerifyBackupRe
 		return nil, jobStatus(err, req.GetBackup())
 	}
 	return backupOf(b), nil
+}
+
+func (s *BackupService) PlanRetention(ctx context.Context, req *cb.PlanRetentionRequest) (*cb.PlanRetentionResponse, error) {
+	var rules *jobs.Retention
+	if r := req.GetRules(); r != nil {
+		rules = &jobs.Retention{Last: int(r.GetLast()), Daily: int(r.GetDaily()), Weekly: int(r.GetWeekly()), Monthly: int(r.GetMonthly()), Yearly: int(r.GetYearly())}
+	}
+	plan, err := s.jobs.PlanRetention(ctx, req.GetOwner(), req.GetSchedule(), rules)
+	if err != nil {
+		return nil, jobStatus(err, "")
+	}
+	r := plan.Rules
+	resp := &cb.PlanRetentionResponse{Rules: &cb.RetentionRules{Last: int32(r.Last), Daily: int32(r.Daily), Weekly: int32(r.Weekly), Monthly: int32(r.Monthly), Yearly: int32(r.Yearly)}}
+	for _, k := range plan.Keep {
+		resp.Decisions = append(resp.Decisions, &cb.RetentionDecision{Backup: backupOf(k.Backup), Keep: true, Rules: k.Rules})
+	}
+	for _, b := range plan.Remove {
+		resp.Decisions = append(resp.Decisions, &cb.RetentionDecision{Backup: backupOf(b)})
+	}
+	// Newest first, kept and deleted together: ids sort by creation.
+	slices.SortStableFunc(resp.Decisions, func(a, b *cb.RetentionDecision) int {
+		return strings.Compare(b.GetBackup().GetId(), a.GetBackup().GetId())
+	})
+	return resp, nil
 }
 
 var backupStates = map[string]cb.BackupState{

@@ -540,6 +540,10 @@ func ownerCalls(t *testing.T) map[string]ownerCall {
 			_, err := cb.NewBackupServiceClient(c).VerifyBackup(ctx, &cb.VerifyBackupRequest{Owner: o, Backup: jobs.NewID(time.Now())})
 			return err
 		},
+		cb.BackupService_PlanRetention_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).PlanRetention(ctx, &cb.PlanRetentionRequest{Owner: o, Rules: &cb.RetentionRules{Last: 1}})
+			return err
+		},
 	}
 }
 

@@ -255,6 +255,268 @@ func (JobPhase) EnumDescriptor() ([]byte, []int) {
 	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{3}
 }
 
+// PlanRetentionRequest names an owner and a retention: a schedule of the
+// server's policy, keep rules, or both.
+type PlanRetentionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// A schedule this server runs (its --schedule policy); empty: every
+	// complete backup of the owner, under rules.
+	Schedule string `protobuf:"bytes,2,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	// Keep rules; given, they replace the schedule's. Required without a
+	// schedule.
+	Rules         *RetentionRules `protobuf:"bytes,3,opt,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanRetentionRequest) Reset() {
+	*x = PlanRetentionRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanRetentionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanRetentionRequest) ProtoMessage() {}
+
+func (x *PlanRetentionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanRetentionRequest.ProtoReflect.Descriptor instead.
+func (*PlanRetentionRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PlanRetentionRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *PlanRetentionRequest) GetSchedule() string {
+	if x != nil {
+		return x.Schedule
+	}
+	return ""
+}
+
+func (x *PlanRetentionRequest) GetRules() *RetentionRules {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+// RetentionRules are restic's forget --keep-* rules: last keeps the newest
+// n backups; daily, weekly (ISO weeks), monthly and yearly the newest of
+// each of the last n such periods that have one, read in UTC; -1 keeps one
+// of every period; 0 leaves the rule out. At least one is not 0.
+type RetentionRules struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Last          int32                  `protobuf:"varint,1,opt,name=last,proto3" json:"last,omitempty"`
+	Daily         int32                  `protobuf:"varint,2,opt,name=daily,proto3" json:"daily,omitempty"`
+	Weekly        int32                  `protobuf:"varint,3,opt,name=weekly,proto3" json:"weekly,omitempty"`
+	Monthly       int32                  `protobuf:"varint,4,opt,name=monthly,proto3" json:"monthly,omitempty"`
+	Yearly        int32                  `protobuf:"varint,5,opt,name=yearly,proto3" json:"yearly,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetentionRules) Reset() {
+	*x = RetentionRules{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetentionRules) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetentionRules) ProtoMessage() {}
+
+func (x *RetentionRules) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetentionRules.ProtoReflect.Descriptor instead.
+func (*RetentionRules) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RetentionRules) GetLast() int32 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+func (x *RetentionRules) GetDaily() int32 {
+	if x != nil {
+		return x.Daily
+	}
+	return 0
+}
+
+func (x *RetentionRules) GetWeekly() int32 {
+	if x != nil {
+		return x.Weekly
+	}
+	return 0
+}
+
+func (x *RetentionRules) GetMonthly() int32 {
+	if x != nil {
+		return x.Monthly
+	}
+	return 0
+}
+
+func (x *RetentionRules) GetYearly() int32 {
+	if x != nil {
+		return x.Yearly
+	}
+	return 0
+}
+
+// PlanRetentionResponse is the plan, newest backup first.
+type PlanRetentionResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Decisions []*RetentionDecision   `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// The rules the plan applied.
+	Rules         *RetentionRules `protobuf:"bytes,2,opt,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanRetentionResponse) Reset() {
+	*x = PlanRetentionResponse{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanRetentionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanRetentionResponse) ProtoMessage() {}
+
+func (x *PlanRetentionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanRetentionResponse.ProtoReflect.Descriptor instead.
+func (*PlanRetentionResponse) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PlanRetentionResponse) GetDecisions() []*RetentionDecision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+func (x *PlanRetentionResponse) GetRules() *RetentionRules {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+// RetentionDecision is what a retention does with one backup.
+type RetentionDecision struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Backup *Backup                `protobuf:"bytes,1,opt,name=backup,proto3" json:"backup,omitempty"`
+	// Kept, by rules; or deleted by the retention's next run.
+	Keep          bool     `protobuf:"varint,2,opt,name=keep,proto3" json:"keep,omitempty"`
+	Rules         []string `protobuf:"bytes,3,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetentionDecision) Reset() {
+	*x = RetentionDecision{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetentionDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetentionDecision) ProtoMessage() {}
+
+func (x *RetentionDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetentionDecision.ProtoReflect.Descriptor instead.
+func (*RetentionDecision) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RetentionDecision) GetBackup() *Backup {
+	if x != nil {
+		return x.Backup
+	}
+	return nil
+}
+
+func (x *RetentionDecision) GetKeep() bool {
+	if x != nil {
+		return x.Keep
+	}
+	return false
+}
+
+func (x *RetentionDecision) GetRules() []string {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
 // ObjectLocation is an object in one of the buckets the server is
 // configured with (--job-bucket name=URL): a caller names the bucket, never
 // its URL, so it cannot point the server at storage of its choosing.
@@ -270,7 +532,7 @@ type ObjectLocation struct {
 
 func (x *ObjectLocation) Reset() {
 	*x = ObjectLocation{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[0]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +544,7 @@ func (x *ObjectLocation) String() string {
 func (*ObjectLocation) ProtoMessage() {}
 
 func (x *ObjectLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[0]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +557,7 @@ func (x *ObjectLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectLocation.ProtoReflect.Descriptor instead.
 func (*ObjectLocation) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{0}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ObjectLocation) GetBucket() string {
@@ -357,7 +619,7 @@ type StartExportRequest struct {
 
 func (x *StartExportRequest) Reset() {
 	*x = StartExportRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[1]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +631,7 @@ func (x *StartExportRequest) String() string {
 func (*StartExportRequest) ProtoMessage() {}
 
 func (x *StartExportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[1]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +644,7 @@ func (x *StartExportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartExportRequest.ProtoReflect.Descriptor instead.
 func (*StartExportRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{1}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StartExportRequest) GetOwner() string {
@@ -476,7 +738,7 @@ type StartImportRequest struct {
 
 func (x *StartImportRequest) Reset() {
 	*x = StartImportRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[2]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +750,7 @@ func (x *StartImportRequest) String() string {
 func (*StartImportRequest) ProtoMessage() {}
 
 func (x *StartImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[2]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +763,7 @@ func (x *StartImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartImportRequest.ProtoReflect.Descriptor instead.
 func (*StartImportRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{2}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StartImportRequest) GetOwner() string {
@@ -589,7 +851,7 @@ type Backup struct {
 
 func (x *Backup) Reset() {
 	*x = Backup{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +863,7 @@ func (x *Backup) String() string {
 func (*Backup) ProtoMessage() {}
 
 func (x *Backup) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +876,7 @@ func (x *Backup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backup.ProtoReflect.Descriptor instead.
 func (*Backup) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{3}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Backup) GetId() string {
@@ -735,7 +997,7 @@ type ListBackupsRequest struct {
 
 func (x *ListBackupsRequest) Reset() {
 	*x = ListBackupsRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +1009,7 @@ func (x *ListBackupsRequest) String() string {
 func (*ListBackupsRequest) ProtoMessage() {}
 
 func (x *ListBackupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +1022,7 @@ func (x *ListBackupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBackupsRequest.ProtoReflect.Descriptor instead.
 func (*ListBackupsRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{4}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListBackupsRequest) GetOwner() string {
@@ -795,7 +1057,7 @@ type ListBackupsResponse struct {
 
 func (x *ListBackupsResponse) Reset() {
 	*x = ListBackupsResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +1069,7 @@ func (x *ListBackupsResponse) String() string {
 func (*ListBackupsResponse) ProtoMessage() {}
 
 func (x *ListBackupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +1082,7 @@ func (x *ListBackupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBackupsResponse.ProtoReflect.Descriptor instead.
 func (*ListBackupsResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{5}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListBackupsResponse) GetBackups() []*Backup {
@@ -848,7 +1110,7 @@ type GetBackupRequest struct {
 
 func (x *GetBackupRequest) Reset() {
 	*x = GetBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1122,7 @@ func (x *GetBackupRequest) String() string {
 func (*GetBackupRequest) ProtoMessage() {}
 
 func (x *GetBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1135,7 @@ func (x *GetBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupRequest.ProtoReflect.Descriptor instead.
 func (*GetBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{6}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetBackupRequest) GetOwner() string {
@@ -901,7 +1163,7 @@ type VerifyBackupRequest struct {
 
 func (x *VerifyBackupRequest) Reset() {
 	*x = VerifyBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1175,7 @@ func (x *VerifyBackupRequest) String() string {
 func (*VerifyBackupRequest) ProtoMessage() {}
 
 func (x *VerifyBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1188,7 @@ func (x *VerifyBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyBackupRequest.ProtoReflect.Descriptor instead.
 func (*VerifyBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{7}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *VerifyBackupRequest) GetOwner() string {
@@ -954,7 +1216,7 @@ type DeleteBackupRequest struct {
 
 func (x *DeleteBackupRequest) Reset() {
 	*x = DeleteBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1228,7 @@ func (x *DeleteBackupRequest) String() string {
 func (*DeleteBackupRequest) ProtoMessage() {}
 
 func (x *DeleteBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1241,7 @@ func (x *DeleteBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{8}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteBackupRequest) GetOwner() string {
@@ -1007,7 +1269,7 @@ type GetBackupKeyRequest struct {
 
 func (x *GetBackupKeyRequest) Reset() {
 	*x = GetBackupKeyRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1281,7 @@ func (x *GetBackupKeyRequest) String() string {
 func (*GetBackupKeyRequest) ProtoMessage() {}
 
 func (x *GetBackupKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1294,7 @@ func (x *GetBackupKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetBackupKeyRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{9}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetBackupKeyRequest) GetOwner() string {
@@ -1059,7 +1321,7 @@ type GetBackupKeyResponse struct {
 
 func (x *GetBackupKeyResponse) Reset() {
 	*x = GetBackupKeyResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1333,7 @@ func (x *GetBackupKeyResponse) String() string {
 func (*GetBackupKeyResponse) ProtoMessage() {}
 
 func (x *GetBackupKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1346,7 @@ func (x *GetBackupKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetBackupKeyResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{10}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetBackupKeyResponse) GetKey() []byte {
@@ -1137,7 +1399,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1411,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1424,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{11}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JobMetadata) GetKind() JobKind {
@@ -1299,7 +1561,7 @@ type ExportJobResult struct {
 
 func (x *ExportJobResult) Reset() {
 	*x = ExportJobResult{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1573,7 @@ func (x *ExportJobResult) String() string {
 func (*ExportJobResult) ProtoMessage() {}
 
 func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1586,7 @@ func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportJobResult.ProtoReflect.Descriptor instead.
 func (*ExportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{12}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExportJobResult) GetSummary() *ExportSummary {
@@ -1365,7 +1627,7 @@ type ImportJobResult struct {
 
 func (x *ImportJobResult) Reset() {
 	*x = ImportJobResult{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1639,7 @@ func (x *ImportJobResult) String() string {
 func (*ImportJobResult) ProtoMessage() {}
 
 func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1652,7 @@ func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportJobResult.ProtoReflect.Descriptor instead.
 func (*ImportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{13}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ImportJobResult) GetCounts() *ImportResponse {
@@ -1404,7 +1666,24 @@ var File_contentbackup_v1_backup_service_proto protoreflect.FileDescriptor
 
 const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\n" +
-	"%contentbackup/v1/backup_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/archive_service.proto\x1a\x1cgoogle/api/annotations.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%xmtp/device_sync/backup_element.proto\":\n" +
+	"%contentbackup/v1/backup_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/archive_service.proto\x1a\x1cgoogle/api/annotations.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%xmtp/device_sync/backup_element.proto\"\x80\x01\n" +
+	"\x14PlanRetentionRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1a\n" +
+	"\bschedule\x18\x02 \x01(\tR\bschedule\x126\n" +
+	"\x05rules\x18\x03 \x01(\v2 .contentbackup.v1.RetentionRulesR\x05rules\"\x84\x01\n" +
+	"\x0eRetentionRules\x12\x12\n" +
+	"\x04last\x18\x01 \x01(\x05R\x04last\x12\x14\n" +
+	"\x05daily\x18\x02 \x01(\x05R\x05daily\x12\x16\n" +
+	"\x06weekly\x18\x03 \x01(\x05R\x06weekly\x12\x18\n" +
+	"\amonthly\x18\x04 \x01(\x05R\amonthly\x12\x16\n" +
+	"\x06yearly\x18\x05 \x01(\x05R\x06yearly\"\x92\x01\n" +
+	"\x15PlanRetentionResponse\x12A\n" +
+	"\tdecisions\x18\x01 \x03(\v2#.contentbackup.v1.RetentionDecisionR\tdecisions\x126\n" +
+	"\x05rules\x18\x02 \x01(\v2 .contentbackup.v1.RetentionRulesR\x05rules\"o\n" +
+	"\x11RetentionDecision\x120\n" +
+	"\x06backup\x18\x01 \x01(\v2\x18.contentbackup.v1.BackupR\x06backup\x12\x12\n" +
+	"\x04keep\x18\x02 \x01(\bR\x04keep\x12\x14\n" +
+	"\x05rules\x18\x03 \x03(\tR\x05rules\":\n" +
 	"\x0eObjectLocation\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"\x81\x03\n" +
@@ -1521,7 +1800,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x16JOB_PHASE_TRANSFERRING\x10\x02\x12\x18\n" +
 	"\x14JOB_PHASE_COMMITTING\x10\x03\x12\x12\n" +
 	"\x0eJOB_PHASE_DONE\x10\x04\x12\x14\n" +
-	"\x10JOB_PHASE_QUEUED\x10\x052\xf2\x06\n" +
+	"\x10JOB_PHASE_QUEUED\x10\x052\x87\b\n" +
 	"\rBackupService\x12\x97\x01\n" +
 	"\vStartExport\x12$.contentbackup.v1.StartExportRequest\x1a\x1d.google.longrunning.Operation\"C\xcaA@\n" +
 	" contentbackup.v1.ExportJobResult\x12\x1ccontentbackup.v1.JobMetadata\x12\x97\x01\n" +
@@ -1531,7 +1810,8 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\tGetBackup\x12\".contentbackup.v1.GetBackupRequest\x1a\x18.contentbackup.v1.Backup\"+\x82\xd3\xe4\x93\x02%\x12#/v1/owners/{owner}/backups/{backup}\x12M\n" +
 	"\fDeleteBackup\x12%.contentbackup.v1.DeleteBackupRequest\x1a\x16.google.protobuf.Empty\x12]\n" +
 	"\fGetBackupKey\x12%.contentbackup.v1.GetBackupKeyRequest\x1a&.contentbackup.v1.GetBackupKeyResponse\x12\x86\x01\n" +
-	"\fVerifyBackup\x12%.contentbackup.v1.VerifyBackupRequest\x1a\x18.contentbackup.v1.Backup\"5\x82\xd3\xe4\x93\x02/:\x01*\"*/v1/owners/{owner}/backups/{backup}:verifyBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
+	"\fVerifyBackup\x12%.contentbackup.v1.VerifyBackupRequest\x1a\x18.contentbackup.v1.Backup\"5\x82\xd3\xe4\x93\x02/:\x01*\"*/v1/owners/{owner}/backups/{backup}:verify\x12\x92\x01\n" +
+	"\rPlanRetention\x12&.contentbackup.v1.PlanRetentionRequest\x1a'.contentbackup.v1.PlanRetentionResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/owners/{owner}/backups:planRetentionBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
 
 var (
 	file_contentbackup_v1_backup_service_proto_rawDescOnce sync.Once
@@ -1546,77 +1826,87 @@ func file_contentbackup_v1_backup_service_proto_rawDescGZIP() []byte {
 }
 
 var file_contentbackup_v1_backup_service_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_contentbackup_v1_backup_service_proto_goTypes = []any{
 	(BackupState)(0),                   // 0: contentbackup.v1.BackupState
 	(JobKind)(0),                       // 1: contentbackup.v1.JobKind
 	(JobState)(0),                      // 2: contentbackup.v1.JobState
 	(JobPhase)(0),                      // 3: contentbackup.v1.JobPhase
-	(*ObjectLocation)(nil),             // 4: contentbackup.v1.ObjectLocation
-	(*StartExportRequest)(nil),         // 5: contentbackup.v1.StartExportRequest
-	(*StartImportRequest)(nil),         // 6: contentbackup.v1.StartImportRequest
-	(*Backup)(nil),                     // 7: contentbackup.v1.Backup
-	(*ListBackupsRequest)(nil),         // 8: contentbackup.v1.ListBackupsRequest
-	(*ListBackupsResponse)(nil),        // 9: contentbackup.v1.ListBackupsResponse
-	(*GetBackupRequest)(nil),           // 10: contentbackup.v1.GetBackupRequest
-	(*VerifyBackupRequest)(nil),        // 11: contentbackup.v1.VerifyBackupRequest
-	(*DeleteBackupRequest)(nil),        // 12: contentbackup.v1.DeleteBackupRequest
-	(*GetBackupKeyRequest)(nil),        // 13: contentbackup.v1.GetBackupKeyRequest
-	(*GetBackupKeyResponse)(nil),       // 14: contentbackup.v1.GetBackupKeyResponse
-	(*JobMetadata)(nil),                // 15: contentbackup.v1.JobMetadata
-	(*ExportJobResult)(nil),            // 16: contentbackup.v1.ExportJobResult
-	(*ImportJobResult)(nil),            // 17: contentbackup.v1.ImportJobResult
-	(*device_sync.ArchiveOptions)(nil), // 18: xmtp.device_sync.ArchiveOptions
-	(NonconformingRecords)(0),          // 19: contentbackup.v1.NonconformingRecords
-	(*ExportSummary)(nil),              // 20: contentbackup.v1.ExportSummary
-	(*timestamppb.Timestamp)(nil),      // 21: google.protobuf.Timestamp
-	(*ImportResponse)(nil),             // 22: contentbackup.v1.ImportResponse
-	(*longrunningpb.Operation)(nil),    // 23: google.longrunning.Operation
-	(*emptypb.Empty)(nil),              // 24: google.protobuf.Empty
+	(*PlanRetentionRequest)(nil),       // 4: contentbackup.v1.PlanRetentionRequest
+	(*RetentionRules)(nil),             // 5: contentbackup.v1.RetentionRules
+	(*PlanRetentionResponse)(nil),      // 6: contentbackup.v1.PlanRetentionResponse
+	(*RetentionDecision)(nil),          // 7: contentbackup.v1.RetentionDecision
+	(*ObjectLocation)(nil),             // 8: contentbackup.v1.ObjectLocation
+	(*StartExportRequest)(nil),         // 9: contentbackup.v1.StartExportRequest
+	(*StartImportRequest)(nil),         // 10: contentbackup.v1.StartImportRequest
+	(*Backup)(nil),                     // 11: contentbackup.v1.Backup
+	(*ListBackupsRequest)(nil),         // 12: contentbackup.v1.ListBackupsRequest
+	(*ListBackupsResponse)(nil),        // 13: contentbackup.v1.ListBackupsResponse
+	(*GetBackupRequest)(nil),           // 14: contentbackup.v1.GetBackupRequest
+	(*VerifyBackupRequest)(nil),        // 15: contentbackup.v1.VerifyBackupRequest
+	(*DeleteBackupRequest)(nil),        // 16: contentbackup.v1.DeleteBackupRequest
+	(*GetBackupKeyRequest)(nil),        // 17: contentbackup.v1.GetBackupKeyRequest
+	(*GetBackupKeyResponse)(nil),       // 18: contentbackup.v1.GetBackupKeyResponse
+	(*JobMetadata)(nil),                // 19: contentbackup.v1.JobMetadata
+	(*ExportJobResult)(nil),            // 20: contentbackup.v1.ExportJobResult
+	(*ImportJobResult)(nil),            // 21: contentbackup.v1.ImportJobResult
+	(*device_sync.ArchiveOptions)(nil), // 22: xmtp.device_sync.ArchiveOptions
+	(NonconformingRecords)(0),          // 23: contentbackup.v1.NonconformingRecords
+	(*ExportSummary)(nil),              // 24: contentbackup.v1.ExportSummary
+	(*timestamppb.Timestamp)(nil),      // 25: google.protobuf.Timestamp
+	(*ImportResponse)(nil),             // 26: contentbackup.v1.ImportResponse
+	(*longrunningpb.Operation)(nil),    // 27: google.longrunning.Operation
+	(*emptypb.Empty)(nil),              // 28: google.protobuf.Empty
 }
 var file_contentbackup_v1_backup_service_proto_depIdxs = []int32{
-	18, // 0: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
-	4,  // 1: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
-	19, // 2: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
-	4,  // 3: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
-	0,  // 4: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
-	4,  // 5: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
-	18, // 6: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
-	20, // 7: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
-	21, // 8: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
-	21, // 9: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
-	21, // 10: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
-	7,  // 11: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
-	1,  // 12: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
-	2,  // 13: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
-	3,  // 14: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
-	4,  // 15: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
-	21, // 16: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
-	21, // 17: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
-	21, // 18: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
-	20, // 19: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
-	4,  // 20: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
-	4,  // 21: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
-	22, // 22: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
-	5,  // 23: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
-	6,  // 24: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
-	8,  // 25: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
-	10, // 26: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
-	12, // 27: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
-	13, // 28: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
-	11, // 29: contentbackup.v1.BackupService.VerifyBackup:input_type -> contentbackup.v1.VerifyBackupRequest
-	23, // 30: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
-	23, // 31: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
-	9,  // 32: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
-	7,  // 33: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
-	24, // 34: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
-	14, // 35: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
-	7,  // 36: contentbackup.v1.BackupService.VerifyBackup:output_type -> contentbackup.v1.Backup
-	30, // [30:37] is the sub-list for method output_type
-	23, // [23:30] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	5,  // 0: contentbackup.v1.PlanRetentionRequest.rules:type_name -> contentbackup.v1.RetentionRules
+	7,  // 1: contentbackup.v1.PlanRetentionResponse.decisions:type_name -> contentbackup.v1.RetentionDecision
+	5,  // 2: contentbackup.v1.PlanRetentionResponse.rules:type_name -> contentbackup.v1.RetentionRules
+	11, // 3: contentbackup.v1.RetentionDecision.backup:type_name -> contentbackup.v1.Backup
+	22, // 4: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
+	8,  // 5: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
+	23, // 6: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
+	8,  // 7: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
+	0,  // 8: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
+	8,  // 9: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
+	22, // 10: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
+	24, // 11: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
+	25, // 12: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
+	25, // 13: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
+	25, // 14: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
+	11, // 15: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
+	1,  // 16: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
+	2,  // 17: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
+	3,  // 18: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
+	8,  // 19: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
+	25, // 20: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
+	25, // 21: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
+	25, // 22: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
+	24, // 23: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
+	8,  // 24: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
+	8,  // 25: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
+	26, // 26: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
+	9,  // 27: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
+	10, // 28: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
+	12, // 29: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
+	14, // 30: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
+	16, // 31: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
+	17, // 32: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
+	15, // 33: contentbackup.v1.BackupService.VerifyBackup:input_type -> contentbackup.v1.VerifyBackupRequest
+	4,  // 34: contentbackup.v1.BackupService.PlanRetention:input_type -> contentbackup.v1.PlanRetentionRequest
+	27, // 35: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
+	27, // 36: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
+	13, // 37: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
+	11, // 38: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
+	28, // 39: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
+	18, // 40: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
+	11, // 41: contentbackup.v1.BackupService.VerifyBackup:output_type -> contentbackup.v1.Backup
+	6,  // 42: contentbackup.v1.BackupService.PlanRetention:output_type -> contentbackup.v1.PlanRetentionResponse
+	35, // [35:43] is the sub-list for method output_type
+	27, // [27:35] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_v1_backup_service_proto_init() }
@@ -1631,7 +1921,7 @@ func file_contentbackup_v1_backup_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_v1_backup_service_proto_rawDesc), len(file_contentbackup_v1_backup_service_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   14,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,13 +21,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BackupService_StartExport_FullMethodName  = "/contentbackup.v1.BackupService/StartExport"
-	BackupService_StartImport_FullMethodName  = "/contentbackup.v1.BackupService/StartImport"
-	BackupService_ListBackups_FullMethodName  = "/contentbackup.v1.BackupService/ListBackups"
-	BackupService_GetBackup_FullMethodName    = "/contentbackup.v1.BackupService/GetBackup"
-	BackupService_DeleteBackup_FullMethodName = "/contentbackup.v1.BackupService/DeleteBackup"
-	BackupService_GetBackupKey_FullMethodName = "/contentbackup.v1.BackupService/GetBackupKey"
-	BackupService_VerifyBackup_FullMethodName = "/contentbackup.v1.BackupService/VerifyBackup"
+	BackupService_StartExport_FullMethodName   = "/contentbackup.v1.BackupService/StartExport"
+	BackupService_StartImport_FullMethodName   = "/contentbackup.v1.BackupService/StartImport"
+	BackupService_ListBackups_FullMethodName   = "/contentbackup.v1.BackupService/ListBackups"
+	BackupService_GetBackup_FullMethodName     = "/contentbackup.v1.BackupService/GetBackup"
+	BackupService_DeleteBackup_FullMethodName  = "/contentbackup.v1.BackupService/DeleteBackup"
+	BackupService_GetBackupKey_FullMethodName  = "/contentbackup.v1.BackupService/GetBackupKey"
+	BackupService_VerifyBackup_FullMethodName  = "/contentbackup.v1.BackupService/VerifyBackup"
+	BackupService_PlanRetention_FullMethodName = "/contentbackup.v1.BackupService/PlanRetention"
 )
 
 // BackupServiceClient is the client API for BackupService service.
@@ -105,6 +106,15 @@ type BackupServiceClient interface {
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	VerifyBackup(ctx context.Context, in *VerifyBackupRequest, opts ...grpc.CallOption) (*Backup, error)
+	// PlanRetention is retention's dry run for one owner: which of its
+	// complete backups a retention keeps, each with the rules that keep it
+	// ("chain" for a base a kept increment needs), and which it would
+	// delete. It deletes nothing. The retention is a schedule's, as this
+	// server runs it, over that schedule's backups; or the rules given,
+	// which replace the schedule's when one is named and otherwise apply to
+	// every complete backup of the owner. An owner with more backups than
+	// the plan's limit (10,000) is FAILED_PRECONDITION.
+	PlanRetention(ctx context.Context, in *PlanRetentionRequest, opts ...grpc.CallOption) (*PlanRetentionResponse, error)
 }
 
 type backupServiceClient struct {
@@ -179,6 +189,16 @@ func (c *backupServiceClient) VerifyBackup(ctx context.Context, in *VerifyBackup
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Backup)
 	err := c.cc.Invoke(ctx, BackupService_VerifyBackup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backupServiceClient) PlanRetention(ctx context.Context, in *PlanRetentionRequest, opts ...grpc.CallOption) (*PlanRetentionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlanRetentionResponse)
+	err := c.cc.Invoke(ctx, BackupService_PlanRetention_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -260,6 +280,15 @@ type BackupServiceServer interface {
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	VerifyBackup(context.Context, *VerifyBackupRequest) (*Backup, error)
+	// PlanRetention is retention's dry run for one owner: which of its
+	// complete backups a retention keeps, each with the rules that keep it
+	// ("chain" for a base a kept increment needs), and which it would
+	// delete. It deletes nothing. The retention is a schedule's, as this
+	// server runs it, over that schedule's backups; or the rules given,
+	// which replace the schedule's when one is named and otherwise apply to
+	// every complete backup of the owner. An owner with more backups than
+	// the plan's limit (10,000) is FAILED_PRECONDITION.
+	PlanRetention(context.Context, *PlanRetentionRequest) (*PlanRetentionResponse, error)
 	mustEmbedUnimplementedBackupServiceServer()
 }
 
@@ -290,6 +319,9 @@ func (UnimplementedBackupServiceServer) GetBackupKey(context.Context, *GetBackup
 }
 func (UnimplementedBackupServiceServer) VerifyBackup(context.Context, *VerifyBackupRequest) (*Backup, error) {
 	return nil, status.Error(codes.Unimplemented, "method VerifyBackup not implemented")
+}
+func (UnimplementedBackupServiceServer) PlanRetention(context.Context, *PlanRetentionRequest) (*PlanRetentionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PlanRetention not implemented")
 }
 func (UnimplementedBackupServiceServer) mustEmbedUnimplementedBackupServiceServer() {}
 func (UnimplementedBackupServiceServer) testEmbeddedByValue()                       {}
@@ -438,6 +470,24 @@ func _BackupService_VerifyBackup_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BackupService_PlanRetention_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlanRetentionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).PlanRetention(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_PlanRetention_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).PlanRetention(ctx, req.(*PlanRetentionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BackupService_ServiceDesc is the grpc.ServiceDesc for BackupService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -472,6 +522,10 @@ var BackupService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "VerifyBackup",
 			Handler:    _BackupService_VerifyBackup_Handler,
+		},
+		{
+			MethodName: "PlanRetention",
+			Handler:    _BackupService_PlanRetention_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -75,6 +75,9 @@ var MethodScopes = map[string][]auth.Scope{
 	// the result in the catalog.
 	cb.BackupService_VerifyBackup_FullMethodName: {auth.ScopeArchiveExport},
 	cb.BackupService_DeleteBackup_FullMethodName: {auth.ScopeArchiveExport},
+	// A retention plan reads the catalog and the schedule that would
+	// delete from it: the export side's.
+	cb.BackupService_PlanRetention_FullMethodName: {auth.ScopeArchiveExport},
 	// The catalog is read by either side of a transfer.
 	cb.BackupService_ListBackups_FullMethodName: {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
 	cb.BackupService_GetBackup_FullMethodName:   {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
