@@ -40,5 +40,9 @@ func (f connFlags) dialOptions(server string) ([]grpc.DialOption, error) {
 	default:
 		o.Token = os.Getenv("CONTENTBACKUP_TOKEN")
 	}
-	return transport.DialOptions(o)
+	opts, err := transport.DialOptions(o)
+	if err != nil || !o.Insecure {
+		return opts, err
+	}
+	return append(opts, (&prefaceWatch{}).options()...), nil
 }

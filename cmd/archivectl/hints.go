@@ -47,7 +47,8 @@ var mistakes = []mistake{
 	{ // a plaintext call to a TLS server
 		match: func(err error, _ *cli, _ string) bool {
 			msg := err.Error()
-			return codeOf(err) == codes.Unavailable && (strings.Contains(msg, "error reading server preface") ||
+			return codeOf(err) == codes.Unavailable && (strings.Contains(msg, errNoPreface.Error()) ||
+				strings.Contains(msg, "error reading server preface") ||
 				strings.Contains(msg, "connection closed before server preface received"))
 		},
 		hint: func(error, *cli) string {

@@ -174,8 +174,8 @@ func (c *cli) dial() (*grpc.ClientConn, error) {
 // protoJSON is the one JSON form archivectl prints API messages in:
 // protojson with the proto field names (snake_case, as archivectl's own
 // objects), every field present (an empty list is [], never missing), and
-// protojson's own rules otherwise (64-bit integers as strings, bytes as
-// base64).
+// protojson's own rules otherwise (64-bit integers as strings), but for
+// digests.
 //
 // One convention for every --json output: protobuf's field names, every
 // field present (empty lists as []), and digests (a "sha256" field) in
