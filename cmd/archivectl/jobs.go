@@ -263,6 +263,7 @@ func (c *cli) printOperation(op *longrunningpb.Operation) error {
 func (c *cli) waitFor(ctx context.Context, conn *grpc.ClientConn, name string, mustSucceed bool) error {
 	ops := longrunningpb.NewOperationsClient(conn)
 	var bar *progressbar.ProgressBar
+	barStart := time.Now()
 	if isatty.IsTerminal(os.Stderr.Fd()) {
 		bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowBytes(true),
 			progressbar.OptionSetDescription(name), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
@@ -274,7 +275,11 @@ func (c *cli) waitFor(ctx context.Context, conn *grpc.ClientConn, name string, m
 		if err != nil {
 			return fmt.Errorf("wait: %w", err)
 		}
-		if bar != nil {
+		// The bar's rate is the bytes over the time since it was drawn:
+		// bytes a job had moved before, counted over its first
+		// milliseconds, read as terabytes a second. Its first frame waits
+		// a second.
+		if bar != nil && time.Since(barStart) >= time.Second {
 			md := &cb.JobMetadata{}
 			if op.GetMetadata().UnmarshalTo(md) == nil {
 				if md.GetBytesTotal() > 0 && bar.GetMax64() != int64(md.GetBytesTotal()) {
