@@ -1,7 +1,9 @@
 // Package readme runs the README: every sh block, in order, as a newcomer
 // would paste it, against the servers the README itself starts, in a copy
-// of the repository. A block followed by an "ERROR:" output block must
-// fail; a block after "<!-- readme-test: skip (why) -->" is not run.
+// of the repository. An output block right after a block is what it must
+// print (matchOutput); one that starts "ERROR:" or "Error invoking
+// method" (grpcurl's words for a failed call) says the block must fail; a
+// block after "<!-- readme-test: skip (why) -->" is not run.
 package readme
 
 import (
@@ -25,6 +27,12 @@ type block struct {
 	text       string
 	skip       string
 	expectFail bool
+	// want is the output block right after it ("" when none), JSON when
+	// its fence says json; the test compares what the block prints with
+	// it (see matchOutput).
+	want     string
+	wantJSON bool
+	wantLine int
 }
 
 // parse returns the README's sh blocks.
@@ -38,6 +46,9 @@ func parse(t *testing.T, readme []byte) []block {
 		fenceSh  bool
 		body     strings.Builder
 		lastSh   = -1
+		shClose  = -1 // the line that closed the last sh block
+		output   = -1 // the sh block whose output block is open
+		jsonOut  bool
 	)
 	sc := bufio.NewScanner(bytes.NewReader(readme))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -52,15 +63,22 @@ func parse(t *testing.T, readme []byte) []block {
 			if fenceSh {
 				cur = &block{line: n, skip: skipNext}
 				skipNext = ""
+			} else if n == shClose+1 && lastSh >= 0 {
+				output, jsonOut = lastSh, line == "```json"
+				blocks[lastSh].wantLine = n
 			}
 		case inFence && line == "```":
 			inFence = false
 			if fenceSh {
 				cur.text = body.String()
 				blocks = append(blocks, *cur)
-				lastSh = len(blocks) - 1
-			} else if strings.HasPrefix(body.String(), "ERROR:") && lastSh >= 0 {
+				lastSh, shClose = len(blocks)-1, n
+			} else if failed := body.String(); (strings.HasPrefix(failed, "ERROR:") || strings.HasPrefix(failed, "Error invoking method")) && lastSh >= 0 {
 				blocks[lastSh].expectFail = true
+			}
+			if !fenceSh && output >= 0 {
+				blocks[output].want, blocks[output].wantJSON = body.String(), jsonOut
+				output = -1
 			}
 			if !fenceSh {
 				lastSh = -1
@@ -98,7 +116,11 @@ wait_file() { for _ in $(seq 600); do [ -s "$1" ] && return 0; sleep 0.2; done; 
 		case text == "go run ./cmd/server":
 			b.WriteString("go run ./cmd/server > server.log 2>&1 &\nwait_port 50051\nwait_file data/dev-token\n")
 		case bl.expectFail:
-			fmt.Fprintf(&b, "if (\n%s) >expected-failure.log 2>&1; then echo 'README line %d: this block should fail' >&2; exit 1; fi\n", bl.text, bl.line)
+			fmt.Fprintf(&b, "if (\n%s) >\"$READMEOUT/%d\" 2>&1; then echo 'README line %d: this block should fail' >&2; exit 1; fi\ncat \"$READMEOUT/%d\" >&2\n", bl.text, bl.line, bl.line, bl.line)
+		case bl.want != "" && !strings.HasSuffix(text, "&"):
+			// Its standard output is compared with the README's; the
+			// group runs in this shell, so what it exports stays.
+			fmt.Fprintf(&b, "{\n%s} >\"$READMEOUT/%d\"\ncat \"$READMEOUT/%d\" >&2\n", bl.text, bl.line, bl.line)
 		default:
 			b.WriteString(bl.text)
 			if strings.HasSuffix(text, "&") {
@@ -177,8 +199,10 @@ func TestREADME(t *testing.T) {
 	copyRepo(t, root, dir)
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
+	outputs := t.TempDir()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script(blocks))
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "READMEOUT="+outputs)
 	// Its own process group, so the servers it starts in the background
 	// (and go run's children) are stopped with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -195,6 +219,22 @@ func TestREADME(t *testing.T) {
 		t.Fatalf("the README's blocks failed: %v\n%s\nserver log:\n%s", err, out.String(), logs)
 	}
 	t.Logf("ran %d README blocks (%d skipped)", ran, len(blocks)-ran)
+	compared := 0
+	for _, bl := range blocks {
+		if bl.want == "" || bl.skip != "" || strings.HasSuffix(strings.TrimSpace(bl.text), "&") {
+			continue
+		}
+		got, err := os.ReadFile(filepath.Join(outputs, fmt.Sprint(bl.line)))
+		if err != nil {
+			t.Errorf("README line %d: no output captured: %v", bl.line, err)
+			continue
+		}
+		compared++
+		if why := matchOutput(bl.want, string(got), bl.wantJSON); why != "" {
+			t.Errorf("README line %d shows an output (line %d) the block does not print: %s\nshown:\n%s\nprinted:\n%s", bl.line, bl.wantLine, why, bl.want, got)
+		}
+	}
+	t.Logf("compared %d shown outputs with what their blocks print", compared)
 	leftInCheckout(t, root, dir)
 }
 
