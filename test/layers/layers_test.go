@@ -15,7 +15,7 @@ import (
 
 const module = "github.com/contentbackup/contentbackup/"
 
-// floors: the README's layer line, bottom to top. A package of this module
+// floors: the layer list of docs/architecture.md, bottom to top. A package of this module
 // missing here fails the test, so a new package must be placed.
 var floors = map[string]int{
 	"internal/wire": 1, "internal/fault": 1, "internal/eventually": 1, "internal/budget": 1, "internal/buildinfo": 1, "internal/devpki": 1,
@@ -61,7 +61,7 @@ func TestLayers(t *testing.T) {
 		name := strings.TrimPrefix(p.ImportPath, module)
 		floor, ok := floors[name]
 		if !ok {
-			t.Errorf("%s has no floor: place it in floors (and the README's layer line)", name)
+			t.Errorf("%s has no floor: place it in floors (and the layer list of docs/architecture.md)", name)
 			continue
 		}
 		for _, imp := range p.Imports {
