@@ -54,13 +54,25 @@ func TestDeployFiles(t *testing.T) {
 
 	c := yamlDocs(t, "../../deploy/compose/docker-compose.yaml")[0]
 	services, _ := c["services"].(map[string]any)
-	for _, s := range []string{"postgres", "migrate", "server"} {
+	for _, s := range []string{"postgres", "migrate", "s3", "server-a", "server-b"} {
 		if services[s] == nil {
 			t.Errorf("compose: no service %s", s)
 		}
 	}
 	if !strings.Contains(string(compose), "service_completed_successfully") || !strings.Contains(string(compose), "image: postgres:15") {
 		t.Error("compose: the server does not wait for the one-shot migration, or Postgres is not 15")
+	}
+	// The replicas share the bucket and the KEK (TestComposeFleet runs
+	// them); the gateway is the version the tests run.
+	for _, name := range []string{"server-a", "server-b"} {
+		env, _ := services[name].(map[string]any)["environment"].(map[string]any)
+		if env["JOB_BUCKETS"] == nil || env["JOB_KEYS"] == nil {
+			t.Errorf("compose: %s has no shared JOB_BUCKETS and JOB_KEYS", name)
+		}
+	}
+	mk, _ := os.ReadFile("../../Makefile")
+	if v := regexp.MustCompile(`VERSITYGW_VERSION\s*:=\s*(\S+)`).FindSubmatch(mk); v == nil || !strings.Contains(string(compose), "versity/versitygw:"+string(v[1])) {
+		t.Error("compose: the S3 gateway is not the version the Makefile pins for the tests")
 	}
 }
 

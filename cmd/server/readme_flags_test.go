@@ -122,7 +122,7 @@ func serverEnvs(t *testing.T) map[string]bool {
 // were commented out).
 func TestDeployFilesSetOnlyRealFlags(t *testing.T) {
 	envs := serverEnvs(t)
-	other := regexp.MustCompile(`^(GOMEMLIMIT|GOMAXPROCS|GOGC|AWS_[A-Z_]+|GOOGLE_[A-Z_]+|AZURE_[A-Z_]+|POSTGRES_[A-Z_]+)$`)
+	other := regexp.MustCompile(`^(GOMEMLIMIT|GOMAXPROCS|GOGC|AWS_[A-Z0-9_]+|GOOGLE_[A-Z0-9_]+|AZURE_[A-Z0-9_]+|POSTGRES_[A-Z0-9_]+)$`)
 	manifest, err := os.ReadFile("../../deploy/kubernetes/contentbackup.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Makes what docker-compose.yaml mounts, beside this script: a development
 # CA with server and client certificates (tls/), an operator token (token,
-# mode 0600) whose SHA-256 digest goes into policy.yaml, and the key that
-# signs page tokens. Run it once from the repository root:
+# mode 0600) whose SHA-256 digest goes into policy.yaml, the key that
+# signs page tokens, and the replicas' shared key-encryption key (keys/). Run it once from the repository root:
 #
 #   bash deploy/compose/setup.sh
 #
@@ -34,4 +34,13 @@ principals:
     owners: ["*"]
 POLICY
 od -An -N32 -tx1 /dev/urandom | tr -d ' \n' > "$here/page-token.key"
-echo "compose: wrote $here/{tls/,token,policy.yaml,page-token.key}"
+# The key-encryption key both replicas wrap backups' data keys with: 32
+# raw bytes, made once (a new one would strand every backup wrapped by the
+# old). Readable by the container's user, which is not this one: a local
+# setup only; in production --job-key-keeper names a KMS key.
+mkdir -p "$here/keys"
+if [ ! -s "$here/keys/kek.key" ]; then
+  head -c 32 /dev/urandom > "$here/keys/kek.key"
+  chmod 0644 "$here/keys/kek.key"
+fi
+echo "compose: wrote $here/{tls/,token,policy.yaml,page-token.key,keys/kek.key}"
