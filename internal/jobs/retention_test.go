@@ -280,3 +280,36 @@ func TestRetentionPeriodsAreUTC(t *testing.T) {
 		}
 	}
 }
+
+// TestRetentionPeriodsAcrossYears: a period is its own in each year (the
+// same day, ISO week or month a year apart are two periods), and a count
+// of -1 is every period while one below it is refused.
+func TestRetentionPeriodsAcrossYears(t *testing.T) {
+	at := func(times ...string) []store.Backup {
+		var list []store.Backup
+		for _, s := range times {
+			u, err := time.Parse(time.RFC3339, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list = append(list, store.Backup{ID: s, Created: u})
+		}
+		return list
+	}
+	yearApart := at("2025-03-05T12:00:00Z", "2024-03-05T12:00:00Z", "2023-03-05T12:00:00Z")
+	for _, rule := range []Retention{{Daily: 2}, {Weekly: 2}, {Monthly: 2}, {Yearly: 2}} {
+		keep, remove := rule.Apply(yearApart)
+		if len(keep) != 2 || keep[0].Backup.ID != "2025-03-05T12:00:00Z" || keep[1].Backup.ID != "2024-03-05T12:00:00Z" || len(remove) != 1 {
+			t.Errorf("%+v over backups a year apart keeps %v; want the newest two", rule, keep)
+		}
+	}
+	if keep, _ := (Retention{Daily: -1}).Apply(yearApart); len(keep) != 3 {
+		t.Errorf("daily -1 keeps %d of 3 days", len(keep))
+	}
+	if err := (Retention{Daily: -1}).check(); err != nil {
+		t.Errorf("a count of -1: %v", err)
+	}
+	if err := (Retention{Daily: -2}).check(); err == nil {
+		t.Error("a count of -2 taken")
+	}
+}
