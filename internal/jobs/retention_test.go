@@ -303,6 +303,11 @@ func TestRetentionPeriodsAcrossYears(t *testing.T) {
 			t.Errorf("%+v over backups a year apart keeps %v; want the newest two", rule, keep)
 		}
 	}
+	// The same day of two months is two days.
+	monthApart := at("2025-02-05T12:00:00Z", "2025-01-05T12:00:00Z", "2025-01-04T12:00:00Z")
+	if keep, _ := (Retention{Daily: 2}).Apply(monthApart); len(keep) != 2 || keep[1].Backup.ID != "2025-01-05T12:00:00Z" {
+		t.Errorf("daily 2 over the 5th of two months keeps %v; want Feb 5 and Jan 5", keep)
+	}
 	if keep, _ := (Retention{Daily: -1}).Apply(yearApart); len(keep) != 3 {
 		t.Errorf("daily -1 keeps %d of 3 days", len(keep))
 	}
