@@ -56,8 +56,10 @@ func TestKEKCheckedAgainstTheCatalog(t *testing.T) {
 				t.Fatal(err)
 			}
 			want, err := h.m.cfg.KEK.Fingerprint()
-			if err != nil || bk.KEKFingerprint != want || len(want) != 16 {
-				t.Fatalf("the row records KEK %q; the server's is %q (%v)", bk.KEKFingerprint, want, err)
+			ok, kerr := st.GetOwnerKey(t.Context(), owner)
+			if err != nil || kerr != nil || ok.KEKFingerprint != want || len(want) != 16 || bk.OwnerKeyID != ok.KeyID {
+				t.Fatalf("the owner key row records KEK %q; the server's is %q (%v, %v); the backup names owner key %q of %q",
+					ok.KEKFingerprint, want, err, kerr, bk.OwnerKeyID, ok.KeyID)
 			}
 			if err := h.m.CheckKEK(t.Context()); err != nil {
 				t.Fatalf("the KEK that wrapped the catalog: %v", err)
@@ -105,7 +107,10 @@ func TestKEKCheckedAgainstTheCatalog(t *testing.T) {
 			}
 			// Rows written before fingerprints are checked by unwrapping.
 			legacy := bk
-			legacy.ID, legacy.JobID, legacy.KEKFingerprint = NewID(bk.Created.Add(1)), "", ""
+			legacy.ID, legacy.JobID, legacy.KEKFingerprint, legacy.OwnerKeyID = NewID(bk.Created.Add(1)), "", "", ""
+			if _, legacy.WrappedKey, err = h.m.cfg.KEK.NewDataKey(t.Context()); err != nil {
+				t.Fatal(err)
+			}
 			legacy.State = store.BackupWriting
 			if err := st.CreateBackup(t.Context(), legacy); err != nil {
 				t.Fatal(err)
@@ -118,7 +123,7 @@ func TestKEKCheckedAgainstTheCatalog(t *testing.T) {
 			if err := st.DeleteBackup(t.Context(), owner, legacy.ID); err != nil {
 				t.Fatal(err)
 			}
-			legacy.ID, legacy.WrappedKey = NewID(bk.Created.Add(2)), bytes.Repeat([]byte{0xff}, len(bk.WrappedKey))
+			legacy.ID, legacy.WrappedKey = NewID(bk.Created.Add(2)), bytes.Repeat([]byte{0xff}, len(legacy.WrappedKey))
 			if err := st.CreateBackup(t.Context(), legacy); err != nil {
 				t.Fatal(err)
 			}

@@ -39,6 +39,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,8 +104,12 @@ var (
 // Config is what the manager runs jobs with.
 type Config struct {
 	Store store.Store
-	// KEK wraps each backup's data key.
-	KEK     *keyring.KEK
+	// KEK wraps each owner's key, which seals each of its backups' data
+	// keys (keys.go). RetiringKEKs are KEKs being rotated away from: they
+	// open what they still wrap, and the key worker rewraps that under
+	// KEK.
+	KEK          *keyring.KEK
+	RetiringKEKs []*keyring.KEK
 	Buckets *Buckets
 	Pool    *budget.Pool
 	// Import is an import's limits; its Reader.Meter and ReadAhead are set
@@ -454,27 +459,23 @@ func (m *Manager) startExport(ctx context.Context, principal string, req ExportR
 	if _, err := m.admitSpace(ctx, owner, bucketName); err != nil {
 		return store.Job{}, err
 	}
-	key, wrapped, err := m.cfg.KEK.NewDataKey(ctx)
-	if err != nil {
-		return store.Job{}, fmt.Errorf("data key: %w", err)
-	}
-	kek, err := m.cfg.KEK.Fingerprint()
-	if err != nil {
-		return store.Job{}, fmt.Errorf("data key: %w", err)
-	}
 	options, err := proto.Marshal(req.Options)
 	if err != nil {
 		return store.Job{}, fmt.Errorf("encode options: %w", err)
 	}
 	now := time.Now()
 	id := NewID(now)
+	key, wrapped, ownerKeyID, err := m.newDataKey(ctx, owner, id)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("data key: %w", err)
+	}
 	prefix, schedule := "", ""
 	if sched != nil {
 		prefix, schedule = sched.Prefix, sched.Name
 	}
 	b := store.Backup{Owner: owner, ID: id, State: store.BackupWriting, Label: req.Label,
 		Bucket: bucketName, ObjectKey: ownerDir(prefix, owner) + id + ArchiveSuffix,
-		Schedule: schedule, Principal: principal, Options: options, WrappedKey: wrapped, KEKFingerprint: kek, Created: now, Base: req.Since}
+		Schedule: schedule, Principal: principal, Options: options, WrappedKey: wrapped, OwnerKeyID: ownerKeyID, Created: now, Base: req.Since}
 	return m.start(ctx, store.JobExport, principal, req, prepared{key: key, bucket: bucket, backup: b, schedule: sched, changedAfter: changedAfter})
 }
 
@@ -566,36 +567,27 @@ func (m *Manager) openBackup(ctx context.Context, owner, id string) (store.Backu
 	return b, key, nil
 }
 
-// unwrap opens b's data key. A key wrapped under another KEK than this
-// server's, or under a KEK whose file is gone, is ErrKeyUnavailable (the
-// backup is intact); one that does not open under the KEK that wrapped
-// it is ErrBackupDamaged.
-func (m *Manager) unwrap(ctx context.Context, b store.Backup) ([]byte, error) {
-	current, ferr := m.cfg.KEK.Fingerprint()
-	if ferr != nil || b.KEKFingerprint != "" && b.KEKFingerprint != current {
-		m.cfg.Log.Error("backup key unavailable", zap.String("owner", b.Owner), zap.String("backup", b.ID),
-			zap.String("wrapped_under", b.KEKFingerprint), zap.String("kek", current), zap.Error(ferr))
-		return nil, fmt.Errorf("backup %s: its data key is wrapped under key-encryption key %s: %w", b.ID, b.KEKFingerprint, ErrKeyUnavailable)
-	}
-	key, err := m.cfg.KEK.Unwrap(ctx, b.WrappedKey)
-	if errors.Is(err, keyring.ErrUnwrap) {
-		m.cfg.Log.Error("backup key does not open", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
-		return nil, fmt.Errorf("backup %s: its data key does not open under this server's key-encryption key: %w", b.ID, ErrBackupDamaged)
-	}
-	return key, err
-}
-
-// CheckKEK compares the server's key-encryption key with the catalog's,
-// before the server runs any job: a KEK that cannot be read, or that is
-// not the one the catalog's rows are wrapped under, is ErrKEKMismatch
-// naming the file and the fingerprint the catalog expects, rather than a
-// server that reads every old backup as damaged and wraps new ones under
-// a second KEK. A catalog that holds no wrapped key takes any KEK (a
-// local one is made on first use).
+// CheckKEK compares the server's key-encryption keys with the catalog's,
+// before the server runs any job: every KEK an owner key or a legacy
+// backup row is wrapped under must be the current KEK or one of the
+// retiring ones. A KEK that cannot be read, or a row under one the server
+// does not hold, is ErrKEKMismatch naming the file and the fingerprints
+// the catalog expects, rather than a server that reads every old backup
+// as damaged and wraps new keys under a second KEK. A catalog that holds
+// no wrapped key takes any KEK (a local one is made on first use).
 func (m *Manager) CheckKEK(ctx context.Context) error {
 	uses, err := m.cfg.Store.WrappingKEKs(ctx)
 	if err != nil {
 		return fmt.Errorf("check the key-encryption key: %w", err)
+	}
+	counts, err := m.cfg.Store.KeyCounts(ctx)
+	if err != nil {
+		return fmt.Errorf("check the key-encryption key: %w", err)
+	}
+	for fp := range counts.OwnerKeys {
+		if !slices.ContainsFunc(uses, func(u store.WrappingKEK) bool { return u.Fingerprint == fp }) {
+			uses = append(uses, store.WrappingKEK{Fingerprint: fp})
+		}
 	}
 	if len(uses) == 0 {
 		return nil
@@ -610,24 +602,25 @@ func (m *Manager) CheckKEK(ctx context.Context) error {
 			expected = append(expected, u.Fingerprint)
 		}
 	}
+	slices.Sort(expected)
 	want := strings.Join(expected, ", ")
 	if want == "" {
 		want = "(rows written before fingerprints)"
 	}
 	current, err := m.cfg.KEK.Fingerprint()
 	if err != nil {
-		return fmt.Errorf("%w: %s cannot be read (%w), and the catalog holds backups whose keys it wrapped: fingerprint %s; restore that file or keeper",
+		return fmt.Errorf("%w: %s cannot be read (%w), and the catalog holds keys it wrapped: fingerprint %s; restore that file or keeper",
 			ErrKEKMismatch, where, err, want)
 	}
 	for _, u := range uses {
-		switch {
-		case u.Fingerprint == current:
-		case u.Fingerprint == "":
+		if u.Fingerprint == "" {
 			if _, err := m.cfg.KEK.Unwrap(ctx, u.Sample); err != nil {
 				return fmt.Errorf("%w: backups written before fingerprints do not open under %s (fingerprint %s): %w", ErrKEKMismatch, where, current, err)
 			}
-		default:
-			return fmt.Errorf("%w: %s has fingerprint %s; the catalog holds backups wrapped under %s: restore that key, or point the server at it",
+			continue
+		}
+		if _, err := m.kekFor(u.Fingerprint); err != nil {
+			return fmt.Errorf("%w: %s has fingerprint %s; the catalog holds keys wrapped under %s: restore that key, or point the server at it (--job-key-retiring while rotating away from it)",
 				ErrKEKMismatch, where, current, want)
 		}
 	}

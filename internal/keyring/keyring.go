@@ -1,9 +1,16 @@
-// Package keyring seals backups: each backup gets a fresh 32-byte archive
-// key (its data key), kept only wrapped by the server's key-encryption
-// key (KEK), the way AWS KMS data keys and restic's master key over data
-// keys work. A KMS key (gocloud.dev/secrets: awskms://, gcpkms://,
-// azurekeyvault://, hashivault://) is the KEK in production; without one
-// the KEK is 32 random bytes in a local file, made on first use.
+// Package keyring seals backups under a three-level key hierarchy: each
+// backup gets a fresh 32-byte archive key (its data key), sealed by its
+// owner's own key (SealDataKey), which is kept only wrapped by the
+// server's key-encryption key (KEK), the way AWS KMS data keys and
+// restic's master key over data keys work. A KMS key (gocloud.dev/secrets:
+// awskms://, gcpkms://, azurekeyvault://, hashivault://) is the KEK in
+// production; without one the KEK is 32 random bytes in a local file,
+// made on first use.
+//
+// The owner key is the unit of erasure: destroying it makes every data
+// key of the owner unreadable, wherever a copy of an object or a catalog
+// row lives. The KEK is the unit of rotation: rewrapping the owner keys
+// under a new KEK changes only their rows, never an archive.
 //
 // A data key never leaves the server except through the audited
 // BackupService.GetBackupKey, so knowing a key's name, or any other
@@ -12,6 +19,8 @@ package keyring
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -53,8 +62,13 @@ type KEK struct {
 	// every failure is the ciphertext's.
 	inProcess bool
 
-	dir   string // the local KEK's directory otherwise
-	mu    sync.Mutex
+	dir string // the local KEK's directory otherwise
+	// file is the local KEK's file name in dir (KEKFile unless a
+	// retiring KEK's own file was named).
+	file string
+	// existing: a retiring KEK, never made when its file is missing.
+	existing bool
+	mu       sync.Mutex
 	local keeper
 	// fingerprint names the KEK without revealing it: for a KMS key, of
 	// its keeper URL; for the local key, of the key.
@@ -71,7 +85,7 @@ type keeper interface {
 // local key in dir/kek.key (read, or made on first wrap).
 func Open(ctx context.Context, keeperURL, dir string) (*KEK, error) {
 	if keeperURL == "" {
-		return &KEK{dir: dir}, nil
+		return &KEK{dir: dir, file: KEKFile}, nil
 	}
 	k, err := secrets.OpenKeeper(ctx, keeperURL)
 	if err != nil {
@@ -95,7 +109,21 @@ func (k *KEK) Path() string {
 	if k.kms != nil {
 		return ""
 	}
-	return filepath.Join(k.dir, KEKFile)
+	return filepath.Join(k.dir, k.file)
+}
+
+// OpenRetiring returns a KEK being rotated away from: a keeper URL (it
+// holds "://") or the path of a local key file, which must exist. The
+// server unwraps with it what it still wraps, and wraps nothing new.
+func OpenRetiring(ctx context.Context, spec string) (*KEK, error) {
+	if strings.Contains(spec, "://") {
+		return Open(ctx, spec, "")
+	}
+	k := &KEK{dir: filepath.Dir(spec), file: filepath.Base(spec), existing: true}
+	if _, err := k.keeper(false); err != nil {
+		return nil, err
+	}
+	return k, nil
 }
 
 // Fingerprint names the KEK, as each catalog row records it. A local KEK
@@ -130,9 +158,9 @@ func (k *KEK) keeper(create bool) (keeper, error) {
 	if k.local != nil {
 		return k.local, nil
 	}
-	path := filepath.Join(k.dir, KEKFile)
+	path := filepath.Join(k.dir, k.file)
 	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) && create {
+	if errors.Is(err, os.ErrNotExist) && create && !k.existing {
 		b, err = makeLocalKEK(k.dir, path)
 	}
 	if errors.Is(err, os.ErrNotExist) {
@@ -174,20 +202,30 @@ func makeLocalKEK(dir, path string) ([]byte, error) {
 	return key, f.Close()
 }
 
-// NewDataKey returns a fresh 32-byte archive key and its wrapped form.
+// NewDataKey returns a fresh 32-byte key and its form wrapped by k.
 func (k *KEK) NewDataKey(ctx context.Context) (key, wrapped []byte, err error) {
-	kp, err := k.keeper(true)
-	if err != nil {
-		return nil, nil, err
-	}
 	key = make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		return nil, nil, err
 	}
-	if wrapped, err = kp.Encrypt(ctx, key); err != nil {
-		return nil, nil, fmt.Errorf("wrap data key: %w", err)
+	if wrapped, err = k.Wrap(ctx, key); err != nil {
+		return nil, nil, err
 	}
 	return key, wrapped, nil
+}
+
+// Wrap encrypts key under k (a local KEK is made on first use): a
+// rotation's rewrap.
+func (k *KEK) Wrap(ctx context.Context, key []byte) ([]byte, error) {
+	kp, err := k.keeper(true)
+	if err != nil {
+		return nil, err
+	}
+	wrapped, err := kp.Encrypt(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("wrap key: %w", err)
+	}
+	return wrapped, nil
 }
 
 // Unwrap returns the data key wrapped is. A key that does not open is
@@ -232,4 +270,61 @@ func isRefusal(err error) bool {
 		return true
 	}
 	return false
+}
+
+// sealedVersion starts every sealed data key: the format below, so a
+// later one can be told apart.
+const sealedVersion = 1
+
+// SealDataKey seals a backup's data key under its owner's key: AES-256-GCM
+// with a random nonce, the owner and the backup id as associated data, so
+// a sealed key moved to another row (another backup, another owner) does
+// not open. The result is version (1 byte) || nonce (12) || ciphertext
+// and tag (48).
+func SealDataKey(ownerKey, dataKey []byte, owner, backupID string) ([]byte, error) {
+	aead, err := ownerAEAD(ownerKey)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 1+aead.NonceSize(), 1+aead.NonceSize()+len(dataKey)+aead.Overhead())
+	out[0] = sealedVersion
+	if _, err := rand.Read(out[1:]); err != nil {
+		return nil, err
+	}
+	return aead.Seal(out, out[1:], dataKey, sealedAD(owner, backupID)), nil
+}
+
+// OpenDataKey opens what SealDataKey sealed for (owner, backupID). Any
+// other owner key, row or damage is ErrUnwrap.
+func OpenDataKey(ownerKey, sealed []byte, owner, backupID string) ([]byte, error) {
+	aead, err := ownerAEAD(ownerKey)
+	if err != nil {
+		return nil, err
+	}
+	if len(sealed) != 1+aead.NonceSize()+32+aead.Overhead() || sealed[0] != sealedVersion {
+		return nil, fmt.Errorf("%w: a sealed data key is %d bytes of version %d", ErrUnwrap, 1+aead.NonceSize()+32+aead.Overhead(), sealedVersion)
+	}
+	n := 1 + aead.NonceSize()
+	key, err := aead.Open(nil, sealed[1:n], sealed[n:], sealedAD(owner, backupID))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnwrap, err)
+	}
+	return key, nil
+}
+
+func ownerAEAD(ownerKey []byte) (cipher.AEAD, error) {
+	if len(ownerKey) != 32 {
+		return nil, fmt.Errorf("%w: an owner key is 32 bytes, not %d", ErrUnwrap, len(ownerKey))
+	}
+	block, err := aes.NewCipher(ownerKey)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+// sealedAD binds a sealed key to its row; the lengths keep ("ab","c")
+// and ("a","bc") apart.
+func sealedAD(owner, backupID string) []byte {
+	return fmt.Appendf(nil, "contentbackup data key v1\x00%d:%s%d:%s", len(owner), owner, len(backupID), backupID)
 }

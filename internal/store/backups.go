@@ -34,8 +34,9 @@ type Backups interface {
 	// attempt wrote or completed (ErrFailedPrecondition).
 	AbandonBackup(ctx context.Context, owner, id string, by Fence) error
 	// MarkBackupDeleting is the first step of deleting a backup: under
-	// the row's lock it checks that no increment is built on it
-	// (ErrFailedPrecondition names the increment) and marks it
+	// the row's lock it checks that no legal hold in force keeps it (on
+	// the backup or its owner: ErrHeld) and that no increment is built on
+	// it (ErrFailedPrecondition names the increment), and marks it
 	// BackupDeleting, so no increment can be started on it from then on.
 	// The caller then deletes its objects and DeleteBackup the row. A row
 	// already BackupDeleting is returned as it is (a retry).
@@ -55,7 +56,7 @@ type Backups interface {
 	// wrong otherwise. A missing backup is ErrNotFound.
 	RecordVerification(ctx context.Context, owner, id string, at time.Time, problem string) error
 	// WrappingKEKs lists, across owners, the key-encryption keys the
-	// catalog's rows are wrapped under: each fingerprint with one wrapped
+	// catalog's legacy rows (no owner key) are wrapped under: each fingerprint with one wrapped
 	// key as a sample ("" for rows written before fingerprints).
 	WrappingKEKs(ctx context.Context) ([]WrappingKEK, error)
 	// OwnerBackupBytes is what owner's backups hold in their buckets: the
@@ -100,11 +101,15 @@ type Backup struct {
 	JobID, Schedule, Principal string
 	// Options is the jobs package's encoding of the export's selection.
 	Options []byte
-	// WrappedKey is the backup's archive key, encrypted by the server's
-	// key-encryption key, whose fingerprint KEKFingerprint is ("" for a
-	// row written before fingerprints were kept).
+	// WrappedKey is the backup's archive key, sealed by its owner's key
+	// OwnerKeyID (keyring.SealDataKey). A row written before owner keys
+	// has no OwnerKeyID: its key is encrypted by the server's
+	// key-encryption key itself, whose fingerprint KEKFingerprint is (""
+	// for a row written before fingerprints were kept), until the key
+	// worker rewraps it. An erased owner's rows have none at all.
 	WrappedKey     []byte
 	KEKFingerprint string
+	OwnerKeyID     string
 	Summary        BackupSummary
 	Created        time.Time
 	// Completed is zero until the backup is complete.

@@ -186,6 +186,9 @@ type Store interface {
 	Backups
 	ScheduleTicks
 	Expiry
+	OwnerKeys
+	Holds
+	Erasure
 	// Snapshot runs fn over one consistent, read-only view of the owner's
 	// records: what export reads, so that every record it writes is as it
 	// stood at a single instant.

@@ -60,8 +60,8 @@ var (
 var fleetWide = map[string]string{
 	"SELECT DISTINCT owner FROM messages WHERE owner > $1 AND expires_at_ns <= $2 ORDER BY owner LIMIT $3": "the purge finds the next owners holding expired messages, in owner order",
 	"SELECT min(expires_at_ns) FROM messages WHERE expires_at_ns <= $1":                                    "the purge's lag: the oldest expired message left, whoever's",
-	"SELECT DISTINCT kek_fingerprint FROM backups ORDER BY kek_fingerprint LIMIT 64":                       "the KEK check at start: the fingerprints the catalog is wrapped under",
-	"SELECT wrapped_key FROM backups WHERE kek_fingerprint = $1 LIMIT 1":                                   "the KEK check at start: one sample of each",
+	"SELECT DISTINCT kek_fingerprint FROM backups WHERE owner_key_id = '' ORDER BY kek_fingerprint LIMIT 64":                       "the KEK check at start: the fingerprints the catalog is wrapped under",
+	"SELECT wrapped_key FROM backups WHERE owner_key_id = '' AND kek_fingerprint = $1 LIMIT 1":                                   "the KEK check at start: one sample of each",
 }
 
 // TestStatementsLeadWithOwner: every statement the whole conformance

@@ -9,7 +9,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
-const backupColumns = `owner, id, state, label, bucket, object_key, job_id, schedule, principal, options, wrapped_key, groups, messages, consent, length, sha256, exported_at_ns, created_ns, completed_ns, verified_ns, verify_problem, base_id, change_seq, kek_fingerprint`
+const backupColumns = `owner, id, state, label, bucket, object_key, job_id, schedule, principal, options, wrapped_key, groups, messages, consent, length, sha256, exported_at_ns, created_ns, completed_ns, verified_ns, verify_problem, base_id, change_seq, kek_fingerprint, owner_key_id`
 
 type backupRow struct {
 	store.Backup
@@ -20,7 +20,7 @@ type backupRow struct {
 func (r *backupRow) dest() []any {
 	return []any{&r.Owner, &r.ID, &r.State, &r.Label, &r.Bucket, &r.ObjectKey, &r.JobID, &r.Schedule, &r.Principal,
 		&r.Options, &r.WrappedKey, &r.groups, &r.messages, &r.consent, &r.length, &r.Summary.SHA256,
-		&r.Summary.ExportedAtNs, &r.createdNs, &r.completedNs, &r.verifiedNs, &r.VerifyProblem, &r.Base, &r.Summary.ChangeSeq, &r.KEKFingerprint}
+		&r.Summary.ExportedAtNs, &r.createdNs, &r.completedNs, &r.verifiedNs, &r.VerifyProblem, &r.Base, &r.Summary.ChangeSeq, &r.KEKFingerprint, &r.OwnerKeyID}
 }
 
 func (r *backupRow) backup() store.Backup {
@@ -39,7 +39,7 @@ func (r *backupRow) backup() store.Backup {
 }
 
 func (s SQLStore) CreateBackup(ctx context.Context, b store.Backup) error {
-	q := s.d.bind(`INSERT INTO backups (` + backupColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	q := s.d.bind(`INSERT INTO backups (` + backupColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	return s.db.Write(ctx, func(tx Conn) error {
 		if b.Base != "" {
 			// The base's row lock, shared: taken exclusively by its
@@ -59,7 +59,7 @@ func (s SQLStore) CreateBackup(ctx context.Context, b store.Backup) error {
 		_, err := tx.Exec(ctx, q, b.Owner, b.ID, b.State, b.Label, b.Bucket, b.ObjectKey, b.JobID, b.Schedule, b.Principal,
 			nonNil(b.Options), nonNil(b.WrappedKey), int64(b.Summary.Groups), int64(b.Summary.Messages), int64(b.Summary.Consent),
 			int64(b.Summary.Length), nonNil(b.Summary.SHA256), b.Summary.ExportedAtNs, b.Created.UnixNano(), unixOrZero(b.Completed),
-			unixOrZero(b.Verified), b.VerifyProblem, b.Base, b.Summary.ChangeSeq, b.KEKFingerprint)
+			unixOrZero(b.Verified), b.VerifyProblem, b.Base, b.Summary.ChangeSeq, b.KEKFingerprint, b.OwnerKeyID)
 		if uniqueViolation(err) {
 			return fmt.Errorf("backup %s exists: %w", b.ID, store.ErrFailedPrecondition)
 		}
@@ -159,6 +159,9 @@ func (s SQLStore) MarkBackupDeleting(ctx context.Context, owner, id string) (sto
 	err := s.db.Write(ctx, func(tx Conn) error {
 		b, err := s.lockBackup(ctx, tx, owner, id)
 		if err != nil {
+			return err
+		}
+		if err := s.notHeld(ctx, tx, owner, id); err != nil {
 			return err
 		}
 		if err := s.noIncrementOn(ctx, tx, owner, id); err != nil {
@@ -280,7 +283,7 @@ func (s SQLStore) WrappingKEKs(ctx context.Context) ([]store.WrappingKEK, error)
 	// start. Two plain statements rather than one with a correlated
 	// subquery, which Citus cannot plan over a distributed table.
 	var out []store.WrappingKEK
-	err := s.db.Read().Query(ctx, `SELECT DISTINCT kek_fingerprint FROM backups ORDER BY kek_fingerprint LIMIT 64`, nil, func(rows Rows) error {
+	err := s.db.Read().Query(ctx, `SELECT DISTINCT kek_fingerprint FROM backups WHERE owner_key_id = '' ORDER BY kek_fingerprint LIMIT 64`, nil, func(rows Rows) error {
 		for rows.Next() {
 			var w store.WrappingKEK
 			if err := rows.Scan(&w.Fingerprint); err != nil {
@@ -294,7 +297,7 @@ func (s SQLStore) WrappingKEKs(ctx context.Context) ([]store.WrappingKEK, error)
 		return nil, fmt.Errorf("%s: read the catalog's key-encryption keys: %w", s.d.Name, err)
 	}
 	for i := range out {
-		err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT wrapped_key FROM backups WHERE kek_fingerprint = ? LIMIT 1`), out[i].Fingerprint).Scan(&out[i].Sample)
+		err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT wrapped_key FROM backups WHERE owner_key_id = '' AND kek_fingerprint = ? LIMIT 1`), out[i].Fingerprint).Scan(&out[i].Sample)
 		if err != nil {
 			return nil, fmt.Errorf("%s: read a key wrapped under %q: %w", s.d.Name, out[i].Fingerprint, err)
 		}

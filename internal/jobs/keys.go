@@ -1,0 +1,396 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/contentbackup/contentbackup/internal/keyring"
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+// The key hierarchy: the KEK (Config.KEK, a KMS key or a local file)
+// wraps each owner's key (owner_keys), which seals each of the owner's
+// backup data keys (keyring.SealDataKey). Owner keys are read from the
+// store on every use and never cached: an erasure on one replica is then
+// an erasure on every replica at once.
+
+// ErrOwnerKeyErased: the backup's data key was sealed by an owner key
+// that no longer exists (the owner was erased; the name may since belong
+// to a new owner). Nothing opens it again.
+var ErrOwnerKeyErased = fmt.Errorf("the owner key that sealed this backup's data key was destroyed: %w", ErrKeyUnavailable)
+
+// kekFor is the KEK whose fingerprint is fp: the current one, or one
+// being retired (Config.RetiringKEKs). Any other is ErrKeyUnavailable.
+func (m *Manager) kekFor(fp string) (*keyring.KEK, error) {
+	current, err := m.cfg.KEK.Fingerprint()
+	if err == nil && (fp == current || fp == "") {
+		return m.cfg.KEK, nil
+	}
+	for _, k := range m.cfg.RetiringKEKs {
+		if f, ferr := k.Fingerprint(); ferr == nil && f == fp {
+			return k, nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("key-encryption key %s: %w: %w", fp, ErrKeyUnavailable, err)
+	}
+	return nil, fmt.Errorf("key-encryption key %s is not this server's: %w", fp, ErrKeyUnavailable)
+}
+
+// ownerKey returns owner's key and its id, making one (wrapped by the
+// current KEK) when the owner has none and create is set.
+func (m *Manager) ownerKey(ctx context.Context, owner string, create bool) ([]byte, string, error) {
+	row, err := m.cfg.Store.GetOwnerKey(ctx, owner)
+	if errors.Is(err, store.ErrNotFound) && create {
+		row, err = m.createOwnerKey(ctx, owner)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, "", ErrOwnerKeyErased
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	kek, err := m.kekFor(row.KEKFingerprint)
+	if err != nil {
+		return nil, "", fmt.Errorf("owner key: %w", err)
+	}
+	key, err := kek.Unwrap(ctx, row.Wrapped)
+	if err != nil {
+		return nil, "", fmt.Errorf("owner key: %w", err)
+	}
+	return key, row.KeyID, nil
+}
+
+func (m *Manager) createOwnerKey(ctx context.Context, owner string) (store.OwnerKey, error) {
+	_, wrapped, err := m.cfg.KEK.NewDataKey(ctx)
+	if err != nil {
+		return store.OwnerKey{}, fmt.Errorf("owner key: %w", err)
+	}
+	fp, err := m.cfg.KEK.Fingerprint()
+	if err != nil {
+		return store.OwnerKey{}, fmt.Errorf("owner key: %w", err)
+	}
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return store.OwnerKey{}, err
+	}
+	// The key itself is read back through the stored row: when another
+	// replica stored one first, its key is the owner's.
+	return m.cfg.Store.CreateOwnerKey(ctx, store.OwnerKey{Owner: owner, KeyID: hex.EncodeToString(id[:]), Wrapped: wrapped,
+		KEKFingerprint: fp, Created: time.Now()})
+}
+
+// newDataKey returns a fresh data key for owner's backup id, sealed by
+// the owner's key, and that key's id.
+func (m *Manager) newDataKey(ctx context.Context, owner, id string) (key, sealed []byte, ownerKeyID string, err error) {
+	ownerKey, ownerKeyID, err := m.ownerKey(ctx, owner, true)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, nil, "", err
+	}
+	if sealed, err = keyring.SealDataKey(ownerKey, key, owner, id); err != nil {
+		return nil, nil, "", err
+	}
+	return key, sealed, ownerKeyID, nil
+}
+
+// unwrap opens b's data key. A key sealed by an owner key that is gone,
+// or wrapped under a KEK this server does not hold, is ErrKeyUnavailable
+// (the backup is intact, this server cannot open it); one that does not
+// open under the key that sealed it is ErrBackupDamaged.
+func (m *Manager) unwrap(ctx context.Context, b store.Backup) ([]byte, error) {
+	if b.OwnerKeyID == "" && len(b.WrappedKey) == 0 {
+		return nil, fmt.Errorf("backup %s: %w", b.ID, ErrOwnerKeyErased)
+	}
+	if b.OwnerKeyID == "" {
+		return m.unwrapLegacy(ctx, b)
+	}
+	ownerKey, keyID, err := m.ownerKey(ctx, b.Owner, false)
+	if err == nil && keyID != b.OwnerKeyID {
+		err = ErrOwnerKeyErased
+	}
+	if err != nil {
+		m.cfg.Log.Error("backup key unavailable", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
+		if errors.Is(err, keyring.ErrUnwrap) {
+			return nil, fmt.Errorf("backup %s: its owner's key does not open under its key-encryption key: %w", b.ID, ErrBackupDamaged)
+		}
+		return nil, fmt.Errorf("backup %s: %w", b.ID, err)
+	}
+	key, err := keyring.OpenDataKey(ownerKey, b.WrappedKey, b.Owner, b.ID)
+	if err != nil {
+		m.cfg.Log.Error("backup key does not open", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
+		return nil, fmt.Errorf("backup %s: its data key does not open under its owner's key: %w", b.ID, ErrBackupDamaged)
+	}
+	return key, nil
+}
+
+// unwrapLegacy opens the data key of a row written before owner keys,
+// which a KEK wraps directly.
+func (m *Manager) unwrapLegacy(ctx context.Context, b store.Backup) ([]byte, error) {
+	kek, err := m.kekFor(b.KEKFingerprint)
+	if err != nil {
+		m.cfg.Log.Error("backup key unavailable", zap.String("owner", b.Owner), zap.String("backup", b.ID),
+			zap.String("wrapped_under", b.KEKFingerprint), zap.Error(err))
+		return nil, fmt.Errorf("backup %s: its data key is wrapped under key-encryption key %s: %w", b.ID, b.KEKFingerprint, ErrKeyUnavailable)
+	}
+	key, err := kek.Unwrap(ctx, b.WrappedKey)
+	if errors.Is(err, keyring.ErrUnwrap) {
+		m.cfg.Log.Error("backup key does not open", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
+		return nil, fmt.Errorf("backup %s: its data key does not open under this server's key-encryption key: %w", b.ID, ErrBackupDamaged)
+	}
+	return key, err
+}
+
+// KeyPass is what one pass of the key worker did.
+type KeyPass struct {
+	// Rotated: owner keys rewrapped under the current KEK.
+	Rotated int
+	// Migrated: legacy backups whose data keys were resealed under their
+	// owner's key.
+	Migrated int
+	// Failed: rows that could not be rewrapped (each logged); the next
+	// pass tries them again.
+	Failed int
+}
+
+// keyBatch is how many rows one read of the key worker takes.
+const keyBatch = 500
+
+// MaintainKeys runs one pass of the key worker over the whole catalog:
+// every owner key wrapped under a KEK other than the current one is
+// rewrapped under it (a rotation), and every backup whose data key a KEK
+// wraps directly is resealed under its owner's key (the migration to
+// owner keys). Only key columns change, never an object. Each rewrap is
+// conditional on the row as read, so replicas running it at once, or a
+// pass cut short by a crash and run again, change each row once; progress,
+// when set, hears each batch.
+func (m *Manager) MaintainKeys(ctx context.Context, progress func(KeyPass)) (KeyPass, error) {
+	var pass KeyPass
+	current, err := m.cfg.KEK.Fingerprint()
+	if errors.Is(err, keyring.ErrNoKEK) {
+		// A local KEK not made yet wraps nothing: nothing to rotate to.
+		return pass, nil
+	}
+	if err != nil {
+		return pass, err
+	}
+	after := ""
+	for {
+		rows, err := m.cfg.Store.OwnerKeysNotUnder(ctx, current, after, keyBatch)
+		if err != nil {
+			return pass, err
+		}
+		for _, row := range rows {
+			if err := m.rewrapOwnerKey(ctx, row, current); err != nil {
+				if ctx.Err() != nil {
+					return pass, ctx.Err()
+				}
+				pass.Failed++
+				m.cfg.Log.Warn("owner key not rewrapped", zap.String("owner", row.Owner), zap.String("kek", row.KEKFingerprint), zap.Error(err))
+				continue
+			}
+			pass.Rotated++
+		}
+		if progress != nil && len(rows) > 0 {
+			progress(pass)
+		}
+		if len(rows) < keyBatch {
+			break
+		}
+		after = rows[len(rows)-1].Owner
+	}
+	afterOwner, afterID := "", ""
+	for {
+		rows, err := m.cfg.Store.LegacyBackups(ctx, afterOwner, afterID, keyBatch)
+		if err != nil {
+			return pass, err
+		}
+		for _, b := range rows {
+			if err := m.migrateBackupKey(ctx, b); err != nil {
+				if ctx.Err() != nil {
+					return pass, ctx.Err()
+				}
+				pass.Failed++
+				m.cfg.Log.Warn("backup key not resealed under its owner's key", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
+				continue
+			}
+			pass.Migrated++
+		}
+		if progress != nil && len(rows) > 0 {
+			progress(pass)
+		}
+		if len(rows) < keyBatch {
+			break
+		}
+		afterOwner, afterID = rows[len(rows)-1].Owner, rows[len(rows)-1].ID
+	}
+	return pass, nil
+}
+
+func (m *Manager) rewrapOwnerKey(ctx context.Context, row store.OwnerKey, current string) error {
+	from, err := m.kekFor(row.KEKFingerprint)
+	if err != nil {
+		return err
+	}
+	key, err := from.Unwrap(ctx, row.Wrapped)
+	if err != nil {
+		return err
+	}
+	wrapped, err := m.cfg.KEK.Wrap(ctx, key)
+	if err != nil {
+		return err
+	}
+	err = m.cfg.Store.RewrapOwnerKey(ctx, row, wrapped, current, time.Now())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // rewrapped by another replica, or erased, meanwhile
+	}
+	return err
+}
+
+func (m *Manager) migrateBackupKey(ctx context.Context, b store.Backup) error {
+	key, err := m.unwrapLegacy(ctx, b)
+	if err != nil {
+		return err
+	}
+	ownerKey, keyID, err := m.ownerKey(ctx, b.Owner, true)
+	if err != nil {
+		return err
+	}
+	sealed, err := keyring.SealDataKey(ownerKey, key, b.Owner, b.ID)
+	if err != nil {
+		return err
+	}
+	err = m.cfg.Store.RewrapBackupKey(ctx, b.Owner, b.ID, b.WrappedKey, sealed, keyID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // resealed by another replica, or erased, meanwhile
+	}
+	return err
+}
+
+// RunKeyWorker runs MaintainKeys now and then every period until ctx
+// ends, logging what each pass did and telling status (when set) the
+// key status after it.
+func (m *Manager) RunKeyWorker(ctx context.Context, period time.Duration, status func(KeyStatus)) {
+	for {
+		start := time.Now()
+		pass, err := m.MaintainKeys(ctx, func(p KeyPass) {
+			m.cfg.Log.Info("key worker progress", zap.Int("owner_keys_rewrapped", p.Rotated), zap.Int("backup_keys_resealed", p.Migrated), zap.Int("failed", p.Failed))
+		})
+		switch {
+		case err != nil && ctx.Err() == nil:
+			m.cfg.Log.Warn("key worker", zap.Error(err))
+		case pass != KeyPass{}:
+			m.cfg.Log.Info("key worker pass", zap.Int("owner_keys_rewrapped", pass.Rotated), zap.Int("backup_keys_resealed", pass.Migrated),
+				zap.Int("failed", pass.Failed), zap.Duration("took", time.Since(start)))
+		}
+		if status != nil {
+			if st, err := m.KeyStatus(ctx); err == nil {
+				status(st)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(period):
+		}
+	}
+}
+
+// KeyStatus is which KEKs wrap the catalog's keys.
+type KeyStatus struct {
+	// Current is the current KEK's fingerprint ("" when a local KEK has
+	// not been made yet).
+	Current string
+	// KEKs lists every KEK that wraps a row or that the server holds,
+	// current first.
+	KEKs []KEKUse
+}
+
+// KEKUse is one KEK and what it wraps.
+type KEKUse struct {
+	Fingerprint string
+	// State: "current", "retiring" (held by this server to rotate away
+	// from) or "unavailable" (rows under it that this server cannot
+	// open).
+	State string
+	// OwnerKeys it wraps, and legacy backups whose data keys it wraps
+	// directly.
+	OwnerKeys, LegacyBackups int64
+}
+
+// Retired reports rows that a rotation has not moved off a KEK other
+// than the current one: what verification reports before the old KEK is
+// removed.
+func (s KeyStatus) Retired() int64 {
+	var n int64
+	for _, u := range s.KEKs {
+		if u.State != "current" {
+			n += u.OwnerKeys + u.LegacyBackups
+		}
+	}
+	return n
+}
+
+// KeyStatus counts the rows under each KEK.
+func (m *Manager) KeyStatus(ctx context.Context) (KeyStatus, error) {
+	counts, err := m.cfg.Store.KeyCounts(ctx)
+	if err != nil {
+		return KeyStatus{}, err
+	}
+	current, _ := m.cfg.KEK.Fingerprint()
+	st := KeyStatus{Current: current}
+	uses := map[string]*KEKUse{}
+	use := func(fp string) *KEKUse {
+		if fp == "" {
+			fp = current // legacy rows older than fingerprints: CheckKEK held them to the current KEK
+		}
+		if u, ok := uses[fp]; ok {
+			return u
+		}
+		u := &KEKUse{Fingerprint: fp, State: "unavailable"}
+		if _, err := m.kekFor(fp); err == nil {
+			u.State = "retiring"
+			if fp == current {
+				u.State = "current"
+			}
+		}
+		uses[fp] = u
+		return u
+	}
+	if current != "" {
+		use(current)
+	}
+	for _, k := range m.cfg.RetiringKEKs {
+		if fp, err := k.Fingerprint(); err == nil {
+			use(fp)
+		}
+	}
+	for fp, n := range counts.OwnerKeys {
+		use(fp).OwnerKeys += n
+	}
+	for fp, n := range counts.LegacyBackups {
+		use(fp).LegacyBackups += n
+	}
+	for _, u := range uses {
+		st.KEKs = append(st.KEKs, *u)
+	}
+	rank := map[string]int{"current": 0, "retiring": 1, "unavailable": 2}
+	slices.SortFunc(st.KEKs, func(a, b KEKUse) int {
+		if d := rank[a.State] - rank[b.State]; d != 0 {
+			return d
+		}
+		return strings.Compare(a.Fingerprint, b.Fingerprint)
+	})
+	return st, nil
+}

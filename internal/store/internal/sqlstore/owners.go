@@ -1,0 +1,245 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+const ownerKeyColumns = `owner, key_id, wrapped_key, kek_fingerprint, created_ns, rewrapped_ns`
+
+func scanOwnerKey(scan func(...any) error) (store.OwnerKey, error) {
+	var k store.OwnerKey
+	var created, rewrapped int64
+	if err := scan(&k.Owner, &k.KeyID, &k.Wrapped, &k.KEKFingerprint, &created, &rewrapped); err != nil {
+		return store.OwnerKey{}, err
+	}
+	k.Created = time.Unix(0, created)
+	if rewrapped != 0 {
+		k.Rewrapped = time.Unix(0, rewrapped)
+	}
+	return k, nil
+}
+
+func (s SQLStore) GetOwnerKey(ctx context.Context, owner string) (store.OwnerKey, error) {
+	return s.getOwnerKey(ctx, s.db.Read(), owner)
+}
+
+func (s SQLStore) getOwnerKey(ctx context.Context, c Conn, owner string) (store.OwnerKey, error) {
+	k, err := scanOwnerKey(c.QueryRow(ctx, s.d.bind(`SELECT `+ownerKeyColumns+` FROM owner_keys WHERE owner = ?`), owner).Scan)
+	if errors.Is(err, s.d.NoRows) {
+		return store.OwnerKey{}, fmt.Errorf("owner key: %w", store.ErrNotFound)
+	}
+	if err != nil {
+		return store.OwnerKey{}, fmt.Errorf("%s: read owner key: %w", s.d.Name, err)
+	}
+	return k, nil
+}
+
+func (s SQLStore) CreateOwnerKey(ctx context.Context, k store.OwnerKey) (store.OwnerKey, error) {
+	var stored store.OwnerKey
+	err := s.db.Write(ctx, func(tx Conn) error {
+		_, err := tx.Exec(ctx, s.d.bind(`INSERT INTO owner_keys (`+ownerKeyColumns+`) VALUES (?, ?, ?, ?, ?, 0) ON CONFLICT (owner) DO NOTHING`),
+			k.Owner, k.KeyID, k.Wrapped, k.KEKFingerprint, k.Created.UnixNano())
+		if err != nil {
+			return fmt.Errorf("%s: create owner key: %w", s.d.Name, err)
+		}
+		stored, err = s.getOwnerKey(ctx, tx, k.Owner)
+		return err
+	})
+	return stored, err
+}
+
+func (s SQLStore) OwnerKeysNotUnder(ctx context.Context, kek, afterOwner string, limit int) ([]store.OwnerKey, error) {
+	var out []store.OwnerKey
+	err := s.db.Read().Query(ctx, s.d.bind(`SELECT `+ownerKeyColumns+` FROM owner_keys WHERE kek_fingerprint <> ? AND owner > ? ORDER BY owner LIMIT ?`),
+		[]any{kek, afterOwner, limit}, func(rows Rows) error {
+			for rows.Next() {
+				k, err := scanOwnerKey(rows.Scan)
+				if err != nil {
+					return err
+				}
+				out = append(out, k)
+			}
+			return rows.Err()
+		})
+	if err != nil {
+		return nil, fmt.Errorf("%s: list owner keys to rewrap: %w", s.d.Name, err)
+	}
+	return out, nil
+}
+
+func (s SQLStore) RewrapOwnerKey(ctx context.Context, old store.OwnerKey, wrapped []byte, kek string, at time.Time) error {
+	n, err := s.exec(ctx, s.d.bind(`UPDATE owner_keys SET wrapped_key = ?, kek_fingerprint = ?, rewrapped_ns = ? WHERE owner = ? AND key_id = ? AND kek_fingerprint = ? AND wrapped_key = ?`),
+		wrapped, kek, at.UnixNano(), old.Owner, old.KeyID, old.KEKFingerprint, old.Wrapped)
+	if err != nil {
+		return fmt.Errorf("%s: rewrap owner key: %w", s.d.Name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("owner key %s: changed since it was read: %w", old.KeyID, store.ErrNotFound)
+	}
+	return nil
+}
+
+func (s SQLStore) LegacyBackups(ctx context.Context, afterOwner, afterID string, limit int) ([]store.Backup, error) {
+	var out []store.Backup
+	err := s.db.Read().Query(ctx, s.d.bind(`SELECT `+backupColumns+` FROM backups WHERE owner_key_id = '' AND wrapped_key <> ? AND (owner > ? OR (owner = ? AND id > ?)) ORDER BY owner, id LIMIT ?`),
+		[]any{[]byte{}, afterOwner, afterOwner, afterID, limit}, func(rows Rows) error {
+			for rows.Next() {
+				var r backupRow
+				if err := rows.Scan(r.dest()...); err != nil {
+					return err
+				}
+				out = append(out, r.backup())
+			}
+			return rows.Err()
+		})
+	if err != nil {
+		return nil, fmt.Errorf("%s: list backups under the KEK: %w", s.d.Name, err)
+	}
+	return out, nil
+}
+
+func (s SQLStore) RewrapBackupKey(ctx context.Context, owner, id string, oldWrapped, wrapped []byte, ownerKeyID string) error {
+	n, err := s.exec(ctx, s.d.bind(`UPDATE backups SET wrapped_key = ?, owner_key_id = ?, kek_fingerprint = '' WHERE owner = ? AND id = ? AND owner_key_id = '' AND wrapped_key = ?`),
+		wrapped, ownerKeyID, owner, id, oldWrapped)
+	if err != nil {
+		return fmt.Errorf("%s: rewrap backup key: %w", s.d.Name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("backup %s: changed since it was read: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+func (s SQLStore) KeyCounts(ctx context.Context) (store.KeyCounts, error) {
+	out := store.KeyCounts{OwnerKeys: map[string]int64{}, LegacyBackups: map[string]int64{}}
+	count := func(query string, into map[string]int64) error {
+		return s.db.Read().Query(ctx, s.d.bind(query), []any{[]byte{}}, func(rows Rows) error {
+			for rows.Next() {
+				var fp string
+				var n int64
+				if err := rows.Scan(&fp, &n); err != nil {
+					return err
+				}
+				into[fp] = n
+			}
+			return rows.Err()
+		})
+	}
+	if err := count(`SELECT kek_fingerprint, count(*) FROM owner_keys WHERE wrapped_key <> ? GROUP BY kek_fingerprint`, out.OwnerKeys); err != nil {
+		return store.KeyCounts{}, fmt.Errorf("%s: count owner keys: %w", s.d.Name, err)
+	}
+	if err := count(`SELECT kek_fingerprint, count(*) FROM backups WHERE owner_key_id = '' AND wrapped_key <> ? GROUP BY kek_fingerprint`, out.LegacyBackups); err != nil {
+		return store.KeyCounts{}, fmt.Errorf("%s: count backups under a KEK: %w", s.d.Name, err)
+	}
+	return out, nil
+}
+
+func (s SQLStore) SetHold(ctx context.Context, h store.Hold) error {
+	_, err := s.exec(ctx, s.d.bind(`INSERT INTO holds (owner, backup_id, reason, principal, created_ns, until_ns) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (owner, backup_id) DO UPDATE SET reason = excluded.reason, principal = excluded.principal, created_ns = excluded.created_ns, until_ns = excluded.until_ns`),
+		h.Owner, h.Backup, h.Reason, h.Principal, h.Created.UnixNano(), unixOrZero(h.Until))
+	if err != nil {
+		return fmt.Errorf("%s: set hold: %w", s.d.Name, err)
+	}
+	return nil
+}
+
+func (s SQLStore) ReleaseHold(ctx context.Context, owner, backup string) error {
+	n, err := s.exec(ctx, s.d.bind(`DELETE FROM holds WHERE owner = ? AND backup_id = ?`), owner, backup)
+	if err != nil {
+		return fmt.Errorf("%s: release hold: %w", s.d.Name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("hold: %w", store.ErrNotFound)
+	}
+	return nil
+}
+
+func (s SQLStore) ListHolds(ctx context.Context, owner string) ([]store.Hold, error) {
+	var out []store.Hold
+	// An owner has a hold per backup at most: bounded by its catalog.
+	err := s.db.Read().Query(ctx, s.d.bind(`SELECT owner, backup_id, reason, principal, created_ns, until_ns FROM holds WHERE owner = ? ORDER BY owner, backup_id`),
+		[]any{owner}, func(rows Rows) error {
+			for rows.Next() {
+				var h store.Hold
+				var created, until int64
+				if err := rows.Scan(&h.Owner, &h.Backup, &h.Reason, &h.Principal, &created, &until); err != nil {
+					return err
+				}
+				h.Created = time.Unix(0, created)
+				if until != 0 {
+					h.Until = time.Unix(0, until)
+				}
+				out = append(out, h)
+			}
+			return rows.Err()
+		})
+	if err != nil {
+		return nil, fmt.Errorf("%s: list holds: %w", s.d.Name, err)
+	}
+	return out, nil
+}
+
+// notHeld refuses, inside a delete's transaction, a backup a hold in
+// force keeps: one on the backup, or one on its owner.
+func (s SQLStore) notHeld(ctx context.Context, tx Conn, owner, id string) error {
+	var reason string
+	err := tx.QueryRow(ctx, s.d.bind(`SELECT reason FROM holds WHERE owner = ? AND (backup_id = '' OR backup_id = ?) AND (until_ns = 0 OR until_ns > ?) ORDER BY backup_id LIMIT 1`),
+		owner, id, time.Now().UnixNano()).Scan(&reason)
+	switch {
+	case err == nil:
+		return fmt.Errorf("backup %.64q: %w", id, store.ErrHeld)
+	case !errors.Is(err, s.d.NoRows):
+		return fmt.Errorf("%s: read holds: %w", s.d.Name, err)
+	}
+	return nil
+}
+
+func (s SQLStore) DestroyOwnerKey(ctx context.Context, owner string) error {
+	return s.db.Write(ctx, func(tx Conn) error {
+		if _, err := tx.Exec(ctx, s.d.bind(`DELETE FROM owner_keys WHERE owner = ?`), owner); err != nil {
+			return fmt.Errorf("%s: destroy owner key: %w", s.d.Name, err)
+		}
+		// Rows older than owner keys hold data keys the KEK opens: blank
+		// them in the same transaction.
+		if _, err := tx.Exec(ctx, s.d.bind(`UPDATE backups SET wrapped_key = ? WHERE owner = ?`), []byte{}, owner); err != nil {
+			return fmt.Errorf("%s: blank the owner's wrapped keys: %w", s.d.Name, err)
+		}
+		return nil
+	})
+}
+
+func (s SQLStore) EraseOwnerRows(ctx context.Context, owner, keep string) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, table := range store.OwnerRowTables {
+		query, args := `DELETE FROM `+table+` WHERE owner = ?`, []any{owner}
+		if table == "jobs" {
+			query, args = query+` AND id <> ?`, append(args, keep)
+		}
+		// One statement a table, each its own transaction: an erasure
+		// that stops part-way is run again, and finds less.
+		n, err := s.exec(ctx, s.d.bind(query), args...)
+		if err != nil {
+			return out, fmt.Errorf("%s: erase the owner's %s: %w", s.d.Name, table, err)
+		}
+		out[table] = n
+	}
+	return out, nil
+}
+
+func (s SQLStore) CountOwnerRows(ctx context.Context, owner string) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, table := range store.OwnerRowTables {
+		var n int64
+		if err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT count(*) FROM `+table+` WHERE owner = ?`), owner).Scan(&n); err != nil {
+			return nil, fmt.Errorf("%s: count the owner's %s: %w", s.d.Name, table, err)
+		}
+		out[table] = n
+	}
+	return out, nil
+}

@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/contentbackup/contentbackup/internal/fault"
+)
+
+// OwnerKeys keeps each owner's own key, wrapped by a key-encryption key
+// (KEK): the middle of the key hierarchy KEK -> owner key -> backup data
+// key. Erasing an owner destroys its row first, which makes every data
+// key of the owner, wherever a copy of it lives, unreadable.
+type OwnerKeys interface {
+	// GetOwnerKey returns owner's key row, or ErrNotFound.
+	GetOwnerKey(ctx context.Context, owner string) (OwnerKey, error)
+	// CreateOwnerKey stores k unless the owner has a key already, and
+	// returns the owner's key as stored: k, or the one another replica
+	// stored first.
+	CreateOwnerKey(ctx context.Context, k OwnerKey) (OwnerKey, error)
+	// OwnerKeysNotUnder returns up to limit key rows, in owner order after
+	// afterOwner, wrapped under any KEK but kek: what a rotation to kek
+	// has left to rewrap.
+	OwnerKeysNotUnder(ctx context.Context, kek, afterOwner string, limit int) ([]OwnerKey, error)
+	// RewrapOwnerKey replaces the wrapping of owner's key KeyID from
+	// (wrapped, KEK) old to new, only while the row still holds old: a
+	// row rewrapped, destroyed or replaced meanwhile is ErrNotFound and
+	// unchanged, so two replicas rotating at once cannot lose a key.
+	RewrapOwnerKey(ctx context.Context, old OwnerKey, wrapped []byte, kek string, at time.Time) error
+	// LegacyBackups returns up to limit backups, in (owner, id) order
+	// after (afterOwner, afterID), whose data keys the KEK wraps directly
+	// (no owner key): what the owner-key migration has left to rewrap.
+	LegacyBackups(ctx context.Context, afterOwner, afterID string, limit int) ([]Backup, error)
+	// RewrapBackupKey seals a legacy backup's data key under its owner's
+	// key ownerKeyID instead of the KEK, only while the row still holds
+	// oldWrapped under no owner key (else ErrNotFound, unchanged).
+	RewrapBackupKey(ctx context.Context, owner, id string, oldWrapped, wrapped []byte, ownerKeyID string) error
+	// KeyCounts counts, across owners, the owner keys under each KEK and
+	// the backups whose data keys a KEK wraps directly.
+	KeyCounts(ctx context.Context) (KeyCounts, error)
+}
+
+// OwnerKey is one owner's key as stored: never the key itself, only its
+// wrapping.
+type OwnerKey struct {
+	Owner string
+	// KeyID names this key among every key the owner name has had: a
+	// backup row names the key that seals its data key.
+	KeyID          string
+	Wrapped        []byte
+	KEKFingerprint string
+	Created        time.Time
+	// Rewrapped is when a rotation last rewrapped it (zero: never).
+	Rewrapped time.Time
+}
+
+// KeyCounts is how many rows each KEK wraps.
+type KeyCounts struct {
+	// OwnerKeys: owner key rows by the fingerprint of the KEK that wraps
+	// them.
+	OwnerKeys map[string]int64
+	// LegacyBackups: backup rows whose data key a KEK wraps directly, by
+	// that KEK's fingerprint ("" for rows older than fingerprints).
+	LegacyBackups map[string]int64
+}
+
+// Holds are legal holds: an owner, or one backup of it, kept past
+// retention, DeleteBackup and erasure while a case lasts.
+type Holds interface {
+	// SetHold creates or replaces the hold on (h.Owner, h.Backup).
+	SetHold(ctx context.Context, h Hold) error
+	// ReleaseHold removes the hold on owner's backup ("" for the owner's
+	// own hold); a missing one is ErrNotFound.
+	ReleaseHold(ctx context.Context, owner, backup string) error
+	// ListHolds returns the owner's holds, in force or not, owner-wide
+	// first, then by backup id.
+	ListHolds(ctx context.Context, owner string) ([]Hold, error)
+}
+
+// Hold is one legal hold.
+type Hold struct {
+	Owner string
+	// Backup is the held backup's id; "" holds every backup of the owner,
+	// and the owner against erasure.
+	Backup, Reason, Principal string
+	Created                   time.Time
+	// Until is when the hold lapses by itself (zero: when released).
+	Until time.Time
+}
+
+// InForce reports whether h holds at now.
+func (h Hold) InForce(now time.Time) bool { return h.Until.IsZero() || now.Before(h.Until) }
+
+// ErrHeld: a legal hold keeps the backup or the owner.
+var ErrHeld = fault.New(fault.FailedPrecondition, "under a legal hold")
+
+// Erasure removes one owner from every table.
+type Erasure interface {
+	// DestroyOwnerKey deletes owner's key row and blanks the wrapped data
+	// key of every backup row of the owner, in one transaction: the
+	// first step of an erasure, after which no data key of the owner
+	// opens. Idempotent.
+	DestroyOwnerKey(ctx context.Context, owner string) error
+	// EraseOwnerRows deletes every row of owner from every table that
+	// holds owner rows (OwnerRowTables), except the job keep (the
+	// erasure's own audit record), and returns how many it deleted from
+	// each. The caller deletes the backups' objects first. Idempotent.
+	EraseOwnerRows(ctx context.Context, owner, keep string) (map[string]int64, error)
+	// CountOwnerRows counts owner's rows in each of OwnerRowTables: an
+	// erasure's dry run.
+	CountOwnerRows(ctx context.Context, owner string) (map[string]int64, error)
+}
+
+// OwnerRowTables are the tables that hold an owner's rows, in the order
+// an erasure deletes from them (children before the rows they name).
+// TestErasureCoversEveryOwnerTable holds it against the schema: a table
+// with an owner column missing here fails it.
+var OwnerRowTables = []string{"messages", "groups", "consent", "owner_changes", "schedule_ticks", "holds", "backups", "owner_keys", "jobs"}
