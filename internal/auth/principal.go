@@ -31,12 +31,18 @@ const (
 	// archive.import for both.
 	ScopeArchiveMigrate Scope = "archive.migrate"
 	ScopeAdmin          Scope = "admin"
+	// ScopeOwnersErase lets a principal erase an owner everywhere. No
+	// other scope implies it, admin included: erasure cannot be undone,
+	// so a policy grants it by name or not at all.
+	ScopeOwnersErase Scope = "owners.erase"
+	// ScopeOwnersHold lets a principal place and lift legal holds.
+	ScopeOwnersHold Scope = "owners.hold"
 )
 
 // KnownScopes lists every scope a policy or token may grant.
 var KnownScopes = []Scope{
 	ScopeContent, ScopeConversationsRead, ScopeConversationsWrite, ScopeAnySender,
-	ScopeArchiveExport, ScopeArchiveImport, ScopeArchiveMigrate, ScopeAdmin,
+	ScopeArchiveExport, ScopeArchiveImport, ScopeArchiveMigrate, ScopeAdmin, ScopeOwnersErase, ScopeOwnersHold,
 }
 
 func parseScope(s string) (Scope, error) {
@@ -101,7 +107,7 @@ type Principal struct {
 
 // Has reports whether the principal holds scope (admin holds every scope).
 func (p *Principal) Has(s Scope) bool {
-	return p != nil && (p.Scopes[s] || p.Scopes[ScopeAdmin])
+	return p != nil && (p.Scopes[s] || p.Scopes[ScopeAdmin] && s != ScopeOwnersErase)
 }
 
 // MayActAs reports whether the principal may name actor as the sender or

@@ -325,8 +325,11 @@ var (
 // commits nothing; an import keeps what it applied, which is safe to
 // apply again (ARCH import is additive and idempotent).
 func ended(kind, what string) string {
-	if kind == store.JobImport {
+	switch kind {
+	case store.JobImport:
 		return what + importLeftBehind
+	case store.JobErase:
+		return what + "; what it erased stays erased (the owner's key first), and starting the erasure again finishes it"
 	}
 	return what + "; nothing was committed"
 }
@@ -789,6 +792,9 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req request
 	case store.JobExport:
 		md.Kind = pv.JobKind_JOB_KIND_EXPORT
 		p.backup.JobID = id
+	case store.JobErase:
+		md.Kind = pv.JobKind_JOB_KIND_ERASE
+		md.Object = nil
 	case store.JobImport:
 		md.Kind = pv.JobKind_JOB_KIND_IMPORT
 		if ir, ok := req.(ImportRequest); ok {
@@ -884,6 +890,8 @@ func (m *Manager) execute(ctx context.Context, r *run, req request, p prepared) 
 			result, err = m.export(ctx, r, req, p)
 		case ImportRequest:
 			result, err = m.importArchive(ctx, r, req, p)
+		case EraseRequest:
+			result, err = m.erase(ctx, r, req)
 		}
 	}
 	r.cancel(nil)

@@ -51,6 +51,12 @@ type Kept struct {
 // each with why) and those it removes (newest first). A backup's time is
 // when its export started (Created).
 func (r Retention) Apply(backups []store.Backup) (keep []Kept, remove []store.Backup) {
+	return r.ApplyHolding(backups, nil)
+}
+
+// ApplyHolding is Apply with legal holds: a backup held reports true is
+// kept (rule "hold"), and so is the chain it is built on.
+func (r Retention) ApplyHolding(backups []store.Backup, held func(store.Backup) bool) (keep []Kept, remove []store.Backup) {
 	list := slices.Clone(backups)
 	slices.SortStableFunc(list, func(a, b store.Backup) int { return b.Created.Compare(a.Created) })
 	rules := []struct {
@@ -80,6 +86,9 @@ func (r Retention) Apply(backups []store.Backup) (keep []Kept, remove []store.Ba
 				}
 				why = append(why, rule.name)
 			}
+		}
+		if held != nil && held(b) {
+			why = append(why, "hold")
 		}
 		if len(why) > 0 {
 			keep = append(keep, Kept{Backup: b, Rules: why})
@@ -170,7 +179,11 @@ func (m *Manager) PlanRetention(ctx context.Context, owner, schedule string, rul
 	if err != nil {
 		return Plan{}, err
 	}
-	plan.Keep, plan.Remove = plan.Rules.Apply(backups)
+	held, err := m.heldTest(ctx, owner)
+	if err != nil {
+		return Plan{}, err
+	}
+	plan.Keep, plan.Remove = plan.Rules.ApplyHolding(backups, held)
 	return plan, nil
 }
 

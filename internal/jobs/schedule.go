@@ -400,9 +400,19 @@ func (m *Manager) Prune(ctx context.Context, s *Schedule, owner string) error {
 	if err != nil {
 		return err
 	}
-	_, remove := s.Policy().Apply(complete)
+	held, err := m.heldTest(ctx, owner)
+	if err != nil {
+		return err
+	}
+	_, remove := s.Policy().ApplyHolding(complete, held)
 	for _, b := range remove {
-		if err := m.deleteBackup(ctx, b); err != nil {
+		err := m.deleteBackup(ctx, b)
+		if errors.Is(err, store.ErrHeld) {
+			// Held since the holds were read: the store refused the delete.
+			m.cfg.Log.Info("backup kept by a legal hold", zap.String("schedule", s.Name), zap.String("owner", owner), zap.String("backup", b.ID))
+			continue
+		}
+		if err != nil {
 			return err
 		}
 		m.cfg.Log.Info("backup deleted by retention", zap.String("schedule", s.Name), zap.String("owner", owner), zap.String("backup", b.ID), zap.String("key", b.ObjectKey))

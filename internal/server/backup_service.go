@@ -116,9 +116,14 @@ func (s *BackupService) ListBackups(ctx context.Context, req *cb.ListBackupsRequ
 	if err != nil {
 		return nil, jobStatus(err, "")
 	}
+	holds, err := s.jobs.Holds(ctx, req.GetOwner())
+	if err != nil {
+		return nil, jobStatus(err, "")
+	}
+	now := time.Now()
 	resp := &cb.ListBackupsResponse{Backups: make([]*cb.Backup, 0, len(page))}
 	for _, b := range page {
-		resp.Backups = append(resp.Backups, backupOf(b))
+		resp.Backups = append(resp.Backups, heldBackupOf(b, holds, now))
 	}
 	if len(page) == size {
 		resp.NextPageToken = s.tokens.Seal(principalName(ctx), pagetoken.Backups, pagetoken.OwnerBinding(req.GetOwner()), []byte(page[len(page)-1].ID))
@@ -131,7 +136,90 @@ func (s *BackupService) GetBackup(ctx context.Context, req *cb.GetBackupRequest)
 	if err != nil {
 		return nil, jobStatus(err, req.GetBackup())
 	}
-	return backupOf(b), nil
+	holds, err := s.jobs.Holds(ctx, req.GetOwner())
+	if err != nil {
+		return nil, jobStatus(err, "")
+	}
+	return heldBackupOf(b, holds, time.Now()), nil
+}
+
+// heldBackupOf is backupOf with the hold in force that keeps b, if any.
+func heldBackupOf(b store.Backup, holds []store.Hold, now time.Time) *cb.Backup {
+	out := backupOf(b)
+	if h := jobs.HoldOn(holds, b.ID, now); h != nil {
+		out.Hold = legalHoldOf(*h, now)
+	}
+	return out
+}
+
+func legalHoldOf(h store.Hold, now time.Time) *cb.LegalHold {
+	out := &cb.LegalHold{Owner: h.Owner, Backup: h.Backup, Reason: h.Reason, Principal: h.Principal,
+		CreateTime: timestamppb.New(h.Created), InForce: h.InForce(now)}
+	if !h.Until.IsZero() {
+		out.EndTime = timestamppb.New(h.Until)
+	}
+	return out
+}
+
+func (s *BackupService) EraseOwner(ctx context.Context, req *cb.EraseOwnerRequest) (*longrunningpb.Operation, error) {
+	j, err := s.jobs.StartErase(ctx, principalName(ctx), jobs.EraseRequest{Owner: req.GetOwner(), DryRun: req.GetDryRun(), RequestID: req.GetRequestId()})
+	if err != nil {
+		return nil, jobStatus(err, "")
+	}
+	return operationOf(j)
+}
+
+func (s *BackupService) SetLegalHold(ctx context.Context, req *cb.SetLegalHoldRequest) (*cb.LegalHold, error) {
+	h := store.Hold{Owner: req.GetOwner(), Backup: req.GetBackup(), Reason: req.GetReason()}
+	if e := req.GetEndTime(); e != nil {
+		if err := e.CheckValid(); err != nil {
+			return nil, status.Error(codes.InvalidArgument, "end_time: not a valid timestamp")
+		}
+		h.Until = e.AsTime()
+	}
+	h, err := s.jobs.SetHold(ctx, principalName(ctx), h)
+	if err != nil {
+		return nil, jobStatus(err, req.GetBackup())
+	}
+	return legalHoldOf(h, time.Now()), nil
+}
+
+func (s *BackupService) ReleaseLegalHold(ctx context.Context, req *cb.ReleaseLegalHoldRequest) (*emptypb.Empty, error) {
+	if err := s.jobs.ReleaseHold(ctx, principalName(ctx), req.GetOwner(), req.GetBackup()); err != nil {
+		if errors.Is(err, jobs.ErrHoldNotFound) {
+			return nil, status.Error(codes.NotFound, "hold: not found")
+		}
+		return nil, jobStatus(err, req.GetBackup())
+	}
+	return &emptypb.Empty{}, nil
+}
+
+func (s *BackupService) ListLegalHolds(ctx context.Context, req *cb.ListLegalHoldsRequest) (*cb.ListLegalHoldsResponse, error) {
+	if err := records.CheckOwner(req.GetOwner()); err != nil {
+		return nil, statusOf(err)
+	}
+	holds, err := s.jobs.Holds(ctx, req.GetOwner())
+	if err != nil {
+		return nil, jobStatus(err, "")
+	}
+	now := time.Now()
+	resp := &cb.ListLegalHoldsResponse{Holds: make([]*cb.LegalHold, 0, len(holds))}
+	for _, h := range holds {
+		resp.Holds = append(resp.Holds, legalHoldOf(h, now))
+	}
+	return resp, nil
+}
+
+func (s *BackupService) GetKeyStatus(ctx context.Context, _ *cb.GetKeyStatusRequest) (*cb.KeyStatus, error) {
+	st, err := s.jobs.KeyStatus(ctx)
+	if err != nil {
+		return nil, jobStatus(err, "")
+	}
+	out := &cb.KeyStatus{Current: st.Current, RetiredRows: st.Retired()}
+	for _, u := range st.KEKs {
+		out.Keks = append(out.Keks, &cb.KEKUse{Fingerprint: u.Fingerprint, State: u.State, OwnerKeys: u.OwnerKeys, LegacyBackups: u.LegacyBackups})
+	}
+	return out, nil
 }
 
 func (s *BackupService) DeleteBackup(ctx context.Context, req *cb.DeleteBackupRequest) (*emptypb.Empty, error) {
@@ -237,8 +325,11 @@ const (
 )
 
 func jobScope(kind string) auth.Scope {
-	if kind == store.JobImport {
+	switch kind {
+	case store.JobImport:
 		return auth.ScopeArchiveImport
+	case store.JobErase:
+		return auth.ScopeOwnersErase
 	}
 	return auth.ScopeArchiveExport
 }
@@ -323,6 +414,11 @@ func (s *OperationsService) DeleteOperation(ctx context.Context, req *longrunnin
 	j, err := s.job(ctx, req.GetName())
 	if err != nil {
 		return nil, err
+	}
+	if j.Kind == store.JobErase {
+		// The erasure's record is its audit trail: who erased the owner
+		// and when. It stays.
+		return nil, status.Error(codes.FailedPrecondition, "an erasure's operation is its audit record and is kept")
 	}
 	if err := s.store.DeleteJob(ctx, j.ID); err != nil {
 		return nil, statusOf(err)

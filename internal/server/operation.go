@@ -71,8 +71,11 @@ func operation(j store.Job) (*longrunningpb.Operation, error) {
 	switch j.State {
 	case store.JobSucceeded:
 		var result proto.Message = &cb.ExportJobResult{}
-		if j.Kind == store.JobImport {
+		switch j.Kind {
+		case store.JobImport:
 			result = &cb.ImportJobResult{}
+		case store.JobErase:
+			result = &cb.EraseOwnerResult{}
 		}
 		if err := proto.Unmarshal(j.Result, result); err != nil {
 			return nil, fmt.Errorf("job %s: result: %w", j.ID, err)

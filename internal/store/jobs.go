@@ -66,6 +66,9 @@ var ErrJobConflict = fault.New(fault.AlreadyExists, "the owner already has a run
 const (
 	JobExport = "export"
 	JobImport = "import"
+	// JobErase erases an owner; its row outlives KeepFinished, as the
+	// erasure's audit record.
+	JobErase = "erase"
 
 	JobRunning   = "running"
 	JobSucceeded = "succeeded"

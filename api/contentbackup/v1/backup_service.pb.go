@@ -90,6 +90,7 @@ const (
 	JobKind_JOB_KIND_UNSPECIFIED JobKind = 0
 	JobKind_JOB_KIND_EXPORT      JobKind = 1
 	JobKind_JOB_KIND_IMPORT      JobKind = 2
+	JobKind_JOB_KIND_ERASE       JobKind = 3
 )
 
 // Enum value maps for JobKind.
@@ -98,11 +99,13 @@ var (
 		0: "JOB_KIND_UNSPECIFIED",
 		1: "JOB_KIND_EXPORT",
 		2: "JOB_KIND_IMPORT",
+		3: "JOB_KIND_ERASE",
 	}
 	JobKind_value = map[string]int32{
 		"JOB_KIND_UNSPECIFIED": 0,
 		"JOB_KIND_EXPORT":      1,
 		"JOB_KIND_IMPORT":      2,
+		"JOB_KIND_ERASE":       3,
 	}
 )
 
@@ -255,6 +258,690 @@ func (JobPhase) EnumDescriptor() ([]byte, []int) {
 	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{3}
 }
 
+// EraseOwnerRequest names the owner to erase.
+type EraseOwnerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Report what would be erased; erase nothing.
+	DryRun bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Makes the start idempotent (AIP-155): a start repeating it returns
+	// the operation the first one started.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EraseOwnerRequest) Reset() {
+	*x = EraseOwnerRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EraseOwnerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EraseOwnerRequest) ProtoMessage() {}
+
+func (x *EraseOwnerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EraseOwnerRequest.ProtoReflect.Descriptor instead.
+func (*EraseOwnerRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *EraseOwnerRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *EraseOwnerRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *EraseOwnerRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// EraseOwnerResult is a finished erasure's response.
+type EraseOwnerResult struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	DryRun bool                   `protobuf:"varint,1,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// The owner's rows in each table: deleted, or for a dry run present.
+	Rows []*TableRows `protobuf:"bytes,2,rep,name=rows,proto3" json:"rows,omitempty"`
+	// Backups whose objects were deleted (or would be).
+	Backups uint64 `protobuf:"varint,3,opt,name=backups,proto3" json:"backups,omitempty"`
+	// Objects deleted from the buckets: archives, sidecars, attempts and
+	// any object left under the owner's prefixes.
+	Objects uint64 `protobuf:"varint,4,opt,name=objects,proto3" json:"objects,omitempty"`
+	// The owner's key was destroyed (false for a dry run).
+	KeyDestroyed  bool `protobuf:"varint,5,opt,name=key_destroyed,json=keyDestroyed,proto3" json:"key_destroyed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EraseOwnerResult) Reset() {
+	*x = EraseOwnerResult{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EraseOwnerResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EraseOwnerResult) ProtoMessage() {}
+
+func (x *EraseOwnerResult) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EraseOwnerResult.ProtoReflect.Descriptor instead.
+func (*EraseOwnerResult) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EraseOwnerResult) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *EraseOwnerResult) GetRows() []*TableRows {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+func (x *EraseOwnerResult) GetBackups() uint64 {
+	if x != nil {
+		return x.Backups
+	}
+	return 0
+}
+
+func (x *EraseOwnerResult) GetObjects() uint64 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
+func (x *EraseOwnerResult) GetKeyDestroyed() bool {
+	if x != nil {
+		return x.KeyDestroyed
+	}
+	return false
+}
+
+// TableRows is how many of an owner's rows one table held.
+type TableRows struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Table         string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	Rows          int64                  `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TableRows) Reset() {
+	*x = TableRows{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TableRows) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TableRows) ProtoMessage() {}
+
+func (x *TableRows) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TableRows.ProtoReflect.Descriptor instead.
+func (*TableRows) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TableRows) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *TableRows) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+// LegalHold keeps an owner, or one of its backups, while a case lasts.
+type LegalHold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The held backup; empty: the owner and every backup of it.
+	Backup string `protobuf:"bytes,2,opt,name=backup,proto3" json:"backup,omitempty"`
+	// The case or request the hold is for (printable, at most 512 bytes).
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who placed it, and when.
+	Principal  string                 `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it lapses by itself; unset: when released.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Whether it holds now (false once end_time has passed).
+	InForce       bool `protobuf:"varint,7,opt,name=in_force,json=inForce,proto3" json:"in_force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LegalHold) Reset() {
+	*x = LegalHold{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LegalHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LegalHold) ProtoMessage() {}
+
+func (x *LegalHold) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LegalHold.ProtoReflect.Descriptor instead.
+func (*LegalHold) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LegalHold) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LegalHold) GetBackup() string {
+	if x != nil {
+		return x.Backup
+	}
+	return ""
+}
+
+func (x *LegalHold) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *LegalHold) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *LegalHold) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *LegalHold) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *LegalHold) GetInForce() bool {
+	if x != nil {
+		return x.InForce
+	}
+	return false
+}
+
+// SetLegalHoldRequest places a hold.
+type SetLegalHoldRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Backup        string                 `protobuf:"bytes,2,opt,name=backup,proto3" json:"backup,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLegalHoldRequest) Reset() {
+	*x = SetLegalHoldRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLegalHoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLegalHoldRequest) ProtoMessage() {}
+
+func (x *SetLegalHoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLegalHoldRequest.ProtoReflect.Descriptor instead.
+func (*SetLegalHoldRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SetLegalHoldRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *SetLegalHoldRequest) GetBackup() string {
+	if x != nil {
+		return x.Backup
+	}
+	return ""
+}
+
+func (x *SetLegalHoldRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SetLegalHoldRequest) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+// ReleaseLegalHoldRequest names a hold.
+type ReleaseLegalHoldRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Backup        string                 `protobuf:"bytes,2,opt,name=backup,proto3" json:"backup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseLegalHoldRequest) Reset() {
+	*x = ReleaseLegalHoldRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseLegalHoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseLegalHoldRequest) ProtoMessage() {}
+
+func (x *ReleaseLegalHoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseLegalHoldRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseLegalHoldRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReleaseLegalHoldRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *ReleaseLegalHoldRequest) GetBackup() string {
+	if x != nil {
+		return x.Backup
+	}
+	return ""
+}
+
+// ListLegalHoldsRequest names an owner.
+type ListLegalHoldsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLegalHoldsRequest) Reset() {
+	*x = ListLegalHoldsRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLegalHoldsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLegalHoldsRequest) ProtoMessage() {}
+
+func (x *ListLegalHoldsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLegalHoldsRequest.ProtoReflect.Descriptor instead.
+func (*ListLegalHoldsRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListLegalHoldsRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+// ListLegalHoldsResponse is an owner's holds, owner-wide first.
+type ListLegalHoldsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Holds         []*LegalHold           `protobuf:"bytes,1,rep,name=holds,proto3" json:"holds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLegalHoldsResponse) Reset() {
+	*x = ListLegalHoldsResponse{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLegalHoldsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLegalHoldsResponse) ProtoMessage() {}
+
+func (x *ListLegalHoldsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLegalHoldsResponse.ProtoReflect.Descriptor instead.
+func (*ListLegalHoldsResponse) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListLegalHoldsResponse) GetHolds() []*LegalHold {
+	if x != nil {
+		return x.Holds
+	}
+	return nil
+}
+
+// GetKeyStatusRequest asks for the server's key status.
+type GetKeyStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKeyStatusRequest) Reset() {
+	*x = GetKeyStatusRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKeyStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKeyStatusRequest) ProtoMessage() {}
+
+func (x *GetKeyStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKeyStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetKeyStatusRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{8}
+}
+
+// KeyStatus is which KEKs wrap the catalog's keys.
+type KeyStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The current KEK's fingerprint (16 hex digits of a keyed hash, never
+	// the key).
+	Current string    `protobuf:"bytes,1,opt,name=current,proto3" json:"current,omitempty"`
+	Keks    []*KEKUse `protobuf:"bytes,2,rep,name=keks,proto3" json:"keks,omitempty"`
+	// Rows under a KEK other than the current one: 0 once a rotation is
+	// done.
+	RetiredRows   int64 `protobuf:"varint,3,opt,name=retired_rows,json=retiredRows,proto3" json:"retired_rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyStatus) Reset() {
+	*x = KeyStatus{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyStatus) ProtoMessage() {}
+
+func (x *KeyStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyStatus.ProtoReflect.Descriptor instead.
+func (*KeyStatus) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *KeyStatus) GetCurrent() string {
+	if x != nil {
+		return x.Current
+	}
+	return ""
+}
+
+func (x *KeyStatus) GetKeks() []*KEKUse {
+	if x != nil {
+		return x.Keks
+	}
+	return nil
+}
+
+func (x *KeyStatus) GetRetiredRows() int64 {
+	if x != nil {
+		return x.RetiredRows
+	}
+	return 0
+}
+
+// KEKUse is one KEK and what it wraps.
+type KEKUse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprint string                 `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// "current", "retiring" (held to rotate away from) or "unavailable"
+	// (rows under it that this server cannot open).
+	State     string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	OwnerKeys int64  `protobuf:"varint,3,opt,name=owner_keys,json=ownerKeys,proto3" json:"owner_keys,omitempty"`
+	// Backups whose data keys it wraps directly (written before owner
+	// keys; the key worker reseals them under their owner's key).
+	LegacyBackups int64 `protobuf:"varint,4,opt,name=legacy_backups,json=legacyBackups,proto3" json:"legacy_backups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KEKUse) Reset() {
+	*x = KEKUse{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KEKUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KEKUse) ProtoMessage() {}
+
+func (x *KEKUse) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KEKUse.ProtoReflect.Descriptor instead.
+func (*KEKUse) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *KEKUse) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *KEKUse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *KEKUse) GetOwnerKeys() int64 {
+	if x != nil {
+		return x.OwnerKeys
+	}
+	return 0
+}
+
+func (x *KEKUse) GetLegacyBackups() int64 {
+	if x != nil {
+		return x.LegacyBackups
+	}
+	return 0
+}
+
 // PlanRetentionRequest names an owner and a retention: a schedule of the
 // server's policy, keep rules, or both.
 type PlanRetentionRequest struct {
@@ -272,7 +959,7 @@ type PlanRetentionRequest struct {
 
 func (x *PlanRetentionRequest) Reset() {
 	*x = PlanRetentionRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[0]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +971,7 @@ func (x *PlanRetentionRequest) String() string {
 func (*PlanRetentionRequest) ProtoMessage() {}
 
 func (x *PlanRetentionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[0]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +984,7 @@ func (x *PlanRetentionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRetentionRequest.ProtoReflect.Descriptor instead.
 func (*PlanRetentionRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{0}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PlanRetentionRequest) GetOwner() string {
@@ -338,7 +1025,7 @@ type RetentionRules struct {
 
 func (x *RetentionRules) Reset() {
 	*x = RetentionRules{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[1]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -350,7 +1037,7 @@ func (x *RetentionRules) String() string {
 func (*RetentionRules) ProtoMessage() {}
 
 func (x *RetentionRules) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[1]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -363,7 +1050,7 @@ func (x *RetentionRules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionRules.ProtoReflect.Descriptor instead.
 func (*RetentionRules) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{1}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RetentionRules) GetLast() int32 {
@@ -413,7 +1100,7 @@ type PlanRetentionResponse struct {
 
 func (x *PlanRetentionResponse) Reset() {
 	*x = PlanRetentionResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[2]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +1112,7 @@ func (x *PlanRetentionResponse) String() string {
 func (*PlanRetentionResponse) ProtoMessage() {}
 
 func (x *PlanRetentionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[2]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +1125,7 @@ func (x *PlanRetentionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRetentionResponse.ProtoReflect.Descriptor instead.
 func (*PlanRetentionResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{2}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlanRetentionResponse) GetDecisions() []*RetentionDecision {
@@ -468,7 +1155,7 @@ type RetentionDecision struct {
 
 func (x *RetentionDecision) Reset() {
 	*x = RetentionDecision{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +1167,7 @@ func (x *RetentionDecision) String() string {
 func (*RetentionDecision) ProtoMessage() {}
 
 func (x *RetentionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +1180,7 @@ func (x *RetentionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionDecision.ProtoReflect.Descriptor instead.
 func (*RetentionDecision) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{3}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RetentionDecision) GetBackup() *Backup {
@@ -532,7 +1219,7 @@ type ObjectLocation struct {
 
 func (x *ObjectLocation) Reset() {
 	*x = ObjectLocation{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +1231,7 @@ func (x *ObjectLocation) String() string {
 func (*ObjectLocation) ProtoMessage() {}
 
 func (x *ObjectLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +1244,7 @@ func (x *ObjectLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectLocation.ProtoReflect.Descriptor instead.
 func (*ObjectLocation) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{4}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ObjectLocation) GetBucket() string {
@@ -619,7 +1306,7 @@ type StartExportRequest struct {
 
 func (x *StartExportRequest) Reset() {
 	*x = StartExportRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +1318,7 @@ func (x *StartExportRequest) String() string {
 func (*StartExportRequest) ProtoMessage() {}
 
 func (x *StartExportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +1331,7 @@ func (x *StartExportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartExportRequest.ProtoReflect.Descriptor instead.
 func (*StartExportRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{5}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StartExportRequest) GetOwner() string {
@@ -738,7 +1425,7 @@ type StartImportRequest struct {
 
 func (x *StartImportRequest) Reset() {
 	*x = StartImportRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +1437,7 @@ func (x *StartImportRequest) String() string {
 func (*StartImportRequest) ProtoMessage() {}
 
 func (x *StartImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +1450,7 @@ func (x *StartImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartImportRequest.ProtoReflect.Descriptor instead.
 func (*StartImportRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{6}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StartImportRequest) GetOwner() string {
@@ -844,14 +1531,17 @@ type Backup struct {
 	// The backup this one is an increment of (StartExportRequest.since_backup);
 	// empty for a full backup. A backup that is the base of another cannot
 	// be deleted before it.
-	BaseBackup    string `protobuf:"bytes,15,opt,name=base_backup,json=baseBackup,proto3" json:"base_backup,omitempty"`
+	BaseBackup string `protobuf:"bytes,15,opt,name=base_backup,json=baseBackup,proto3" json:"base_backup,omitempty"`
+	// The legal hold in force that keeps it (its own, else its owner's);
+	// unset when none does.
+	Hold          *LegalHold `protobuf:"bytes,16,opt,name=hold,proto3" json:"hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Backup) Reset() {
 	*x = Backup{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +1553,7 @@ func (x *Backup) String() string {
 func (*Backup) ProtoMessage() {}
 
 func (x *Backup) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1566,7 @@ func (x *Backup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backup.ProtoReflect.Descriptor instead.
 func (*Backup) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{7}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Backup) GetId() string {
@@ -984,6 +1674,13 @@ func (x *Backup) GetBaseBackup() string {
 	return ""
 }
 
+func (x *Backup) GetHold() *LegalHold {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
 // ListBackupsRequest pages through an owner's backups.
 type ListBackupsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -997,7 +1694,7 @@ type ListBackupsRequest struct {
 
 func (x *ListBackupsRequest) Reset() {
 	*x = ListBackupsRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1706,7 @@ func (x *ListBackupsRequest) String() string {
 func (*ListBackupsRequest) ProtoMessage() {}
 
 func (x *ListBackupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1719,7 @@ func (x *ListBackupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBackupsRequest.ProtoReflect.Descriptor instead.
 func (*ListBackupsRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{8}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListBackupsRequest) GetOwner() string {
@@ -1057,7 +1754,7 @@ type ListBackupsResponse struct {
 
 func (x *ListBackupsResponse) Reset() {
 	*x = ListBackupsResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1766,7 @@ func (x *ListBackupsResponse) String() string {
 func (*ListBackupsResponse) ProtoMessage() {}
 
 func (x *ListBackupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1779,7 @@ func (x *ListBackupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBackupsResponse.ProtoReflect.Descriptor instead.
 func (*ListBackupsResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{9}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListBackupsResponse) GetBackups() []*Backup {
@@ -1110,7 +1807,7 @@ type GetBackupRequest struct {
 
 func (x *GetBackupRequest) Reset() {
 	*x = GetBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1819,7 @@ func (x *GetBackupRequest) String() string {
 func (*GetBackupRequest) ProtoMessage() {}
 
 func (x *GetBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1832,7 @@ func (x *GetBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupRequest.ProtoReflect.Descriptor instead.
 func (*GetBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{10}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetBackupRequest) GetOwner() string {
@@ -1163,7 +1860,7 @@ type VerifyBackupRequest struct {
 
 func (x *VerifyBackupRequest) Reset() {
 	*x = VerifyBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1872,7 @@ func (x *VerifyBackupRequest) String() string {
 func (*VerifyBackupRequest) ProtoMessage() {}
 
 func (x *VerifyBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1885,7 @@ func (x *VerifyBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyBackupRequest.ProtoReflect.Descriptor instead.
 func (*VerifyBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{11}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *VerifyBackupRequest) GetOwner() string {
@@ -1216,7 +1913,7 @@ type DeleteBackupRequest struct {
 
 func (x *DeleteBackupRequest) Reset() {
 	*x = DeleteBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1925,7 @@ func (x *DeleteBackupRequest) String() string {
 func (*DeleteBackupRequest) ProtoMessage() {}
 
 func (x *DeleteBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1938,7 @@ func (x *DeleteBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{12}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteBackupRequest) GetOwner() string {
@@ -1269,7 +1966,7 @@ type GetBackupKeyRequest struct {
 
 func (x *GetBackupKeyRequest) Reset() {
 	*x = GetBackupKeyRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1978,7 @@ func (x *GetBackupKeyRequest) String() string {
 func (*GetBackupKeyRequest) ProtoMessage() {}
 
 func (x *GetBackupKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1991,7 @@ func (x *GetBackupKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetBackupKeyRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{13}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetBackupKeyRequest) GetOwner() string {
@@ -1321,7 +2018,7 @@ type GetBackupKeyResponse struct {
 
 func (x *GetBackupKeyResponse) Reset() {
 	*x = GetBackupKeyResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +2030,7 @@ func (x *GetBackupKeyResponse) String() string {
 func (*GetBackupKeyResponse) ProtoMessage() {}
 
 func (x *GetBackupKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +2043,7 @@ func (x *GetBackupKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetBackupKeyResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{14}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetBackupKeyResponse) GetKey() []byte {
@@ -1399,7 +2096,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +2108,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +2121,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{15}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *JobMetadata) GetKind() JobKind {
@@ -1561,7 +2258,7 @@ type ExportJobResult struct {
 
 func (x *ExportJobResult) Reset() {
 	*x = ExportJobResult{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +2270,7 @@ func (x *ExportJobResult) String() string {
 func (*ExportJobResult) ProtoMessage() {}
 
 func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +2283,7 @@ func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportJobResult.ProtoReflect.Descriptor instead.
 func (*ExportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{16}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExportJobResult) GetSummary() *ExportSummary {
@@ -1627,7 +2324,7 @@ type ImportJobResult struct {
 
 func (x *ImportJobResult) Reset() {
 	*x = ImportJobResult{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +2336,7 @@ func (x *ImportJobResult) String() string {
 func (*ImportJobResult) ProtoMessage() {}
 
 func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +2349,7 @@ func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportJobResult.ProtoReflect.Descriptor instead.
 func (*ImportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{17}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ImportJobResult) GetCounts() *ImportResponse {
@@ -1666,7 +2363,53 @@ var File_contentbackup_v1_backup_service_proto protoreflect.FileDescriptor
 
 const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\n" +
-	"%contentbackup/v1/backup_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/archive_service.proto\x1a\x1cgoogle/api/annotations.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%xmtp/device_sync/backup_element.proto\"\x80\x01\n" +
+	"%contentbackup/v1/backup_service.proto\x12\x10contentbackup.v1\x1a&contentbackup/v1/archive_service.proto\x1a\x1cgoogle/api/annotations.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%xmtp/device_sync/backup_element.proto\"a\n" +
+	"\x11EraseOwnerRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"\xb5\x01\n" +
+	"\x10EraseOwnerResult\x12\x17\n" +
+	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x12/\n" +
+	"\x04rows\x18\x02 \x03(\v2\x1b.contentbackup.v1.TableRowsR\x04rows\x12\x18\n" +
+	"\abackups\x18\x03 \x01(\x04R\abackups\x12\x18\n" +
+	"\aobjects\x18\x04 \x01(\x04R\aobjects\x12#\n" +
+	"\rkey_destroyed\x18\x05 \x01(\bR\fkeyDestroyed\"5\n" +
+	"\tTableRows\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\x03R\x04rows\"\xfe\x01\n" +
+	"\tLegalHold\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06backup\x18\x02 \x01(\tR\x06backup\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1c\n" +
+	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12;\n" +
+	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x125\n" +
+	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x19\n" +
+	"\bin_force\x18\a \x01(\bR\ainForce\"\x92\x01\n" +
+	"\x13SetLegalHoldRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06backup\x18\x02 \x01(\tR\x06backup\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x125\n" +
+	"\bend_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"G\n" +
+	"\x17ReleaseLegalHoldRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06backup\x18\x02 \x01(\tR\x06backup\"-\n" +
+	"\x15ListLegalHoldsRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\"K\n" +
+	"\x16ListLegalHoldsResponse\x121\n" +
+	"\x05holds\x18\x01 \x03(\v2\x1b.contentbackup.v1.LegalHoldR\x05holds\"\x15\n" +
+	"\x13GetKeyStatusRequest\"v\n" +
+	"\tKeyStatus\x12\x18\n" +
+	"\acurrent\x18\x01 \x01(\tR\acurrent\x12,\n" +
+	"\x04keks\x18\x02 \x03(\v2\x18.contentbackup.v1.KEKUseR\x04keks\x12!\n" +
+	"\fretired_rows\x18\x03 \x01(\x03R\vretiredRows\"\x86\x01\n" +
+	"\x06KEKUse\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"owner_keys\x18\x03 \x01(\x03R\townerKeys\x12%\n" +
+	"\x0elegacy_backups\x18\x04 \x01(\x03R\rlegacyBackups\"\x80\x01\n" +
 	"\x14PlanRetentionRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1a\n" +
 	"\bschedule\x18\x02 \x01(\tR\bschedule\x126\n" +
@@ -1706,7 +2449,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\x12#\n" +
-	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnly\"\x85\x05\n" +
+	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnly\"\xb6\x05\n" +
 	"\x06Backup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x123\n" +
@@ -1726,7 +2469,8 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"verifyTime\x12%\n" +
 	"\x0everify_problem\x18\x0e \x01(\tR\rverifyProblem\x12\x1f\n" +
 	"\vbase_backup\x18\x0f \x01(\tR\n" +
-	"baseBackup\"f\n" +
+	"baseBackup\x12/\n" +
+	"\x04hold\x18\x10 \x01(\v2\x1b.contentbackup.v1.LegalHoldR\x04hold\"f\n" +
 	"\x12ListBackupsRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1783,11 +2527,12 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x18BACKUP_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14BACKUP_STATE_WRITING\x10\x01\x12\x19\n" +
 	"\x15BACKUP_STATE_COMPLETE\x10\x02\x12\x19\n" +
-	"\x15BACKUP_STATE_DELETING\x10\x03*M\n" +
+	"\x15BACKUP_STATE_DELETING\x10\x03*a\n" +
 	"\aJobKind\x12\x18\n" +
 	"\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fJOB_KIND_EXPORT\x10\x01\x12\x13\n" +
-	"\x0fJOB_KIND_IMPORT\x10\x02*\x84\x01\n" +
+	"\x0fJOB_KIND_IMPORT\x10\x02\x12\x12\n" +
+	"\x0eJOB_KIND_ERASE\x10\x03*\x84\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
@@ -1800,7 +2545,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x16JOB_PHASE_TRANSFERRING\x10\x02\x12\x18\n" +
 	"\x14JOB_PHASE_COMMITTING\x10\x03\x12\x12\n" +
 	"\x0eJOB_PHASE_DONE\x10\x04\x12\x14\n" +
-	"\x10JOB_PHASE_QUEUED\x10\x052\x87\b\n" +
+	"\x10JOB_PHASE_QUEUED\x10\x052\x88\r\n" +
 	"\rBackupService\x12\x97\x01\n" +
 	"\vStartExport\x12$.contentbackup.v1.StartExportRequest\x1a\x1d.google.longrunning.Operation\"C\xcaA@\n" +
 	" contentbackup.v1.ExportJobResult\x12\x1ccontentbackup.v1.JobMetadata\x12\x97\x01\n" +
@@ -1811,7 +2556,14 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\fDeleteBackup\x12%.contentbackup.v1.DeleteBackupRequest\x1a\x16.google.protobuf.Empty\x12]\n" +
 	"\fGetBackupKey\x12%.contentbackup.v1.GetBackupKeyRequest\x1a&.contentbackup.v1.GetBackupKeyResponse\x12\x86\x01\n" +
 	"\fVerifyBackup\x12%.contentbackup.v1.VerifyBackupRequest\x1a\x18.contentbackup.v1.Backup\"5\x82\xd3\xe4\x93\x02/:\x01*\"*/v1/owners/{owner}/backups/{backup}:verify\x12\x92\x01\n" +
-	"\rPlanRetention\x12&.contentbackup.v1.PlanRetentionRequest\x1a'.contentbackup.v1.PlanRetentionResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/owners/{owner}/backups:planRetentionBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
+	"\rPlanRetention\x12&.contentbackup.v1.PlanRetentionRequest\x1a'.contentbackup.v1.PlanRetentionResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/owners/{owner}/backups:planRetention\x12\xb9\x01\n" +
+	"\n" +
+	"EraseOwner\x12#.contentbackup.v1.EraseOwnerRequest\x1a\x1d.google.longrunning.Operation\"g\xcaAA\n" +
+	"!contentbackup.v1.EraseOwnerResult\x12\x1ccontentbackup.v1.JobMetadata\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/owners/{owner}:erase\x12w\n" +
+	"\fSetLegalHold\x12%.contentbackup.v1.SetLegalHoldRequest\x1a\x1b.contentbackup.v1.LegalHold\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/owners/{owner}/holds\x12U\n" +
+	"\x10ReleaseLegalHold\x12).contentbackup.v1.ReleaseLegalHoldRequest\x1a\x16.google.protobuf.Empty\x12\x85\x01\n" +
+	"\x0eListLegalHolds\x12'.contentbackup.v1.ListLegalHoldsRequest\x1a(.contentbackup.v1.ListLegalHoldsResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/owners/{owner}/holds\x12k\n" +
+	"\fGetKeyStatus\x12%.contentbackup.v1.GetKeyStatusRequest\x1a\x1b.contentbackup.v1.KeyStatus\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/keys:statusBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
 
 var (
 	file_contentbackup_v1_backup_service_proto_rawDescOnce sync.Once
@@ -1826,87 +2578,115 @@ func file_contentbackup_v1_backup_service_proto_rawDescGZIP() []byte {
 }
 
 var file_contentbackup_v1_backup_service_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_contentbackup_v1_backup_service_proto_goTypes = []any{
 	(BackupState)(0),                   // 0: contentbackup.v1.BackupState
 	(JobKind)(0),                       // 1: contentbackup.v1.JobKind
 	(JobState)(0),                      // 2: contentbackup.v1.JobState
 	(JobPhase)(0),                      // 3: contentbackup.v1.JobPhase
-	(*PlanRetentionRequest)(nil),       // 4: contentbackup.v1.PlanRetentionRequest
-	(*RetentionRules)(nil),             // 5: contentbackup.v1.RetentionRules
-	(*PlanRetentionResponse)(nil),      // 6: contentbackup.v1.PlanRetentionResponse
-	(*RetentionDecision)(nil),          // 7: contentbackup.v1.RetentionDecision
-	(*ObjectLocation)(nil),             // 8: contentbackup.v1.ObjectLocation
-	(*StartExportRequest)(nil),         // 9: contentbackup.v1.StartExportRequest
-	(*StartImportRequest)(nil),         // 10: contentbackup.v1.StartImportRequest
-	(*Backup)(nil),                     // 11: contentbackup.v1.Backup
-	(*ListBackupsRequest)(nil),         // 12: contentbackup.v1.ListBackupsRequest
-	(*ListBackupsResponse)(nil),        // 13: contentbackup.v1.ListBackupsResponse
-	(*GetBackupRequest)(nil),           // 14: contentbackup.v1.GetBackupRequest
-	(*VerifyBackupRequest)(nil),        // 15: contentbackup.v1.VerifyBackupRequest
-	(*DeleteBackupRequest)(nil),        // 16: contentbackup.v1.DeleteBackupRequest
-	(*GetBackupKeyRequest)(nil),        // 17: contentbackup.v1.GetBackupKeyRequest
-	(*GetBackupKeyResponse)(nil),       // 18: contentbackup.v1.GetBackupKeyResponse
-	(*JobMetadata)(nil),                // 19: contentbackup.v1.JobMetadata
-	(*ExportJobResult)(nil),            // 20: contentbackup.v1.ExportJobResult
-	(*ImportJobResult)(nil),            // 21: contentbackup.v1.ImportJobResult
-	(*device_sync.ArchiveOptions)(nil), // 22: xmtp.device_sync.ArchiveOptions
-	(NonconformingRecords)(0),          // 23: contentbackup.v1.NonconformingRecords
-	(*ExportSummary)(nil),              // 24: contentbackup.v1.ExportSummary
-	(*timestamppb.Timestamp)(nil),      // 25: google.protobuf.Timestamp
-	(*ImportResponse)(nil),             // 26: contentbackup.v1.ImportResponse
-	(*longrunningpb.Operation)(nil),    // 27: google.longrunning.Operation
-	(*emptypb.Empty)(nil),              // 28: google.protobuf.Empty
+	(*EraseOwnerRequest)(nil),          // 4: contentbackup.v1.EraseOwnerRequest
+	(*EraseOwnerResult)(nil),           // 5: contentbackup.v1.EraseOwnerResult
+	(*TableRows)(nil),                  // 6: contentbackup.v1.TableRows
+	(*LegalHold)(nil),                  // 7: contentbackup.v1.LegalHold
+	(*SetLegalHoldRequest)(nil),        // 8: contentbackup.v1.SetLegalHoldRequest
+	(*ReleaseLegalHoldRequest)(nil),    // 9: contentbackup.v1.ReleaseLegalHoldRequest
+	(*ListLegalHoldsRequest)(nil),      // 10: contentbackup.v1.ListLegalHoldsRequest
+	(*ListLegalHoldsResponse)(nil),     // 11: contentbackup.v1.ListLegalHoldsResponse
+	(*GetKeyStatusRequest)(nil),        // 12: contentbackup.v1.GetKeyStatusRequest
+	(*KeyStatus)(nil),                  // 13: contentbackup.v1.KeyStatus
+	(*KEKUse)(nil),                     // 14: contentbackup.v1.KEKUse
+	(*PlanRetentionRequest)(nil),       // 15: contentbackup.v1.PlanRetentionRequest
+	(*RetentionRules)(nil),             // 16: contentbackup.v1.RetentionRules
+	(*PlanRetentionResponse)(nil),      // 17: contentbackup.v1.PlanRetentionResponse
+	(*RetentionDecision)(nil),          // 18: contentbackup.v1.RetentionDecision
+	(*ObjectLocation)(nil),             // 19: contentbackup.v1.ObjectLocation
+	(*StartExportRequest)(nil),         // 20: contentbackup.v1.StartExportRequest
+	(*StartImportRequest)(nil),         // 21: contentbackup.v1.StartImportRequest
+	(*Backup)(nil),                     // 22: contentbackup.v1.Backup
+	(*ListBackupsRequest)(nil),         // 23: contentbackup.v1.ListBackupsRequest
+	(*ListBackupsResponse)(nil),        // 24: contentbackup.v1.ListBackupsResponse
+	(*GetBackupRequest)(nil),           // 25: contentbackup.v1.GetBackupRequest
+	(*VerifyBackupRequest)(nil),        // 26: contentbackup.v1.VerifyBackupRequest
+	(*DeleteBackupRequest)(nil),        // 27: contentbackup.v1.DeleteBackupRequest
+	(*GetBackupKeyRequest)(nil),        // 28: contentbackup.v1.GetBackupKeyRequest
+	(*GetBackupKeyResponse)(nil),       // 29: contentbackup.v1.GetBackupKeyResponse
+	(*JobMetadata)(nil),                // 30: contentbackup.v1.JobMetadata
+	(*ExportJobResult)(nil),            // 31: contentbackup.v1.ExportJobResult
+	(*ImportJobResult)(nil),            // 32: contentbackup.v1.ImportJobResult
+	(*timestamppb.Timestamp)(nil),      // 33: google.protobuf.Timestamp
+	(*device_sync.ArchiveOptions)(nil), // 34: xmtp.device_sync.ArchiveOptions
+	(NonconformingRecords)(0),          // 35: contentbackup.v1.NonconformingRecords
+	(*ExportSummary)(nil),              // 36: contentbackup.v1.ExportSummary
+	(*ImportResponse)(nil),             // 37: contentbackup.v1.ImportResponse
+	(*longrunningpb.Operation)(nil),    // 38: google.longrunning.Operation
+	(*emptypb.Empty)(nil),              // 39: google.protobuf.Empty
 }
 var file_contentbackup_v1_backup_service_proto_depIdxs = []int32{
-	5,  // 0: contentbackup.v1.PlanRetentionRequest.rules:type_name -> contentbackup.v1.RetentionRules
-	7,  // 1: contentbackup.v1.PlanRetentionResponse.decisions:type_name -> contentbackup.v1.RetentionDecision
-	5,  // 2: contentbackup.v1.PlanRetentionResponse.rules:type_name -> contentbackup.v1.RetentionRules
-	11, // 3: contentbackup.v1.RetentionDecision.backup:type_name -> contentbackup.v1.Backup
-	22, // 4: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
-	8,  // 5: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
-	23, // 6: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
-	8,  // 7: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
-	0,  // 8: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
-	8,  // 9: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
-	22, // 10: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
-	24, // 11: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
-	25, // 12: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
-	25, // 13: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
-	25, // 14: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
-	11, // 15: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
-	1,  // 16: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
-	2,  // 17: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
-	3,  // 18: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
-	8,  // 19: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
-	25, // 20: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
-	25, // 21: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
-	25, // 22: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
-	24, // 23: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
-	8,  // 24: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
-	8,  // 25: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
-	26, // 26: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
-	9,  // 27: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
-	10, // 28: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
-	12, // 29: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
-	14, // 30: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
-	16, // 31: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
-	17, // 32: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
-	15, // 33: contentbackup.v1.BackupService.VerifyBackup:input_type -> contentbackup.v1.VerifyBackupRequest
-	4,  // 34: contentbackup.v1.BackupService.PlanRetention:input_type -> contentbackup.v1.PlanRetentionRequest
-	27, // 35: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
-	27, // 36: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
-	13, // 37: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
-	11, // 38: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
-	28, // 39: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
-	18, // 40: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
-	11, // 41: contentbackup.v1.BackupService.VerifyBackup:output_type -> contentbackup.v1.Backup
-	6,  // 42: contentbackup.v1.BackupService.PlanRetention:output_type -> contentbackup.v1.PlanRetentionResponse
-	35, // [35:43] is the sub-list for method output_type
-	27, // [27:35] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	6,  // 0: contentbackup.v1.EraseOwnerResult.rows:type_name -> contentbackup.v1.TableRows
+	33, // 1: contentbackup.v1.LegalHold.create_time:type_name -> google.protobuf.Timestamp
+	33, // 2: contentbackup.v1.LegalHold.end_time:type_name -> google.protobuf.Timestamp
+	33, // 3: contentbackup.v1.SetLegalHoldRequest.end_time:type_name -> google.protobuf.Timestamp
+	7,  // 4: contentbackup.v1.ListLegalHoldsResponse.holds:type_name -> contentbackup.v1.LegalHold
+	14, // 5: contentbackup.v1.KeyStatus.keks:type_name -> contentbackup.v1.KEKUse
+	16, // 6: contentbackup.v1.PlanRetentionRequest.rules:type_name -> contentbackup.v1.RetentionRules
+	18, // 7: contentbackup.v1.PlanRetentionResponse.decisions:type_name -> contentbackup.v1.RetentionDecision
+	16, // 8: contentbackup.v1.PlanRetentionResponse.rules:type_name -> contentbackup.v1.RetentionRules
+	22, // 9: contentbackup.v1.RetentionDecision.backup:type_name -> contentbackup.v1.Backup
+	34, // 10: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
+	19, // 11: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
+	35, // 12: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
+	19, // 13: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
+	0,  // 14: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
+	19, // 15: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
+	34, // 16: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
+	36, // 17: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
+	33, // 18: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
+	33, // 19: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
+	33, // 20: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
+	7,  // 21: contentbackup.v1.Backup.hold:type_name -> contentbackup.v1.LegalHold
+	22, // 22: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
+	1,  // 23: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
+	2,  // 24: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
+	3,  // 25: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
+	19, // 26: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
+	33, // 27: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
+	33, // 28: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
+	33, // 29: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
+	36, // 30: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
+	19, // 31: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
+	19, // 32: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
+	37, // 33: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
+	20, // 34: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
+	21, // 35: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
+	23, // 36: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
+	25, // 37: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
+	27, // 38: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
+	28, // 39: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
+	26, // 40: contentbackup.v1.BackupService.VerifyBackup:input_type -> contentbackup.v1.VerifyBackupRequest
+	15, // 41: contentbackup.v1.BackupService.PlanRetention:input_type -> contentbackup.v1.PlanRetentionRequest
+	4,  // 42: contentbackup.v1.BackupService.EraseOwner:input_type -> contentbackup.v1.EraseOwnerRequest
+	8,  // 43: contentbackup.v1.BackupService.SetLegalHold:input_type -> contentbackup.v1.SetLegalHoldRequest
+	9,  // 44: contentbackup.v1.BackupService.ReleaseLegalHold:input_type -> contentbackup.v1.ReleaseLegalHoldRequest
+	10, // 45: contentbackup.v1.BackupService.ListLegalHolds:input_type -> contentbackup.v1.ListLegalHoldsRequest
+	12, // 46: contentbackup.v1.BackupService.GetKeyStatus:input_type -> contentbackup.v1.GetKeyStatusRequest
+	38, // 47: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
+	38, // 48: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
+	24, // 49: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
+	22, // 50: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
+	39, // 51: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
+	29, // 52: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
+	22, // 53: contentbackup.v1.BackupService.VerifyBackup:output_type -> contentbackup.v1.Backup
+	17, // 54: contentbackup.v1.BackupService.PlanRetention:output_type -> contentbackup.v1.PlanRetentionResponse
+	38, // 55: contentbackup.v1.BackupService.EraseOwner:output_type -> google.longrunning.Operation
+	7,  // 56: contentbackup.v1.BackupService.SetLegalHold:output_type -> contentbackup.v1.LegalHold
+	39, // 57: contentbackup.v1.BackupService.ReleaseLegalHold:output_type -> google.protobuf.Empty
+	11, // 58: contentbackup.v1.BackupService.ListLegalHolds:output_type -> contentbackup.v1.ListLegalHoldsResponse
+	13, // 59: contentbackup.v1.BackupService.GetKeyStatus:output_type -> contentbackup.v1.KeyStatus
+	47, // [47:60] is the sub-list for method output_type
+	34, // [34:47] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_v1_backup_service_proto_init() }
@@ -1921,7 +2701,7 @@ func file_contentbackup_v1_backup_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_v1_backup_service_proto_rawDesc), len(file_contentbackup_v1_backup_service_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   18,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

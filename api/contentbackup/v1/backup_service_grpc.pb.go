@@ -21,14 +21,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BackupService_StartExport_FullMethodName   = "/contentbackup.v1.BackupService/StartExport"
-	BackupService_StartImport_FullMethodName   = "/contentbackup.v1.BackupService/StartImport"
-	BackupService_ListBackups_FullMethodName   = "/contentbackup.v1.BackupService/ListBackups"
-	BackupService_GetBackup_FullMethodName     = "/contentbackup.v1.BackupService/GetBackup"
-	BackupService_DeleteBackup_FullMethodName  = "/contentbackup.v1.BackupService/DeleteBackup"
-	BackupService_GetBackupKey_FullMethodName  = "/contentbackup.v1.BackupService/GetBackupKey"
-	BackupService_VerifyBackup_FullMethodName  = "/contentbackup.v1.BackupService/VerifyBackup"
-	BackupService_PlanRetention_FullMethodName = "/contentbackup.v1.BackupService/PlanRetention"
+	BackupService_StartExport_FullMethodName      = "/contentbackup.v1.BackupService/StartExport"
+	BackupService_StartImport_FullMethodName      = "/contentbackup.v1.BackupService/StartImport"
+	BackupService_ListBackups_FullMethodName      = "/contentbackup.v1.BackupService/ListBackups"
+	BackupService_GetBackup_FullMethodName        = "/contentbackup.v1.BackupService/GetBackup"
+	BackupService_DeleteBackup_FullMethodName     = "/contentbackup.v1.BackupService/DeleteBackup"
+	BackupService_GetBackupKey_FullMethodName     = "/contentbackup.v1.BackupService/GetBackupKey"
+	BackupService_VerifyBackup_FullMethodName     = "/contentbackup.v1.BackupService/VerifyBackup"
+	BackupService_PlanRetention_FullMethodName    = "/contentbackup.v1.BackupService/PlanRetention"
+	BackupService_EraseOwner_FullMethodName       = "/contentbackup.v1.BackupService/EraseOwner"
+	BackupService_SetLegalHold_FullMethodName     = "/contentbackup.v1.BackupService/SetLegalHold"
+	BackupService_ReleaseLegalHold_FullMethodName = "/contentbackup.v1.BackupService/ReleaseLegalHold"
+	BackupService_ListLegalHolds_FullMethodName   = "/contentbackup.v1.BackupService/ListLegalHolds"
+	BackupService_GetKeyStatus_FullMethodName     = "/contentbackup.v1.BackupService/GetKeyStatus"
 )
 
 // BackupServiceClient is the client API for BackupService service.
@@ -115,6 +120,47 @@ type BackupServiceClient interface {
 	// every complete backup of the owner. An owner with more backups than
 	// the plan's limit (10,000) is FAILED_PRECONDITION.
 	PlanRetention(ctx context.Context, in *PlanRetentionRequest, opts ...grpc.CallOption) (*PlanRetentionResponse, error)
+	// EraseOwner erases an owner everywhere (GDPR Art. 17): it destroys the
+	// owner's key first, after which no backup of the owner can be read
+	// anywhere, copies of its objects and of its catalog rows included;
+	// then it deletes the owner's groups, messages, consent and change
+	// rows, its backups' objects in every bucket, its catalog rows and its
+	// jobs, keeping only this operation's own record (who asked and when,
+	// nothing of the owner's data). It needs owners.erase, which no other
+	// scope implies (admin included). An owner under a legal hold is
+	// FAILED_PRECONDITION, as is one with an export or import running. A
+	// dry run (dry_run) reports what would go and deletes nothing. An
+	// erasure cut short by a crash is taken over and run again; every step
+	// is idempotent. The owner's name may then be used again: the new
+	// owner reaches nothing of the old one.
+	// The standard long-running Operation, so every gRPC tool can poll it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	EraseOwner(ctx context.Context, in *EraseOwnerRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
+	// SetLegalHold places a legal hold on an owner (backup empty) or on one
+	// of its backups, replacing the one there: a held backup survives
+	// retention, DeleteBackup and erasure (FAILED_PRECONDITION), and
+	// verification still runs on it; a held owner is not erased. The hold
+	// lasts until released or until end_time. Needs owners.hold; audited.
+	// The resource itself, as AIP-133 has it.
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	SetLegalHold(ctx context.Context, in *SetLegalHoldRequest, opts ...grpc.CallOption) (*LegalHold, error)
+	// ReleaseLegalHold lifts a hold; the next retention run proceeds.
+	// Needs owners.hold; audited.
+	// Empty, as AIP-135 has it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	ReleaseLegalHold(ctx context.Context, in *ReleaseLegalHoldRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
+	// ListLegalHolds lists an owner's holds, lapsed ones included.
+	ListLegalHolds(ctx context.Context, in *ListLegalHoldsRequest, opts ...grpc.CallOption) (*ListLegalHoldsResponse, error)
+	// GetKeyStatus reports which key-encryption keys (KEKs) wrap the
+	// catalog's owner keys: the current one, those being retired (the
+	// server's --job-key-retiring) and any the server does not hold. A
+	// rotation is done when no row is under a KEK other than the current
+	// one (retired_rows 0); the old KEK can then be removed. Needs admin.
+	// The resource itself, as AIP-131 has it.
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	GetKeyStatus(ctx context.Context, in *GetKeyStatusRequest, opts ...grpc.CallOption) (*KeyStatus, error)
 }
 
 type backupServiceClient struct {
@@ -205,6 +251,56 @@ func (c *backupServiceClient) PlanRetention(ctx context.Context, in *PlanRetenti
 	return out, nil
 }
 
+func (c *backupServiceClient) EraseOwner(ctx context.Context, in *EraseOwnerRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(longrunningpb.Operation)
+	err := c.cc.Invoke(ctx, BackupService_EraseOwner_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backupServiceClient) SetLegalHold(ctx context.Context, in *SetLegalHoldRequest, opts ...grpc.CallOption) (*LegalHold, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LegalHold)
+	err := c.cc.Invoke(ctx, BackupService_SetLegalHold_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backupServiceClient) ReleaseLegalHold(ctx context.Context, in *ReleaseLegalHoldRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(emptypb.Empty)
+	err := c.cc.Invoke(ctx, BackupService_ReleaseLegalHold_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backupServiceClient) ListLegalHolds(ctx context.Context, in *ListLegalHoldsRequest, opts ...grpc.CallOption) (*ListLegalHoldsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListLegalHoldsResponse)
+	err := c.cc.Invoke(ctx, BackupService_ListLegalHolds_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backupServiceClient) GetKeyStatus(ctx context.Context, in *GetKeyStatusRequest, opts ...grpc.CallOption) (*KeyStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyStatus)
+	err := c.cc.Invoke(ctx, BackupService_GetKeyStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackupServiceServer is the server API for BackupService service.
 // All implementations must embed UnimplementedBackupServiceServer
 // for forward compatibility.
@@ -289,6 +385,47 @@ type BackupServiceServer interface {
 	// every complete backup of the owner. An owner with more backups than
 	// the plan's limit (10,000) is FAILED_PRECONDITION.
 	PlanRetention(context.Context, *PlanRetentionRequest) (*PlanRetentionResponse, error)
+	// EraseOwner erases an owner everywhere (GDPR Art. 17): it destroys the
+	// owner's key first, after which no backup of the owner can be read
+	// anywhere, copies of its objects and of its catalog rows included;
+	// then it deletes the owner's groups, messages, consent and change
+	// rows, its backups' objects in every bucket, its catalog rows and its
+	// jobs, keeping only this operation's own record (who asked and when,
+	// nothing of the owner's data). It needs owners.erase, which no other
+	// scope implies (admin included). An owner under a legal hold is
+	// FAILED_PRECONDITION, as is one with an export or import running. A
+	// dry run (dry_run) reports what would go and deletes nothing. An
+	// erasure cut short by a crash is taken over and run again; every step
+	// is idempotent. The owner's name may then be used again: the new
+	// owner reaches nothing of the old one.
+	// The standard long-running Operation, so every gRPC tool can poll it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	EraseOwner(context.Context, *EraseOwnerRequest) (*longrunningpb.Operation, error)
+	// SetLegalHold places a legal hold on an owner (backup empty) or on one
+	// of its backups, replacing the one there: a held backup survives
+	// retention, DeleteBackup and erasure (FAILED_PRECONDITION), and
+	// verification still runs on it; a held owner is not erased. The hold
+	// lasts until released or until end_time. Needs owners.hold; audited.
+	// The resource itself, as AIP-133 has it.
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	SetLegalHold(context.Context, *SetLegalHoldRequest) (*LegalHold, error)
+	// ReleaseLegalHold lifts a hold; the next retention run proceeds.
+	// Needs owners.hold; audited.
+	// Empty, as AIP-135 has it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	ReleaseLegalHold(context.Context, *ReleaseLegalHoldRequest) (*emptypb.Empty, error)
+	// ListLegalHolds lists an owner's holds, lapsed ones included.
+	ListLegalHolds(context.Context, *ListLegalHoldsRequest) (*ListLegalHoldsResponse, error)
+	// GetKeyStatus reports which key-encryption keys (KEKs) wrap the
+	// catalog's owner keys: the current one, those being retired (the
+	// server's --job-key-retiring) and any the server does not hold. A
+	// rotation is done when no row is under a KEK other than the current
+	// one (retired_rows 0); the old KEK can then be removed. Needs admin.
+	// The resource itself, as AIP-131 has it.
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	GetKeyStatus(context.Context, *GetKeyStatusRequest) (*KeyStatus, error)
 	mustEmbedUnimplementedBackupServiceServer()
 }
 
@@ -322,6 +459,21 @@ func (UnimplementedBackupServiceServer) VerifyBackup(context.Context, *VerifyBac
 }
 func (UnimplementedBackupServiceServer) PlanRetention(context.Context, *PlanRetentionRequest) (*PlanRetentionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PlanRetention not implemented")
+}
+func (UnimplementedBackupServiceServer) EraseOwner(context.Context, *EraseOwnerRequest) (*longrunningpb.Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method EraseOwner not implemented")
+}
+func (UnimplementedBackupServiceServer) SetLegalHold(context.Context, *SetLegalHoldRequest) (*LegalHold, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLegalHold not implemented")
+}
+func (UnimplementedBackupServiceServer) ReleaseLegalHold(context.Context, *ReleaseLegalHoldRequest) (*emptypb.Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseLegalHold not implemented")
+}
+func (UnimplementedBackupServiceServer) ListLegalHolds(context.Context, *ListLegalHoldsRequest) (*ListLegalHoldsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListLegalHolds not implemented")
+}
+func (UnimplementedBackupServiceServer) GetKeyStatus(context.Context, *GetKeyStatusRequest) (*KeyStatus, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetKeyStatus not implemented")
 }
 func (UnimplementedBackupServiceServer) mustEmbedUnimplementedBackupServiceServer() {}
 func (UnimplementedBackupServiceServer) testEmbeddedByValue()                       {}
@@ -488,6 +640,96 @@ func _BackupService_PlanRetention_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BackupService_EraseOwner_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EraseOwnerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).EraseOwner(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_EraseOwner_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).EraseOwner(ctx, req.(*EraseOwnerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackupService_SetLegalHold_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLegalHoldRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).SetLegalHold(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_SetLegalHold_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).SetLegalHold(ctx, req.(*SetLegalHoldRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackupService_ReleaseLegalHold_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseLegalHoldRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).ReleaseLegalHold(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_ReleaseLegalHold_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).ReleaseLegalHold(ctx, req.(*ReleaseLegalHoldRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackupService_ListLegalHolds_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListLegalHoldsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).ListLegalHolds(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_ListLegalHolds_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).ListLegalHolds(ctx, req.(*ListLegalHoldsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackupService_GetKeyStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetKeyStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).GetKeyStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_GetKeyStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).GetKeyStatus(ctx, req.(*GetKeyStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BackupService_ServiceDesc is the grpc.ServiceDesc for BackupService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -526,6 +768,26 @@ var BackupService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PlanRetention",
 			Handler:    _BackupService_PlanRetention_Handler,
+		},
+		{
+			MethodName: "EraseOwner",
+			Handler:    _BackupService_EraseOwner_Handler,
+		},
+		{
+			MethodName: "SetLegalHold",
+			Handler:    _BackupService_SetLegalHold_Handler,
+		},
+		{
+			MethodName: "ReleaseLegalHold",
+			Handler:    _BackupService_ReleaseLegalHold_Handler,
+		},
+		{
+			MethodName: "ListLegalHolds",
+			Handler:    _BackupService_ListLegalHolds_Handler,
+		},
+		{
+			MethodName: "GetKeyStatus",
+			Handler:    _BackupService_GetKeyStatus_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

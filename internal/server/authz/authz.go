@@ -78,17 +78,25 @@ var MethodScopes = map[string][]auth.Scope{
 	// A retention plan reads the catalog and the schedule that would
 	// delete from it: the export side's.
 	cb.BackupService_PlanRetention_FullMethodName: {auth.ScopeArchiveExport},
+	// Erasure needs its own scope, which no other implies (admin
+	// included); holds theirs, and the holds are read with either.
+	cb.BackupService_EraseOwner_FullMethodName:       {auth.ScopeOwnersErase},
+	cb.BackupService_SetLegalHold_FullMethodName:     {auth.ScopeOwnersHold},
+	cb.BackupService_ReleaseLegalHold_FullMethodName: {auth.ScopeOwnersHold},
+	cb.BackupService_ListLegalHolds_FullMethodName:   {auth.ScopeOwnersHold, auth.ScopeArchiveExport},
+	// The key status names no owner and tells of the whole catalog.
+	cb.BackupService_GetKeyStatus_FullMethodName: {auth.ScopeAdmin},
 	// The catalog is read by either side of a transfer.
 	cb.BackupService_ListBackups_FullMethodName: {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
 	cb.BackupService_GetBackup_FullMethodName:   {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
 	// Operations name no owner: either archive scope lets a principal in,
 	// and each operation is then shown only to a principal holding its
 	// kind's scope for its owner (OperationsService).
-	longrunningpb.Operations_GetOperation_FullMethodName:    {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
-	longrunningpb.Operations_ListOperations_FullMethodName:  {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
-	longrunningpb.Operations_WaitOperation_FullMethodName:   {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
-	longrunningpb.Operations_CancelOperation_FullMethodName: {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
-	longrunningpb.Operations_DeleteOperation_FullMethodName: {auth.ScopeArchiveExport, auth.ScopeArchiveImport},
+	longrunningpb.Operations_GetOperation_FullMethodName:    {auth.ScopeArchiveExport, auth.ScopeArchiveImport, auth.ScopeOwnersErase},
+	longrunningpb.Operations_ListOperations_FullMethodName:  {auth.ScopeArchiveExport, auth.ScopeArchiveImport, auth.ScopeOwnersErase},
+	longrunningpb.Operations_WaitOperation_FullMethodName:   {auth.ScopeArchiveExport, auth.ScopeArchiveImport, auth.ScopeOwnersErase},
+	longrunningpb.Operations_CancelOperation_FullMethodName: {auth.ScopeArchiveExport, auth.ScopeArchiveImport, auth.ScopeOwnersErase},
+	longrunningpb.Operations_DeleteOperation_FullMethodName: {auth.ScopeArchiveExport, auth.ScopeArchiveImport, auth.ScopeOwnersErase},
 }
 
 const (

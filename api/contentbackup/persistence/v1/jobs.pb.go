@@ -98,6 +98,7 @@ const (
 	JobKind_JOB_KIND_UNSPECIFIED JobKind = 0
 	JobKind_JOB_KIND_EXPORT      JobKind = 1
 	JobKind_JOB_KIND_IMPORT      JobKind = 2
+	JobKind_JOB_KIND_ERASE       JobKind = 3
 )
 
 // Enum value maps for JobKind.
@@ -106,11 +107,13 @@ var (
 		0: "JOB_KIND_UNSPECIFIED",
 		1: "JOB_KIND_EXPORT",
 		2: "JOB_KIND_IMPORT",
+		3: "JOB_KIND_ERASE",
 	}
 	JobKind_value = map[string]int32{
 		"JOB_KIND_UNSPECIFIED": 0,
 		"JOB_KIND_EXPORT":      1,
 		"JOB_KIND_IMPORT":      2,
+		"JOB_KIND_ERASE":       3,
 	}
 )
 
@@ -372,6 +375,68 @@ func (x *ImportSpec) GetValidateOnly() bool {
 	return false
 }
 
+// EraseSpec is what an erasure job was asked to do (EraseOwnerRequest's
+// wire form).
+type EraseSpec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	DryRun        bool                   `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	RequestId     string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EraseSpec) Reset() {
+	*x = EraseSpec{}
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EraseSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EraseSpec) ProtoMessage() {}
+
+func (x *EraseSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EraseSpec.ProtoReflect.Descriptor instead.
+func (*EraseSpec) Descriptor() ([]byte, []int) {
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EraseSpec) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *EraseSpec) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *EraseSpec) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // JobProgress is a job's last recorded progress (JobMetadata's wire form,
 // without the fields the row's own columns hold: state, times, the
 // cancel request and the attempt, which the edge adds).
@@ -394,7 +459,7 @@ type JobProgress struct {
 
 func (x *JobProgress) Reset() {
 	*x = JobProgress{}
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[2]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +471,7 @@ func (x *JobProgress) String() string {
 func (*JobProgress) ProtoMessage() {}
 
 func (x *JobProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[2]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +484,7 @@ func (x *JobProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobProgress.ProtoReflect.Descriptor instead.
 func (*JobProgress) Descriptor() ([]byte, []int) {
-	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{2}
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *JobProgress) GetKind() JobKind {
@@ -510,7 +575,7 @@ type ObjectLocation struct {
 
 func (x *ObjectLocation) Reset() {
 	*x = ObjectLocation{}
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[3]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +587,7 @@ func (x *ObjectLocation) String() string {
 func (*ObjectLocation) ProtoMessage() {}
 
 func (x *ObjectLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[3]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +600,7 @@ func (x *ObjectLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectLocation.ProtoReflect.Descriptor instead.
 func (*ObjectLocation) Descriptor() ([]byte, []int) {
-	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{3}
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ObjectLocation) GetBucket() string {
@@ -566,7 +631,7 @@ type ExportJobResult struct {
 
 func (x *ExportJobResult) Reset() {
 	*x = ExportJobResult{}
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[4]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +643,7 @@ func (x *ExportJobResult) String() string {
 func (*ExportJobResult) ProtoMessage() {}
 
 func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[4]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +656,7 @@ func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportJobResult.ProtoReflect.Descriptor instead.
 func (*ExportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{4}
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExportJobResult) GetSummary() *ExportSummary {
@@ -639,7 +704,7 @@ type ExportSummary struct {
 
 func (x *ExportSummary) Reset() {
 	*x = ExportSummary{}
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[5]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +716,7 @@ func (x *ExportSummary) String() string {
 func (*ExportSummary) ProtoMessage() {}
 
 func (x *ExportSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[5]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +729,7 @@ func (x *ExportSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSummary.ProtoReflect.Descriptor instead.
 func (*ExportSummary) Descriptor() ([]byte, []int) {
-	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{5}
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExportSummary) GetGroups() uint64 {
@@ -723,6 +788,137 @@ func (x *ExportSummary) GetRepairedRecords() uint64 {
 	return 0
 }
 
+// EraseJobResult is a finished erasure's result (EraseOwnerResult's wire
+// form): what it removed, or for a dry run what it would remove.
+type EraseJobResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DryRun        bool                   `protobuf:"varint,1,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	Rows          []*TableRows           `protobuf:"bytes,2,rep,name=rows,proto3" json:"rows,omitempty"`
+	Backups       uint64                 `protobuf:"varint,3,opt,name=backups,proto3" json:"backups,omitempty"`
+	Objects       uint64                 `protobuf:"varint,4,opt,name=objects,proto3" json:"objects,omitempty"`
+	KeyDestroyed  bool                   `protobuf:"varint,5,opt,name=key_destroyed,json=keyDestroyed,proto3" json:"key_destroyed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EraseJobResult) Reset() {
+	*x = EraseJobResult{}
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EraseJobResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EraseJobResult) ProtoMessage() {}
+
+func (x *EraseJobResult) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EraseJobResult.ProtoReflect.Descriptor instead.
+func (*EraseJobResult) Descriptor() ([]byte, []int) {
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *EraseJobResult) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *EraseJobResult) GetRows() []*TableRows {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+func (x *EraseJobResult) GetBackups() uint64 {
+	if x != nil {
+		return x.Backups
+	}
+	return 0
+}
+
+func (x *EraseJobResult) GetObjects() uint64 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
+func (x *EraseJobResult) GetKeyDestroyed() bool {
+	if x != nil {
+		return x.KeyDestroyed
+	}
+	return false
+}
+
+// TableRows is how many of an owner's rows one table held.
+type TableRows struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Table         string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	Rows          int64                  `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TableRows) Reset() {
+	*x = TableRows{}
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TableRows) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TableRows) ProtoMessage() {}
+
+func (x *TableRows) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TableRows.ProtoReflect.Descriptor instead.
+func (*TableRows) Descriptor() ([]byte, []int) {
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TableRows) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *TableRows) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
 // ImportJobResult is a finished import's result.
 type ImportJobResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -733,7 +929,7 @@ type ImportJobResult struct {
 
 func (x *ImportJobResult) Reset() {
 	*x = ImportJobResult{}
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[6]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +941,7 @@ func (x *ImportJobResult) String() string {
 func (*ImportJobResult) ProtoMessage() {}
 
 func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[6]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +954,7 @@ func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportJobResult.ProtoReflect.Descriptor instead.
 func (*ImportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{6}
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ImportJobResult) GetCounts() *ImportCounts {
@@ -784,7 +980,7 @@ type ImportCounts struct {
 
 func (x *ImportCounts) Reset() {
 	*x = ImportCounts{}
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[7]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +992,7 @@ func (x *ImportCounts) String() string {
 func (*ImportCounts) ProtoMessage() {}
 
 func (x *ImportCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[7]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +1005,7 @@ func (x *ImportCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCounts.ProtoReflect.Descriptor instead.
 func (*ImportCounts) Descriptor() ([]byte, []int) {
-	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{7}
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ImportCounts) GetMetadata() *device_sync.BackupMetadataSave {
@@ -873,7 +1069,7 @@ type ElementCounts struct {
 
 func (x *ElementCounts) Reset() {
 	*x = ElementCounts{}
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[8]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1081,7 @@ func (x *ElementCounts) String() string {
 func (*ElementCounts) ProtoMessage() {}
 
 func (x *ElementCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[8]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1094,7 @@ func (x *ElementCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElementCounts.ProtoReflect.Descriptor instead.
 func (*ElementCounts) Descriptor() ([]byte, []int) {
-	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{8}
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ElementCounts) GetInserted() uint64 {
@@ -944,7 +1140,12 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\x12#\n" +
-	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnlyJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\akey_refR\x06source\"\xad\x04\n" +
+	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnlyJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\akey_refR\x06source\"Y\n" +
+	"\tEraseSpec\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"\xad\x04\n" +
 	"\vJobProgress\x129\n" +
 	"\x04kind\x18\x01 \x01(\x0e2%.contentbackup.persistence.v1.JobKindR\x04kind\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1c\n" +
@@ -976,7 +1177,16 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\x06sha256\x18\x05 \x01(\fR\x06sha256\x12$\n" +
 	"\x0eexported_at_ns\x18\x06 \x01(\x03R\fexportedAtNs\x12)\n" +
 	"\x10excluded_records\x18\a \x01(\x04R\x0fexcludedRecords\x12)\n" +
-	"\x10repaired_records\x18\b \x01(\x04R\x0frepairedRecords\"U\n" +
+	"\x10repaired_records\x18\b \x01(\x04R\x0frepairedRecords\"\xbf\x01\n" +
+	"\x0eEraseJobResult\x12\x17\n" +
+	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x12;\n" +
+	"\x04rows\x18\x02 \x03(\v2'.contentbackup.persistence.v1.TableRowsR\x04rows\x12\x18\n" +
+	"\abackups\x18\x03 \x01(\x04R\abackups\x12\x18\n" +
+	"\aobjects\x18\x04 \x01(\x04R\aobjects\x12#\n" +
+	"\rkey_destroyed\x18\x05 \x01(\bR\fkeyDestroyed\"5\n" +
+	"\tTableRows\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\x03R\x04rows\"U\n" +
 	"\x0fImportJobResult\x12B\n" +
 	"\x06counts\x18\x01 \x01(\v2*.contentbackup.persistence.v1.ImportCountsR\x06counts\"\x80\x03\n" +
 	"\fImportCounts\x12@\n" +
@@ -995,11 +1205,12 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"!NONCONFORMING_RECORDS_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aNONCONFORMING_RECORDS_FAIL\x10\x01\x12!\n" +
 	"\x1dNONCONFORMING_RECORDS_EXCLUDE\x10\x02\x12 \n" +
-	"\x1cNONCONFORMING_RECORDS_REPAIR\x10\x03*M\n" +
+	"\x1cNONCONFORMING_RECORDS_REPAIR\x10\x03*a\n" +
 	"\aJobKind\x12\x18\n" +
 	"\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fJOB_KIND_EXPORT\x10\x01\x12\x13\n" +
-	"\x0fJOB_KIND_IMPORT\x10\x02*\x9d\x01\n" +
+	"\x0fJOB_KIND_IMPORT\x10\x02\x12\x12\n" +
+	"\x0eJOB_KIND_ERASE\x10\x03*\x9d\x01\n" +
 	"\bJobPhase\x12\x19\n" +
 	"\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12JOB_PHASE_STARTING\x10\x01\x12\x1a\n" +
@@ -1021,42 +1232,46 @@ func file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP() []byte {
 }
 
 var file_contentbackup_persistence_v1_jobs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_contentbackup_persistence_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_contentbackup_persistence_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_contentbackup_persistence_v1_jobs_proto_goTypes = []any{
 	(NonconformingRecords)(0),              // 0: contentbackup.persistence.v1.NonconformingRecords
 	(JobKind)(0),                           // 1: contentbackup.persistence.v1.JobKind
 	(JobPhase)(0),                          // 2: contentbackup.persistence.v1.JobPhase
 	(*ExportSpec)(nil),                     // 3: contentbackup.persistence.v1.ExportSpec
 	(*ImportSpec)(nil),                     // 4: contentbackup.persistence.v1.ImportSpec
-	(*JobProgress)(nil),                    // 5: contentbackup.persistence.v1.JobProgress
-	(*ObjectLocation)(nil),                 // 6: contentbackup.persistence.v1.ObjectLocation
-	(*ExportJobResult)(nil),                // 7: contentbackup.persistence.v1.ExportJobResult
-	(*ExportSummary)(nil),                  // 8: contentbackup.persistence.v1.ExportSummary
-	(*ImportJobResult)(nil),                // 9: contentbackup.persistence.v1.ImportJobResult
-	(*ImportCounts)(nil),                   // 10: contentbackup.persistence.v1.ImportCounts
-	(*ElementCounts)(nil),                  // 11: contentbackup.persistence.v1.ElementCounts
-	(*device_sync.ArchiveOptions)(nil),     // 12: xmtp.device_sync.ArchiveOptions
-	(*device_sync.BackupMetadataSave)(nil), // 13: xmtp.device_sync.BackupMetadataSave
+	(*EraseSpec)(nil),                      // 5: contentbackup.persistence.v1.EraseSpec
+	(*JobProgress)(nil),                    // 6: contentbackup.persistence.v1.JobProgress
+	(*ObjectLocation)(nil),                 // 7: contentbackup.persistence.v1.ObjectLocation
+	(*ExportJobResult)(nil),                // 8: contentbackup.persistence.v1.ExportJobResult
+	(*ExportSummary)(nil),                  // 9: contentbackup.persistence.v1.ExportSummary
+	(*EraseJobResult)(nil),                 // 10: contentbackup.persistence.v1.EraseJobResult
+	(*TableRows)(nil),                      // 11: contentbackup.persistence.v1.TableRows
+	(*ImportJobResult)(nil),                // 12: contentbackup.persistence.v1.ImportJobResult
+	(*ImportCounts)(nil),                   // 13: contentbackup.persistence.v1.ImportCounts
+	(*ElementCounts)(nil),                  // 14: contentbackup.persistence.v1.ElementCounts
+	(*device_sync.ArchiveOptions)(nil),     // 15: xmtp.device_sync.ArchiveOptions
+	(*device_sync.BackupMetadataSave)(nil), // 16: xmtp.device_sync.BackupMetadataSave
 }
 var file_contentbackup_persistence_v1_jobs_proto_depIdxs = []int32{
-	12, // 0: contentbackup.persistence.v1.ExportSpec.options:type_name -> xmtp.device_sync.ArchiveOptions
+	15, // 0: contentbackup.persistence.v1.ExportSpec.options:type_name -> xmtp.device_sync.ArchiveOptions
 	0,  // 1: contentbackup.persistence.v1.ExportSpec.nonconforming:type_name -> contentbackup.persistence.v1.NonconformingRecords
 	1,  // 2: contentbackup.persistence.v1.JobProgress.kind:type_name -> contentbackup.persistence.v1.JobKind
 	2,  // 3: contentbackup.persistence.v1.JobProgress.phase:type_name -> contentbackup.persistence.v1.JobPhase
-	6,  // 4: contentbackup.persistence.v1.JobProgress.object:type_name -> contentbackup.persistence.v1.ObjectLocation
-	8,  // 5: contentbackup.persistence.v1.ExportJobResult.summary:type_name -> contentbackup.persistence.v1.ExportSummary
-	6,  // 6: contentbackup.persistence.v1.ExportJobResult.archive:type_name -> contentbackup.persistence.v1.ObjectLocation
-	6,  // 7: contentbackup.persistence.v1.ExportJobResult.sidecar:type_name -> contentbackup.persistence.v1.ObjectLocation
-	10, // 8: contentbackup.persistence.v1.ImportJobResult.counts:type_name -> contentbackup.persistence.v1.ImportCounts
-	13, // 9: contentbackup.persistence.v1.ImportCounts.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
-	11, // 10: contentbackup.persistence.v1.ImportCounts.groups:type_name -> contentbackup.persistence.v1.ElementCounts
-	11, // 11: contentbackup.persistence.v1.ImportCounts.messages:type_name -> contentbackup.persistence.v1.ElementCounts
-	11, // 12: contentbackup.persistence.v1.ImportCounts.consent:type_name -> contentbackup.persistence.v1.ElementCounts
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	7,  // 4: contentbackup.persistence.v1.JobProgress.object:type_name -> contentbackup.persistence.v1.ObjectLocation
+	9,  // 5: contentbackup.persistence.v1.ExportJobResult.summary:type_name -> contentbackup.persistence.v1.ExportSummary
+	7,  // 6: contentbackup.persistence.v1.ExportJobResult.archive:type_name -> contentbackup.persistence.v1.ObjectLocation
+	7,  // 7: contentbackup.persistence.v1.ExportJobResult.sidecar:type_name -> contentbackup.persistence.v1.ObjectLocation
+	11, // 8: contentbackup.persistence.v1.EraseJobResult.rows:type_name -> contentbackup.persistence.v1.TableRows
+	13, // 9: contentbackup.persistence.v1.ImportJobResult.counts:type_name -> contentbackup.persistence.v1.ImportCounts
+	16, // 10: contentbackup.persistence.v1.ImportCounts.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
+	14, // 11: contentbackup.persistence.v1.ImportCounts.groups:type_name -> contentbackup.persistence.v1.ElementCounts
+	14, // 12: contentbackup.persistence.v1.ImportCounts.messages:type_name -> contentbackup.persistence.v1.ElementCounts
+	14, // 13: contentbackup.persistence.v1.ImportCounts.consent:type_name -> contentbackup.persistence.v1.ElementCounts
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_persistence_v1_jobs_proto_init() }
@@ -1070,7 +1285,7 @@ func file_contentbackup_persistence_v1_jobs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_persistence_v1_jobs_proto_rawDesc), len(file_contentbackup_persistence_v1_jobs_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   9,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -295,8 +295,8 @@ func (s SQLStore) ExpireJobs(ctx context.Context, now time.Time, maxAttempts int
 }
 
 func (s SQLStore) DeleteFinishedJobs(ctx context.Context, before time.Time, limit int) (int, error) {
-	n, err := s.exec(ctx, s.d.bind(`DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state <> ? AND done_ns > 0 AND done_ns < ? ORDER BY id LIMIT ?)`),
-		store.JobRunning, before.UnixNano(), limit)
+	n, err := s.exec(ctx, s.d.bind(`DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state <> ? AND kind <> ? AND done_ns > 0 AND done_ns < ? ORDER BY id LIMIT ?)`),
+		store.JobRunning, store.JobErase, before.UnixNano(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("%s: delete finished jobs: %w", s.d.Name, err)
 	}

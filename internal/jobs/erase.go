@@ -1,0 +1,268 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+	"google.golang.org/protobuf/proto"
+
+	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
+	"github.com/contentbackup/contentbackup/internal/fault"
+	"github.com/contentbackup/contentbackup/internal/records"
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+// Erasure removes one owner everywhere, in an order that makes each step
+// safe to run again after a crash:
+//
+//  1. The owner's key is destroyed (its row, and every wrapped data key
+//     in the owner's catalog rows, in one transaction). From here no
+//     backup of the owner opens anywhere: an object copied to another
+//     bucket, kept as an old version or downloaded, and a catalog row
+//     read from a database dump, hold data keys sealed by a key that no
+//     longer exists (docs/erasure.md says what this cannot reach).
+//  2. Each catalog backup's objects (archive, sidecar, attempts) are
+//     deleted, newest first so an increment goes before its base, then
+//     its row.
+//  3. Objects left directly under the owner's directories in every
+//     bucket (an attempt a crash left) are deleted.
+//  4. Every row of the owner goes from every owner table, and every job
+//     of the owner but this one, which stays as the audit record: who
+//     asked, when, and what was removed (counts only).
+//
+// An erasure is a job: taken over and run again when its server stops,
+// each step finding less to do.
+
+// EraseRequest is what an erasure job is asked to do.
+type EraseRequest struct {
+	Owner string
+	// DryRun reports what would be erased and erases nothing.
+	DryRun    bool
+	RequestID string
+}
+
+func (req EraseRequest) owner() string     { return req.Owner }
+func (req EraseRequest) requestID() string { return req.RequestID }
+func (req EraseRequest) spec() ([]byte, error) {
+	return proto.Marshal(&pv.EraseSpec{Owner: req.Owner, DryRun: req.DryRun, RequestId: req.RequestID})
+}
+
+// ErrJobsRunning: the owner has an export or import running, which would
+// write what the erasure removes.
+var ErrJobsRunning = fault.New(fault.FailedPrecondition, "the owner has an export or import running; cancel it or wait for it to end, then erase")
+
+// StartErase starts an erasure of req.Owner for principal. An owner under
+// a legal hold in force is ErrHeld, one with an export or import running
+// ErrJobsRunning, both before anything is erased.
+func (m *Manager) StartErase(ctx context.Context, principal string, req EraseRequest) (store.Job, error) {
+	if err := records.CheckOwner(req.Owner); err != nil {
+		return store.Job{}, invalid(err)
+	}
+	if j, seen, err := m.seen(ctx, req.Owner, store.JobErase, req.RequestID); seen || err != nil {
+		return j, err
+	}
+	if err := m.erasable(ctx, req.Owner, ""); err != nil {
+		return store.Job{}, err
+	}
+	j, err := m.start(ctx, store.JobErase, principal, req, prepared{})
+	if err == nil {
+		m.cfg.Log.Info("audit: owner erasure started", zap.String("audit", "owner.erase"), zap.String("principal", principal),
+			zap.String("owner", req.Owner), zap.String("job", j.ID), zap.Bool("dry_run", req.DryRun))
+	}
+	return j, err
+}
+
+// erasable refuses an owner a hold in force keeps, or with an export or
+// import running (self, the erasure's own job, aside).
+func (m *Manager) erasable(ctx context.Context, owner, self string) error {
+	holds, err := m.cfg.Store.ListHolds(ctx, owner)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, h := range holds {
+		if h.InForce(now) {
+			what := "the owner"
+			if h.Backup != "" {
+				what = "backup " + h.Backup
+			}
+			return fmt.Errorf("%s is under a legal hold set by %s: release it first: %w", what, h.Principal, ErrHeld)
+		}
+	}
+	after := ""
+	for {
+		page, err := m.cfg.Store.ListJobs(ctx, store.JobQuery{Owner: owner, After: after, Limit: 500})
+		if err != nil {
+			return err
+		}
+		for _, j := range page {
+			if j.State == store.JobRunning && j.ID != self && j.Kind != store.JobErase {
+				return fmt.Errorf("job %s: %w", j.ID, ErrJobsRunning)
+			}
+		}
+		if len(page) < 500 {
+			return nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Message, error) {
+	owner := req.Owner
+	if err := m.erasable(ctx, owner, r.job.ID); err != nil {
+		return nil, err
+	}
+	r.phase.Store(int32(pv.JobPhase_JOB_PHASE_TRANSFERRING))
+	result := &pv.EraseJobResult{DryRun: req.DryRun}
+	if req.DryRun {
+		counts, err := m.cfg.Store.CountOwnerRows(ctx, owner)
+		if err != nil {
+			return nil, err
+		}
+		result.Rows = tableRows(counts)
+		result.Backups = uint64(counts["backups"])
+		n, err := m.sweepOwnerObjects(ctx, owner, true)
+		if err != nil {
+			return nil, err
+		}
+		result.Objects = n
+		return result, nil
+	}
+	if err := m.cfg.Store.DestroyOwnerKey(ctx, owner); err != nil {
+		return nil, fmt.Errorf("destroy the owner's key: %w", err)
+	}
+	result.KeyDestroyed = true
+	m.cfg.Log.Info("audit: owner key destroyed", zap.String("audit", "owner.erase.key"), zap.String("principal", r.job.Principal),
+		zap.String("owner", owner), zap.String("job", r.job.ID))
+	for {
+		// Newest first: an increment goes before the base it needs.
+		page, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Limit: 100})
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range page {
+			n, err := m.deleteBackupObjects(ctx, b)
+			if err != nil {
+				return nil, fmt.Errorf("erase backup %s: %w", b.ID, err)
+			}
+			result.Backups++
+			result.Objects += n
+			r.records.Add(1)
+		}
+		if len(page) < 100 {
+			break
+		}
+	}
+	n, err := m.sweepOwnerObjects(ctx, owner, false)
+	if err != nil {
+		return nil, err
+	}
+	result.Objects += n
+	counts, err := m.cfg.Store.EraseOwnerRows(ctx, owner, r.job.ID)
+	if err != nil {
+		return nil, err
+	}
+	counts["backups"] += int64(result.Backups)
+	result.Rows = tableRows(counts)
+	m.cfg.Log.Info("audit: owner erased", zap.String("audit", "owner.erase.done"), zap.String("principal", r.job.Principal),
+		zap.String("owner", owner), zap.String("job", r.job.ID), zap.Uint64("backups", result.Backups), zap.Uint64("objects", result.Objects))
+	return result, nil
+}
+
+// deleteBackupObjects deletes an erased owner's backup: its objects,
+// then its row, as deleteBackup does, and counts the objects.
+func (m *Manager) deleteBackupObjects(ctx context.Context, b store.Backup) (uint64, error) {
+	b, err := m.cfg.Store.MarkBackupDeleting(ctx, b.Owner, b.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
+	if err != nil {
+		return 0, err
+	}
+	keys := []string{b.ObjectKey + SidecarSuffix, b.ObjectKey}
+	for a := 1; a <= m.cfg.MaxAttempts; a++ {
+		if k := AttemptKey(b.ObjectKey, a); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	var n uint64
+	for _, k := range keys {
+		err := bucket.Delete(ctx, k)
+		switch {
+		case err == nil:
+			n++
+		case gcerrors.Code(err) != gcerrors.NotFound:
+			return n, fmt.Errorf("delete object: %w", err)
+		}
+	}
+	if err := m.cfg.Store.DeleteBackup(ctx, b.Owner, b.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return n, err
+	}
+	return n, nil
+}
+
+// sweepOwnerObjects deletes (or, for a dry run, counts) every object
+// directly under the owner's directory in every bucket, for every prefix
+// this server writes under ("" and each schedule's). Only direct
+// children are listed (delimiter "/"): an owner whose name is a
+// schedule's prefix never reaches another owner's objects under it.
+func (m *Manager) sweepOwnerObjects(ctx context.Context, owner string, dryRun bool) (uint64, error) {
+	prefixes := []string{""}
+	if p := m.schedules.Load(); p != nil {
+		for _, s := range p.Schedules {
+			if !slices.Contains(prefixes, s.Prefix) {
+				prefixes = append(prefixes, s.Prefix)
+			}
+		}
+	}
+	var n uint64
+	for _, name := range m.cfg.Buckets.Names() {
+		bucket, err := m.cfg.Buckets.Open(ctx, name)
+		if err != nil {
+			return n, err
+		}
+		for _, prefix := range prefixes {
+			dir := ownerDir(prefix, owner)
+			it := bucket.List(&blob.ListOptions{Prefix: dir, Delimiter: "/"})
+			for {
+				obj, err := it.Next(ctx)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					return n, fmt.Errorf("bucket %s: list the owner's objects: %w", name, err)
+				}
+				if obj.IsDir || strings.Contains(strings.TrimPrefix(obj.Key, dir), "/") {
+					continue
+				}
+				if !dryRun {
+					if err := bucket.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+						return n, fmt.Errorf("bucket %s: delete an object of the owner: %w", name, err)
+					}
+				}
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+func tableRows(counts map[string]int64) []*pv.TableRows {
+	out := make([]*pv.TableRows, 0, len(store.OwnerRowTables))
+	for _, t := range store.OwnerRowTables {
+		out = append(out, &pv.TableRows{Table: t, Rows: counts[t]})
+	}
+	return out
+}
