@@ -178,6 +178,8 @@ type jobFlags struct {
 	JobBuckets            []string      `name:"job-bucket" env:"JOB_BUCKETS" help:"A bucket jobs may use, as name=URL (repeatable; comma-separated in the variable): file:///dir, s3://bucket?region=...&endpoint=..., gs://bucket, azblob://container (gocloud.dev URLs; credentials from the environment). Default: local=file://<data-dir>/backups."`
 	JobKeys               string        `name:"job-keys" env:"JOB_KEYS" help:"Directory of the local key-encryption key (kek.key, 32 random bytes made on the first export) used when --job-key-keeper is unset. Default: <data-dir>/keys."`
 	JobKeyKeeper          string        `name:"job-key-keeper" env:"JOB_KEY_KEEPER" help:"gocloud.dev/secrets URL of the KMS key that wraps each backup's own data key (awskms://, gcpkms://, azurekeyvault://; base64key:// for tests). Empty: a local key file in --job-keys, protected by file permissions only."`
+	JobKeyRetiring        []string      `name:"job-key-retiring" env:"JOB_KEY_RETIRING" help:"A key-encryption key being rotated away from (repeatable): a gocloud.dev/secrets URL, or the path of a local key file. It opens what it still wraps, and the key worker rewraps every owner key under the current KEK (--job-key-keeper, or the file in --job-keys); once GetKeyStatus shows retired_rows 0, remove it. See docs/erasure.md."`
+	KeyWorkerInterval     time.Duration `name:"key-worker-interval" env:"KEY_WORKER_INTERVAL" default:"10m" help:"How often the key worker looks for owner keys under a retiring KEK and backups whose data keys a KEK wraps directly, and rewraps them (it also runs at start)."`
 	MaxJobs               int           `name:"max-jobs" env:"MAX_JOBS" default:"4" help:"Jobs this server runs at once; past it a started job waits, queued, for a slot."`
 	MaxJobsPerOwner       int           `name:"max-jobs-per-owner" env:"MAX_JOBS_PER_OWNER" default:"2" help:"Jobs of one owner this server runs at once, so one owner's flood never holds every slot."`
 	MaxQueuedJobsPerOwner int           `name:"max-queued-jobs-per-owner" env:"MAX_QUEUED_JOBS_PER_OWNER" default:"8" help:"Jobs of one owner that may wait for a slot; past it StartExport and StartImport are RESOURCE_EXHAUSTED."`
@@ -217,12 +219,27 @@ func (f jobFlags) jobs(ctx context.Context, dataDir string) (*jobs.Config, func(
 	if err != nil {
 		return nil, nil, err
 	}
+	var retiring []*keyring.KEK
+	closeKEKs := func() {
+		_ = kek.Close()
+		for _, k := range retiring {
+			_ = k.Close()
+		}
+	}
+	for _, spec := range f.JobKeyRetiring {
+		k, err := keyring.OpenRetiring(ctx, spec)
+		if err != nil {
+			closeKEKs()
+			return nil, nil, fmt.Errorf("--job-key-retiring: %w", err)
+		}
+		retiring = append(retiring, k)
+	}
 	b := jobs.NewBuckets(buckets)
-	cfg := &jobs.Config{KEK: kek, Buckets: b, MaxRunning: f.MaxJobs, MaxRunningPerOwner: f.MaxJobsPerOwner,
+	cfg := &jobs.Config{KEK: kek, RetiringKEKs: retiring, Buckets: b, MaxRunning: f.MaxJobs, MaxRunningPerOwner: f.MaxJobsPerOwner,
 		MaxQueuedPerOwner: f.MaxQueuedJobsPerOwner, KeepFinished: f.KeepFinishedJobs, Lease: f.JobLease, MaxAttempts: f.JobAttempts,
 		OwnerQuota: f.OwnerBackupQuota, BucketReserve: f.BucketReserve,
 		ScheduleClock: f.scheduleClock()}
-	return cfg, func() { _ = b.Close(); _ = kek.Close() }, nil
+	return cfg, func() { _ = b.Close(); closeKEKs() }, nil
 }
 
 type migrateCmd struct {
@@ -394,6 +411,9 @@ func (c *serveCmd) Run() error {
 	if err := jm.CheckKEK(ctx); err != nil {
 		return err
 	}
+	// Rotations and the owner-key migration run in the background, on
+	// every replica: each rewrap is conditional on the row as read.
+	go jm.RunKeyWorker(ctx, c.KeyWorkerInterval, jobMetrics.KeyStatus)
 	srv := server.New(cfg, log)
 	c.startPurge(ctx, st, cfg.Metrics, log)
 	if reg != nil {

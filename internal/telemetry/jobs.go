@@ -24,6 +24,7 @@ type JobMetrics struct {
 	retentionLast  *prometheus.GaugeVec
 	interval       *prometheus.GaugeVec
 	blocked        *prometheus.GaugeVec
+	keyRows        *prometheus.GaugeVec
 	reg            prometheus.Registerer
 }
 
@@ -74,6 +75,10 @@ func NewJobMetrics(reg prometheus.Registerer) *JobMetrics {
 		Name: "contentbackup_retention_last_success_timestamp_seconds",
 		Help: "When a schedule's retention last ran without error on this replica (Unix seconds).",
 	}, []string{"schedule"})
+	m.keyRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "contentbackup_key_rows",
+		Help: "Key rows of the catalog by the state of the key-encryption key that wraps them (current, retiring, unavailable) and kind (owner_key; legacy_backup: a data key the KEK wraps directly, before owner keys). Anything but current is a rotation or migration the key worker has not finished.",
+	}, []string{"kek_state", "kind"})
 	m.interval = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "contentbackup_schedule_interval_seconds",
 		Help: "How long a schedule waits between ticks; the alert rules measure staleness in it.",
@@ -83,8 +88,26 @@ func NewJobMetrics(reg prometheus.Registerer) *JobMetrics {
 		Help: "1 while an owner's last export (by schedule; \"\" on demand) was stopped by a stored record the export rules refuse, until one completes: every backup of the owner fails the same way until the record is excluded or repaired (archivectl lint, --nonconforming).",
 	}, []string{"schedule", "owner"})
 	reg.MustRegister(m.jobs, m.jobBytes, m.scheduleRuns, m.scheduleMissed, m.takenOver, m.verified,
-		m.lastSuccess, m.lastVerified, m.retentionRuns, m.retentionLast, m.interval, m.blocked)
+		m.lastSuccess, m.lastVerified, m.retentionRuns, m.retentionLast, m.interval, m.blocked, m.keyRows)
 	return m
+}
+
+// KeyStatus records the key worker's last count of the catalog's key
+// rows.
+func (m *JobMetrics) KeyStatus(st jobs.KeyStatus) {
+	if m == nil {
+		return
+	}
+	for _, state := range []string{"current", "retiring", "unavailable"} {
+		var owners, legacy int64
+		for _, u := range st.KEKs {
+			if u.State == state {
+				owners, legacy = owners+u.OwnerKeys, legacy+u.LegacyBackups
+			}
+		}
+		m.keyRows.WithLabelValues(state, "owner_key").Set(float64(owners))
+		m.keyRows.WithLabelValues(state, "legacy_backup").Set(float64(legacy))
+	}
 }
 
 // Instrument sets cfg's hooks to record into m.
