@@ -58,10 +58,14 @@ var (
 // multi-shard reads (Citus runs a SELECT on every shard); every write
 // still names its owner.
 var fleetWide = map[string]string{
-	"SELECT DISTINCT owner FROM messages WHERE owner > $1 AND expires_at_ns <= $2 ORDER BY owner LIMIT $3": "the purge finds the next owners holding expired messages, in owner order",
-	"SELECT min(expires_at_ns) FROM messages WHERE expires_at_ns <= $1":                                    "the purge's lag: the oldest expired message left, whoever's",
-	"SELECT DISTINCT kek_fingerprint FROM backups WHERE owner_key_id = '' ORDER BY kek_fingerprint LIMIT 64":                       "the KEK check at start: the fingerprints the catalog is wrapped under",
-	"SELECT wrapped_key FROM backups WHERE owner_key_id = '' AND kek_fingerprint = $1 LIMIT 1":                                   "the KEK check at start: one sample of each",
+	"SELECT DISTINCT owner FROM messages WHERE owner > $1 AND expires_at_ns <= $2 ORDER BY owner LIMIT $3":                                                            "the purge finds the next owners holding expired messages, in owner order",
+	"SELECT min(expires_at_ns) FROM messages WHERE expires_at_ns <= $1":                                                                                               "the purge's lag: the oldest expired message left, whoever's",
+	"SELECT DISTINCT kek_fingerprint FROM backups WHERE owner_key_id = '' ORDER BY kek_fingerprint LIMIT 64":                                                          "the KEK check at start: the fingerprints the catalog is wrapped under",
+	"SELECT wrapped_key FROM backups WHERE owner_key_id = '' AND kek_fingerprint = $1 LIMIT 1":                                                                        "the KEK check at start: one sample of each",
+	`SELECT kek_fingerprint, count(*) FROM backups WHERE owner_key_id = '' AND wrapped_key <> $1 GROUP BY kek_fingerprint`:                                            "the key status: legacy rows by KEK, on the backups_by_owner_key index",
+	"SELECT kek_fingerprint, count(*) FROM owner_keys WHERE wrapped_key <> $1 GROUP BY kek_fingerprint":                                                               "the key status and the KEK check: owner keys by KEK, one row an owner",
+	"SELECT owner, key_id, wrapped_key, kek_fingerprint, created_ns, rewrapped_ns FROM owner_keys WHERE kek_fingerprint <> $1 AND owner > $2 ORDER BY owner LIMIT $3": "a KEK rotation pages through the owner keys left to rewrap (LIMIT); each rewrap names its owner",
+	`SELECT owner, id, state, label, bucket, object_key, job_id, schedule, principal, options, wrapped_key, groups, messages, consent, length, sha256, exported_at_ns, created_ns, completed_ns, verified_ns, verify_problem, base_id, change_seq, kek_fingerprint, owner_key_id FROM backups WHERE owner_key_id = '' AND wrapped_key <> $1 AND (owner > $2 OR (owner = $3 AND id > $4)) ORDER BY owner, id LIMIT $5`: "the owner-key migration pages through legacy rows (LIMIT); each reseal names its owner",
 }
 
 // TestStatementsLeadWithOwner: every statement the whole conformance

@@ -1,0 +1,289 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+// testOwnerKeys: an owner has one key; a second create returns the first
+// (the replica that lost the race uses the winner's); a rewrap changes
+// the row only while it is as read; the counts are by KEK.
+func testOwnerKeys(t *testing.T, s store.Store) {
+	at := time.Unix(0, 1_700_000_000_000_000_000)
+	first := store.OwnerKey{Owner: "alice", KeyID: "k1", Wrapped: []byte("wrapped-1"), KEKFingerprint: "kek-a", Created: at}
+	got, err := s.CreateOwnerKey(ctx(t), first)
+	if err != nil || got.KeyID != "k1" || !bytes.Equal(got.Wrapped, first.Wrapped) || got.KEKFingerprint != "kek-a" || !got.Created.Equal(at) {
+		t.Fatalf("CreateOwnerKey: %+v, %v", got, err)
+	}
+	second := first
+	second.KeyID, second.Wrapped = "k2", []byte("wrapped-2")
+	if got, err := s.CreateOwnerKey(ctx(t), second); err != nil || got.KeyID != "k1" {
+		t.Fatalf("a second CreateOwnerKey for the owner: %+v, %v; want the first key", got, err)
+	}
+	if _, err := s.GetOwnerKey(ctx(t), "bob"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetOwnerKey of an owner without one: %v", err)
+	}
+	bob := store.OwnerKey{Owner: "bob", KeyID: "k3", Wrapped: []byte("wrapped-3"), KEKFingerprint: "kek-b", Created: at}
+	if _, err := s.CreateOwnerKey(ctx(t), bob); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.OwnerKeysNotUnder(ctx(t), "kek-b", "", 10)
+	if err != nil || len(rows) != 1 || rows[0].Owner != "alice" {
+		t.Fatalf("OwnerKeysNotUnder kek-b: %+v, %v; want alice's", rows, err)
+	}
+	if rows, err := s.OwnerKeysNotUnder(ctx(t), "kek-c", "alice", 10); err != nil || len(rows) != 1 || rows[0].Owner != "bob" {
+		t.Fatalf("OwnerKeysNotUnder kek-c after alice: %+v, %v; want bob's", rows, err)
+	}
+	stale := got
+	if err := s.RewrapOwnerKey(ctx(t), got, []byte("rewrapped"), "kek-b", at.Add(time.Hour)); err != nil {
+		t.Fatalf("RewrapOwnerKey: %v", err)
+	}
+	if err := s.RewrapOwnerKey(ctx(t), stale, []byte("again"), "kek-c", at); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RewrapOwnerKey from a row already rewrapped: %v, want ErrNotFound", err)
+	}
+	after, err := s.GetOwnerKey(ctx(t), "alice")
+	if err != nil || string(after.Wrapped) != "rewrapped" || after.KEKFingerprint != "kek-b" || after.KeyID != "k1" || !after.Rewrapped.Equal(at.Add(time.Hour)) {
+		t.Fatalf("after the rewrap: %+v, %v", after, err)
+	}
+	counts, err := s.KeyCounts(ctx(t))
+	if err != nil || counts.OwnerKeys["kek-b"] != 2 || len(counts.OwnerKeys) != 1 {
+		t.Fatalf("KeyCounts: %+v, %v; want 2 owner keys under kek-b", counts, err)
+	}
+}
+
+// testLegacyBackupKeys: rows whose data keys a KEK wraps directly are
+// listed in (owner, id) order and resealed once, conditionally.
+func testLegacyBackupKeys(t *testing.T, s store.Store) {
+	var ids []string
+	for i, owner := range []string{"bob", "alice", "alice"} {
+		b := writingBackup(owner, "0000000000000001000000000000000"+string(rune('a'+i)), "")
+		b.KEKFingerprint = "kek-a"
+		ids = append(ids, b.ID)
+		if err := s.CreateBackup(ctx(t), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sealed := writingBackup("carol", "00000000000000010000000000000000", "")
+	sealed.OwnerKeyID = "k9"
+	if err := s.CreateBackup(ctx(t), sealed); err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.LegacyBackups(ctx(t), "", "", 2)
+	if err != nil || len(page) != 2 || page[0].Owner != "alice" || page[0].ID != ids[1] || page[1].ID != ids[2] {
+		t.Fatalf("LegacyBackups first page: %v; want alice's two in id order", err)
+	}
+	page, err = s.LegacyBackups(ctx(t), page[1].Owner, page[1].ID, 2)
+	if err != nil || len(page) != 1 || page[0].Owner != "bob" {
+		t.Fatalf("LegacyBackups second page: %d rows, %v; want bob's", len(page), err)
+	}
+	counts, err := s.KeyCounts(ctx(t))
+	if err != nil || counts.LegacyBackups["kek-a"] != 3 {
+		t.Fatalf("KeyCounts: %+v, %v; want 3 legacy rows under kek-a", counts, err)
+	}
+	old := page[0].WrappedKey
+	if err := s.RewrapBackupKey(ctx(t), "bob", ids[0], old, []byte("sealed"), "k7"); err != nil {
+		t.Fatalf("RewrapBackupKey: %v", err)
+	}
+	if err := s.RewrapBackupKey(ctx(t), "bob", ids[0], old, []byte("twice"), "k8"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RewrapBackupKey of a row already resealed: %v, want ErrNotFound", err)
+	}
+	b, err := s.GetBackup(ctx(t), "bob", ids[0])
+	if err != nil || b.OwnerKeyID != "k7" || string(b.WrappedKey) != "sealed" || b.KEKFingerprint != "" {
+		t.Fatalf("the resealed row: owner key %q, key %q, kek %q, %v", b.OwnerKeyID, b.WrappedKey, b.KEKFingerprint, err)
+	}
+	if page, err := s.LegacyBackups(ctx(t), "alice", ids[2], 10); err != nil || len(page) != 0 {
+		t.Fatalf("LegacyBackups after the reseal: %d rows, %v", len(page), err)
+	}
+}
+
+// testHoldsKeepBackups: a hold in force on a backup or its owner makes
+// MarkBackupDeleting ErrHeld (and changes nothing); a lapsed or released
+// hold, or another owner's, does not.
+func testHoldsKeepBackups(t *testing.T, s store.Store) {
+	now := time.Now()
+	b := writingBackup("alice", "00000000000000010000000000000000", "")
+	other := writingBackup("bob", "00000000000000010000000000000000", "")
+	other.JobID = "jbob"
+	for _, x := range []store.Backup{b, other} {
+		completeAsJob(t, s, func() store.Backup {
+			if err := s.CreateBackup(ctx(t), x); err != nil {
+				t.Fatal(err)
+			}
+			return x
+		}(), store.BackupSummary{At: now, ChangeSeq: 1})
+	}
+	mustHold := func(h store.Hold) {
+		t.Helper()
+		if err := s.SetHold(ctx(t), h); err != nil {
+			t.Fatalf("SetHold: %v", err)
+		}
+	}
+	refused := func(what string) {
+		t.Helper()
+		if _, err := s.MarkBackupDeleting(ctx(t), "alice", b.ID); !errors.Is(err, store.ErrHeld) {
+			t.Fatalf("MarkBackupDeleting %s: %v, want ErrHeld", what, err)
+		}
+		if got, _ := s.GetBackup(ctx(t), "alice", b.ID); got.State != store.BackupComplete {
+			t.Fatalf("a refused delete %s left the backup %s", what, got.State)
+		}
+	}
+	mustHold(store.Hold{Owner: "alice", Backup: b.ID, Reason: "case 1", Principal: "legal", Created: now})
+	refused("under a backup hold")
+	mustHold(store.Hold{Owner: "bob", Reason: "case 2", Principal: "legal", Created: now})
+	if err := s.ReleaseHold(ctx(t), "alice", b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseHold(ctx(t), "alice", b.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("releasing a hold twice: %v, want ErrNotFound", err)
+	}
+	mustHold(store.Hold{Owner: "alice", Reason: "case 3", Principal: "legal", Created: now, Until: now.Add(time.Hour)})
+	refused("under an owner hold")
+	holds, err := s.ListHolds(ctx(t), "alice")
+	if err != nil || len(holds) != 1 || holds[0].Reason != "case 3" || holds[0].Principal != "legal" || holds[0].Backup != "" ||
+		!holds[0].Until.Equal(time.Unix(0, now.Add(time.Hour).UnixNano())) {
+		t.Fatalf("ListHolds: %+v, %v", holds, err)
+	}
+	// The same key replaces the hold: lapsed now, it keeps nothing.
+	mustHold(store.Hold{Owner: "alice", Reason: "case 3", Principal: "legal", Created: now, Until: now.Add(-time.Second)})
+	if _, err := s.MarkBackupDeleting(ctx(t), "alice", b.ID); err != nil {
+		t.Fatalf("MarkBackupDeleting under a lapsed hold (bob's in force): %v", err)
+	}
+	if _, err := s.MarkBackupDeleting(ctx(t), "bob", other.ID); !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("bob's backup under bob's hold: %v, want ErrHeld", err)
+	}
+}
+
+// testEraseOwnerRows: destroying the owner key removes its row and
+// blanks every wrapped data key of the owner; EraseOwnerRows then leaves
+// no row of the owner in any table but the kept job, and touches nothing
+// of another owner; the dry run's counts are what it deleted.
+func testEraseOwnerRows(t *testing.T, s store.Store) {
+	now := time.Now()
+	for _, owner := range []string{"alice", "bob"} {
+		if _, err := s.PutGroup(ctx(t), owner, FullGroup("g")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AppendMessages(ctx(t), owner, Messages("m", GroupID("g"), 3, 1), store.AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.MergeConsent(ctx(t), owner, []*cs.ConsentSave{Consent("e", cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED, 1)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateOwnerKey(ctx(t), store.OwnerKey{Owner: owner, KeyID: owner + "-key", Wrapped: []byte("w"), KEKFingerprint: "kek", Created: now}); err != nil {
+			t.Fatal(err)
+		}
+		b := writingBackup(owner, "00000000000000010000000000000000", "nightly")
+		b.OwnerKeyID = owner + "-key"
+		if err := s.CreateBackup(ctx(t), b); err != nil {
+			t.Fatal(err)
+		}
+		legacy := writingBackup(owner, "00000000000000020000000000000000", "nightly")
+		legacy.JobID = "other-" + owner
+		if err := s.CreateBackup(ctx(t), legacy); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.ClaimScheduleTick(ctx(t), owner, "nightly", now.Truncate(time.Hour), "replica"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetHold(ctx(t), store.Hold{Owner: owner, Backup: legacy.ID, Reason: "lapsed", Principal: "legal", Created: now, Until: now.Add(-time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		mustCreate(t, s, newJob("export-"+owner, store.JobExport, owner, now.Add(time.Minute)))
+		mustCreate(t, s, newJob("erase-"+owner, store.JobErase, owner, now.Add(time.Minute)))
+	}
+	before, err := s.CountOwnerRows(ctx(t), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"messages": 3, "groups": 1, "consent": 1, "owner_changes": 1, "schedule_ticks": 1, "holds": 1, "backups": 2, "owner_keys": 1, "jobs": 2}
+	for table, n := range want {
+		if before[table] != n {
+			t.Errorf("CountOwnerRows %s: %d, want %d", table, before[table], n)
+		}
+	}
+	if err := s.DestroyOwnerKey(ctx(t), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetOwnerKey(ctx(t), "alice"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the owner key after DestroyOwnerKey: %v", err)
+	}
+	for _, id := range []string{"00000000000000010000000000000000", "00000000000000020000000000000000"} {
+		if b, err := s.GetBackup(ctx(t), "alice", id); err != nil || len(b.WrappedKey) != 0 {
+			t.Fatalf("backup %s after DestroyOwnerKey: wrapped key %x, %v; want none", id, b.WrappedKey, err)
+		}
+	}
+	if err := s.DestroyOwnerKey(ctx(t), "alice"); err != nil {
+		t.Fatalf("DestroyOwnerKey again: %v", err)
+	}
+	deleted, err := s.EraseOwnerRows(ctx(t), "alice", "erase-alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.CountOwnerRows(ctx(t), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range store.OwnerRowTables {
+		left := int64(0)
+		if table == "jobs" {
+			left = 1 // the erasure's own record
+		}
+		if after[table] != left {
+			t.Errorf("%s: %d rows of the erased owner left, want %d", table, after[table], left)
+		}
+		wantDeleted := before[table] - left
+		if table == "owner_keys" {
+			wantDeleted = 0 // destroyed first
+		}
+		if deleted[table] != wantDeleted {
+			t.Errorf("%s: EraseOwnerRows reports %d deleted, want %d", table, deleted[table], wantDeleted)
+		}
+	}
+	if j, err := s.GetJob(ctx(t), "erase-alice"); err != nil || j.Owner != "alice" {
+		t.Fatalf("the erasure's own job: %v", err)
+	}
+	again, err := s.EraseOwnerRows(ctx(t), "alice", "erase-alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for table, n := range again {
+		if n != 0 {
+			t.Errorf("EraseOwnerRows again deleted %d from %s", n, table)
+		}
+	}
+	bob, err := s.CountOwnerRows(ctx(t), "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for table, n := range want {
+		if bob[table] != n {
+			t.Errorf("another owner's %s: %d rows, want %d", table, bob[table], n)
+		}
+	}
+	if k, err := s.GetOwnerKey(ctx(t), "bob"); err != nil || k.KeyID != "bob-key" {
+		t.Fatalf("another owner's key: %v", err)
+	}
+}
+
+// testFinishedErasuresKept: an ended erasure's job is its audit record,
+// which the deletion of old finished jobs leaves.
+func testFinishedErasuresKept(t *testing.T, s store.Store) {
+	for _, j := range []store.Job{newJob("e1", store.JobErase, "alice", time.Now()), newJob("x1", store.JobExport, "alice", time.Now())} {
+		j.Attempt = 1
+		mustCreate(t, s, j)
+		if err := s.FinishJob(ctx(t), j.ID, j.Attempt, store.JobEnd{State: store.JobSucceeded, At: time.Now().Add(-time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.DeleteFinishedJobs(ctx(t), time.Now(), 100); err != nil || n != 1 {
+		t.Fatalf("DeleteFinishedJobs: %d, %v; want the export's only", n, err)
+	}
+	if _, err := s.GetJob(ctx(t), "e1"); err != nil {
+		t.Fatalf("the erasure's record: %v", err)
+	}
+}
