@@ -1,0 +1,378 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"gocloud.dev/blob"
+	"google.golang.org/protobuf/proto"
+
+	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
+	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/keyring"
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+)
+
+// eraseDone runs an erasure to its end and returns the job and result.
+func eraseDone(t *testing.T, h *harness, req EraseRequest) (store.Job, *pv.EraseJobResult) {
+	t.Helper()
+	j, err := h.m.StartErase(t.Context(), "dpo", req)
+	if err != nil {
+		t.Fatalf("StartErase: %v", err)
+	}
+	j = waitDone(t, h.m, j.ID)
+	result := &pv.EraseJobResult{}
+	if j.State == store.JobSucceeded {
+		if err := proto.Unmarshal(j.Result, result); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return j, result
+}
+
+// opens reports whether an archive's bytes read to their end under key.
+func opens(body, key []byte) bool {
+	r, err := archive.NewReader(bytes.NewReader(body), key, readerOpts)
+	if err != nil {
+		return false
+	}
+	for {
+		_, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+	}
+}
+
+// ownerObjects lists the bucket's objects under owner's directory.
+func ownerObjects(t *testing.T, h *harness, owner string) []string {
+	t.Helper()
+	var out []string
+	it := h.bucket.List(&blob.ListOptions{Prefix: ownerDir("", owner)})
+	for {
+		o, err := it.Next(t.Context())
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, o.Key)
+	}
+}
+
+// TestEraseOwnerLeavesNothingReadable (issue 37): after EraseOwner, a
+// copy of one of the owner's backup objects taken before, with its
+// catalog row and its owner-key row read from a dump taken before, opens
+// under nothing the server still holds: not the KEK, not any owner key
+// it holds (the name's new owner's included), not any data key it hands
+// out. No row of the owner is left in any owner table but the erasure's
+// own record; its objects are gone from the bucket; another owner's
+// backups and chain still restore; the name, used again, is a new owner
+// that reaches nothing of the old one.
+func TestEraseOwnerLeavesNothingReadable(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			st := e.Open(t)
+			h := newHarness(t, st)
+			ctx := t.Context()
+			alice, bob := storetest.Owner("alice"), storetest.Owner("bob")
+			fill(t, st, alice, 5)
+			fill(t, st, bob, 5)
+			aliceFull := exportDone(t, h, exportReq(alice, "full"))
+			fill(t, st, alice, 7) // more messages, so the increment holds some
+			aliceInc := exportDone(t, h, ExportRequest{Owner: alice, Label: "inc", Since: aliceFull.GetBackup()})
+			bobFull := exportDone(t, h, exportReq(bob, "full"))
+			fill(t, st, bob, 9)
+			bobInc := exportDone(t, h, ExportRequest{Owner: bob, Since: bobFull.GetBackup()})
+			// Another owner's hold stops nothing here.
+			if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: bob, Reason: "another owner's case"}); err != nil {
+				t.Fatal(err)
+			}
+
+			// What an attacker kept from before: the object, its row, the
+			// owner key's row.
+			copyOf, err := h.bucket.ReadAll(ctx, aliceInc.GetArchive().GetKey())
+			if err != nil {
+				t.Fatal(err)
+			}
+			dumpRow, err := st.GetBackup(ctx, alice, aliceInc.GetBackup())
+			if err != nil {
+				t.Fatal(err)
+			}
+			dumpKey, err := st.GetOwnerKey(ctx, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, err := h.m.unwrap(ctx, dumpRow)
+			if err != nil || !opens(copyOf, before) {
+				t.Fatalf("before the erasure the backup opens: %v", err)
+			}
+
+			// A dry run first: it reports and deletes nothing.
+			_, dry := eraseDone(t, h, EraseRequest{Owner: alice, DryRun: true})
+			if !dry.GetDryRun() || dry.GetKeyDestroyed() || dry.GetBackups() != 2 || dry.GetObjects() != 4 {
+				t.Fatalf("dry run: %v", dry)
+			}
+			if _, err := st.GetOwnerKey(ctx, alice); err != nil {
+				t.Fatalf("a dry run touched the owner key: %v", err)
+			}
+
+			j, res := eraseDone(t, h, EraseRequest{Owner: alice})
+			if j.State != store.JobSucceeded || !res.GetKeyDestroyed() || res.GetBackups() != 2 || res.GetObjects() != 4 {
+				t.Fatalf("erasure ended %s (%s): %v", j.State, j.ErrorMessage, res)
+			}
+			rows := map[string]int64{}
+			for _, r := range res.GetRows() {
+				rows[r.GetTable()] = r.GetRows()
+			}
+			if rows["messages"] != 2*7 || rows["groups"] != 2 || rows["backups"] != 2 || rows["jobs"] != 3 {
+				t.Errorf("erasure's counts: %v", rows)
+			}
+
+			// Nothing the server holds opens the copy.
+			if _, err := h.m.unwrap(ctx, dumpRow); !errors.Is(err, ErrKeyUnavailable) {
+				t.Errorf("the dump's catalog row after the erasure: %v, want ErrKeyUnavailable", err)
+			}
+			if _, err := h.m.cfg.KEK.Unwrap(ctx, dumpRow.WrappedKey); err == nil {
+				t.Error("the KEK opens the dump row's data key directly")
+			}
+			// The name used again: a new owner, with a key of its own.
+			fill(t, st, alice, 2)
+			newAlice := exportDone(t, h, exportReq(alice, "new owner"))
+			newRow, err := st.GetOwnerKey(ctx, alice)
+			if err != nil || newRow.KeyID == dumpKey.KeyID {
+				t.Fatalf("the reused name's owner key %q, the erased one's %q (%v)", newRow.KeyID, dumpKey.KeyID, err)
+			}
+			var keys [][]byte
+			for _, owner := range []string{alice, bob} {
+				k, _, err := h.m.ownerKey(ctx, owner, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := keyring.OpenDataKey(k, dumpRow.WrappedKey, dumpRow.Owner, dumpRow.ID); err == nil {
+					t.Errorf("%s's owner key opens the erased owner's data key", owner)
+				}
+				keys = append(keys, k)
+			}
+			for _, b := range []string{newAlice.GetBackup(), bobFull.GetBackup(), bobInc.GetBackup()} {
+				owner := bob
+				if b == newAlice.GetBackup() {
+					owner = alice
+				}
+				k, err := h.m.BackupKey(ctx, "tester", owner, b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				keys = append(keys, k)
+			}
+			keys = append(keys, dumpKey.Wrapped) // the dump's own bytes, as a key
+			for i, k := range keys {
+				if len(k) == 32 && opens(copyOf, k) {
+					t.Errorf("key %d the server still holds opens the erased owner's backup", i)
+				}
+			}
+			// The old row put back into the catalog reaches nothing.
+			dumpRow.Base = "" // its base is gone with it
+			if err := st.CreateBackup(ctx, dumpRow); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.m.BackupKey(ctx, "tester", alice, dumpRow.ID); !errors.Is(err, ErrKeyUnavailable) {
+				t.Errorf("the old row restored into the catalog: %v, want ErrKeyUnavailable", err)
+			}
+			if err := st.DeleteBackup(ctx, alice, dumpRow.ID); err != nil {
+				t.Fatal(err)
+			}
+
+			// No row of the erased owner but the new one's and the audit
+			// record: counted before the name was reused, above, and here
+			// after erasing the new owner too.
+			j2, _ := eraseDone(t, h, EraseRequest{Owner: alice})
+			left, err := st.CountOwnerRows(ctx, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, table := range store.OwnerRowTables {
+				want := int64(0)
+				if table == "jobs" {
+					want = 1
+				}
+				if left[table] != want {
+					t.Errorf("%s: %d rows of the erased owner, want %d", table, left[table], want)
+				}
+			}
+			if kept, err := st.GetJob(ctx, j2.ID); err != nil || kept.Kind != store.JobErase || kept.Principal != "dpo" {
+				t.Errorf("the audit record: %+v, %v", kept, err)
+			}
+			if objs := ownerObjects(t, h, alice); len(objs) != 0 {
+				t.Errorf("objects of the erased owner left in the bucket: %v", objs)
+			}
+
+			// Another owner's chain still restores.
+			other := storetest.Owner("restored-bob")
+			importDone(t, h, other, bob, bobFull.GetBackup())
+			importDone(t, h, other, bob, bobInc.GetBackup())
+			wantG, wantM, wantC := snapshot(t, st, bob)
+			gotG, gotM, gotC := snapshot(t, st, other)
+			if len(gotG) != len(wantG) || len(gotM) != len(wantM) || len(gotC) != len(wantC) {
+				t.Errorf("bob's chain restored %d/%d/%d records, bob has %d/%d/%d", len(gotG), len(gotM), len(gotC), len(wantG), len(wantM), len(wantC))
+			}
+		})
+	}
+}
+
+// TestEraseRefusedUnderHold (issue 37): an owner with a hold in force, on
+// itself or on one of its backups, is not erased (ErrHeld, nothing
+// touched); nor one with an export running; a lapsed hold does not stop
+// it; once the hold is released the erasure runs.
+func TestEraseRefusedUnderHold(t *testing.T) {
+	st := enginetest.SQLite(t)
+	h := newHarness(t, st)
+	ctx := t.Context()
+	owner := storetest.Owner("held")
+	fill(t, st, owner, 3)
+	b := exportDone(t, h, exportReq(owner, "evidence"))
+	for _, hold := range []store.Hold{{Owner: owner, Reason: "case 7"}, {Owner: owner, Backup: b.GetBackup(), Reason: "case 8"}} {
+		if _, err := h.m.SetHold(ctx, "legal", hold); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.m.StartErase(ctx, "dpo", EraseRequest{Owner: owner}); !errors.Is(err, ErrHeld) {
+			t.Fatalf("erasing under hold %+v: %v, want ErrHeld", hold, err)
+		}
+		if _, err := st.GetOwnerKey(ctx, owner); err != nil {
+			t.Fatalf("a refused erasure touched the owner key: %v", err)
+		}
+		if err := h.m.ReleaseHold(ctx, "legal", owner, hold.Backup); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Reason: "lapsing", Until: time.Now().Add(150 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	gated, gh, _, running := startGated(t, 50, "")
+	_ = gated
+	if _, err := gh.m.StartErase(ctx, "dpo", EraseRequest{Owner: running.Owner}); !errors.Is(err, ErrJobsRunning) {
+		t.Errorf("erasing an owner whose export runs: %v, want ErrJobsRunning", err)
+	}
+	j, res := eraseDone(t, h, EraseRequest{Owner: owner})
+	if j.State != store.JobSucceeded || res.GetBackups() != 1 {
+		t.Fatalf("after the holds lapsed or were released: %s %s %v", j.State, j.ErrorMessage, res)
+	}
+}
+
+// failingErase fails the first EraseOwnerRows, as a crash between the
+// erasure's steps would leave it.
+type failingErase struct {
+	store.Store
+	failed bool
+}
+
+func (f *failingErase) EraseOwnerRows(ctx context.Context, owner, keep string) (map[string]int64, error) {
+	if !f.failed {
+		f.failed = true
+		return nil, fmt.Errorf("the store went away: %w", context.DeadlineExceeded)
+	}
+	return f.Store.EraseOwnerRows(ctx, owner, keep)
+}
+
+// TestEraseResumes (issue 37): an erasure cut short after its key and
+// objects went runs again to the end: the key stays destroyed, what was
+// deleted is not needed again, and the rows go.
+func TestEraseResumes(t *testing.T) {
+	st := &failingErase{Store: enginetest.SQLite(t)}
+	h := newHarness(t, st)
+	owner := storetest.Owner("resumed")
+	fill(t, st, owner, 3)
+	exportDone(t, h, exportReq(owner, "one"))
+	j, _ := eraseDone(t, h, EraseRequest{Owner: owner})
+	if j.State != store.JobFailed || !strings.Contains(j.ErrorMessage, "starting the erasure again finishes it") {
+		t.Fatalf("the cut-short erasure: %s %q", j.State, j.ErrorMessage)
+	}
+	if _, err := st.GetOwnerKey(t.Context(), owner); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the owner key after the first step: %v", err)
+	}
+	j, res := eraseDone(t, h, EraseRequest{Owner: owner})
+	if j.State != store.JobSucceeded || res.GetBackups() != 0 {
+		t.Fatalf("the erasure run again: %s %s %v", j.State, j.ErrorMessage, res)
+	}
+	left, err := st.CountOwnerRows(t.Context(), owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for table, n := range left {
+		if n != 0 && table != "jobs" || table == "jobs" && n != 1 {
+			t.Errorf("%s: %d rows left", table, n)
+		}
+	}
+}
+
+// TestHeldBackupsSurviveRetention (issue 37): a schedule's retention that
+// would delete a held backup keeps it (and the plan says "hold");
+// DeleteBackup is refused; verification still runs on it; once the hold
+// is released the next retention run deletes it.
+func TestHeldBackupsSurviveRetention(t *testing.T) {
+	st := enginetest.SQLite(t)
+	h := newHarness(t, st)
+	ctx := t.Context()
+	owner := storetest.Owner("case")
+	fill(t, st, owner, 3)
+	policy, err := ParseSchedules(fmt.Appendf(nil, "schedules:\n  - name: nightly\n    cron: \"0 3 * * *\"\n    owners: [%q]\n    bucket: local\n    keep: 1\n", owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := policy.Schedules[0]
+	h.m.schedules.Store(policy)
+	var ids []string
+	for i := range 3 {
+		j, err := h.m.startExport(ctx, "schedule:nightly", ExportRequest{Owner: owner, Bucket: "local", Label: fmt.Sprint(i)}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := waitDone(t, h.m, j.ID)
+		md, _ := Progress(done)
+		ids = append(ids, md.GetBackup())
+		if i == 0 {
+			if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Backup: ids[0], Reason: "case 12"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	list, err := st.ListBackups(ctx, store.BackupQuery{Owner: owner, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[1].ID != ids[0] || list[0].ID != ids[2] {
+		t.Fatalf("after three runs keeping 1 with the first held: %d backups", len(list))
+	}
+	plan, err := h.m.PlanRetention(ctx, owner, "nightly", nil)
+	if err != nil || len(plan.Keep) != 2 || plan.Keep[1].Backup.ID != ids[0] || plan.Keep[1].Rules[0] != "hold" {
+		t.Fatalf("the plan: %+v, %v; want the held backup kept by \"hold\"", plan.Keep, err)
+	}
+	if err := h.m.DeleteBackup(ctx, "tester", owner, ids[0]); !errors.Is(err, ErrHeld) {
+		t.Fatalf("DeleteBackup of a held backup: %v, want ErrHeld", err)
+	}
+	if b, err := h.m.VerifyBackup(ctx, "tester", owner, ids[0]); err != nil || b.Verified.IsZero() || b.VerifyProblem != "" {
+		t.Fatalf("verifying a held backup: %v %q", err, b.VerifyProblem)
+	}
+	if err := h.m.ReleaseHold(ctx, "legal", owner, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.Prune(ctx, s, owner); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetBackup(ctx, owner, ids[0]); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the released backup after the next retention: %v", err)
+	}
+}
