@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
@@ -73,7 +74,7 @@ principals:
 	if withAlice {
 		p += `  - name: alice
     tokens_sha256: [` + auth.TokenDigest(aliceToken) + `]
-    scopes: [content, conversations.read, conversations.write, archive.export, archive.import]
+    scopes: [content, conversations.read, conversations.write, archive.export, archive.import, owners.erase, owners.hold]
     owners: [alice]
 `
 	}
@@ -542,6 +543,23 @@ func ownerCalls(t *testing.T) map[string]ownerCall {
 		},
 		cb.BackupService_PlanRetention_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
 			_, err := cb.NewBackupServiceClient(c).PlanRetention(ctx, &cb.PlanRetentionRequest{Owner: o, Rules: &cb.RetentionRules{Last: 1}})
+			return err
+		},
+		// A dry run: the row is called for the principal's own owner too.
+		cb.BackupService_EraseOwner_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: o, DryRun: true})
+			return err
+		},
+		cb.BackupService_SetLegalHold_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: o, Reason: "cross", EndTime: timestamppb.New(time.Now().Add(time.Second))})
+			return err
+		},
+		cb.BackupService_ReleaseLegalHold_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).ReleaseLegalHold(ctx, &cb.ReleaseLegalHoldRequest{Owner: o})
+			return err
+		},
+		cb.BackupService_ListLegalHolds_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).ListLegalHolds(ctx, &cb.ListLegalHoldsRequest{Owner: o})
 			return err
 		},
 	}

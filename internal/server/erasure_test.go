@@ -1,0 +1,102 @@
+package server
+
+import (
+	"testing"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"google.golang.org/grpc/codes"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
+)
+
+// TestEraseOwnerOverTCP (issue 37), on each engine over TLS: admin does
+// not imply owners.erase; an erasing principal bound to alice cannot
+// erase bob; a legal hold (owners.hold) shows on ListBackups and refuses
+// the erasure until released; the erasure's operation is visible to its
+// scope only and cannot be deleted (it is the audit record); afterwards
+// alice has nothing and bob everything; the key status is admin's.
+func TestEraseOwnerOverTCP(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			ctx := t.Context()
+			p := startPerimeter(t, e.Open(t), false, nil)
+			ops := p.as(t, opsToken)
+			populate(t, cb.NewConversationServiceClient(ops), "alice")
+			populate(t, cb.NewConversationServiceClient(ops), "bob")
+			bobBefore := snapshotOf(t, p, "bob")
+			alice := p.as(t, aliceToken)
+			op, err := cb.NewBackupServiceClient(alice).StartExport(ctx, exportJob("alice", "evidence"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			backupID := exportResult(t, waitOp(t, alice, op.GetName())).GetBackup()
+
+			_, err = cb.NewBackupServiceClient(ops).EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: "alice"})
+			wantStatus(t, "EraseOwner as admin", err, codes.PermissionDenied)
+			dpo := p.as(t, p.idp.valid(t, "alice", "owners.erase"))
+			_, err = cb.NewBackupServiceClient(dpo).EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: "bob"})
+			wantStatus(t, "EraseOwner of bob by alice's eraser", err, codes.PermissionDenied)
+
+			legal := cb.NewBackupServiceClient(p.as(t, p.idp.valid(t, "alice", "owners.hold")))
+			_, err = legal.SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: "alice", Backup: backupID})
+			wantStatus(t, "a hold without a reason", err, codes.InvalidArgument)
+			hold, err := legal.SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: "alice", Backup: backupID, Reason: "case 2026-17"})
+			if err != nil || !hold.GetInForce() || hold.GetPrincipal() != "jwt:user-alice" {
+				t.Fatalf("SetLegalHold: %v, %v", hold, err)
+			}
+			list, err := cb.NewBackupServiceClient(alice).ListBackups(ctx, &cb.ListBackupsRequest{Owner: "alice"})
+			if err != nil || len(list.GetBackups()) != 1 || list.GetBackups()[0].GetHold().GetReason() != "case 2026-17" {
+				t.Fatalf("ListBackups does not show the hold: %v, %v", list, err)
+			}
+			_, err = cb.NewBackupServiceClient(alice).DeleteBackup(ctx, &cb.DeleteBackupRequest{Owner: "alice", Backup: backupID})
+			wantStatus(t, "DeleteBackup of a held backup", err, codes.FailedPrecondition)
+			_, err = cb.NewBackupServiceClient(dpo).EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: "alice"})
+			wantStatus(t, "EraseOwner under a hold", err, codes.FailedPrecondition)
+			if _, err := legal.ReleaseLegalHold(ctx, &cb.ReleaseLegalHoldRequest{Owner: "alice", Backup: backupID}); err != nil {
+				t.Fatal(err)
+			}
+			_, err = legal.ReleaseLegalHold(ctx, &cb.ReleaseLegalHoldRequest{Owner: "alice", Backup: backupID})
+			wantStatus(t, "releasing a released hold", err, codes.NotFound)
+
+			erase, err := cb.NewBackupServiceClient(dpo).EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: "alice", RequestId: "gdpr-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := waitOp(t, dpo, erase.GetName())
+			result := &cb.EraseOwnerResult{}
+			if done.GetError() != nil || done.GetResponse().UnmarshalTo(result) != nil || !result.GetKeyDestroyed() || result.GetBackups() != 1 {
+				t.Fatalf("the erasure: %v %v", done.GetError(), result)
+			}
+			// The exporter holds alice's archive scope, not erase: the
+			// operation does not exist for it.
+			_, err = longrunningpb.NewOperationsClient(p.as(t, exporterToken)).GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: erase.GetName()})
+			wantStatus(t, "the erasure's operation as the exporter", err, codes.NotFound)
+			_, err = longrunningpb.NewOperationsClient(dpo).DeleteOperation(ctx, &longrunningpb.DeleteOperationRequest{Name: erase.GetName()})
+			wantStatus(t, "deleting the erasure's record", err, codes.FailedPrecondition)
+			again, err := cb.NewBackupServiceClient(dpo).EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: "alice", RequestId: "gdpr-1"})
+			if err != nil || again.GetName() != erase.GetName() {
+				t.Fatalf("a repeated request id: %v, %v; want the first operation", again.GetName(), err)
+			}
+
+			groups, err := cb.NewConversationServiceClient(ops).ListGroups(ctx, &cb.ListGroupsRequest{Owner: "alice"})
+			if err != nil || len(groups.GetGroups()) != 0 {
+				t.Fatalf("alice's groups after the erasure: %d, %v", len(groups.GetGroups()), err)
+			}
+			backups, err := cb.NewBackupServiceClient(alice).ListBackups(ctx, &cb.ListBackupsRequest{Owner: "alice"})
+			if err != nil || len(backups.GetBackups()) != 0 {
+				t.Fatalf("alice's backups after the erasure: %v, %v", backups, err)
+			}
+			if after := snapshotOf(t, p, "bob"); after != bobBefore {
+				t.Error("erasing alice changed bob's data")
+			}
+
+			st, err := cb.NewBackupServiceClient(ops).GetKeyStatus(ctx, &cb.GetKeyStatusRequest{})
+			if err != nil || len(st.GetCurrent()) != 16 || st.GetRetiredRows() != 0 {
+				t.Fatalf("GetKeyStatus as admin: %v, %v", st, err)
+			}
+			_, err = cb.NewBackupServiceClient(alice).GetKeyStatus(ctx, &cb.GetKeyStatusRequest{})
+			wantStatus(t, "GetKeyStatus as alice", err, codes.PermissionDenied)
+		})
+	}
+}
