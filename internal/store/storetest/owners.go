@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -285,5 +286,24 @@ func testFinishedErasuresKept(t *testing.T, s store.Store) {
 	}
 	if _, err := s.GetJob(ctx(t), "e1"); err != nil {
 		t.Fatalf("the erasure's record: %v", err)
+	}
+}
+
+// CheckErasureCovers fails unless the tables the schema says have an
+// owner column are exactly store.OwnerRowTables.
+func CheckErasureCovers(t *testing.T, withOwner []string) {
+	t.Helper()
+	if len(withOwner) < 5 {
+		t.Fatalf("the schema lists %d tables with an owner column: the query saw too little", len(withOwner))
+	}
+	for _, table := range withOwner {
+		if !slices.Contains(store.OwnerRowTables, table) {
+			t.Errorf("table %s holds owner rows, and erasure (store.OwnerRowTables) does not delete from it", table)
+		}
+	}
+	for _, table := range store.OwnerRowTables {
+		if !slices.Contains(withOwner, table) {
+			t.Errorf("store.OwnerRowTables names %s, which has no owner column", table)
+		}
 	}
 }
