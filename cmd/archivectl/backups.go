@@ -59,12 +59,16 @@ func (l *listBackupsCmd) Run(ctx context.Context, c *cli) error {
 		return c.output(out, "")
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tSTATE\tKIND\tCREATED\tWINDOW\tGROUPS\tMESSAGES\tCONSENT\tBYTES\tVERIFIED\tBY\tLABEL")
+	fmt.Fprintln(w, "ID\tSTATE\tKIND\tCREATED\tWINDOW\tGROUPS\tMESSAGES\tCONSENT\tBYTES\tVERIFIED\tHOLD\tBY\tLABEL")
 	for _, b := range all {
 		s := b.GetSummary()
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", b.GetId(), shortState(b.GetState()), kind(b),
+		hold := "-"
+		if h := b.GetHold(); h != nil {
+			hold = h.GetReason()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", b.GetId(), shortState(b.GetState()), kind(b),
 			b.GetCreateTime().AsTime().UTC().Format("2006-01-02T15:04:05Z"), window(b.GetOptions()), s.GetGroups(), s.GetMessages(),
-			s.GetConsentRecords(), s.GetArchiveBytes(), verified(b), b.GetPrincipal(), b.GetLabel())
+			s.GetConsentRecords(), s.GetArchiveBytes(), verified(b), hold, b.GetPrincipal(), b.GetLabel())
 	}
 	return w.Flush()
 }

@@ -214,8 +214,12 @@ func summaryLine(op *longrunningpb.Operation) string {
 		// happened.
 		kind = "dry-run import"
 	}
-	line := fmt.Sprintf("%s  %-6s %-10s %s  %s/%s  %s", op.GetName(), kind, state, md.GetOwner(),
-		md.GetObject().GetBucket(), md.GetObject().GetKey(), byteCount(md.GetBytesDone(), md.GetBytesTotal()))
+	where := md.GetObject().GetBucket() + "/" + md.GetObject().GetKey()
+	if md.GetKind() == cb.JobKind_JOB_KIND_ERASE {
+		where = "(every bucket)"
+	}
+	line := fmt.Sprintf("%s  %-6s %-10s %s  %s  %s", op.GetName(), kind, state, md.GetOwner(),
+		where, byteCount(md.GetBytesDone(), md.GetBytesTotal()))
 	if r := (&cb.ImportJobResult{}); md.GetValidateOnly() && op.GetResponse().UnmarshalTo(r) == nil {
 		c := r.GetCounts()
 		line += fmt.Sprintf("\nnothing applied; an import would insert %d groups, %d messages and %d consent records, update %d, and leave %d as they are",
@@ -335,6 +339,8 @@ func resultText(m proto.Message) string {
 			return fmt.Sprintf("%s: %d inserted, %d updated, %d unchanged", what, e.GetInserted(), e.GetUpdated(), e.GetUnchanged())
 		}
 		return line("groups", c.GetGroups()) + "; " + line("messages", c.GetMessages()) + "; " + line("consent", c.GetConsent()) + "\n"
+	case *cb.EraseOwnerResult:
+		return eraseText(r)
 	}
 	b, _ := protoJSON(m)
 	return string(b) + "\n"

@@ -54,6 +54,9 @@ type cli struct {
 	Jobs     jobsCmd     `cmd:"" help:"Start, follow and cancel server-side export and import jobs (object storage)."`
 	Restore  restoreCmd  `cmd:"" help:"Restore a backup from the server's catalog into an owner, waiting for each import job; with --chain, the increment's whole chain, oldest first."`
 	Backups  backupsCmd  `cmd:"" help:"List, show, delete and fetch the key of an owner's backups in the server's catalog."`
+	Owners   ownersCmd   `cmd:"" help:"Erase an owner everywhere (owners.erase), or see what an erasure would remove."`
+	Holds    holdsCmd    `cmd:"" help:"Place, lift and list legal holds on an owner or its backups (owners.hold)."`
+	Keys     keysCmd     `cmd:"" help:"The server's key hierarchy: which KEKs wrap the owner keys (a rotation's progress)."`
 	Lint     lintCmd     `cmd:"" help:"List an owner's stored records that the reference client's import would refuse, with the repair an export would make."`
 	// Shell completion is kongplete's (posener/complete under kong):
 	// the completion command prints the line that hooks the binary into

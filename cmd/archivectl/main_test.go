@@ -92,7 +92,7 @@ func serveJobsWith(t *testing.T, creds credentials.TransportCredentials, policy 
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := auth.ParsePolicy([]byte("principals:\n  - name: ops\n    tokens_sha256: [" + auth.TokenDigest(ctlToken) + "]\n    certificates: [CN=archivectl]\n    scopes: [admin]\n    owners: [\"*\"]\n"))
+	pol, err := auth.ParsePolicy([]byte("principals:\n  - name: ops\n    tokens_sha256: [" + auth.TokenDigest(ctlToken) + "]\n    certificates: [CN=archivectl]\n    scopes: [admin, owners.erase]\n    owners: [\"*\"]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -618,5 +618,57 @@ func TestArchivectlChain(t *testing.T) {
 	}
 	if _, stderr, err := ctl.run("backups", "show", "--owner", owner, ids[2]); err != nil {
 		t.Errorf("the refused delete removed the base: %s", stderr)
+	}
+}
+
+// TestArchivectlHoldsAndErasure (issue 37): holds set shows on backups
+// list and holds list, refuses owners erase (naming the hold), and once
+// released the erasure's dry run reports and the erasure removes the
+// owner's backups and records; keys status reports the current KEK.
+func TestArchivectlHoldsAndErasure(t *testing.T) {
+	bin := build(t)
+	addr, s, _ := serveJobs(t, nil)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	owner := storetest.Owner("erased")
+	g := storetest.FullGroup("g")
+	if _, err := s.PutGroup(t.Context(), owner, g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendMessages(t.Context(), owner, storetest.Messages("m", g.Id, 5, 1), store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, stderr, err := ctl.run("jobs", "start-export", "--owner", owner, "--wait"); err != nil {
+		t.Fatalf("start-export: %v\n%s%s", err, out, stderr)
+	}
+	out, stderr, err := ctl.run("holds", "set", "--owner", owner, "--reason", "case 41", "--for", "720h")
+	if err != nil || !strings.Contains(out, "case 41") || !strings.Contains(out, "true") {
+		t.Fatalf("holds set: %v\n%s%s", err, out, stderr)
+	}
+	if out, _, err := ctl.run("backups", "list", "--owner", owner); err != nil || !strings.Contains(out, "HOLD") || !strings.Contains(out, "case 41") {
+		t.Fatalf("backups list shows no hold: %v\n%s", err, out)
+	}
+	if _, stderr, err := ctl.run("owners", "erase", "--owner", owner); err == nil || !strings.Contains(stderr, "legal hold") {
+		t.Fatalf("owners erase under a hold: %v\n%s", err, stderr)
+	}
+	if out, stderr, err := ctl.run("holds", "release", "--owner", owner); err != nil || !strings.Contains(out, "released") {
+		t.Fatalf("holds release: %v\n%s%s", err, out, stderr)
+	}
+	out, stderr, err = ctl.run("owners", "erase", "--owner", owner, "--dry-run")
+	if err != nil || !strings.Contains(out, "would erase") || !strings.Contains(out, "1 backups") || !strings.Contains(out, "messages        5 rows") {
+		t.Fatalf("owners erase --dry-run: %v\n%s%s", err, out, stderr)
+	}
+	out, stderr, err = ctl.run("owners", "erase", "--owner", owner)
+	if err != nil || !strings.Contains(out, "erased: 1 backups") || !strings.Contains(out, "owner key destroyed: true") {
+		t.Fatalf("owners erase: %v\n%s%s", err, out, stderr)
+	}
+	if l, _ := s.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 10}); len(l) != 0 {
+		t.Errorf("%d backups left after the erasure", len(l))
+	}
+	if gs, _ := s.ListGroups(t.Context(), owner, nil, 10); len(gs) != 0 {
+		t.Errorf("%d groups left after the erasure", len(gs))
+	}
+	out, stderr, err = ctl.run("keys", "status")
+	if err != nil || !strings.Contains(out, "current") || !strings.Contains(out, "can be removed") {
+		t.Fatalf("keys status: %v\n%s%s", err, out, stderr)
 	}
 }

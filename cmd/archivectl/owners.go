@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+)
+
+// ownersCmd acts on an owner as a whole: erasure.
+type ownersCmd struct {
+	Erase eraseOwnerCmd `cmd:"" help:"Erase an owner everywhere (needs owners.erase): its key first, then its records, backups in every bucket, catalog rows and jobs; keeps only the erasure's own record. Refused while a legal hold is set. --dry-run lists what would go."`
+}
+
+type eraseOwnerCmd struct {
+	Owner     string `required:"" help:"The owner (inbox) to erase."`
+	DryRun    bool   `name:"dry-run" help:"Report what would be erased; erase nothing."`
+	RequestID string `name:"request-id" help:"Makes the start idempotent: a start repeating it returns the first erasure's operation."`
+	NoWait    bool   `name:"no-wait" help:"Print the operation and return; follow it with jobs wait."`
+}
+
+func (e *eraseOwnerCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	op, err := cb.NewBackupServiceClient(conn).EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: e.Owner, DryRun: e.DryRun, RequestId: e.RequestID})
+	if err != nil {
+		return err
+	}
+	if e.NoWait {
+		return c.printOperation(op)
+	}
+	return c.waitFor(ctx, conn, op.GetName(), true)
+}
+
+// eraseText is an erasure's result for people.
+func eraseText(r *cb.EraseOwnerResult) string {
+	var b strings.Builder
+	verb := "erased"
+	if r.GetDryRun() {
+		verb = "would erase (dry run: nothing was erased)"
+	}
+	fmt.Fprintf(&b, "%s: %d backups, %d objects; owner key destroyed: %v\n", verb, r.GetBackups(), r.GetObjects(), r.GetKeyDestroyed())
+	for _, t := range r.GetRows() {
+		fmt.Fprintf(&b, "  %-15s %d rows\n", t.GetTable(), t.GetRows())
+	}
+	return b.String()
+}
+
+// holdsCmd places, lifts and lists legal holds.
+type holdsCmd struct {
+	Set     setHoldCmd     `cmd:"" help:"Place a legal hold on an owner, or with --backup on one backup (needs owners.hold): kept past retention, DeleteBackup and erasure until released or --until."`
+	Release releaseHoldCmd `cmd:"" help:"Lift a legal hold; the next retention run proceeds."`
+	List    listHoldsCmd   `cmd:"" help:"List an owner's legal holds."`
+}
+
+type setHoldCmd struct {
+	Owner  string        `required:"" help:"The owner (inbox)."`
+	Backup string        `help:"Hold this backup only (its catalog id); without it, the owner and every backup of it."`
+	Reason string        `required:"" help:"The case or request the hold is for (at most 512 printable bytes)."`
+	For    time.Duration `name:"for" help:"The hold lapses by itself after this long (e.g. 2160h); without it, it lasts until released."`
+}
+
+func (s *setHoldCmd) Run(ctx context.Context, c *cli) error {
+	req := &cb.SetLegalHoldRequest{Owner: s.Owner, Backup: s.Backup, Reason: s.Reason}
+	if s.For < 0 {
+		return errors.New("--for: a duration from now, e.g. 2160h")
+	}
+	if s.For > 0 {
+		req.EndTime = timestamppb.New(time.Now().Add(s.For))
+	}
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	h, err := cb.NewBackupServiceClient(conn).SetLegalHold(ctx, req)
+	if err != nil {
+		return err
+	}
+	return c.printHolds([]*cb.LegalHold{h})
+}
+
+type releaseHoldCmd struct {
+	Owner  string `required:"" help:"The owner (inbox)."`
+	Backup string `help:"The held backup; without it, the owner's own hold."`
+}
+
+func (r *releaseHoldCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := cb.NewBackupServiceClient(conn).ReleaseLegalHold(ctx, &cb.ReleaseLegalHoldRequest{Owner: r.Owner, Backup: r.Backup}); err != nil {
+		return err
+	}
+	fmt.Println("released")
+	return nil
+}
+
+type listHoldsCmd struct {
+	Owner string `required:"" help:"The owner (inbox)."`
+}
+
+func (l *listHoldsCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	resp, err := cb.NewBackupServiceClient(conn).ListLegalHolds(ctx, &cb.ListLegalHoldsRequest{Owner: l.Owner})
+	if err != nil {
+		return err
+	}
+	return c.printHolds(resp.GetHolds())
+}
+
+func (c *cli) printHolds(holds []*cb.LegalHold) error {
+	if c.JSON {
+		out := make([]json.RawMessage, 0, len(holds))
+		for _, h := range holds {
+			j, err := protoJSON(h)
+			if err != nil {
+				return err
+			}
+			out = append(out, j)
+		}
+		return c.output(out, "")
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "OWNER\tBACKUP\tIN FORCE\tUNTIL\tSET BY\tSINCE\tREASON")
+	for _, h := range holds {
+		backup, until := h.GetBackup(), "released"
+		if backup == "" {
+			backup = "(all)"
+		}
+		if h.GetEndTime() != nil {
+			until = h.GetEndTime().AsTime().UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%v\t%s\t%s\t%s\t%s\n", h.GetOwner(), backup, h.GetInForce(), until, h.GetPrincipal(),
+			h.GetCreateTime().AsTime().UTC().Format(time.RFC3339), h.GetReason())
+	}
+	return w.Flush()
+}
+
+// keysCmd reports on the server's key hierarchy.
+type keysCmd struct {
+	Status keyStatusCmd `cmd:"" help:"Which key-encryption keys wrap the catalog's owner keys (needs admin); a rotation is done when no row is under a KEK but the current one."`
+}
+
+type keyStatusCmd struct{}
+
+func (k *keyStatusCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	st, err := cb.NewBackupServiceClient(conn).GetKeyStatus(ctx, &cb.GetKeyStatusRequest{})
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		b, err := protoJSON(st)
+		if err != nil {
+			return err
+		}
+		return c.output(json.RawMessage(b), "")
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KEK\tSTATE\tOWNER KEYS\tLEGACY BACKUPS")
+	for _, u := range st.GetKeks() {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\n", u.GetFingerprint(), u.GetState(), u.GetOwnerKeys(), u.GetLegacyBackups())
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if n := st.GetRetiredRows(); n > 0 {
+		fmt.Printf("%d rows still under a KEK other than the current one: keep it until the key worker has rewrapped them\n", n)
+	} else {
+		fmt.Println("every row is under the current KEK: a retiring KEK can be removed")
+	}
+	return nil
+}
