@@ -31,7 +31,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
 .PHONY: mutate mutate-sample stress racy
-.PHONY: run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-preview load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-preview bench-rotation load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -272,6 +272,16 @@ bench-store:
 		-ratio 'AppendMessages/postgres/grpc,PostgresCopyFrom,msgs/s,0.5' \
 		-floor 'AppendMessages/sqlite/direct,msgs/s,60000' \
 		-floor 'AppendMessages/sqlite/grpc,msgs/s,60000'
+
+# bench-rotation: a KEK rotation over 10,000 backups with exports and
+# restores running (BenchmarkKEKRotation), on SQLite and on Postgres; the
+# old KEK is then removed and every backup opened (figures in
+# BENCHMARKS.md).
+bench-rotation:
+	go test ./internal/jobs -run '^$$' -bench BenchmarkKEKRotation -benchtime 1x -count 3
+	@url="$${TEST_DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+	BENCH_ENGINE=postgres TEST_DATABASE_URL="$$url" go test ./internal/jobs -run '^$$' -bench BenchmarkKEKRotation -benchtime 1x -count 3
 
 # bench-container: the archive container's Writer and Reader beside raw
 # AES-256-GCM and zstd framing of the same records, and export and import

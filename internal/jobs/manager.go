@@ -110,8 +110,8 @@ type Config struct {
 	// KEK.
 	KEK          *keyring.KEK
 	RetiringKEKs []*keyring.KEK
-	Buckets *Buckets
-	Pool    *budget.Pool
+	Buckets      *Buckets
+	Pool         *budget.Pool
 	// Import is an import's limits; its Reader.Meter and ReadAhead are set
 	// per job from Pool. Its Reader.MaxRecordSize, the largest record the
 	// server's limits let in, also sizes an export's reservation
@@ -609,6 +609,13 @@ func (m *Manager) CheckKEK(ctx context.Context) error {
 	want := strings.Join(expected, ", ")
 	if want == "" {
 		want = "(rows written before fingerprints)"
+	}
+	if len(m.cfg.RetiringKEKs) > 0 {
+		// A rotation asked for: its new local KEK is made now, so the
+		// check below compares the catalog with it.
+		if err := m.cfg.KEK.Make(); err != nil {
+			return fmt.Errorf("%w: the new key-encryption key %s: %w", ErrKEKMismatch, where, err)
+		}
 	}
 	current, err := m.cfg.KEK.Fingerprint()
 	if err != nil {

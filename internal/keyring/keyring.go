@@ -69,7 +69,7 @@ type KEK struct {
 	// existing: a retiring KEK, never made when its file is missing.
 	existing bool
 	mu       sync.Mutex
-	local keeper
+	local    keeper
 	// fingerprint names the KEK without revealing it: for a KMS key, of
 	// its keeper URL; for the local key, of the key.
 	fingerprint string
@@ -200,6 +200,13 @@ func makeLocalKEK(dir, path string) ([]byte, error) {
 		return nil, err
 	}
 	return key, f.Close()
+}
+
+// Make makes a local KEK that does not exist yet (a rotation's new one);
+// an existing KEK, or a KMS key, is left as it is.
+func (k *KEK) Make() error {
+	_, err := k.keeper(true)
+	return err
 }
 
 // NewDataKey returns a fresh 32-byte key and its form wrapped by k.
