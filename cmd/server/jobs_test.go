@@ -198,7 +198,7 @@ func jobPolicy(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	policy := "principals:\n" +
-		"  - {name: ops, tokens_sha256: [" + auth.TokenDigest(opsJobToken) + "], scopes: [admin], owners: [\"*\"]}\n" +
+		"  - {name: ops, tokens_sha256: [" + auth.TokenDigest(opsJobToken) + "], scopes: [admin, owners.erase], owners: [\"*\"]}\n" +
 		"  - {name: alice, tokens_sha256: [" + auth.TokenDigest(aliceJobToken) + "], scopes: [archive.export, archive.import, conversations.read], owners: [alice]}\n" +
 		"  - {name: bob, tokens_sha256: [" + auth.TokenDigest(bobJobToken) + "], scopes: [archive.export, archive.import, conversations.read], owners: [bob]}\n"
 	if err := os.WriteFile(path, []byte(policy), 0o600); err != nil {
@@ -372,6 +372,10 @@ func TestJobsAgainstS3(t *testing.T) {
 
 	t.Run("a full and three increments restore the owner", func(t *testing.T) {
 		chainAgainstS3(t, conn, gw)
+	})
+
+	t.Run("erasure and holds in the S3 bucket", func(t *testing.T) {
+		erasureAgainstS3(t, conn, gw)
 	})
 
 	t.Run("cancel mid-way commits nothing", func(t *testing.T) {
@@ -678,5 +682,56 @@ func ownerBoundAgainstS3(t *testing.T, srv *jobServer, gw gateway, alices *cb.Ex
 	resp, err := cb.NewConversationServiceClient(srv.as(t, bobJobToken)).ListGroups(t.Context(), &cb.ListGroupsRequest{Owner: "bob"})
 	if err != nil || len(resp.GetGroups()) != 0 {
 		t.Errorf("bob's store after the attempts: %v, %v", resp.GetGroups(), err)
+	}
+}
+
+// erasureAgainstS3 (issue 37): an owner's backups in the S3 bucket are
+// kept by a legal hold (the erasure refused), then, released, erased:
+// the objects and sidecars are gone from the gateway, the catalog has no
+// backup of the owner, and another owner's backup is untouched.
+func erasureAgainstS3(t *testing.T, conn *grpc.ClientConn, gw gateway) {
+	ctx := t.Context()
+	backups := cb.NewBackupServiceClient(conn)
+	fillLarge(t, conn, "dave")
+	op := waitJob(t, conn, startExport(t, conn, "dave", "s3", "to erase").GetName())
+	result := &cb.ExportJobResult{}
+	if op.GetError() != nil || op.GetResponse().UnmarshalTo(result) != nil {
+		t.Fatalf("export: %v", op.GetError())
+	}
+	keys := []string{result.GetArchive().GetKey(), result.GetArchive().GetKey() + jobs.SidecarSuffix}
+	for _, k := range keys {
+		if _, err := os.Stat(gw.object(k)); err != nil {
+			t.Fatalf("the exported object %s: %v", k, err)
+		}
+	}
+	if _, err := backups.SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: "dave", Reason: "case s3"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backups.EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: "dave"}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("EraseOwner under a hold: %v", err)
+	}
+	if _, err := backups.ReleaseLegalHold(ctx, &cb.ReleaseLegalHoldRequest{Owner: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	erase, err := backups.EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: "dave"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := waitJob(t, conn, erase.GetName())
+	res := &cb.EraseOwnerResult{}
+	if done.GetError() != nil || done.GetResponse().UnmarshalTo(res) != nil || res.GetBackups() != 1 || res.GetObjects() < 2 {
+		t.Fatalf("erasure: %v %v", done.GetError(), res)
+	}
+	for _, k := range keys {
+		if _, err := os.Stat(gw.object(k)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("object %s after the erasure: %v", k, err)
+		}
+	}
+	if _, err := backups.GetBackupKey(ctx, &cb.GetBackupKeyRequest{Owner: "dave", Backup: result.GetBackup()}); status.Code(err) != codes.NotFound {
+		t.Errorf("the erased backup's key: %v", err)
+	}
+	list, err := backups.ListBackups(ctx, &cb.ListBackupsRequest{Owner: "alice"})
+	if err != nil || len(list.GetBackups()) == 0 {
+		t.Errorf("alice's backups after dave's erasure: %v, %v", list, err)
 	}
 }

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -259,5 +260,58 @@ func TestLegacyBackupsMoveToOwnerKeys(t *testing.T) {
 				t.Fatalf("key status after the migration: %+v", status)
 			}
 		})
+	}
+}
+
+// TestKEKRotationBetweenKeepers (issue 37): a rotation from a key keeper
+// (base64key://, the in-process stand-in for a KMS that the KMS URLs
+// share a code path with) to a local key file, and back to another
+// keeper: each time every owner key moves, and the backup opens under
+// the new KEK alone.
+func TestKEKRotationBetweenKeepers(t *testing.T) {
+	st := enginetest.SQLite(t)
+	ctx := t.Context()
+	h := newHarness(t, st) // keeperURL is the KEK
+	owner := storetest.Owner("kms")
+	fill(t, st, owner, 2)
+	id := exportDone(t, h, exportReq(owner, "under a keeper")).GetBackup()
+	want, err := h.m.BackupKey(ctx, "tester", owner, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	openKeeper := func(url string) *keyring.KEK {
+		k, err := keyring.OpenRetiring(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { k.Close() })
+		return k
+	}
+	keys := t.TempDir()
+	other := "base64key://" + strings.Repeat("A", 43) + "="
+	steps := []struct {
+		name     string
+		current  func() *keyring.KEK
+		retiring *keyring.KEK
+	}{
+		{"keeper to file", func() *keyring.KEK { return localKEK(t, keys) }, openKeeper(keeperURL)},
+		{"file to another keeper", func() *keyring.KEK { return openKeeper(other) }, localKEK(t, keys)},
+	}
+	for _, s := range steps {
+		cur := s.current()
+		rot := newHarness(t, st, func(c *Config) { c.KEK, c.RetiringKEKs, c.Buckets = cur, []*keyring.KEK{s.retiring}, h.m.cfg.Buckets })
+		if err := rot.m.CheckKEK(ctx); err != nil {
+			t.Fatalf("%s: CheckKEK: %v", s.name, err)
+		}
+		if p, err := rot.m.MaintainKeys(ctx, nil); err != nil || p.Rotated != 1 {
+			t.Fatalf("%s: %+v, %v", s.name, p, err)
+		}
+		alone := newHarness(t, st, func(c *Config) { c.KEK, c.Buckets = cur, h.m.cfg.Buckets })
+		if err := alone.m.CheckKEK(ctx); err != nil {
+			t.Fatalf("%s: CheckKEK with the new KEK alone: %v", s.name, err)
+		}
+		if got, err := alone.m.BackupKey(ctx, "tester", owner, id); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: the backup's key under the new KEK alone: %v", s.name, err)
+		}
 	}
 }
