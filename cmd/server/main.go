@@ -100,6 +100,7 @@ type serveCmd struct {
 	limitFlags
 	jobFlags
 	expiryFlags
+	historyFlags
 	MetricsListen string `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
 	PProf         bool   `name:"pprof" env:"PPROF" help:"Also serve Go's profiles (net/http/pprof) at /debug/pprof/ on the metrics address: for an operator on a trusted network, never a public one."`
 
@@ -150,12 +151,15 @@ type expiryFlags struct {
 
 // startPurge runs the expiry purge until ctx is done, with its metrics
 // on reg when set.
-func (f expiryFlags) startPurge(ctx context.Context, st store.Store, reg prometheus.Registerer, log *zap.Logger) {
+func (f expiryFlags) startPurge(ctx context.Context, st store.Store, reg prometheus.Registerer, log *zap.Logger, sweeps ...func(context.Context, time.Time) error) {
 	if f.ExpiryPurgeInterval <= 0 {
 		log.Warn("the purge of expired messages is off: they stay stored, though never listed nor exported")
+		if len(sweeps) > 0 {
+			log.Warn("the expiry worker is off: history files are not deleted past their retention (downloads of them are 404)")
+		}
 		return
 	}
-	cfg := expiry.Config{Store: st, Interval: f.ExpiryPurgeInterval, PerOwner: f.ExpiryPurgeBatch, MaxPerRun: f.ExpiryPurgeMax, Log: log.Named("expiry")}
+	cfg := expiry.Config{Store: st, Interval: f.ExpiryPurgeInterval, PerOwner: f.ExpiryPurgeBatch, MaxPerRun: f.ExpiryPurgeMax, Log: log.Named("expiry"), Sweeps: sweeps}
 	if reg != nil {
 		purged := prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "contentbackup_expired_messages_purged_total",
@@ -335,11 +339,21 @@ func (c *serveCmd) Run() error {
 	if httpAddr != "" && c.TLSCert == "" && !transport.IsLoopback(httpAddr) && !c.Insecure {
 		return fmt.Errorf("--http-listen %s: plaintext off loopback needs --insecure (a mesh that terminates mTLS)", httpAddr)
 	}
+	if err := c.checkHistoryListen(c.TLSCert, c.Insecure); err != nil {
+		return err
+	}
 	lis, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
 	defer lis.Close()
+	var historyLis net.Listener
+	if c.HistoryListen != "" {
+		if historyLis, err = net.Listen("tcp", c.HistoryListen); err != nil {
+			return fmt.Errorf("history: listen on %s: %w", c.HistoryListen, err)
+		}
+		defer historyLis.Close()
+	}
 	var httpLis, metricsLis net.Listener
 	if httpAddr != "" {
 		if httpLis, err = net.Listen("tcp", httpAddr); err != nil {
@@ -415,7 +429,17 @@ func (c *serveCmd) Run() error {
 	// every replica: each rewrap is conditional on the row as read.
 	go jm.RunKeyWorker(ctx, c.KeyWorkerInterval, jobMetrics.KeyStatus)
 	srv := server.New(cfg, log)
-	c.startPurge(ctx, st, cfg.Metrics, log)
+	hist, closeHistory, err := c.history(ctx, c.DataDir, st, cfg.Metrics, log)
+	if err != nil {
+		return err
+	}
+	defer closeHistory()
+	var sweeps []func(context.Context, time.Time) error
+	if hist != nil {
+		sweeps = append(sweeps, hist.Sweep)
+		defer serveHistory(historyLis, hist, perimeter.httpTLS, log)()
+	}
+	c.startPurge(ctx, st, cfg.Metrics, log, sweeps...)
 	if reg != nil {
 		defer serveMetrics(metricsLis, reg, srv, perimeter.policy, c.PProf, log)()
 	}

@@ -33,6 +33,9 @@ type Config struct {
 	// deadline after the run (zero when none is).
 	Purged func(n int64)
 	Lag    func(d time.Duration)
+	// Sweeps are other deadlines the worker enforces each run, after the
+	// messages: the history server's expired files.
+	Sweeps []func(ctx context.Context, now time.Time) error
 }
 
 // Worker purges expired messages, a bounded run each interval.
@@ -66,8 +69,14 @@ func (w *Worker) Run(ctx context.Context) {
 	tick := time.NewTicker(w.cfg.Interval)
 	defer tick.Stop()
 	for {
-		if _, err := w.RunOnce(ctx, time.Now()); err != nil && ctx.Err() == nil {
+		now := time.Now()
+		if _, err := w.RunOnce(ctx, now); err != nil && ctx.Err() == nil {
 			w.cfg.Log.Warn("purge expired messages", zap.Error(err))
+		}
+		for _, sweep := range w.cfg.Sweeps {
+			if err := sweep(ctx, now); err != nil && ctx.Err() == nil {
+				w.cfg.Log.Warn("sweep expired files", zap.Error(err))
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -189,6 +189,7 @@ type Store interface {
 	OwnerKeys
 	Holds
 	Erasure
+	HistoryFiles
 	// Snapshot runs fn over one consistent, read-only view of the owner's
 	// records: what export reads, so that every record it writes is as it
 	// stood at a single instant.

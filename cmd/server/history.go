@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"gocloud.dev/blob"
+
+	"github.com/contentbackup/contentbackup/internal/history"
+	"github.com/contentbackup/contentbackup/internal/server/httpjson"
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/transport"
+)
+
+// historyFlags configure the history server for XMTP device sync
+// (docs/history-server.md).
+type historyFlags struct {
+	HistoryListen           string        `name:"history-listen" env:"HISTORY_LISTEN_ADDR" help:"Address to serve the device-sync history server on (POST /upload, GET /files/{id}); empty: off. With the gRPC listener's TLS when it has TLS; plaintext only on loopback or with --insecure."`
+	HistoryBucket           string        `name:"history-bucket" env:"HISTORY_BUCKET" help:"gocloud.dev/blob URL of the bucket history files go to (file:///dir, s3://bucket?...). Default: file://<data-dir>/history."`
+	HistoryMaxUpload        int64         `name:"history-max-upload" env:"HISTORY_MAX_UPLOAD" default:"104857600" help:"Largest history upload in bytes; past it 413, before anything is stored when the length is declared."`
+	HistoryRetention        time.Duration `name:"history-retention" env:"HISTORY_RETENTION" default:"168h" help:"How long a history file is kept; the expiry worker deletes it after (404 from then on)."`
+	HistoryMaxTotal         int64         `name:"history-max-total" env:"HISTORY_MAX_TOTAL" default:"10737418240" help:"Bytes every history file may hold together; past it the oldest are evicted to make room (507 when none can be)."`
+	HistoryOneTime          bool          `name:"history-one-time" env:"HISTORY_ONE_TIME" help:"Delete a history file once it has been downloaded whole."`
+	HistoryUploadsPerMinute float64       `name:"history-uploads-per-minute" env:"HISTORY_UPLOADS_PER_MINUTE" default:"6" help:"Uploads one client address may start a minute (after a burst of --history-upload-burst); past it 429."`
+	HistoryUploadBurst      int           `name:"history-upload-burst" env:"HISTORY_UPLOAD_BURST" default:"6" help:"Uploads one client address may start at once before its rate applies."`
+	HistoryUploadsPerClient int           `name:"history-uploads-per-client" env:"HISTORY_UPLOADS_PER_CLIENT" default:"2" help:"Uploads from one client address running at once; past it 429."`
+	HistoryUploadsAtOnce    int           `name:"history-uploads-at-once" env:"HISTORY_UPLOADS_AT_ONCE" default:"16" help:"Uploads running at once from every client (each holds a 5 MiB buffer); past it 503."`
+	HistoryCORSOrigins      []string      `name:"history-cors-origin" env:"HISTORY_CORS_ORIGINS" default:"*" help:"Origins browser SDKs may upload from (repeatable); * any, as the reference server. No credentials are ever allowed."`
+}
+
+// history opens the history server's bucket and service, or returns nil
+// when it is off.
+func (f historyFlags) history(ctx context.Context, dataDir string, st store.Store, reg prometheus.Registerer, log *zap.Logger) (*history.Service, func(), error) {
+	if f.HistoryListen == "" {
+		return nil, func() {}, nil
+	}
+	url := f.HistoryBucket
+	if url == "" {
+		abs, err := filepath.Abs(filepath.Join(dataDir, "history"))
+		if err != nil {
+			return nil, nil, err
+		}
+		url = "file://" + filepath.ToSlash(abs) + "?create_dir=1&no_tmp_dir=1&metadata=skip"
+	}
+	bucket, err := blob.OpenBucket(ctx, url)
+	if err != nil {
+		// The URL may carry credentials: name the scheme only.
+		return nil, nil, fmt.Errorf("--history-bucket: %s: cannot open it", schemeOnly(url))
+	}
+	svc := history.New(history.Config{Store: st, Bucket: bucket, MaxUpload: f.HistoryMaxUpload, MaxTotal: f.HistoryMaxTotal,
+		Retention: f.HistoryRetention, OneTime: f.HistoryOneTime, UploadsPerMinute: f.HistoryUploadsPerMinute,
+		UploadBurst: f.HistoryUploadBurst, UploadsPerClient: f.HistoryUploadsPerClient, UploadsAtOnce: f.HistoryUploadsAtOnce,
+		CORSOrigins: f.HistoryCORSOrigins, Log: log.Named("history"), Metrics: historyMetrics(reg)})
+	return svc, func() { _ = bucket.Close() }, nil
+}
+
+func schemeOnly(url string) string {
+	for i := range len(url) - 2 {
+		if url[i:i+3] == "://" {
+			return url[:i] + "://..."
+		}
+	}
+	return "(no scheme)"
+}
+
+// historyMetrics registers the history server's figures with reg.
+func historyMetrics(reg prometheus.Registerer) history.Metrics {
+	if reg == nil {
+		return history.Metrics{}
+	}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		reg.MustRegister(c)
+		return c
+	}
+	uploads := counter("contentbackup_history_uploads_total", "History files uploaded whole.")
+	uploadBytes := counter("contentbackup_history_upload_bytes_total", "Bytes of the history files uploaded whole.")
+	downloads := counter("contentbackup_history_downloads_total", "History files downloaded whole.")
+	downloadBytes := counter("contentbackup_history_download_bytes_total", "Bytes of the history files downloaded whole.")
+	expired := counter("contentbackup_history_expired_files_total", "History files deleted past their retention, or evicted when the total was full.")
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "contentbackup_history_refusals_total",
+		Help: "History requests refused, by reason: too_large (413), rate and client_concurrency (429), busy (503), full (507), stalled (408), not_found (404).",
+	}, []string{"reason"})
+	stored := prometheus.NewGauge(prometheus.GaugeOpts{Name: "contentbackup_history_stored_bytes", Help: "Bytes every history file holds, after the last sweep."})
+	files := prometheus.NewGauge(prometheus.GaugeOpts{Name: "contentbackup_history_files", Help: "History files stored, after the last sweep."})
+	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "contentbackup_history_max_total_bytes", Help: "--history-max-total: the alert rules read the stored bytes against it."})
+	reg.MustRegister(refused, stored, files, limit)
+	for _, r := range []string{history.RefusedTooLarge, history.RefusedRate, history.RefusedClient, history.RefusedBusy, history.RefusedFull, history.RefusedStalled, history.RefusedNotFound} {
+		refused.WithLabelValues(r)
+	}
+	return history.Metrics{
+		Uploaded:   func(n int64) { uploads.Inc(); uploadBytes.Add(float64(n)) },
+		Downloaded: func(n int64) { downloads.Inc(); downloadBytes.Add(float64(n)) },
+		Expired:    func(n int, _ int64) { expired.Add(float64(n)) },
+		Refused:    func(reason string) { refused.WithLabelValues(reason).Inc() },
+		Stored:     func(bytes, n int64) { stored.Set(float64(bytes)); files.Set(float64(n)) },
+		MaxTotal:   func(n int64) { limit.Set(float64(n)) },
+	}
+}
+
+// serveHistory serves svc on lis until stop: the HTTP/JSON listener's
+// bounds on headers and idle connections, its TLS when it has one.
+func serveHistory(lis net.Listener, svc *history.Service, tlsConfig *tls.Config, log *zap.Logger) (stop func()) {
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	hs := &http.Server{Handler: svc, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: httpjson.MaxHeaderBytes, Protocols: protocols, TLSConfig: tlsConfig}
+	serve := func() error { return hs.Serve(lis) }
+	if tlsConfig != nil {
+		protocols.SetHTTP2(true)
+		serve = func() error { return hs.ServeTLS(lis, "", "") }
+	}
+	go func() {
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("history server", zap.Error(err))
+		}
+	}()
+	log.Info("serving the device-sync history server", zap.String("addr", lis.Addr().String()), zap.Bool("tls", tlsConfig != nil))
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(ctx)
+	}
+}
+
+// checkHistoryListen refuses plaintext off loopback, as the HTTP/JSON
+// listener does.
+func (f historyFlags) checkHistoryListen(tlsCert string, insecure bool) error {
+	if f.HistoryListen != "" && tlsCert == "" && !transport.IsLoopback(f.HistoryListen) && !insecure {
+		return fmt.Errorf("--history-listen %s: plaintext off loopback needs --insecure (a proxy that terminates TLS)", f.HistoryListen)
+	}
+	return nil
+}

@@ -1,0 +1,611 @@
+// Package history is a history server for XMTP device sync: an app
+// installation uploads an encrypted archive (POST /upload, the raw archive
+// as the body; the answer's text is an id) and sends the URL
+// {server}/files/{id} with the archive's key inside the end-to-end
+// encrypted sync group; another installation downloads it (GET) and
+// imports it (libxmtp crates/xmtp_mls/src/groups/device_sync/worker.rs).
+//
+// The server never holds the key: it stores opaque bytes in a bucket
+// (gocloud.dev/blob, as backup jobs do), one catalog row each
+// (store.HistoryFiles), and never holds a body whole in memory. No route
+// takes a key, and no log line holds an id's full value.
+//
+// Unlike xmtp-message-history-server, every upload is bounded: in size
+// (413 before a byte is stored when the length is declared, and as soon as
+// the body passes it otherwise), in pace (a body that stalls is cut), in
+// rate and concurrency per client address (429), in number at once (503)
+// and in total bytes (the oldest files are evicted to make room; 507 when
+// none can be). Files expire after a retention window, swept by the
+// expiry worker on every replica.
+package history
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+	"golang.org/x/time/rate"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+// Defaults; every one is a flag of the server (README's flag table).
+const (
+	// DefaultMaxUpload: device-sync archives of a long history pass the
+	// reference server's 15,000,000 bytes; 100 MiB keeps one upload's
+	// cost bounded while taking them.
+	DefaultMaxUpload = 100 << 20
+	// DefaultRetention is the reference server's: files older are swept.
+	DefaultRetention = 7 * 24 * time.Hour
+	// DefaultMaxTotal bounds every file stored together.
+	DefaultMaxTotal = 10 << 30
+	// DefaultUploadsPerMinute and DefaultUploadBurst: an installation
+	// uploads once per sync request; a client address (a NAT may hold
+	// many installations) gets this many a minute, after a burst.
+	DefaultUploadsPerMinute = 6
+	DefaultUploadBurst      = 6
+	// DefaultUploadsPerClient run at once from one address.
+	DefaultUploadsPerClient = 2
+	// DefaultUploadsAtOnce across every client: each holds a blob
+	// writer's buffer (an S3 part, 5 MiB).
+	DefaultUploadsAtOnce = 16
+	// DefaultStall: a body that sends nothing for this long is cut.
+	DefaultStall = 30 * time.Second
+	// idBytes is an id's randomness: 160 bits, 40 hex digits.
+	idBytes = 20
+	// blobBuffer is the blob writer's buffer: S3's smallest part.
+	blobBuffer = 5 << 20
+	// maxClients bounds the per-address limiters kept; idle ones go first.
+	maxClients = 100_000
+)
+
+// Refusal reasons, as the metrics count them.
+const (
+	RefusedTooLarge = "too_large"
+	RefusedRate     = "rate"
+	RefusedClient   = "client_concurrency"
+	RefusedBusy     = "busy"
+	RefusedFull     = "full"
+	RefusedStalled  = "stalled"
+	RefusedNotFound = "not_found"
+)
+
+// Metrics hears what the server does; every field is optional.
+type Metrics struct {
+	Uploaded   func(bytes int64)
+	Downloaded func(bytes int64)
+	Expired    func(files int, bytes int64)
+	Refused    func(reason string)
+	Stored     func(bytes, files int64)
+	// MaxTotal hears the configured total once, at New.
+	MaxTotal func(bytes int64)
+}
+
+// Config is what a Service runs with.
+type Config struct {
+	Store  store.HistoryFiles
+	Bucket *blob.Bucket
+	// Prefix starts every object's key (default "history/").
+	Prefix string
+	// MaxUpload bounds one upload's bytes; MaxTotal every file stored.
+	MaxUpload, MaxTotal int64
+	Retention           time.Duration
+	// OneTime deletes a file once it has been downloaded whole.
+	OneTime bool
+	// UploadsPerMinute and UploadBurst are each client address's rate;
+	// UploadsPerClient its uploads at once; UploadsAtOnce everyone's.
+	UploadsPerMinute          float64
+	UploadBurst               int
+	UploadsPerClient          int
+	UploadsAtOnce             int
+	Stall                     time.Duration
+	// CORSOrigins answered; "*" any (default).
+	CORSOrigins []string
+	Log         *zap.Logger
+	Metrics     Metrics
+	Now         func() time.Time
+}
+
+// Service serves the history protocol and sweeps expired files.
+type Service struct {
+	cfg     Config
+	atOnce  chan struct{}
+	mu      sync.Mutex
+	clients map[string]*client
+}
+
+type client struct {
+	limiter *rate.Limiter
+	active  int
+	seen    time.Time
+}
+
+// New returns a service with cfg's zero fields defaulted.
+func New(cfg Config) *Service {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "history/"
+	}
+	if cfg.MaxUpload <= 0 {
+		cfg.MaxUpload = DefaultMaxUpload
+	}
+	if cfg.MaxTotal <= 0 {
+		cfg.MaxTotal = DefaultMaxTotal
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.UploadsPerMinute <= 0 {
+		cfg.UploadsPerMinute = DefaultUploadsPerMinute
+	}
+	if cfg.UploadBurst <= 0 {
+		cfg.UploadBurst = DefaultUploadBurst
+	}
+	if cfg.UploadsPerClient <= 0 {
+		cfg.UploadsPerClient = DefaultUploadsPerClient
+	}
+	if cfg.UploadsAtOnce <= 0 {
+		cfg.UploadsAtOnce = DefaultUploadsAtOnce
+	}
+	if cfg.Stall <= 0 {
+		cfg.Stall = DefaultStall
+	}
+	if cfg.CORSOrigins == nil {
+		cfg.CORSOrigins = []string{"*"}
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Metrics.MaxTotal != nil {
+		cfg.Metrics.MaxTotal(cfg.MaxTotal)
+	}
+	return &Service{cfg: cfg, atOnce: make(chan struct{}, cfg.UploadsAtOnce), clients: map[string]*client{}}
+}
+
+// ServeHTTP routes the protocol: GET / (health), POST /upload,
+// GET|HEAD /files/{id}, and CORS preflights. Nothing else exists.
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.cors(w, r)
+	path := r.URL.Path
+	switch {
+	case path == "/":
+		if !allow(w, r, http.MethodGet, http.MethodHead) {
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	case path == "/upload":
+		if allow(w, r, http.MethodPost) {
+			s.upload(w, r)
+		}
+	case strings.HasPrefix(path, "/files/"):
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			s.download(w, r, strings.TrimPrefix(path, "/files/"))
+		}
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// allow answers a preflight (204) or a method the route lacks (405), and
+// reports whether the request goes on.
+func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	if r.Method == http.MethodOptions {
+		w.WriteHeader(http.StatusNoContent)
+		return false
+	}
+	if !slices.Contains(methods, r.Method) {
+		w.Header().Set("Allow", strings.Join(methods, ", ")+", OPTIONS")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return false
+	}
+	return true
+}
+
+// cors answers browser SDKs, which upload from an app's page: the origin
+// when it is allowed (any with "*"). No credentials are ever allowed, so
+// a page gets nothing a plain client would not.
+func (s *Service) cors(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return
+	}
+	h := w.Header()
+	switch {
+	case slices.Contains(s.cfg.CORSOrigins, "*"):
+		h.Set("Access-Control-Allow-Origin", "*")
+	case slices.Contains(s.cfg.CORSOrigins, origin):
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Add("Vary", "Origin")
+	default:
+		return
+	}
+	h.Set("Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Content-Type")
+	h.Set("Access-Control-Expose-Headers", "Content-Length")
+	h.Set("Access-Control-Max-Age", "600")
+}
+
+func (s *Service) refuse(w http.ResponseWriter, code int, reason, msg string) {
+	if s.cfg.Metrics.Refused != nil {
+		s.cfg.Metrics.Refused(reason)
+	}
+	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "10")
+	}
+	http.Error(w, msg, code)
+}
+
+// admit takes a place for an upload from addr: the client's rate, its
+// uploads at once, then everyone's. release gives it back.
+func (s *Service) admit(addr string) (release func(), code int, reason string) {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	c, ok := s.clients[addr]
+	if !ok {
+		if len(s.clients) >= maxClients {
+			s.pruneLocked(now)
+		}
+		c = &client{limiter: rate.NewLimiter(rate.Limit(s.cfg.UploadsPerMinute/60), s.cfg.UploadBurst)}
+		s.clients[addr] = c
+	}
+	c.seen = now
+	if c.active >= s.cfg.UploadsPerClient {
+		s.mu.Unlock()
+		return nil, http.StatusTooManyRequests, RefusedClient
+	}
+	if !c.limiter.AllowN(now, 1) {
+		s.mu.Unlock()
+		return nil, http.StatusTooManyRequests, RefusedRate
+	}
+	c.active++
+	s.mu.Unlock()
+	done := func() {
+		s.mu.Lock()
+		c.active--
+		s.mu.Unlock()
+	}
+	select {
+	case s.atOnce <- struct{}{}:
+	default:
+		done()
+		return nil, http.StatusServiceUnavailable, RefusedBusy
+	}
+	return func() { <-s.atOnce; done() }, 0, ""
+}
+
+// pruneLocked drops the limiters of clients idle long enough that their
+// bucket is full again, and, if that frees too little, the idlest half.
+func (s *Service) pruneLocked(now time.Time) {
+	full := time.Duration(float64(s.cfg.UploadBurst) / s.cfg.UploadsPerMinute * float64(time.Minute))
+	for addr, c := range s.clients {
+		if c.active == 0 && now.Sub(c.seen) > full {
+			delete(s.clients, addr)
+		}
+	}
+	if len(s.clients) < maxClients {
+		return
+	}
+	for addr, c := range s.clients {
+		if c.active == 0 && len(s.clients) >= maxClients/2 {
+			delete(s.clients, addr)
+		}
+	}
+}
+
+// clientAddr is the request's peer address without its port: the unit of
+// the per-client limits. A proxy in front must keep the peer's address
+// (PROXY protocol, or the limits apply to the proxy).
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// newID is a fresh id: 160 random bits as 40 hex digits.
+func newID() string {
+	var b [idBytes]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// validID reports an id of the form newID makes.
+func validID(id string) bool {
+	if len(id) != 2*idBytes {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil && strings.ToLower(id) == id
+}
+
+// short is an id as logs show it: enough to correlate, never to fetch.
+func short(id string) string { return id[:8] + "…" }
+
+// errTooLarge and errStalled end an upload's body.
+var (
+	errTooLarge = errors.New("the body passed the upload limit")
+	errStalled  = errors.New("the body stalled")
+)
+
+// pacedBody reads a request body up to limit bytes, each read under a
+// fresh deadline of stall, so a body that stops sending is cut.
+type pacedBody struct {
+	r     io.Reader
+	rc    *http.ResponseController
+	stall time.Duration
+	limit int64
+	n     int64
+}
+
+func (b *pacedBody) Read(p []byte) (int, error) {
+	_ = b.rc.SetReadDeadline(time.Now().Add(b.stall))
+	if int64(len(p)) > b.limit-b.n+1 {
+		p = p[:b.limit-b.n+1]
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if b.n > b.limit {
+		return n, errTooLarge
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return n, errStalled
+	}
+	return n, err
+}
+
+func (s *Service) upload(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	release, code, reason := s.admit(clientAddr(r))
+	if release == nil {
+		s.refuse(w, code, reason, "too many uploads: retry later")
+		return
+	}
+	defer release()
+	if r.ContentLength > s.cfg.MaxUpload {
+		s.refuse(w, http.StatusRequestEntityTooLarge, RefusedTooLarge, fmt.Sprintf("the body is %d bytes; this server takes at most %d", r.ContentLength, s.cfg.MaxUpload))
+		return
+	}
+	expected := r.ContentLength
+	if expected < 0 {
+		expected = s.cfg.MaxUpload // unknown until read: counted at the limit
+	}
+	if err := s.makeRoom(ctx, expected); err != nil {
+		s.cfg.Log.Warn("history upload refused: storage full", zap.Error(err))
+		s.refuse(w, http.StatusInsufficientStorage, RefusedFull, "the history server is full: retry later")
+		return
+	}
+	id := newID()
+	now := s.cfg.Now()
+	f := store.HistoryFile{ID: id, ObjectKey: s.cfg.Prefix + id, State: store.HistoryUploading, Size: expected, Created: now, Expires: now.Add(s.cfg.Retention)}
+	if err := s.cfg.Store.CreateHistoryFile(ctx, f); err != nil {
+		s.fail(w, "record the upload", err)
+		return
+	}
+	n, err := s.store(ctx, r, w, f.ObjectKey)
+	if err != nil {
+		s.forget(f)
+		switch {
+		case errors.Is(err, errTooLarge):
+			s.refuse(w, http.StatusRequestEntityTooLarge, RefusedTooLarge, fmt.Sprintf("the body passed %d bytes, the most this server takes", s.cfg.MaxUpload))
+		case errors.Is(err, errStalled):
+			s.refuse(w, http.StatusRequestTimeout, RefusedStalled, "the body stopped arriving")
+		case ctx.Err() != nil:
+			// The client went away: nobody reads an answer.
+		default:
+			s.fail(w, "store the upload", err)
+		}
+		return
+	}
+	if err := s.cfg.Store.FinishHistoryFile(ctx, id, n); err != nil {
+		s.forget(f)
+		s.fail(w, "record the upload", err)
+		return
+	}
+	if s.cfg.Metrics.Uploaded != nil {
+		s.cfg.Metrics.Uploaded(n)
+	}
+	s.cfg.Log.Info("history file uploaded", zap.String("id", short(id)), zap.Int64("bytes", n))
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(id)))
+	_, _ = io.WriteString(w, id)
+}
+
+// store streams the body into key; an error leaves no object.
+func (s *Service) store(ctx context.Context, r *http.Request, w http.ResponseWriter, key string) (int64, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	bw, err := s.cfg.Bucket.NewWriter(wctx, key, &blob.WriterOptions{ContentType: "application/octet-stream", BufferSize: blobBuffer})
+	if err != nil {
+		return 0, err
+	}
+	body := &pacedBody{r: r.Body, rc: http.NewResponseController(w), stall: s.cfg.Stall, limit: s.cfg.MaxUpload}
+	n, err := io.Copy(bw, body)
+	if err != nil {
+		cancel() // aborts the write: nothing is committed
+		_ = bw.Close()
+		return n, err
+	}
+	return n, bw.Close()
+}
+
+// forget removes an upload that did not finish: its object (if one was
+// committed) and its row.
+func (s *Service) forget(f store.HistoryFile) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.cfg.Bucket.Delete(ctx, f.ObjectKey); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		s.cfg.Log.Warn("history upload's object not deleted", zap.String("id", short(f.ID)), zap.Error(err))
+		return // the row stays, and the sweep deletes both at its expiry
+	}
+	if err := s.cfg.Store.DeleteHistoryFile(ctx, f.ID); err != nil {
+		s.cfg.Log.Warn("history upload's row not deleted", zap.String("id", short(f.ID)), zap.Error(err))
+	}
+}
+
+// fail answers the server's own trouble without its details.
+func (s *Service) fail(w http.ResponseWriter, what string, err error) {
+	s.cfg.Log.Error("history: "+what, zap.Error(err))
+	code := http.StatusInternalServerError
+	if store.Unavailable(err) {
+		code = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "10")
+	}
+	http.Error(w, "the history server could not "+what, code)
+}
+
+// makeRoom evicts the oldest files until need more bytes fit under
+// MaxTotal, and fails when even an empty server could not take them.
+func (s *Service) makeRoom(ctx context.Context, need int64) error {
+	for range 100 {
+		used, _, err := s.cfg.Store.HistoryBytes(ctx)
+		if err != nil {
+			return err
+		}
+		if used+need <= s.cfg.MaxTotal {
+			return nil
+		}
+		oldest, err := s.cfg.Store.OldestHistoryFiles(ctx, 10)
+		if err != nil {
+			return err
+		}
+		evicted := 0
+		for _, f := range oldest {
+			if f.State != store.HistoryReady {
+				continue // an upload running; its own end settles it
+			}
+			if err := s.delete(ctx, f); err != nil {
+				return err
+			}
+			evicted++
+			s.cfg.Log.Info("history file evicted: the server is full", zap.String("id", short(f.ID)), zap.Int64("bytes", f.Size))
+			if s.cfg.Metrics.Expired != nil {
+				s.cfg.Metrics.Expired(1, f.Size)
+			}
+		}
+		if evicted == 0 {
+			return fmt.Errorf("%d bytes stored by uploads running, %d more asked, %d the most", used, need, s.cfg.MaxTotal)
+		}
+	}
+	return errors.New("eviction made no room")
+}
+
+// delete removes a file's object, then its row.
+func (s *Service) delete(ctx context.Context, f store.HistoryFile) error {
+	if err := s.cfg.Bucket.Delete(ctx, f.ObjectKey); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		return fmt.Errorf("delete history object: %w", err)
+	}
+	return s.cfg.Store.DeleteHistoryFile(ctx, f.ID)
+}
+
+func (s *Service) download(w http.ResponseWriter, r *http.Request, id string) {
+	ctx := r.Context()
+	missing := func() {
+		if s.cfg.Metrics.Refused != nil {
+			s.cfg.Metrics.Refused(RefusedNotFound)
+		}
+		http.Error(w, "no such file (it may have expired)", http.StatusNotFound)
+	}
+	if !validID(id) {
+		missing()
+		return
+	}
+	f, err := s.cfg.Store.GetHistoryFile(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && (f.State != store.HistoryReady || !s.cfg.Now().Before(f.Expires)) {
+		missing()
+		return
+	}
+	if err != nil {
+		s.fail(w, "read the file", err)
+		return
+	}
+	rd, err := s.cfg.Bucket.NewReader(ctx, f.ObjectKey, nil)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		missing()
+		return
+	}
+	if err != nil {
+		s.fail(w, "read the file", err)
+		return
+	}
+	defer rd.Close()
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Length", strconv.FormatInt(rd.Size(), 10))
+	h.Set("Cache-Control", "no-store")
+	if r.Method == http.MethodHead {
+		return
+	}
+	n, err := io.Copy(w, rd)
+	if err != nil {
+		s.cfg.Log.Info("history download cut short", zap.String("id", short(id)), zap.Int64("bytes", n), zap.Error(err))
+		return
+	}
+	if s.cfg.Metrics.Downloaded != nil {
+		s.cfg.Metrics.Downloaded(n)
+	}
+	if _, err := s.cfg.Store.CountHistoryDownload(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.cfg.Log.Warn("history download not counted", zap.String("id", short(id)), zap.Error(err))
+	}
+	if s.cfg.OneTime {
+		if err := s.delete(context.WithoutCancel(ctx), f); err != nil {
+			s.cfg.Log.Warn("one-time history file not deleted", zap.String("id", short(id)), zap.Error(err))
+		}
+	}
+}
+
+// Sweep deletes the files expired by now (objects first, then rows) and
+// reports the total stored after it. Every replica runs it from the
+// expiry worker; a file two replicas reach is deleted once.
+func (s *Service) Sweep(ctx context.Context, now time.Time) error {
+	var files int
+	var bytes int64
+	for {
+		page, err := s.cfg.Store.HistoryFilesBefore(ctx, now, 100)
+		if err != nil {
+			return err
+		}
+		for _, f := range page {
+			if err := s.delete(ctx, f); err != nil {
+				return err
+			}
+			files++
+			bytes += f.Size
+		}
+		if len(page) < 100 {
+			break
+		}
+	}
+	if files > 0 {
+		s.cfg.Log.Info("expired history files deleted", zap.Int("files", files), zap.Int64("bytes", bytes))
+		if s.cfg.Metrics.Expired != nil {
+			s.cfg.Metrics.Expired(files, bytes)
+		}
+	}
+	if s.cfg.Metrics.Stored != nil {
+		if used, n, err := s.cfg.Store.HistoryBytes(ctx); err == nil {
+			s.cfg.Metrics.Stored(used, n)
+		}
+	}
+	s.mu.Lock()
+	s.pruneLocked(now)
+	s.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,434 @@
+package history
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
+)
+
+// fixture is a history server on a real TCP listener, over a file bucket
+// and a store, with a clock the test moves.
+type fixture struct {
+	svc    *Service
+	url    string
+	st     store.Store
+	bucket *blob.Bucket
+	dir    string
+	now    atomic.Int64
+	logs   *observer.ObservedLogs
+	refus  sync.Map // reason -> *atomic.Int32
+}
+
+func newFixture(t *testing.T, st store.Store, tune func(*Config)) *fixture {
+	t.Helper()
+	f := &fixture{st: st, dir: t.TempDir()}
+	f.now.Store(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC).UnixNano())
+	b, err := blob.OpenBucket(t.Context(), "file://"+f.dir+"?no_tmp_dir=1&metadata=skip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	f.bucket = b
+	core, logs := observer.New(zap.DebugLevel)
+	f.logs = logs
+	cfg := Config{Store: st, Bucket: b, Log: zap.New(core), Now: func() time.Time { return time.Unix(0, f.now.Load()) },
+		Metrics: Metrics{Refused: func(reason string) {
+			n, _ := f.refus.LoadOrStore(reason, new(atomic.Int32))
+			n.(*atomic.Int32).Add(1)
+		}}}
+	if tune != nil {
+		tune(&cfg)
+	}
+	f.svc = New(cfg)
+	srv := httptest.NewServer(f.svc)
+	t.Cleanup(srv.Close)
+	f.url = srv.URL
+	return f
+}
+
+func (f *fixture) refused(reason string) int32 {
+	n, ok := f.refus.Load(reason)
+	if !ok {
+		return 0
+	}
+	return n.(*atomic.Int32).Load()
+}
+
+func (f *fixture) upload(t *testing.T, body io.Reader) (int, string) {
+	t.Helper()
+	resp, err := http.Post(f.url+"/upload", "", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+func (f *fixture) get(t *testing.T, id string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get(f.url + "/files/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Length") != strconv.Itoa(len(b)) {
+		t.Errorf("GET %s: Content-Length %q for %d bytes", id, resp.Header.Get("Content-Length"), len(b))
+	}
+	return resp.StatusCode, b
+}
+
+// objects lists the bucket's files.
+func (f *fixture) objects(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	_ = filepath.WalkDir(f.dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, path)
+		}
+		return nil
+	})
+	return out
+}
+
+func (f *fixture) stored(t *testing.T) (int64, int64) {
+	t.Helper()
+	b, n, err := f.st.HistoryBytes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, n
+}
+
+func random(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
+// TestHistoryProtocol (issue 38), on both engines over TCP: POST /upload
+// answers an id of 160 random bits as plain text; GET /files/{id} gives
+// the bytes back with their length; GET / answers health; ids are
+// distinct; unknown, malformed and traversing ids are 404; no other
+// route exists (nothing takes a key); no log line holds a full id.
+func TestHistoryProtocol(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			f := newFixture(t, e.Open(t), nil)
+			body := random(t, 300_000)
+			code, id := f.upload(t, bytes.NewReader(body))
+			if code != http.StatusOK || !validID(id) {
+				t.Fatalf("upload: %d %q", code, id)
+			}
+			_, other := f.upload(t, bytes.NewReader([]byte("second")))
+			if other == id || !validID(other) {
+				t.Fatalf("two uploads, ids %q and %q", id, other)
+			}
+			code, got := f.get(t, id)
+			if code != http.StatusOK || !bytes.Equal(got, body) {
+				t.Fatalf("download: %d, %d bytes of %d", code, len(got), len(body))
+			}
+			resp, err := http.Head(f.url + "/files/" + id)
+			if err != nil || resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(body)) {
+				t.Fatalf("HEAD: %v %v", resp, err)
+			}
+			resp, err = http.Get(f.url + "/")
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("health: %v %v", resp, err)
+			}
+			for _, bad := range []string{strings.Repeat("0", 40), id[:39], strings.ToUpper(id), id + "0", "..%2F..%2Fetc%2Fpasswd", "../" + id} {
+				if code, _ := f.get(t, bad); code != http.StatusNotFound {
+					t.Errorf("GET /files/%s: %d, want 404", bad, code)
+				}
+			}
+			for _, path := range []string{"/debug?key=" + strings.Repeat("ab", 32), "/files", "/upload/" + id, "/decrypt/" + id} {
+				resp, err := http.Get(f.url + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
+					t.Errorf("GET %s: %d, want no such route", path, resp.StatusCode)
+				}
+			}
+			resp, err = http.Post(f.url+"/files/"+id, "", strings.NewReader("x"))
+			if err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("POST to a file: %v %v", resp, err)
+			}
+			for _, entry := range f.logs.All() {
+				line := fmt.Sprint(entry.Message, entry.ContextMap())
+				if strings.Contains(line, id) || strings.Contains(line, other) {
+					t.Errorf("a log line holds a full id: %s", line)
+				}
+			}
+		})
+	}
+}
+
+// TestHistoryLimits (issue 38): a declared body over the limit is 413
+// before a byte is stored; an undeclared one is cut at the limit, 413,
+// and leaves nothing; a body that stalls is cut (408) and leaves nothing;
+// a client's burst, then its rate, and its uploads at once are 429; past
+// the total the oldest file is evicted, and an upload no room can take is
+// 507.
+func TestHistoryLimits(t *testing.T) {
+	st := enginetest.SQLite(t)
+	f := newFixture(t, st, func(c *Config) {
+		c.MaxUpload, c.MaxTotal, c.Stall = 64<<10, 200<<10, 300*time.Millisecond
+		c.UploadBurst, c.UploadsPerMinute, c.UploadsPerClient = 100, 60, 1
+	})
+	req, _ := http.NewRequest(http.MethodPost, f.url+"/upload", bytes.NewReader(random(t, 64<<10+1)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a declared body past the limit: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	// Undeclared (chunked): cut as it passes the limit.
+	code, _ := f.upload(t, io.MultiReader(bytes.NewReader(random(t, 64<<10)), strings.NewReader("x")))
+	if code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a chunked body past the limit: %d", code)
+	}
+	if b, n := f.stored(t); b != 0 || n != 0 || len(f.objects(t)) != 0 {
+		t.Fatalf("refused uploads left %d rows of %d bytes and objects %v", n, b, f.objects(t))
+	}
+	// A body that stops sending.
+	pr, pw := io.Pipe()
+	go func() { pw.Write([]byte("start")); time.Sleep(2 * time.Second); pw.Close() }()
+	t0 := time.Now()
+	code, _ = f.upload(t, pr)
+	if code != http.StatusRequestTimeout || time.Since(t0) > 1500*time.Millisecond {
+		t.Fatalf("a stalled body: %d after %v", code, time.Since(t0))
+	}
+	if _, n := f.stored(t); n != 0 || len(f.objects(t)) != 0 {
+		t.Fatalf("a stalled upload left %d rows, objects %v", n, f.objects(t))
+	}
+	// One upload at once per client: the second, while the first runs.
+	pr2, pw2 := io.Pipe()
+	done := make(chan int)
+	go func() { c, _ := f.upload(t, pr2); done <- c }()
+	pw2.Write([]byte("slow"))
+	time.Sleep(100 * time.Millisecond)
+	if code, _ := f.upload(t, strings.NewReader("meanwhile")); code != http.StatusTooManyRequests {
+		t.Errorf("a second upload at once from one client: %d, want 429", code)
+	}
+	pw2.Close()
+	if c := <-done; c != http.StatusOK {
+		t.Fatalf("the first upload: %d", c)
+	}
+	// Eviction: 3 files of 64 KiB fill 200 KiB with the one above; the
+	// fourth evicts the oldest.
+	var ids []string
+	for range 4 {
+		code, id := f.upload(t, bytes.NewReader(random(t, 60<<10)))
+		if code != http.StatusOK {
+			t.Fatalf("upload under the total: %d", code)
+		}
+		ids = append(ids, id)
+		f.now.Add(int64(time.Second))
+	}
+	if b, _ := f.stored(t); b > 200<<10 {
+		t.Errorf("%d bytes stored, past the total", b)
+	}
+	if code, _ := f.get(t, ids[0]); code != http.StatusNotFound {
+		t.Errorf("the oldest file after eviction: %d", code)
+	}
+	if code, _ := f.get(t, ids[3]); code != http.StatusOK {
+		t.Errorf("the newest file: %d", code)
+	}
+	if f.refused(RefusedTooLarge) != 2 || f.refused(RefusedStalled) != 1 || f.refused(RefusedClient) != 1 {
+		t.Errorf("refusals counted: too_large %d, stalled %d, client %d", f.refused(RefusedTooLarge), f.refused(RefusedStalled), f.refused(RefusedClient))
+	}
+
+	// The rate: a burst of 2, then nothing within the minute.
+	g := newFixture(t, st, func(c *Config) { c.UploadBurst, c.UploadsPerMinute = 2, 1 })
+	for i := range 3 {
+		code, _ := g.upload(t, strings.NewReader("x"))
+		if want := map[bool]int{true: http.StatusOK, false: http.StatusTooManyRequests}[i < 2]; code != want {
+			t.Errorf("upload %d of a burst of 2: %d, want %d", i, code, want)
+		}
+	}
+	// Full with nothing to evict: 507.
+	full := newFixture(t, enginetest.SQLite(t), func(c *Config) { c.MaxTotal, c.MaxUpload = 10, 100 })
+	if code, _ := full.upload(t, bytes.NewReader(make([]byte, 50))); code != http.StatusInsufficientStorage {
+		t.Errorf("an upload no room can take: %d, want 507", code)
+	}
+}
+
+// TestHistoryExpiry (issue 38), on both engines: a file past its retention
+// is 404 at once, and the expiry sweep deletes its object and row; a file
+// within it stays. With one-time downloads a file goes after its first
+// whole download.
+func TestHistoryExpiry(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			f := newFixture(t, e.Open(t), func(c *Config) { c.Retention = time.Hour })
+			_, old := f.upload(t, strings.NewReader("old"))
+			f.now.Add(int64(50 * time.Minute))
+			_, young := f.upload(t, strings.NewReader("young"))
+			f.now.Add(int64(11 * time.Minute))
+			if code, _ := f.get(t, old); code != http.StatusNotFound {
+				t.Errorf("an expired file: %d, want 404", code)
+			}
+			if err := f.svc.Sweep(t.Context(), time.Unix(0, f.now.Load())); err != nil {
+				t.Fatal(err)
+			}
+			if objs := f.objects(t); len(objs) != 1 || !strings.HasSuffix(objs[0], young) {
+				t.Errorf("objects after the sweep: %v", objs)
+			}
+			if _, err := f.st.GetHistoryFile(t.Context(), old); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("the expired row after the sweep: %v", err)
+			}
+			if code, b := f.get(t, young); code != http.StatusOK || string(b) != "young" {
+				t.Errorf("a file within its retention: %d %q", code, b)
+			}
+
+			once := newFixture(t, e.Open(t), func(c *Config) { c.OneTime = true })
+			_, id := once.upload(t, strings.NewReader("once"))
+			if code, b := once.get(t, id); code != http.StatusOK || string(b) != "once" {
+				t.Fatalf("the one download: %d %q", code, b)
+			}
+			if code, _ := once.get(t, id); code != http.StatusNotFound {
+				t.Errorf("a one-time file downloaded again: %d", code)
+			}
+			if objs := once.objects(t); len(objs) != 0 {
+				t.Errorf("a one-time file's object after its download: %v", objs)
+			}
+		})
+	}
+}
+
+// TestHistoryCORS (issue 38): browser SDKs upload from an app's page. Any
+// origin is answered by default (as the reference server), never with
+// credentials; a configured list answers only its origins; a preflight is
+// 204.
+func TestHistoryCORS(t *testing.T) {
+	st := enginetest.SQLite(t)
+	for _, c := range []struct {
+		origins        []string
+		origin, expect string
+	}{
+		{nil, "https://app.example", "*"},
+		{[]string{"https://app.example"}, "https://app.example", "https://app.example"},
+		{[]string{"https://app.example"}, "https://evil.example", ""},
+	} {
+		f := newFixture(t, st, func(cfg *Config) { cfg.CORSOrigins = c.origins })
+		req, _ := http.NewRequest(http.MethodOptions, f.url+"/upload", nil)
+		req.Header.Set("Origin", c.origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got := resp.Header.Get("Access-Control-Allow-Origin")
+		if resp.StatusCode != http.StatusNoContent || got != c.expect || resp.Header.Get("Access-Control-Allow-Credentials") != "" {
+			t.Errorf("origins %v, preflight from %s: %d, allow-origin %q, want %q", c.origins, c.origin, resp.StatusCode, got, c.expect)
+		}
+	}
+}
+
+// TestHistoryUploadStreams (issue 38): a 100 MB upload and its download
+// are streamed: the process's resident memory grows by less than 32 MiB
+// through both (the client's side included, which streams too).
+func TestHistoryUploadStreams(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Fatalf("this test reads the resident set from /proc: %v", err)
+	}
+	f := newFixture(t, enginetest.SQLite(t), func(c *Config) { c.MaxUpload = 200 << 20 })
+	const size = 100_000_000
+	debug.FreeOSMemory()
+	before := rss(t)
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				if r := rss(t); r > peak.Load() {
+					peak.Store(r)
+				}
+			}
+		}
+	}()
+	req, _ := http.NewRequest(http.MethodPost, f.url+"/upload", io.LimitReader(zeroes{}, size))
+	req.ContentLength = size
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("upload: %d %s", resp.StatusCode, idb)
+	}
+	resp, err = http.Get(f.url + "/files/" + string(idb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	close(stop)
+	if err != nil || n != size {
+		t.Fatalf("download: %d bytes, %v", n, err)
+	}
+	if r := rss(t); r > peak.Load() {
+		peak.Store(r)
+	}
+	grew := peak.Load() - before
+	t.Logf("resident set %d MiB before, %d MiB at its peak through a 100 MB upload and download", before>>20, peak.Load()>>20)
+	if grew >= 32<<20 {
+		t.Errorf("the resident set grew by %d MiB through a 100 MB upload and download, want < 32 MiB", grew>>20)
+	}
+}
+
+type zeroes struct{}
+
+func (zeroes) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// rss is the process's resident set in bytes.
+func rss(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+

@@ -1,0 +1,51 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// HistoryFiles is the history server's catalog: one row per archive an
+// installation uploaded for another to download (XMTP device sync). The
+// server holds no key: a row names an opaque object, its size and its
+// deadline. It is the server's own table, shared by the fleet.
+type HistoryFiles interface {
+	// CreateHistoryFile records an upload that is starting
+	// (HistoryUploading); an id already used is ErrFailedPrecondition.
+	CreateHistoryFile(ctx context.Context, f HistoryFile) error
+	// FinishHistoryFile marks an upload whole (HistoryReady) with its
+	// size; one not uploading is ErrNotFound.
+	FinishHistoryFile(ctx context.Context, id string, size int64) error
+	// GetHistoryFile returns one file or ErrNotFound.
+	GetHistoryFile(ctx context.Context, id string) (HistoryFile, error)
+	// CountHistoryDownload counts a download of a ready file and returns
+	// the count, this one included; a file not ready is ErrNotFound.
+	CountHistoryDownload(ctx context.Context, id string) (int64, error)
+	// DeleteHistoryFile removes a file's row (its object is deleted
+	// first); a missing one is no error.
+	DeleteHistoryFile(ctx context.Context, id string) error
+	// HistoryFilesBefore returns up to limit files whose expires_ns is at
+	// or before t, earliest first: what the sweep deletes.
+	HistoryFilesBefore(ctx context.Context, t time.Time, limit int) ([]HistoryFile, error)
+	// OldestHistoryFiles returns up to limit files, oldest first: what
+	// eviction takes when the total is full.
+	OldestHistoryFiles(ctx context.Context, limit int) ([]HistoryFile, error)
+	// HistoryBytes is the size of every file stored, and the count.
+	HistoryBytes(ctx context.Context) (bytes, files int64, err error)
+}
+
+// History file states.
+const (
+	HistoryUploading = "uploading"
+	HistoryReady     = "ready"
+)
+
+// HistoryFile is one row of the history server's catalog.
+type HistoryFile struct {
+	ID, ObjectKey, State string
+	// Size is the bytes stored (an upload's, once whole; its limit
+	// while it runs, so the total is never under-counted).
+	Size             int64
+	Created, Expires time.Time
+	Downloads        int64
+}

@@ -1,0 +1,113 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/contentbackup/contentbackup/internal/store"
+)
+
+const historyColumns = `id, object_key, state, size, created_ns, expires_ns, downloads`
+
+func scanHistoryFile(scan func(...any) error) (store.HistoryFile, error) {
+	var f store.HistoryFile
+	var created, expires int64
+	if err := scan(&f.ID, &f.ObjectKey, &f.State, &f.Size, &created, &expires, &f.Downloads); err != nil {
+		return store.HistoryFile{}, err
+	}
+	f.Created, f.Expires = time.Unix(0, created), time.Unix(0, expires)
+	return f, nil
+}
+
+func (s SQLStore) CreateHistoryFile(ctx context.Context, f store.HistoryFile) error {
+	_, err := s.exec(ctx, s.d.bind(`INSERT INTO history_files (`+historyColumns+`) VALUES (?, ?, ?, ?, ?, ?, 0)`),
+		f.ID, f.ObjectKey, f.State, f.Size, f.Created.UnixNano(), f.Expires.UnixNano())
+	if uniqueViolation(err) {
+		return fmt.Errorf("history file exists: %w", store.ErrFailedPrecondition)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: create history file: %w", s.d.Name, err)
+	}
+	return nil
+}
+
+func (s SQLStore) FinishHistoryFile(ctx context.Context, id string, size int64) error {
+	n, err := s.exec(ctx, s.d.bind(`UPDATE history_files SET state = ?, size = ? WHERE id = ? AND state = ?`),
+		store.HistoryReady, size, id, store.HistoryUploading)
+	if err != nil {
+		return fmt.Errorf("%s: finish history file: %w", s.d.Name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("history file: %w", store.ErrNotFound)
+	}
+	return nil
+}
+
+func (s SQLStore) GetHistoryFile(ctx context.Context, id string) (store.HistoryFile, error) {
+	f, err := scanHistoryFile(s.db.Read().QueryRow(ctx, s.d.bind(`SELECT `+historyColumns+` FROM history_files WHERE id = ?`), id).Scan)
+	if errors.Is(err, s.d.NoRows) {
+		return store.HistoryFile{}, fmt.Errorf("history file: %w", store.ErrNotFound)
+	}
+	if err != nil {
+		return store.HistoryFile{}, fmt.Errorf("%s: read history file: %w", s.d.Name, err)
+	}
+	return f, nil
+}
+
+func (s SQLStore) CountHistoryDownload(ctx context.Context, id string) (int64, error) {
+	var count int64
+	err := s.db.Write(ctx, func(tx Conn) error {
+		n, err := tx.Exec(ctx, s.d.bind(`UPDATE history_files SET downloads = downloads + 1 WHERE id = ? AND state = ?`), id, store.HistoryReady)
+		if err != nil {
+			return fmt.Errorf("%s: count a history download: %w", s.d.Name, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("history file: %w", store.ErrNotFound)
+		}
+		return tx.QueryRow(ctx, s.d.bind(`SELECT downloads FROM history_files WHERE id = ?`), id).Scan(&count)
+	})
+	return count, err
+}
+
+func (s SQLStore) DeleteHistoryFile(ctx context.Context, id string) error {
+	if _, err := s.exec(ctx, s.d.bind(`DELETE FROM history_files WHERE id = ?`), id); err != nil {
+		return fmt.Errorf("%s: delete history file: %w", s.d.Name, err)
+	}
+	return nil
+}
+
+func (s SQLStore) historyFiles(ctx context.Context, query string, args ...any) ([]store.HistoryFile, error) {
+	var out []store.HistoryFile
+	err := s.db.Read().Query(ctx, s.d.bind(query), args, func(rows Rows) error {
+		for rows.Next() {
+			f, err := scanHistoryFile(rows.Scan)
+			if err != nil {
+				return err
+			}
+			out = append(out, f)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: list history files: %w", s.d.Name, err)
+	}
+	return out, nil
+}
+
+func (s SQLStore) HistoryFilesBefore(ctx context.Context, t time.Time, limit int) ([]store.HistoryFile, error) {
+	return s.historyFiles(ctx, `SELECT `+historyColumns+` FROM history_files WHERE expires_ns <= ? ORDER BY expires_ns, id LIMIT ?`, t.UnixNano(), limit)
+}
+
+func (s SQLStore) OldestHistoryFiles(ctx context.Context, limit int) ([]store.HistoryFile, error) {
+	return s.historyFiles(ctx, `SELECT `+historyColumns+` FROM history_files ORDER BY created_ns, id LIMIT ?`, limit)
+}
+
+func (s SQLStore) HistoryBytes(ctx context.Context) (bytes, files int64, err error) {
+	err = s.db.Read().QueryRow(ctx, `SELECT COALESCE(SUM(size), 0), count(*) FROM history_files`).Scan(&bytes, &files)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: sum history files: %w", s.d.Name, err)
+	}
+	return bytes, files, nil
+}
