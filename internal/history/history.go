@@ -107,11 +107,11 @@ type Config struct {
 	OneTime bool
 	// UploadsPerMinute and UploadBurst are each client address's rate;
 	// UploadsPerClient its uploads at once; UploadsAtOnce everyone's.
-	UploadsPerMinute          float64
-	UploadBurst               int
-	UploadsPerClient          int
-	UploadsAtOnce             int
-	Stall                     time.Duration
+	UploadsPerMinute float64
+	UploadBurst      int
+	UploadsPerClient int
+	UploadsAtOnce    int
+	Stall            time.Duration
 	// CORSOrigins answered; "*" any (default).
 	CORSOrigins []string
 	Log         *zap.Logger

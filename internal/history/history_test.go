@@ -431,4 +431,3 @@ func rss(t *testing.T) int64 {
 	}
 	return 0
 }
-
