@@ -10,6 +10,15 @@
 //   node archive.mjs import   stdin {key, archive, consent: [{entityType, entity}]};
 //                             prints the reference's reading of the archive:
 //                             {metadata, conversations, messages, consent}
+//   node archive.mjs history  stdin {key, url}; the history server's protocol
+//                             as the reference's device sync speaks it: the
+//                             reference's archive POSTed to {url}/upload as
+//                             libxmtp's post_to_url sends it, the id read
+//                             from the answer, the bytes fetched back from
+//                             {url}/files/{id} and imported into a fresh
+//                             client; prints {id, uploaded, downloaded,
+//                             view, deviceSync} (deviceSync: what the
+//                             reference's own sendSyncArchive did offline)
 //   node archive.mjs import-each  stdin {key, archives: [{archive, consent}]};
 //                             imports each into a fresh client, one line each:
 //                             the view as above, or {error}
@@ -29,8 +38,13 @@ const unhex = (s) => new Uint8Array(Buffer.from(s, 'hex'));
 const json = (v) => JSON.stringify(v, (_, x) => (typeof x === 'bigint' ? x.toString() : x instanceof Map ? Object.fromEntries(x) : x));
 
 // Every gRPC-web call succeeds with an empty message: one data frame of
-// length 0, then a trailer frame with grpc-status 0.
-globalThis.fetch = async () => {
+// length 0, then a trailer frame with grpc-status 0. Calls to the history
+// server under test (historyURL) go to the network.
+const realFetch = globalThis.fetch;
+let historyURL = null;
+globalThis.fetch = async (resource, init) => {
+  const url = typeof resource === 'string' ? resource : resource?.url ?? String(resource);
+  if (historyURL && url.startsWith(historyURL)) return realFetch(resource, init);
   const trailer = new TextEncoder().encode('grpc-status:0\r\n');
   const body = new Uint8Array(10 + trailer.length);
   body[5] = 0x80;
@@ -174,8 +188,44 @@ async function importInto(client, input) {
 
 function safe(f) { try { return f(); } catch { return undefined; } }
 
+// history drives a history server as the reference's device sync does
+// (libxmtp xmtp_archive post_to_url, then the receiver's GET of the URL).
+// The reference's own sendSyncArchive is tried first: offline it stops
+// before its upload, waiting for the network to echo the sync group's
+// commit, and what it said is returned as deviceSync.
+async function history(input) {
+  historyURL = input.url;
+  const sender = await offlineClient(7);
+  const group = sender.conversations().createGroupOptimistic({ groupName: 'History group' });
+  group.prepareMessage(b.encodeText('synced through a history server'), false);
+  group.prepareMessage(b.encodeMarkdown('*and a second message*'), false);
+  const options = { elements: [b.BackupElementSelectionOption.Messages, b.BackupElementSelectionOption.Consent], excludeDisappearingMessages: false };
+  let deviceSync;
+  try {
+    await Promise.race([
+      sender.device_sync().sendSyncArchive(options, input.url, '1234'),
+      new Promise((_, reject) => setTimeout(() => reject(new Error('no answer in 20 s')), 20000)),
+    ]);
+    deviceSync = { sent: true };
+  } catch (e) {
+    deviceSync = { error: String(e?.message ?? e) };
+  }
+  const archive = await sender.device_sync().createArchive(options, unhex(input.key));
+  // post_to_url: POST, the archive as the raw body, no other header; a
+  // status that is not a success fails it; the answer's text is the id.
+  const up = await fetch(`${input.url}/upload`, { method: 'POST', body: archive });
+  const id = await up.text();
+  if (!up.ok) return { status: up.status, id, deviceSync };
+  // The receiver: GET of the URL the reply carries, error_for_status.
+  const down = await fetch(`${input.url}/files/${id}`);
+  if (!down.ok) return { id, downloadStatus: down.status, deviceSync };
+  const data = new Uint8Array(await down.arrayBuffer());
+  const view = await importInto(await offlineClient(9), { key: input.key, archive: hex(data) });
+  return { id, uploaded: archive.length, downloaded: data.length, same: Buffer.compare(Buffer.from(archive), Buffer.from(data)) === 0, view, deviceSync };
+}
+
 const input = JSON.parse(fs.readFileSync(0, 'utf8') || '{}');
-const commands = { create, import: importArchive, 'import-each': importEach };
+const commands = { create, import: importArchive, 'import-each': importEach, history };
 const cmd = commands[process.argv[2]];
 if (!cmd) {
   console.error('usage: node archive.mjs create|import < input.json');

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -733,5 +734,85 @@ func erasureAgainstS3(t *testing.T, conn *grpc.ClientConn, gw gateway) {
 	list, err := backups.ListBackups(ctx, &cb.ListBackupsRequest{Owner: "alice"})
 	if err != nil || len(list.GetBackups()) == 0 {
 		t.Errorf("alice's backups after dave's erasure: %v, %v", list, err)
+	}
+}
+
+// TestHistoryServerAgainstS3 (issue 38): the server binary with
+// --history-listen and a history bucket on the S3 gateway: an upload is
+// stored in the gateway's bucket and downloads whole; once its retention
+// has passed the expiry worker deletes the object from the gateway and
+// the id is 404.
+func TestHistoryServerAgainstS3(t *testing.T) {
+	gw, gwAddr := startGateway(t)
+	srv := newJobServer(t, buildServer(t), gwAddr)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	historyAddr := lis.Addr().String()
+	lis.Close()
+	srv.env = append(srv.env, "HISTORY_LISTEN_ADDR="+historyAddr,
+		"HISTORY_BUCKET=s3://"+s3Bucket+"?endpoint=http://"+gwAddr+"&region=us-east-1&use_path_style=true",
+		"HISTORY_RETENTION=2s", "EXPIRY_PURGE_INTERVAL=250ms")
+	srv.start(t)
+	base := "http://" + historyAddr
+	body := make([]byte, 3<<20)
+	_, _ = rand.Read(body)
+	resp, err := http.Post(base+"/upload", "", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	id := string(idb)
+	if resp.StatusCode != http.StatusOK || len(id) != 40 {
+		t.Fatalf("upload: %d %q\n%s", resp.StatusCode, id, srv.logs())
+	}
+	stored, err := os.ReadFile(gw.object("history/" + id))
+	if err != nil || !bytes.Equal(stored, body) {
+		t.Fatalf("the object in the gateway: %d bytes, %v", len(stored), err)
+	}
+	resp, err = http.Get(base + "/files/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(got, body) {
+		t.Fatalf("download: %d, %d bytes", resp.StatusCode, len(got))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := os.Stat(gw.object("history/" + id))
+		if errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the expired object is still in the gateway: %v\n%s", err, srv.logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	resp, err = http.Get(base + "/files/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("an expired id: %d, want 404", resp.StatusCode)
+	}
+	if strings.Contains(srv.logs(), id) {
+		t.Error("the server log holds a full history id")
+	}
+	// The HTTP/JSON listener's bounds on anonymous requests: headers past
+	// httpjson.MaxHeaderBytes are refused before any handler runs.
+	req, _ := http.NewRequest(http.MethodPost, base+"/upload", strings.NewReader("x"))
+	req.Header.Set("X-Padding", strings.Repeat("a", 128<<10))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a 128 KiB header: %d, want 431", resp.StatusCode)
 	}
 }

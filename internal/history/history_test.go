@@ -273,6 +273,19 @@ func TestHistoryLimits(t *testing.T) {
 			t.Errorf("upload %d of a burst of 2: %d, want %d", i, code, want)
 		}
 	}
+	// Everyone's uploads at once: past them 503, whoever asks.
+	busy := newFixture(t, st, func(c *Config) { c.UploadsAtOnce, c.UploadsPerClient = 1, 5 })
+	pr3, pw3 := io.Pipe()
+	go func() { c, _ := busy.upload(t, pr3); done <- c }()
+	pw3.Write([]byte("slow"))
+	time.Sleep(100 * time.Millisecond)
+	if code, _ := busy.upload(t, strings.NewReader("meanwhile")); code != http.StatusServiceUnavailable {
+		t.Errorf("an upload past everyone's at once: %d, want 503", code)
+	}
+	pw3.Close()
+	if c := <-done; c != http.StatusOK {
+		t.Fatalf("the running upload: %d", c)
+	}
 	// Full with nothing to evict: 507.
 	full := newFixture(t, enginetest.SQLite(t), func(c *Config) { c.MaxTotal, c.MaxUpload = 10, 100 })
 	if code, _ := full.upload(t, bytes.NewReader(make([]byte, 50))); code != http.StatusInsufficientStorage {
