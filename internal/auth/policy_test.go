@@ -132,3 +132,26 @@ func TestPolicyReloadKeepsTheLastGoodPolicy(t *testing.T) {
 		t.Errorf("revocation: %v %v", changed, err)
 	}
 }
+
+// TestAdminDoesNotImplyErase (issue 37): admin implies every scope but
+// owners.erase, which a principal holds only when granted by name.
+func TestAdminDoesNotImplyErase(t *testing.T) {
+	admin := &Principal{Name: "ops", Scopes: scopeSet([]Scope{ScopeAdmin})}
+	for _, s := range KnownScopes {
+		if got, want := admin.Has(s), s != ScopeOwnersErase; got != want {
+			t.Errorf("admin has %s: %v, want %v", s, got, want)
+		}
+	}
+	dpo := &Principal{Name: "dpo", Scopes: scopeSet([]Scope{ScopeOwnersErase})}
+	if !dpo.Has(ScopeOwnersErase) || dpo.Has(ScopeOwnersHold) || dpo.Has(ScopeArchiveExport) {
+		t.Errorf("a principal granted owners.erase only: erase %v, hold %v, export %v", dpo.Has(ScopeOwnersErase), dpo.Has(ScopeOwnersHold), dpo.Has(ScopeArchiveExport))
+	}
+	both := &Principal{Name: "both", Scopes: scopeSet([]Scope{ScopeAdmin, ScopeOwnersErase})}
+	if !both.Has(ScopeOwnersErase) {
+		t.Error("admin granted owners.erase by name does not have it")
+	}
+	var none *Principal
+	if none.Has(ScopeContent) {
+		t.Error("no principal has a scope")
+	}
+}
