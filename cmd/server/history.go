@@ -76,16 +76,12 @@ func historyMetrics(reg prometheus.Registerer) history.Metrics {
 	if reg == nil {
 		return history.Metrics{}
 	}
-	counter := func(name, help string) prometheus.Counter {
-		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
-		reg.MustRegister(c)
-		return c
-	}
-	uploads := counter("contentbackup_history_uploads_total", "History files uploaded whole.")
-	uploadBytes := counter("contentbackup_history_upload_bytes_total", "Bytes of the history files uploaded whole.")
-	downloads := counter("contentbackup_history_downloads_total", "History files downloaded whole.")
-	downloadBytes := counter("contentbackup_history_download_bytes_total", "Bytes of the history files downloaded whole.")
-	expired := counter("contentbackup_history_expired_files_total", "History files deleted past their retention, or evicted when the total was full.")
+	uploads := prometheus.NewCounter(prometheus.CounterOpts{Name: "contentbackup_history_uploads_total", Help: "History files uploaded whole."})
+	uploadBytes := prometheus.NewCounter(prometheus.CounterOpts{Name: "contentbackup_history_upload_bytes_total", Help: "Bytes of the history files uploaded whole."})
+	downloads := prometheus.NewCounter(prometheus.CounterOpts{Name: "contentbackup_history_downloads_total", Help: "History files downloaded whole."})
+	downloadBytes := prometheus.NewCounter(prometheus.CounterOpts{Name: "contentbackup_history_download_bytes_total", Help: "Bytes of the history files downloaded whole."})
+	expired := prometheus.NewCounter(prometheus.CounterOpts{Name: "contentbackup_history_expired_files_total", Help: "History files deleted past their retention, or evicted when the total was full."})
+	reg.MustRegister(uploads, uploadBytes, downloads, downloadBytes, expired)
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "contentbackup_history_refusals_total",
 		Help: "History requests refused, by reason: too_large (413), rate and client_concurrency (429), busy (503), full (507), stalled (408), not_found (404).",
