@@ -376,3 +376,103 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 		t.Fatalf("the released backup after the next retention: %v", err)
 	}
 }
+
+// TestEraseTakenOver (issue 37): an erasure whose server died after its
+// first step (the owner key destroyed; the job's lease run out) is taken
+// over by another replica, which finishes it: the objects and rows go,
+// and the erasure's record ends succeeded.
+func TestEraseTakenOver(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			st := e.Open(t)
+			h := newHarness(t, st, func(c *Config) { c.Lease = 300 * time.Millisecond })
+			ctx := t.Context()
+			owner := storetest.Owner("dead-eraser")
+			fill(t, st, owner, 3)
+			exportDone(t, h, exportReq(owner, "one"))
+			// The dead replica's work: the job stored, its key destroyed,
+			// its lease left to run out.
+			spec, _ := EraseRequest{Owner: owner}.spec()
+			progress, _ := proto.Marshal(&pv.JobProgress{Kind: pv.JobKind_JOB_KIND_ERASE, Owner: owner, Principal: "dpo"})
+			now := time.Now()
+			j := store.Job{ID: NewID(now), Kind: store.JobErase, Owner: owner, Principal: "dpo", State: store.JobRunning, Attempt: 1,
+				Spec: spec, Progress: progress, LeaseUntil: now.Add(-time.Second), Created: now, Updated: now}
+			if err := st.CreateJob(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.DestroyOwnerKey(ctx, owner); err != nil {
+				t.Fatal(err)
+			}
+			go h.m.Run(ctx)
+			done := waitDone(t, h.m, j.ID)
+			if done.State != store.JobSucceeded || done.Attempt != 2 {
+				t.Fatalf("the taken-over erasure: %s at attempt %d: %s", done.State, done.Attempt, done.ErrorMessage)
+			}
+			left, err := st.CountOwnerRows(ctx, owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for table, n := range left {
+				if want := map[bool]int64{true: 1, false: 0}[table == "jobs"]; n != want {
+					t.Errorf("%s: %d rows left, want %d", table, n, want)
+				}
+			}
+			if objs := ownerObjects(t, h, owner); len(objs) != 0 {
+				t.Errorf("objects left: %v", objs)
+			}
+		})
+	}
+}
+
+// TestEraseEveryBucket (issue 37): an owner's backups in two buckets,
+// and an object a crash left in the second under the owner's directory,
+// all go; an owner whose name is a schedule's prefix reaches no other
+// owner's objects under that prefix.
+func TestEraseEveryBucket(t *testing.T) {
+	st := enginetest.SQLite(t)
+	second := t.TempDir()
+	h := newHarness(t, st, func(c *Config) {
+		c.Buckets = NewBuckets(map[string]string{"local": "file://" + t.TempDir() + "?no_tmp_dir=1&metadata=skip", "second": "file://" + second + "?no_tmp_dir=1&metadata=skip"})
+	})
+	h.bucket, _ = h.m.cfg.Buckets.Open(t.Context(), "local")
+	ctx := t.Context()
+	owner := "nightly" // also the schedule's prefix below
+	bob := storetest.Owner("bob")
+	fill(t, st, owner, 2)
+	fill(t, st, bob, 2)
+	policy, err := ParseSchedules(fmt.Appendf(nil, "schedules:\n  - name: nightly\n    cron: \"0 3 * * *\"\n    owners: [%q]\n    bucket: second\n    prefix: nightly/\n    keep: 5\n", bob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.m.schedules.Store(policy)
+	exportDone(t, h, exportReq(owner, "local"))
+	exportDone(t, h, ExportRequest{Owner: owner, Bucket: "second", Label: "second"})
+	sj, err := h.m.startExport(ctx, "schedule:nightly", ExportRequest{Owner: bob, Bucket: "second"}, policy.Schedules[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, h.m, sj.ID)
+	secondBucket, _ := h.m.cfg.Buckets.Open(ctx, "second")
+	orphan := ownerDir("", owner) + NewID(time.Now()) + ".attempt-2" + ArchiveSuffix
+	if err := secondBucket.WriteAll(ctx, orphan, []byte("left by a crash"), nil); err != nil {
+		t.Fatal(err)
+	}
+	bobsDir := "/" + ownerDir("nightly/", bob)
+	var bobsBefore []string
+	for _, f := range files(t, second) {
+		if strings.HasPrefix(f, bobsDir) {
+			bobsBefore = append(bobsBefore, f)
+		}
+	}
+	if len(bobsBefore) == 0 {
+		t.Fatal("bob's scheduled backup is not under nightly/")
+	}
+	_, res := eraseDone(t, h, EraseRequest{Owner: owner})
+	if res.GetBackups() != 2 || res.GetObjects() != 5 {
+		t.Errorf("erasure: %v; want 2 backups, 5 objects (2 archives, 2 sidecars, the orphan)", res)
+	}
+	after := files(t, second)
+	if fmt.Sprint(after) != fmt.Sprint(bobsBefore) {
+		t.Errorf("the second bucket after the erasure holds %v; want bob's objects only, %v", after, bobsBefore)
+	}
+}
