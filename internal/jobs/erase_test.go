@@ -15,6 +15,7 @@ import (
 
 	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
@@ -349,12 +350,15 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 			}
 		}
 	}
-	list, err := st.ListBackups(ctx, store.BackupQuery{Owner: owner, Limit: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list) != 2 || list[1].ID != ids[0] || list[0].ID != ids[2] {
-		t.Fatalf("after three runs keeping 1 with the first held: %d backups", len(list))
+	// Retention runs after each export's job has ended: wait for the
+	// last run's.
+	var list []store.Backup
+	eventually.True(t, 10*time.Second, func() bool {
+		list, _ = st.ListBackups(ctx, store.BackupQuery{Owner: owner, Limit: 10})
+		return len(list) == 2
+	}, func() string { return fmt.Sprintf("%d backups", len(list)) })
+	if list[1].ID != ids[0] || list[0].ID != ids[2] {
+		t.Fatalf("after three runs keeping 1 with the first held: %s and %s, want %s and %s", list[0].ID, list[1].ID, ids[2], ids[0])
 	}
 	plan, err := h.m.PlanRetention(ctx, owner, "nightly", nil)
 	if err != nil || len(plan.Keep) != 2 || plan.Keep[1].Backup.ID != ids[0] || plan.Keep[1].Rules[0] != "hold" {
