@@ -1,6 +1,15 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,5 +59,62 @@ func TestHistoryMetrics(t *testing.T) {
 	}
 	if n, err := testutil.GatherAndCount(reg, "contentbackup_history_refusals_total"); err != nil || n != 7 {
 		t.Errorf("refusal reasons registered: %d, %v; want all 7 at zero or more", n, err)
+	}
+}
+
+// TestHistoryListenerTLS (issue 38): with TLS, the history listener
+// serves the gRPC listener's certificate; a device-sync client (no client
+// certificate, as the SDKs) uploads and downloads over HTTPS, and plain
+// HTTP is not answered as the protocol.
+func TestHistoryListenerTLS(t *testing.T) {
+	bin := buildServer(t)
+	out := t.TempDir()
+	setup := exec.Command("bash", "../../deploy/compose/setup.sh")
+	setup.Env = append(os.Environ(), "OUT="+out)
+	if b, err := setup.CombinedOutput(); err != nil {
+		t.Fatalf("setup.sh: %v\n%s", err, b)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	historyAddr := lis.Addr().String()
+	lis.Close()
+	startBinary(t, bin, "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR="+t.TempDir(),
+		"TLS_CERT="+filepath.Join(out, "tls/server.crt"), "TLS_KEY="+filepath.Join(out, "tls/server.key"),
+		"TLS_CLIENT_CA="+filepath.Join(out, "tls/ca.crt"), "AUTH_POLICY="+filepath.Join(out, "policy.yaml"),
+		"PAGE_TOKEN_KEY_FILE="+filepath.Join(out, "page-token.key"), "HISTORY_LISTEN_ADDR="+historyAddr)
+	ca, err := os.ReadFile(filepath.Join(out, "tls/ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}
+	base := "https://" + historyAddr
+	resp, err := client.Post(base+"/upload", "", strings.NewReader("an archive"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("upload over TLS: %d %s", resp.StatusCode, id)
+	}
+	resp, err = client.Get(base + "/files/" + string(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "an archive" {
+		t.Fatalf("download over TLS: %d %q", resp.StatusCode, body)
+	}
+	if resp, err := http.Get("http://" + historyAddr + "/files/" + string(id)); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("plain HTTP to the TLS listener answered the file: %q", b)
+		}
 	}
 }

@@ -37,6 +37,8 @@ func TestBinaryChecksBeforeItWrites(t *testing.T) {
 		{"gRPC port in use", []string{"LISTEN_ADDR=" + busy, "HTTP_LISTEN_ADDR=", "METRICS_ADDR="}, "listen on " + busy},
 		{"HTTP port in use", []string{"LISTEN_ADDR=127.0.0.1:0", "HTTP_LISTEN_ADDR=" + busy, "METRICS_ADDR="}, "http: listen on " + busy},
 		{"metrics port in use", []string{"LISTEN_ADDR=127.0.0.1:0", "HTTP_LISTEN_ADDR=", "METRICS_ADDR=" + busy}, "metrics: listen on " + busy},
+		{"history port in use", []string{"LISTEN_ADDR=127.0.0.1:0", "HTTP_LISTEN_ADDR=", "METRICS_ADDR=", "HISTORY_LISTEN_ADDR=" + busy}, "history: listen on " + busy},
+		{"history in plaintext off loopback", []string{"LISTEN_ADDR=127.0.0.1:0", "HTTP_LISTEN_ADDR=", "METRICS_ADDR=", "HISTORY_LISTEN_ADDR=0.0.0.0:0"}, "--history-listen 0.0.0.0:0: plaintext off loopback needs --insecure"},
 		{"schedule that does not load", []string{"LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "SCHEDULE=" + badSchedule}, "schedule"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
