@@ -379,6 +379,37 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 	if _, err := st.GetBackup(ctx, owner, ids[0]); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the released backup after the next retention: %v", err)
 	}
+
+	// A hold on the owner keeps every backup of it through retention,
+	// and refuses its erasure; released, the next retention proceeds.
+	if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Reason: "case 13"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		j, err := h.m.startExport(ctx, "schedule:nightly", ExportRequest{Owner: owner, Bucket: "local", Label: fmt.Sprint("held ", i)}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, h.m, j.ID)
+	}
+	if err := h.m.Prune(ctx, s, owner); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := st.ListBackups(ctx, store.BackupQuery{Owner: owner, Limit: 10}); len(list) != 3 {
+		t.Fatalf("under an owner hold, retention keeping 1 left %d backups of 3", len(list))
+	}
+	if _, err := h.m.StartErase(ctx, "dpo", EraseRequest{Owner: owner}); !errors.Is(err, ErrHeld) {
+		t.Fatalf("erasing a held owner: %v", err)
+	}
+	if err := h.m.ReleaseHold(ctx, "legal", owner, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.Prune(ctx, s, owner); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := st.ListBackups(ctx, store.BackupQuery{Owner: owner, Limit: 10}); len(list) != 1 {
+		t.Fatalf("after the owner hold's release, retention keeping 1 left %d backups", len(list))
+	}
 }
 
 // TestEraseTakenOver (issue 37): an erasure whose server died after its
