@@ -70,6 +70,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"HoldsKeepBackups", testHoldsKeepBackups},
 		{"EraseOwnerRows", testEraseOwnerRows},
 		{"FinishedErasuresKept", testFinishedErasuresKept},
+		{"HistoryFiles", testHistoryFiles},
 		{"ProbeWrite", testProbeWrite},
 		{"ScheduleTickClaimedOnce", testScheduleTicks},
 		{"JobRequestIDs", testJobRequestIDs},
