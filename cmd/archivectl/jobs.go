@@ -210,9 +210,9 @@ func summaryLine(op *longrunningpb.Operation) string {
 	kind := strings.ToLower(strings.TrimPrefix(md.GetKind().String(), "JOB_KIND_"))
 	state := strings.ToLower(strings.TrimPrefix(md.GetState().String(), "JOB_STATE_"))
 	if md.GetValidateOnly() {
-		// A dry run applies nothing: it never reads as an import that
-		// happened.
-		kind = "dry-run import"
+		// A dry run applies nothing: it never reads as an import (or an
+		// erasure) that happened.
+		kind = "dry-run " + kind
 	}
 	where := md.GetObject().GetBucket() + "/" + md.GetObject().GetKey()
 	if md.GetKind() == cb.JobKind_JOB_KIND_ERASE {

@@ -49,6 +49,18 @@ type EraseRequest struct {
 	RequestID string
 }
 
+// kind is the job kind req runs as: a dry run is an ordinary job, an
+// erasure its own audit record.
+func (req EraseRequest) kind() string {
+	if req.DryRun {
+		return store.JobEraseDryRun
+	}
+	return store.JobErase
+}
+
+// IsErasure reports a job kind that is an erasure or its dry run.
+func IsErasure(kind string) bool { return kind == store.JobErase || kind == store.JobEraseDryRun }
+
 func (req EraseRequest) owner() string     { return req.Owner }
 func (req EraseRequest) requestID() string { return req.RequestID }
 func (req EraseRequest) spec() ([]byte, error) {
@@ -66,13 +78,14 @@ func (m *Manager) StartErase(ctx context.Context, principal string, req EraseReq
 	if err := records.CheckOwner(req.Owner); err != nil {
 		return store.Job{}, invalid(err)
 	}
-	if j, seen, err := m.seen(ctx, req.Owner, store.JobErase, req.RequestID); seen || err != nil {
+	kind := req.kind()
+	if j, seen, err := m.seen(ctx, req.Owner, kind, req.RequestID); seen || err != nil {
 		return j, err
 	}
 	if err := m.erasable(ctx, req.Owner, ""); err != nil {
 		return store.Job{}, err
 	}
-	j, err := m.start(ctx, store.JobErase, principal, req, prepared{})
+	j, err := m.start(ctx, kind, principal, req, prepared{})
 	if err == nil {
 		m.cfg.Log.Info("audit: owner erasure started", zap.String("audit", "owner.erase"), zap.String("principal", principal),
 			zap.String("owner", req.Owner), zap.String("job", j.ID), zap.Bool("dry_run", req.DryRun))
@@ -104,7 +117,7 @@ func (m *Manager) erasable(ctx context.Context, owner, self string) error {
 			return err
 		}
 		for _, j := range page {
-			if j.State == store.JobRunning && j.ID != self && j.Kind != store.JobErase {
+			if j.State == store.JobRunning && j.ID != self && !IsErasure(j.Kind) {
 				return fmt.Errorf("job %s: %w", j.ID, ErrJobsRunning)
 			}
 		}

@@ -511,3 +511,37 @@ func TestEraseEveryBucket(t *testing.T) {
 		t.Errorf("the second bucket after the erasure holds %v; want bob's objects only, %v", after, bobsBefore)
 	}
 }
+
+// TestEraseDryRunIsAnOrdinaryJob (issue 37): a dry run is no audit
+// record: once ended it expires with the finished jobs and can be
+// deleted, where an erasure's record is kept; its failure message does
+// not speak of an import.
+func TestEraseDryRunIsAnOrdinaryJob(t *testing.T) {
+	st := enginetest.SQLite(t)
+	h := newHarness(t, st, func(c *Config) { c.KeepFinished = time.Millisecond })
+	owner := storetest.Owner("dry")
+	fill(t, st, owner, 1)
+	dry, res := eraseDone(t, h, EraseRequest{Owner: owner, DryRun: true})
+	if dry.Kind != store.JobEraseDryRun || !res.GetDryRun() || res.GetKeyDestroyed() {
+		t.Fatalf("the dry run: kind %s, %v", dry.Kind, res)
+	}
+	md, _ := Progress(dry)
+	if md.GetKind() != pv.JobKind_JOB_KIND_ERASE || !md.GetValidateOnly() {
+		t.Fatalf("the dry run's metadata: %v", md)
+	}
+	real, _ := eraseDone(t, h, EraseRequest{Owner: storetest.Owner("other")})
+	time.Sleep(5 * time.Millisecond)
+	n, err := st.DeleteFinishedJobs(t.Context(), time.Now(), 100)
+	if err != nil || n != 1 {
+		t.Fatalf("DeleteFinishedJobs: %d, %v; want the dry run only", n, err)
+	}
+	if _, err := st.GetJob(t.Context(), dry.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the ended dry run: %v", err)
+	}
+	if _, err := st.GetJob(t.Context(), real.ID); err != nil {
+		t.Errorf("the erasure's record: %v", err)
+	}
+	if got := ended(store.JobEraseDryRun, "cancelled"); strings.Contains(got, "import") || !strings.Contains(got, "erases nothing") {
+		t.Errorf("a dry run's end: %q", got)
+	}
+}

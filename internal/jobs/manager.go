@@ -330,6 +330,8 @@ func ended(kind, what string) string {
 		return what + importLeftBehind
 	case store.JobErase:
 		return what + "; what it erased stays erased (the owner's key first), and starting the erasure again finishes it"
+	case store.JobEraseDryRun:
+		return what + "; a dry run erases nothing"
 	}
 	return what + "; nothing was committed"
 }
@@ -799,9 +801,10 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req request
 	case store.JobExport:
 		md.Kind = pv.JobKind_JOB_KIND_EXPORT
 		p.backup.JobID = id
-	case store.JobErase:
+	case store.JobErase, store.JobEraseDryRun:
 		md.Kind = pv.JobKind_JOB_KIND_ERASE
 		md.Object = nil
+		md.ValidateOnly = kind == store.JobEraseDryRun
 	case store.JobImport:
 		md.Kind = pv.JobKind_JOB_KIND_IMPORT
 		if ir, ok := req.(ImportRequest); ok {
@@ -914,7 +917,7 @@ func (m *Manager) execute(ctx context.Context, r *run, req request, p prepared) 
 	if err != nil {
 		end.State, end.Result = store.JobFailed, nil
 		end.ErrorCode, end.ErrorMessage = m.describe(ctx, r.job.Kind, err, log)
-		if r.meta.GetValidateOnly() {
+		if r.meta.GetValidateOnly() && r.job.Kind == store.JobImport {
 			// A dry run applied nothing to leave behind.
 			end.ErrorMessage = strings.TrimSuffix(end.ErrorMessage, importLeftBehind) + "; a validate-only import applies nothing"
 		}

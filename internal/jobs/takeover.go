@@ -156,7 +156,7 @@ func (m *Manager) prepareAgain(ctx context.Context, j store.Job) (*pv.JobProgres
 			return nil, nil, prepared{}, fmt.Errorf("backup %s: %w", b.ID, err)
 		}
 		return md, req, prepared{key: key, bucket: bucket, backup: b, total: b.Summary.Length, sourceOwner: source}, nil
-	case store.JobErase:
+	case store.JobErase, store.JobEraseDryRun:
 		spec := &pv.EraseSpec{}
 		if err := proto.Unmarshal(j.Spec, spec); err != nil {
 			return nil, nil, prepared{}, fmt.Errorf("job %s: spec: %w", j.ID, err)

@@ -283,17 +283,24 @@ func isRefusal(err error) bool {
 // later one can be told apart.
 const sealedVersion = 1
 
+// sealedLen is a sealed data key's length: version, GCM's 12-byte nonce,
+// the 32-byte key and GCM's 16-byte tag.
+const sealedLen = 1 + 12 + 32 + 16
+
 // SealDataKey seals a backup's data key under its owner's key: AES-256-GCM
 // with a random nonce, the owner and the backup id as associated data, so
 // a sealed key moved to another row (another backup, another owner) does
 // not open. The result is version (1 byte) || nonce (12) || ciphertext
 // and tag (48).
 func SealDataKey(ownerKey, dataKey []byte, owner, backupID string) ([]byte, error) {
+	if len(dataKey) != 32 {
+		return nil, fmt.Errorf("a data key is 32 bytes, not %d", len(dataKey))
+	}
 	aead, err := ownerAEAD(ownerKey)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 1+aead.NonceSize(), 1+aead.NonceSize()+len(dataKey)+aead.Overhead())
+	out := make([]byte, 1+aead.NonceSize(), sealedLen)
 	out[0] = sealedVersion
 	if _, err := rand.Read(out[1:]); err != nil {
 		return nil, err
@@ -308,8 +315,8 @@ func OpenDataKey(ownerKey, sealed []byte, owner, backupID string) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
-	if len(sealed) != 1+aead.NonceSize()+32+aead.Overhead() || sealed[0] != sealedVersion {
-		return nil, fmt.Errorf("%w: a sealed data key is %d bytes of version %d", ErrUnwrap, 1+aead.NonceSize()+32+aead.Overhead(), sealedVersion)
+	if len(sealed) != sealedLen || sealed[0] != sealedVersion {
+		return nil, fmt.Errorf("%w: a sealed data key is %d bytes of version %d", ErrUnwrap, sealedLen, sealedVersion)
 	}
 	n := 1 + aead.NonceSize()
 	key, err := aead.Open(nil, sealed[1:n], sealed[n:], sealedAD(owner, backupID))

@@ -110,3 +110,36 @@ func FuzzOpenDataKey(f *testing.F) {
 		}
 	})
 }
+
+// TestSealRefusesAKeyOfTheWrongSize: only 32-byte data keys are sealed,
+// so every sealed key has the one length OpenDataKey takes.
+func TestSealRefusesAKeyOfTheWrongSize(t *testing.T) {
+	for _, n := range []int{0, 16, 31, 33} {
+		if _, err := SealDataKey(fixedKey(1), make([]byte, n), "o", "b"); err == nil {
+			t.Errorf("a %d-byte data key was sealed", n)
+		}
+	}
+}
+
+// TestFingerprintNeedsTheKEK: a local KEK not made yet has no
+// fingerprint (ErrNoKEK), and asking makes none; a keeper URL is named by
+// its scheme only in errors.
+func TestFingerprintNeedsTheKEK(t *testing.T) {
+	dir := t.TempDir()
+	k, err := Open(t.Context(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if fp, err := k.Fingerprint(); !errors.Is(err, ErrNoKEK) || fp != "" {
+		t.Fatalf("the fingerprint of a KEK not made: %q, %v", fp, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, KEKFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("asking for the fingerprint made a KEK")
+	}
+	for in, want := range map[string]string{"base64key://c2VjcmV0": "base64key://...", "://x": "://...", "no-scheme": "(no scheme)"} {
+		if got := schemeOf(in); got != want {
+			t.Errorf("schemeOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

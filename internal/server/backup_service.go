@@ -328,7 +328,7 @@ func jobScope(kind string) auth.Scope {
 	switch kind {
 	case store.JobImport:
 		return auth.ScopeArchiveImport
-	case store.JobErase:
+	case store.JobErase, store.JobEraseDryRun:
 		return auth.ScopeOwnersErase
 	}
 	return auth.ScopeArchiveExport

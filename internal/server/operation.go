@@ -74,7 +74,7 @@ func operation(j store.Job) (*longrunningpb.Operation, error) {
 		switch j.Kind {
 		case store.JobImport:
 			result = &cb.ImportJobResult{}
-		case store.JobErase:
+		case store.JobErase, store.JobEraseDryRun:
 			result = &cb.EraseOwnerResult{}
 		}
 		if err := proto.Unmarshal(j.Result, result); err != nil {

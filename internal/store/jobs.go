@@ -69,6 +69,9 @@ const (
 	// JobErase erases an owner; its row outlives KeepFinished, as the
 	// erasure's audit record.
 	JobErase = "erase"
+	// JobEraseDryRun reports what an erasure would remove; an ordinary
+	// job, deleted like any once ended.
+	JobEraseDryRun = "erase_dry_run"
 
 	JobRunning   = "running"
 	JobSucceeded = "succeeded"

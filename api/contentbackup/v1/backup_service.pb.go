@@ -2087,8 +2087,8 @@ type JobMetadata struct {
 	// job over because the server running it stopped (an export starts
 	// again, an import runs again), up to the server's --job-attempts.
 	Attempt uint32 `protobuf:"varint,16,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// The job is a dry run (StartImportRequest.validate_only): it applies
-	// nothing.
+	// The job is a dry run (StartImportRequest.validate_only,
+	// EraseOwnerRequest.dry_run): it applies nothing.
 	ValidateOnly  bool `protobuf:"varint,17,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
