@@ -488,12 +488,16 @@ func (s *Service) makeRoom(ctx context.Context, need int64) error {
 		}
 		evicted := 0
 		for _, f := range oldest {
+			if used+need <= s.cfg.MaxTotal {
+				return nil // evict no more than the room needs
+			}
 			if f.State != store.HistoryReady {
 				continue // an upload running; its own end settles it
 			}
 			if err := s.delete(ctx, f); err != nil {
 				return err
 			}
+			used -= f.Size
 			evicted++
 			s.cfg.Log.Info("history file evicted: the server is full", zap.String("id", short(f.ID)), zap.Int64("bytes", f.Size))
 			if s.cfg.Metrics.Expired != nil {

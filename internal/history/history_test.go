@@ -453,3 +453,145 @@ func rss(t *testing.T) int64 {
 	}
 	return 0
 }
+
+// TestHistoryBoundaries (issue 38; mutation survivors): an upload of
+// exactly the limit is taken, declared or not; an undeclared upload is
+// counted at the limit when room is weighed, a declared one at its
+// length; an upload that fits exactly is taken; eviction goes on until
+// the room is there; refusals for load say when to retry; a file whose
+// object is already gone is still swept, and a sweep goes past a page.
+func TestHistoryBoundaries(t *testing.T) {
+	st := enginetest.SQLite(t)
+	f := newFixture(t, st, func(c *Config) { c.MaxUpload, c.MaxTotal = 1000, 1500 })
+	req, _ := http.NewRequest(http.MethodPost, f.url+"/upload", bytes.NewReader(make([]byte, 1000)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a declared body of exactly the limit: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	// 1000 stored; 500 left. Undeclared, a small body is weighed at the
+	// limit: the oldest file is evicted for it.
+	f.now.Add(int64(time.Second))
+	code, small := f.upload(t, io.MultiReader(strings.NewReader("tiny")))
+	if code != http.StatusOK {
+		t.Fatalf("an undeclared small body: %d", code)
+	}
+	f.now.Add(int64(time.Second))
+	if b, n := f.stored(t); n != 1 || b != 4 {
+		t.Fatalf("after an undeclared upload weighed at the limit: %d files of %d bytes; want the first evicted", n, b)
+	}
+	// Declared, a body that fits exactly evicts nothing.
+	if code, _ := f.upload(t, bytes.NewReader(make([]byte, 1496))); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a declared body past the upload limit: %d", code)
+	}
+	if code, _ := f.upload(t, bytes.NewReader(make([]byte, 996))); code != http.StatusOK {
+		t.Fatalf("a declared body that fits exactly: %d", code)
+	}
+	f.now.Add(int64(time.Second))
+	if b, n := f.stored(t); n != 2 || b != 1000 {
+		t.Fatalf("after an exact fit: %d files of %d bytes", n, b)
+	}
+	// Undeclared, exactly the limit is taken (after eviction).
+	if code, _ := f.upload(t, io.MultiReader(bytes.NewReader(make([]byte, 1000)))); code != http.StatusOK {
+		t.Fatalf("an undeclared body of exactly the limit: %d", code)
+	}
+	if code, _ := f.get(t, small); code != http.StatusNotFound {
+		t.Errorf("the oldest file after room was made: %d", code)
+	}
+
+	// Several evictions for one upload.
+	g := newFixture(t, st, func(c *Config) { c.MaxUpload, c.MaxTotal = 1000, 1000 })
+	for range 4 {
+		if code, _ := g.upload(t, bytes.NewReader(make([]byte, 250))); code != http.StatusOK {
+			t.Fatal(code)
+		}
+		g.now.Add(int64(time.Second))
+	}
+	if code, _ := g.upload(t, bytes.NewReader(make([]byte, 700))); code != http.StatusOK {
+		t.Fatalf("an upload needing three evictions: %d", code)
+	}
+	if b, n := g.stored(t); b > 1000 || n != 2 {
+		t.Fatalf("after three evictions: %d files of %d bytes", n, b)
+	}
+
+	// Load refusals carry Retry-After.
+	busy := newFixture(t, enginetest.SQLite(t), func(c *Config) { c.UploadsAtOnce, c.UploadsPerClient, c.UploadBurst = 1, 1, 1 })
+	pr, pw := io.Pipe()
+	done := make(chan int)
+	go func() { c, _ := busy.upload(t, pr); done <- c }()
+	pw.Write([]byte("slow"))
+	waitRunning(t, busy.svc, 1)
+	resp, err = http.Post(busy.url+"/upload", "", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a refusal for load: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	pw.Close()
+	<-done
+
+	// The rate refills with the clock: 1 a minute after a burst of 1.
+	r := newFixture(t, enginetest.SQLite(t), func(c *Config) { c.UploadBurst, c.UploadsPerMinute = 1, 1 })
+	for i, step := range []struct {
+		advance time.Duration
+		want    int
+	}{{0, 200}, {0, 429}, {30 * time.Second, 429}, {31 * time.Second, 200}} {
+		r.now.Add(int64(step.advance))
+		if code, _ := r.upload(t, strings.NewReader("x")); code != step.want {
+			t.Errorf("upload %d, %v on: %d, want %d", i, step.advance, code, step.want)
+		}
+	}
+
+	// The sweep: a row whose object is already gone goes too, and more
+	// than a page of expired files goes in one sweep.
+	s := newFixture(t, enginetest.SQLite(t), func(c *Config) { c.Retention, c.UploadBurst = time.Minute, 1000 })
+	var expired int
+	s.svc.cfg.Metrics.Expired = func(n int, _ int64) { expired += n }
+	for range 130 {
+		if code, _ := s.upload(t, strings.NewReader("x")); code != http.StatusOK {
+			t.Fatal(code)
+		}
+	}
+	objs := s.objects(t)
+	if err := os.Remove(objs[0]); err != nil {
+		t.Fatal(err)
+	}
+	s.now.Add(int64(2 * time.Minute))
+	if err := s.svc.Sweep(t.Context(), time.Unix(0, s.now.Load())); err != nil {
+		t.Fatal(err)
+	}
+	if _, n := s.stored(t); n != 0 || len(s.objects(t)) != 0 || expired != 130 {
+		t.Errorf("after the sweep: %d rows, %d objects, %d counted expired; want 0, 0, 130", n, len(s.objects(t)), expired)
+	}
+}
+
+// TestHistoryDefaults: a zero Config is the documented defaults.
+func TestHistoryDefaults(t *testing.T) {
+	c := New(Config{}).cfg
+	if c.Prefix != "history/" || c.MaxUpload != DefaultMaxUpload || c.MaxTotal != DefaultMaxTotal || c.Retention != DefaultRetention ||
+		c.UploadsPerMinute != DefaultUploadsPerMinute || c.UploadBurst != DefaultUploadBurst || c.UploadsPerClient != DefaultUploadsPerClient ||
+		c.UploadsAtOnce != DefaultUploadsAtOnce || c.Stall != DefaultStall || fmt.Sprint(c.CORSOrigins) != "[*]" {
+		t.Errorf("defaults: %+v", c)
+	}
+	if d := New(Config{Prefix: "h/", UploadsPerMinute: 0.5}).cfg; d.Prefix != "h/" || d.UploadsPerMinute != 0.5 {
+		t.Errorf("given values replaced: %q %v", d.Prefix, d.UploadsPerMinute)
+	}
+}
+
+// TestHistoryClientsPruned: idle clients whose bucket has refilled are
+// forgotten; one with an upload running, or seen recently, is kept.
+func TestHistoryClientsPruned(t *testing.T) {
+	s := New(Config{UploadBurst: 2, UploadsPerMinute: 60}) // full again after 2 s
+	now := time.Now()
+	s.clients = map[string]*client{
+		"idle":    {seen: now.Add(-3 * time.Second)},
+		"recent":  {seen: now.Add(-time.Second)},
+		"running": {seen: now.Add(-time.Hour), active: 1},
+	}
+	s.pruneLocked(now)
+	if _, ok := s.clients["idle"]; ok || len(s.clients) != 2 {
+		t.Errorf("after pruning: %v", s.clients)
+	}
+}
