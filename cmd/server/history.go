@@ -12,9 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	"gocloud.dev/blob"
 
 	"github.com/contentbackup/contentbackup/internal/history"
+	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/server/httpjson"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/transport"
@@ -50,25 +50,18 @@ func (f historyFlags) history(ctx context.Context, dataDir string, st store.Stor
 		}
 		url = "file://" + filepath.ToSlash(abs) + "?create_dir=1&no_tmp_dir=1&metadata=skip"
 	}
-	bucket, err := blob.OpenBucket(ctx, url)
+	// jobs.Buckets opens it as the job buckets are, naming it and never
+	// its URL (which may carry credentials) in errors.
+	buckets := jobs.NewBuckets(map[string]string{"history": url})
+	bucket, err := buckets.Open(ctx, "history")
 	if err != nil {
-		// The URL may carry credentials: name the scheme only.
-		return nil, nil, fmt.Errorf("--history-bucket: %s: cannot open it", schemeOnly(url))
+		return nil, nil, fmt.Errorf("--history-bucket: %w", err)
 	}
 	svc := history.New(history.Config{Store: st, Bucket: bucket, MaxUpload: f.HistoryMaxUpload, MaxTotal: f.HistoryMaxTotal,
 		Retention: f.HistoryRetention, OneTime: f.HistoryOneTime, UploadsPerMinute: f.HistoryUploadsPerMinute,
 		UploadBurst: f.HistoryUploadBurst, UploadsPerClient: f.HistoryUploadsPerClient, UploadsAtOnce: f.HistoryUploadsAtOnce,
 		CORSOrigins: f.HistoryCORSOrigins, Log: log.Named("history"), Metrics: historyMetrics(reg)})
-	return svc, func() { _ = bucket.Close() }, nil
-}
-
-func schemeOnly(url string) string {
-	for i := range len(url) - 2 {
-		if url[i:i+3] == "://" {
-			return url[:i] + "://..."
-		}
-	}
-	return "(no scheme)"
+	return svc, func() { _ = buckets.Close() }, nil
 }
 
 // historyMetrics registers the history server's figures with reg.

@@ -162,7 +162,10 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 			return nil, err
 		}
 		for _, b := range page {
-			n, err := m.deleteBackupObjects(ctx, b)
+			n, err := m.deleteBackupCounting(ctx, b)
+			if errors.Is(err, store.ErrNotFound) {
+				n, err = 0, nil // gone since the page was read
+			}
 			if err != nil {
 				return nil, fmt.Errorf("erase backup %s: %w", b.ID, err)
 			}
@@ -188,42 +191,6 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 	m.cfg.Log.Info("audit: owner erased", zap.String("audit", "owner.erase.done"), zap.String("principal", r.job.Principal),
 		zap.String("owner", owner), zap.String("job", r.job.ID), zap.Uint64("backups", result.Backups), zap.Uint64("objects", result.Objects))
 	return result, nil
-}
-
-// deleteBackupObjects deletes an erased owner's backup: its objects,
-// then its row, as deleteBackup does, and counts the objects.
-func (m *Manager) deleteBackupObjects(ctx context.Context, b store.Backup) (uint64, error) {
-	b, err := m.cfg.Store.MarkBackupDeleting(ctx, b.Owner, b.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
-	if err != nil {
-		return 0, err
-	}
-	keys := []string{b.ObjectKey + SidecarSuffix, b.ObjectKey}
-	for a := 1; a <= m.cfg.MaxAttempts; a++ {
-		if k := AttemptKey(b.ObjectKey, a); !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
-	var n uint64
-	for _, k := range keys {
-		err := bucket.Delete(ctx, k)
-		switch {
-		case err == nil:
-			n++
-		case gcerrors.Code(err) != gcerrors.NotFound:
-			return n, fmt.Errorf("delete object: %w", err)
-		}
-	}
-	if err := m.cfg.Store.DeleteBackup(ctx, b.Owner, b.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return n, err
-	}
-	return n, nil
 }
 
 // sweepOwnerObjects deletes (or, for a dry run, counts) every object

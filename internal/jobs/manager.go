@@ -698,34 +698,46 @@ func (m *Manager) DeleteBackup(ctx context.Context, principal, owner, id string)
 // row. A failure part-way leaves a row marked deleting that a retry
 // finishes.
 func (m *Manager) deleteBackup(ctx context.Context, b store.Backup) error {
-	b, err := m.cfg.Store.MarkBackupDeleting(ctx, b.Owner, b.ID)
+	_, err := m.deleteBackupCounting(ctx, b)
+	return err
+}
+
+// deleteBackupCounting is deleteBackup, also counting the objects it
+// deleted (an erasure reports them).
+func (m *Manager) deleteBackupCounting(ctx context.Context, b store.Backup) (objects uint64, err error) {
+	b, err = m.cfg.Store.MarkBackupDeleting(ctx, b.Owner, b.ID)
 	if errors.Is(err, store.ErrFailedPrecondition) && !errors.Is(err, ErrBaseNeeded) {
 		// Its export started again after the caller read the row.
-		return fmt.Errorf("%w: %w", ErrBackupNotComplete, err)
+		return 0, fmt.Errorf("%w: %w", ErrBackupNotComplete, err)
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
 	if err != nil {
-		return fmt.Errorf("backup %s: %w", b.ID, err)
+		return 0, fmt.Errorf("backup %s: %w", b.ID, err)
 	}
 	if b.Completed.IsZero() {
 		// Never completed: any attempt may have left an object.
-		if err := m.deleteAttempts(ctx, bucket, b.ObjectKey, 1, m.cfg.MaxAttempts); err != nil {
-			return fmt.Errorf("backup %s: %w", b.ID, err)
+		n, err := m.deleteAttempts(ctx, bucket, b.ObjectKey, 1, m.cfg.MaxAttempts)
+		objects += n
+		if err != nil {
+			return objects, fmt.Errorf("backup %s: %w", b.ID, err)
 		}
 	} else {
 		for _, k := range []string{b.ObjectKey + SidecarSuffix, b.ObjectKey} {
-			if err := bucket.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-				return fmt.Errorf("backup %s: delete object: %w", b.ID, err)
+			err := bucket.Delete(ctx, k)
+			if err == nil {
+				objects++
+			} else if gcerrors.Code(err) != gcerrors.NotFound {
+				return objects, fmt.Errorf("backup %s: delete object: %w", b.ID, err)
 			}
 		}
 	}
 	if err := m.cfg.Store.DeleteBackup(ctx, b.Owner, b.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
+		return objects, err
 	}
-	return nil
+	return objects, nil
 }
 
 // request is an ExportRequest or an ImportRequest.
@@ -1214,7 +1226,7 @@ func (m *Manager) export(ctx context.Context, r *run, req ExportRequest, p prepa
 		// takeover cleared them.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		m.deleteAttempts(dctx, p.bucket, p.backup.ObjectKey, 1, r.job.Attempt-1)
+		_, _ = m.deleteAttempts(dctx, p.bucket, p.backup.ObjectKey, 1, r.job.Attempt-1)
 	}
 	return result, nil
 }
@@ -1232,12 +1244,15 @@ func AttemptKey(key string, attempt int) string {
 // deleteAttempts deletes the objects and sidecars attempts from..to
 // wrote for a backup created at key; what is missing is no error, and
 // what fails is logged (an object no catalog row names is no backup).
-func (m *Manager) deleteAttempts(ctx context.Context, bucket *blob.Bucket, key string, from, to int) error {
-	var first error
+func (m *Manager) deleteAttempts(ctx context.Context, bucket *blob.Bucket, key string, from, to int) (deleted uint64, first error) {
 	for a := from; a <= to; a++ {
 		k := AttemptKey(key, a)
 		for _, obj := range []string{k + SidecarSuffix, k} {
-			if err := bucket.Delete(ctx, obj); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			err := bucket.Delete(ctx, obj)
+			if err == nil {
+				deleted++
+			}
+			if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
 				m.cfg.Log.Warn("an attempt's object not deleted", zap.String("key", obj), zap.Error(err))
 				if first == nil {
 					first = fmt.Errorf("delete object: %w", err)
@@ -1245,7 +1260,7 @@ func (m *Manager) deleteAttempts(ctx context.Context, bucket *blob.Bucket, key s
 			}
 		}
 	}
-	return first
+	return deleted, first
 }
 
 // importCounts is an import's result as its job keeps it.

@@ -185,7 +185,7 @@ func (m *Manager) exportAgain(ctx context.Context, j store.Job, backupID string)
 	if err != nil {
 		return prepared{}, fmt.Errorf("backup %s: %w", b.ID, err)
 	}
-	if err := m.deleteAttempts(ctx, bucket, b.ObjectKey, 1, j.Attempt-1); err != nil {
+	if _, err := m.deleteAttempts(ctx, bucket, b.ObjectKey, 1, j.Attempt-1); err != nil {
 		return prepared{}, fmt.Errorf("backup %s: clear the earlier attempts' objects: %w", b.ID, err)
 	}
 	p := prepared{key: key, bucket: bucket, backup: b}
