@@ -20,7 +20,7 @@ import (
 // messages, consent, backups, ticks and change sequence sit on one node,
 // every statement routes to that node, and a transaction over them (an
 // append's change-sequence bump with its rows) stays on it.
-var OwnerTables = []string{"groups", "messages", "consent", "backups", "schedule_ticks", "owner_changes", "owner_keys", "holds"}
+var OwnerTables = []string{"groups", "messages", "consent", "backups", "schedule_ticks", "owner_changes", "owner_keys", "holds", "tombstones"}
 
 // ServerTables are the server's own tables, left as plain tables on the
 // coordinator. They are small and fleet-wide (jobs and their leases, the

@@ -360,16 +360,8 @@ func (rd *exportReader) conversations(ctx context.Context, snap store.Snapshot) 
 	})
 }
 
-// GroupEligible is the eligibility table's group row: every group and DM,
-// excluding sync and one-shot conversations (ARCH-010) and Restored ones
-// (ARCH-026).
-func GroupEligible(g *gb.GroupSave) bool {
-	switch g.GetConversationType() {
-	case gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_SYNC, gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_ONESHOT:
-		return false
-	}
-	return g.GetMembershipState() != gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED
-}
+// GroupEligible is the eligibility table's group row (records.GroupExportable).
+func GroupEligible(g *gb.GroupSave) bool { return records.GroupExportable(g) }
 
 // MessageEligible is the message row, past the window and the restored
 // rule the store applied: application messages only, whose expiry is

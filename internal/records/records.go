@@ -355,26 +355,45 @@ var legacyTypes = map[string]mb.ContentTypeSave{
 	"transactionReference":    mb.ContentTypeSave_CONTENT_TYPE_SAVE_TRANSACTION_REFERENCE,
 }
 
-// ExportForm is m as an export writes it: for typed content, the retired
-// content_type_save agrees with the identifier fields or is left unset.
-// The reference's import reads that enum before the type string, so a
-// disagreeing value (stored as given, ARCH-004) would list a text message
-// as an attachment there; ARCH-008 makes the envelope's type the
-// message's, and the reference's own exporter leaves the enum at its
-// default. Content that is not a typed envelope keeps its fields as given.
+// GroupExportable is the eligibility table's group row: every group and
+// DM, excluding sync and one-shot conversations (ARCH-010) and Restored
+// ones (ARCH-026). The store reads it too: a group that stops being
+// exportable leaves a tombstone, and one that becomes exportable brings
+// its messages into the next increment.
+func GroupExportable(g *gb.GroupSave) bool {
+	switch g.GetConversationType() {
+	case gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_SYNC, gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_ONESHOT:
+		return false
+	}
+	return g.GetMembershipState() != gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED
+}
+
+// ExportForm is m as an export writes it: the retired content_type_save
+// agrees with the message's type or is left unset. The reference's
+// import reads that enum before the type string, so a disagreeing value
+// (stored as given, ARCH-004) would list a text message as an attachment
+// there; ARCH-008 makes the envelope's type the message's, and the
+// reference's own exporter leaves the enum at its default. The type is
+// the envelope's for typed content and the stored content_type for
+// content that is not a typed envelope (raw bytes, an envelope without a
+// type): a disagreeing enum is left out for both, and for records stored
+// before this rule, since it applies on the way out.
 func ExportForm(m *mb.GroupMessageSave) {
 	cts := m.GetContentTypeSave()
 	if cts == mb.ContentTypeSave_CONTENT_TYPE_SAVE_UNSPECIFIED {
 		return
 	}
-	ec, err := codec.ParseEnvelope(m.GetDecryptedMessageBytes())
-	if err != nil {
-		return
+	authority, typeID := m.GetAuthorityId(), m.GetContentType()
+	if ec, err := codec.ParseEnvelope(m.GetDecryptedMessageBytes()); err == nil && ec.GetType() != nil {
+		// The stored identifier fields were derived from this type on
+		// write (store.Derive): the envelope's type is read once, here.
+		authority, typeID = ec.GetType().GetAuthorityId(), ec.GetType().GetTypeId()
+	} else if authority == "" {
+		// Untyped content names no authority of its own; its stored
+		// type string is what the reference falls back to.
+		authority = "xmtp.org"
 	}
-	// The stored identifier fields were derived from this type on write
-	// (store.Derive): the envelope's type is read once, here.
-	t := ec.GetType()
-	if want, ok := legacyTypes[t.GetTypeId()]; ok && t.GetAuthorityId() == "xmtp.org" && want == cts {
+	if want, ok := legacyTypes[typeID]; ok && authority == "xmtp.org" && want == cts {
 		return
 	}
 	m.ContentTypeSave = mb.ContentTypeSave_CONTENT_TYPE_SAVE_UNSPECIFIED

@@ -115,4 +115,4 @@ type Erasure interface {
 // an erasure deletes from them (children before the rows they name).
 // TestErasureCoversEveryOwnerTable holds it against the schema: a table
 // with an owner column missing here fails it.
-var OwnerRowTables = []string{"messages", "groups", "consent", "owner_changes", "schedule_ticks", "holds", "backups", "owner_keys", "jobs"}
+var OwnerRowTables = []string{"messages", "tombstones", "groups", "consent", "owner_changes", "schedule_ticks", "holds", "backups", "owner_keys", "jobs"}

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -190,6 +191,7 @@ type Store interface {
 	Holds
 	Erasure
 	HistoryFiles
+	Tombstones
 	// Snapshot runs fn over one consistent, read-only view of the owner's
 	// records: what export reads, so that every record it writes is as it
 	// stood at a single instant.
@@ -218,6 +220,51 @@ type Expiry interface {
 	// OldestExpired is the earliest deadline at or before now of a message
 	// still stored, or zero when none is: how far the purge lags.
 	OldestExpired(ctx context.Context, now time.Time) (time.Time, error)
+}
+
+// Tombstones remember what an owner's writes removed from its exportable
+// state, stamped with the removing write's change sequence: a restore of
+// a chain of backups reads them to leave out what a member held and a
+// later write removed (import can add, never remove: ARCH-013, ARCH-014).
+// DeleteMessage leaves one per message; PutGroup leaves one for the group
+// when it stops being exportable (records.GroupExportable).
+type Tombstones interface {
+	// HasTombstones reports whether owner has a tombstone with a change
+	// sequence in (above, atMost].
+	HasTombstones(ctx context.Context, owner string, above, atMost int64) (bool, error)
+	// GroupTombstones returns up to limit of the group's tombstones with a
+	// change sequence in (above, atMost], one per key with the newest
+	// change sequence of its key, in key order (the group's own first,
+	// then messages by send time and id), starting after the key after
+	// (nil for the first page).
+	GroupTombstones(ctx context.Context, owner string, groupID []byte, above, atMost int64, after *TombstoneKey, limit int) ([]Tombstone, error)
+	// PruneTombstones deletes owner's tombstones that no restore can
+	// need: those at or below the change sequence of its oldest complete
+	// backup that has one (every chain starts at or above it). With no
+	// such backup it deletes none. It returns how many it deleted.
+	PruneTombstones(ctx context.Context, owner string) (int64, error)
+}
+
+// TombstoneKey orders a group's tombstones as an export orders its
+// records: the group's own (GroupTombstoneSentAt, no id) first, then its
+// messages by send time and id.
+type TombstoneKey struct {
+	SentAtNs int64
+	ID       []byte
+}
+
+// GroupTombstoneSentAt is the send time a group's own tombstone is keyed
+// at, before any message's.
+const GroupTombstoneSentAt = math.MinInt64
+
+// IsGroup reports whether the key is the group's own.
+func (k TombstoneKey) IsGroup() bool { return k.SentAtNs == GroupTombstoneSentAt && len(k.ID) == 0 }
+
+// Tombstone is one removal: the newest change sequence that removed the
+// record at Key.
+type Tombstone struct {
+	Key       TombstoneKey
+	ChangeSeq int64
 }
 
 // Groups stores conversations.

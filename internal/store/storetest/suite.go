@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"JobRequestIDs", testJobRequestIDs},
 		{"ChangesSinceASnapshot", testChangesSince},
 		{"ChangesUnderConcurrentWriters", testChangesUnderConcurrentWriters},
+		{"Tombstones_ARCH013_ARCH014", testTombstones},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
@@ -182,7 +184,7 @@ func (s SQLStore) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (
 		if _, err := tx.Exec(ctx, s.q.groupUpsert, append(append([]any{owner}, args...), seq)...); err != nil {
 			return fmt.Errorf("%s: write group %x: %w", s.d.Name, g.GetId(), err)
 		}
-		return nil
+		return s.groupChanged(ctx, tx, owner, old, g, seq)
 	})
 	return created, err
 }
@@ -213,13 +215,14 @@ func (s SQLStore) ActivateGroup(ctx context.Context, owner string, id []byte) (g
 		if g, err = s.getGroup(ctx, tx, owner, id, s.d.ForUpdate); err != nil {
 			return err
 		}
+		was := proto.Clone(g).(*gb.GroupSave)
 		if activated, err = store.Activate(g); err != nil || !activated {
 			return err
 		}
 		if _, err := tx.Exec(ctx, s.q.groupSetState, int32(g.MembershipState), seq, owner, id); err != nil {
 			return fmt.Errorf("%s: activate group %x: %w", s.d.Name, id, err)
 		}
-		return nil
+		return s.groupChanged(ctx, tx, owner, was, g, seq)
 	})
 	if err != nil {
 		return nil, false, err
@@ -313,8 +316,12 @@ func (s SQLStore) eachMessage(ctx context.Context, c Conn, owner string, q store
 
 func (s SQLStore) DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error {
 	return s.db.Write(ctx, func(tx Conn) error {
-		// The group first, then the message, both locked: the order every
-		// writer takes them in.
+		// The change first (NextChange), then the group, then the
+		// message, both locked: the order every writer takes them in.
+		seq, err := s.NextChange(ctx, tx, owner)
+		if err != nil {
+			return err
+		}
 		g, err := s.getGroup(ctx, tx, owner, groupID, s.d.ForShare)
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("message %x in group %x: %w", id, groupID, store.ErrNotFound)
@@ -336,7 +343,8 @@ func (s SQLStore) DeleteMessage(ctx context.Context, owner string, groupID, id [
 		if _, err := tx.Exec(ctx, s.q.messageDelete, owner, id); err != nil {
 			return fmt.Errorf("%s: delete message %x: %w", s.d.Name, id, err)
 		}
-		return nil
+		m := row.Message()
+		return s.bury(ctx, tx, owner, groupID, store.TombstoneKey{SentAtNs: m.GetSentAtNs(), ID: m.GetId()}, seq)
 	})
 }
 

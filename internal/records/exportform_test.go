@@ -1,0 +1,60 @@
+package records
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+)
+
+// TestExportFormEveryContentShape_ARCH008: the retired content_type_save
+// goes out only where it names the message's own type, for typed
+// envelopes (the envelope's type) and for untyped content (raw bytes, an
+// envelope without a type: the stored content_type), so the reference,
+// which reads the enum first, files each message under its own type
+// (issue 45, finding 3).
+func TestExportFormEveryContentShape_ARCH008(t *testing.T) {
+	envelope := func(authority, typeID string) []byte {
+		ec := &mc.EncodedContent{Content: []byte("hi")}
+		if typeID != "" {
+			ec.Type = &mc.ContentTypeId{AuthorityId: authority, TypeId: typeID, VersionMajor: 1}
+		}
+		b, err := proto.Marshal(ec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	const (
+		text       = mb.ContentTypeSave_CONTENT_TYPE_SAVE_TEXT
+		attachment = mb.ContentTypeSave_CONTENT_TYPE_SAVE_ATTACHMENT
+		unset      = mb.ContentTypeSave_CONTENT_TYPE_SAVE_UNSPECIFIED
+	)
+	tests := []struct {
+		name             string
+		content          []byte
+		authority, ctype string
+		enum, want       mb.ContentTypeSave
+	}{
+		{"typed text, enum TEXT", envelope("xmtp.org", "text"), "xmtp.org", "text", text, text},
+		{"typed text, enum ATTACHMENT", envelope("xmtp.org", "text"), "xmtp.org", "text", attachment, unset},
+		{"typed custom, enum TEXT", envelope("example.com", "text"), "example.com", "text", text, unset},
+		{"raw bytes typed text, enum ATTACHMENT", []byte("\xff raw"), "", "text", attachment, unset},
+		{"raw bytes typed text, enum TEXT", []byte("\xff raw"), "", "text", text, text},
+		{"raw bytes custom authority, enum TEXT", []byte("\xff raw"), "example.com", "text", text, unset},
+		{"envelope without type, enum ATTACHMENT", envelope("", ""), "xmtp.org", "text", attachment, unset},
+		{"envelope without type, enum TEXT", envelope("", ""), "xmtp.org", "text", text, text},
+		{"no enum", []byte("x"), "", "text", unset, unset},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &mb.GroupMessageSave{DecryptedMessageBytes: tc.content, AuthorityId: tc.authority, ContentType: tc.ctype, ContentTypeSave: tc.enum}
+			ExportForm(m)
+			if m.GetContentTypeSave() != tc.want {
+				t.Errorf("content_type_save %v, want %v", m.GetContentTypeSave(), tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,23 @@
+-- +goose Up
+-- What a write removed from an owner's exportable state, so a restore of
+-- a chain of backups is the snapshot its newest member saw (ARCH-013,
+-- ARCH-014: import can add, never remove). A deleted message leaves its
+-- group, send time and id; a group that stopped being exportable (turned
+-- into a sync or one-shot conversation) leaves its id with sent_at_ns at
+-- the smallest integer and an empty id. change_seq is the owner's change
+-- sequence of the removing write: a chain member whose snapshot came
+-- before it held the record, a later one did not. Rows at or below the
+-- change sequence of the owner's oldest complete backup are pruned once
+-- an export completes: no restore can need them.
+CREATE TABLE tombstones (
+    owner      TEXT    NOT NULL,
+    group_id   BLOB    NOT NULL,
+    sent_at_ns INTEGER NOT NULL,
+    id         BLOB    NOT NULL,
+    change_seq INTEGER NOT NULL,
+    PRIMARY KEY (owner, group_id, sent_at_ns, id, change_seq)
+) WITHOUT ROWID, STRICT;
+CREATE INDEX tombstones_by_change ON tombstones (owner, change_seq);
+
+-- +goose Down
+DROP TABLE tombstones;
