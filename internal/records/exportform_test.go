@@ -5,8 +5,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
 
 // TestExportFormEveryContentShape_ARCH008: the retired content_type_save
