@@ -74,9 +74,13 @@ func (c *ElementCounts) add(outcomes []store.Outcome) {
 type ImportResult struct {
 	Metadata                  *ds.BackupMetadataSave
 	Groups, Messages, Consent ElementCounts
-	// Records read, Skipped (unset, unknown, event: ARCH-005) and Legacy
-	// (opened under the nonce retry of ARCH-002).
+	// Records read, Skipped (unset, unknown, event: ARCH-005; and the
+	// Expired) and Legacy (opened under the nonce retry of ARCH-002).
 	Records, Skipped, Legacy uint64
+	// Expired: messages that had expired when the import read them,
+	// never stored (the purge would delete them, and importing the same
+	// archive again would store them again: ARCH-016).
+	Expired uint64
 }
 
 // ReaderReservation is what an archive reader under opts holds at most:
@@ -128,10 +132,29 @@ func Import(ctx context.Context, st store.Store, owner string, key []byte, r io.
 		return res, err
 	}
 	defer ar.Close()
+	return ImportFrom(ctx, st, owner, ar, opts)
+}
+
+// Source is what an import reads: one archive (*archive.Reader) or a
+// chain of backups read as one snapshot (*Chain).
+type Source interface {
+	// Metadata is record 0's metadata.
+	Metadata() (*ds.BackupMetadataSave, error)
+	// Next returns the next element, io.EOF after the last.
+	Next() (*ds.BackupElement, error)
+	// Record is the number of the element Next last returned.
+	Record() uint64
+	// Stats reports what has been read so far.
+	Stats() archive.Stats
+}
+
+// ImportFrom is Import reading src, whose metadata is not yet read.
+func ImportFrom(ctx context.Context, st store.Store, owner string, src Source, opts ImportOptions) (res ImportResult, err error) {
+	ar := src
 	if opts.ValidateOnly {
 		st = newPlanner(st)
 	}
-	im := &importer{ctx: ctx, st: st, owner: owner, res: &res, groups: make(map[string]bool), limits: opts.Limits, ahead: opts.ReadAhead}
+	im := &importer{ctx: ctx, st: st, owner: owner, res: &res, groups: make(map[string]bool), limits: opts.Limits, ahead: opts.ReadAhead, nowNs: time.Now().UnixNano()}
 	if opts.ReadAhead != nil {
 		im.flushAt = opts.ReadAheadBytes / 2
 	}
@@ -198,7 +221,7 @@ type readRecord struct {
 // readRecords sends the archive's elements until its end, an error, or ctx
 // is done, then closes out. Each element is charged to ahead (when set)
 // before it is passed on; the applier releases it.
-func readRecords(ctx context.Context, ar *archive.Reader, out chan<- readRecord, ahead *budget.Call) {
+func readRecords(ctx context.Context, ar Source, out chan<- readRecord, ahead *budget.Call) {
 	defer close(out)
 	for {
 		el, err := ar.Next()
@@ -231,6 +254,7 @@ type importer struct {
 	groups map[string]bool // group ids known to exist in the store
 	limits records.Limits
 	ahead  *budget.Call
+	nowNs  int64 // when the import began: a message expired by then is skipped
 	// flushAt is the buffered cost at which buffered records are written,
 	// so the reader always has budget to read the next one.
 	flushAt int64
@@ -301,6 +325,11 @@ func (im *importer) apply(record uint64, el *ds.BackupElement, cost int64) error
 		m := e.GroupMessage
 		if err := errors.Join(records.PrepareMessage(m), im.limits.CheckMessageSize(m)); err != nil {
 			return fail(records.At("group_message", err))
+		}
+		if m.ExpiresAtNs != nil && m.GetExpiresAtNs() <= im.nowNs {
+			im.res.Expired++
+			im.res.Skipped++
+			return nil
 		}
 		if !im.groups[string(m.GetGroupId())] {
 			if err := im.flush(); err != nil {

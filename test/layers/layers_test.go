@@ -21,7 +21,7 @@ var floors = map[string]int{
 	"internal/wire": 1, "internal/fault": 1, "internal/eventually": 1, "internal/budget": 1, "internal/buildinfo": 1, "internal/devpki": 1,
 	"internal/codec": 2, "internal/preview": 2, "internal/archive": 2, "internal/archive/archivetest": 2, "internal/records": 2, "internal/keyring": 2,
 	"internal/store": 3, "internal/store/internal/sqlstore": 3, "internal/store/sqlite": 3, "internal/store/postgres": 3, "internal/store/storetest": 3, "internal/store/enginetest": 3,
-	"internal/backup": 4, "internal/expiry": 4, "internal/history": 4,
+	"internal/backup": 4, "internal/backup/backuptest": 4, "internal/expiry": 4, "internal/history": 4,
 	"internal/jobs": 5, "internal/jobs/jobstest": 5,
 	// The gRPC edge: authentication, transport, telemetry, the content
 	// API's mapping onto the codecs, and the services.
