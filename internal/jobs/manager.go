@@ -543,17 +543,18 @@ func (m *Manager) StartImport(ctx context.Context, principal string, req ImportR
 	if err != nil {
 		return store.Job{}, fmt.Errorf("backup %s: %w", b.ID, err)
 	}
-	attrs, err := bucket.Attributes(ctx, b.ObjectKey)
-	if gcerrors.Code(err) == gcerrors.NotFound {
-		return store.Job{}, fmt.Errorf("backup %s: its object is gone: %w", b.ID, ErrBackupDamaged)
-	}
+	// An increment restores as its whole chain: every member must be
+	// there before the job starts.
+	chain, err := m.chainOf(ctx, source, b)
 	if err != nil {
-		return store.Job{}, fmt.Errorf("backup %s: %w", b.ID, err)
+		return store.Job{}, err
 	}
-	if uint64(max(attrs.Size, 0)) != b.Summary.Length {
-		return store.Job{}, fmt.Errorf("backup %s: the object is %d bytes, the catalog says %d: %w", b.ID, attrs.Size, b.Summary.Length, ErrBackupDamaged)
+	for _, member := range chain {
+		if err := m.checkObject(ctx, member); err != nil {
+			return store.Job{}, err
+		}
 	}
-	return m.start(ctx, store.JobImport, principal, req, prepared{key: key, bucket: bucket, backup: b, total: b.Summary.Length, sourceOwner: source})
+	return m.start(ctx, store.JobImport, principal, req, prepared{key: key, bucket: bucket, backup: b, total: chainLength(chain), sourceOwner: source})
 }
 
 // openBackup reads a complete backup of owner and unwraps its key.
@@ -1228,6 +1229,12 @@ func (m *Manager) export(ctx context.Context, r *run, req ExportRequest, p prepa
 		defer cancel()
 		_, _ = m.deleteAttempts(dctx, p.bucket, p.backup.ObjectKey, 1, r.job.Attempt-1)
 	}
+	// Tombstones at or below the owner's oldest backup serve no restore
+	// (store.Tombstones). One export job runs per owner at a time, so no
+	// backup being written can still need them.
+	if _, err := m.cfg.Store.PruneTombstones(ctx, p.backup.Owner); err != nil {
+		m.cfg.Log.Warn("tombstones not pruned", zap.Error(err))
+	}
 	return result, nil
 }
 
@@ -1322,6 +1329,30 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func (m *Manager) importArchive(ctx context.Context, r *run, req ImportRequest, p prepared) (proto.Message, error) {
+	ahead := m.cfg.Pool.NewCall("import job read-ahead", m.cfg.Import.ReadAheadBytes)
+	defer ahead.Close()
+	opts := m.cfg.Import
+	opts.ReadAhead = ahead
+	opts.Progress = &r.records
+	opts.ValidateOnly = req.ValidateOnly
+	if p.backup.Base != "" {
+		// An increment: its chain read as one snapshot (restore.go).
+		chain, err := m.chainOf(ctx, p.sourceOwner, p.backup)
+		if err != nil {
+			return nil, err
+		}
+		c, closeChain, err := m.openChain(ctx, p.sourceOwner, chain, &countingTotal{r: r})
+		if err != nil {
+			return nil, err
+		}
+		defer closeChain()
+		r.phase.Store(int32(pv.JobPhase_JOB_PHASE_TRANSFERRING))
+		res, err := backup.ImportFrom(ctx, m.cfg.Store, req.Owner, c, opts)
+		if err != nil {
+			return nil, err
+		}
+		return &pv.ImportJobResult{Counts: importCounts(res)}, nil
+	}
 	obj, err := p.bucket.NewReader(ctx, p.backup.ObjectKey, nil)
 	if err != nil {
 		return nil, fmt.Errorf("open object: %w", err)
@@ -1329,13 +1360,7 @@ func (m *Manager) importArchive(ctx context.Context, r *run, req ImportRequest, 
 	defer obj.Close()
 	readerBudget := m.cfg.Pool.NewCall("import job reader", backup.ReaderReservation(m.cfg.Import.Reader))
 	defer readerBudget.Close()
-	ahead := m.cfg.Pool.NewCall("import job read-ahead", m.cfg.Import.ReadAheadBytes)
-	defer ahead.Close()
-	opts := m.cfg.Import
 	opts.Reader.Meter = readerBudget
-	opts.ReadAhead = ahead
-	opts.Progress = &r.records
-	opts.ValidateOnly = req.ValidateOnly
 	r.phase.Store(int32(pv.JobPhase_JOB_PHASE_TRANSFERRING))
 	res, err := backup.Import(ctx, m.cfg.Store, req.Owner, p.key, &countingReader{r: obj, n: &r.bytes}, opts)
 	if err != nil {
