@@ -19,6 +19,9 @@
 //                             client; prints {id, uploaded, downloaded,
 //                             view, deviceSync} (deviceSync: what the
 //                             reference's own sendSyncArchive did offline)
+//   node archive.mjs import-chain stdin {archives: [{key, archive}]}; imports
+//                             each into one fresh client, oldest first, and
+//                             prints the view after the last;
 //   node archive.mjs import-each  stdin {key, archives: [{archive, consent}]};
 //                             imports each into a fresh client, one line each:
 //                             the view as above, or {error}
@@ -142,6 +145,18 @@ async function importEach(input) {
   return null;
 }
 
+// importChain imports input.archives ({key, archive} each) in turn into
+// one fresh client, as a chain's members restored one after another, and
+// returns the view after the last.
+async function importChain(input) {
+  const client = await offlineClient(9);
+  const members = input.archives;
+  for (const a of members.slice(0, -1)) {
+    await client.device_sync().importArchive(unhex(a.archive), unhex(a.key));
+  }
+  return importInto(client, members[members.length - 1]);
+}
+
 async function importInto(client, input) {
   const sync = client.device_sync();
   const data = unhex(input.archive);
@@ -225,7 +240,7 @@ async function history(input) {
 }
 
 const input = JSON.parse(fs.readFileSync(0, 'utf8') || '{}');
-const commands = { create, import: importArchive, 'import-each': importEach, history };
+const commands = { create, import: importArchive, 'import-each': importEach, 'import-chain': importChain, history };
 const cmd = commands[process.argv[2]];
 if (!cmd) {
   console.error('usage: node archive.mjs create|import < input.json');

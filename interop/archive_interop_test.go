@@ -77,6 +77,7 @@ type refArchiveView struct {
 	Conversations []struct {
 		ID              string           `json:"id"`
 		MembershipState int              `json:"membershipState"`
+		Name            *string          `json:"name"`
 		Disappearing    *refDisappearing `json:"disappearing"`
 	} `json:"conversations"`
 	Messages []struct {

@@ -20,12 +20,35 @@ import (
 // backupsCmd reads and manages the server's backup catalog: each backup
 // is named by its owner and catalog id, never by a key in a bucket.
 type backupsCmd struct {
-	List      listBackupsCmd  `cmd:"" help:"List an owner's backups, newest first."`
-	Show      showBackupCmd   `cmd:"" help:"Print one backup."`
-	Key       backupKeyCmd    `cmd:"" help:"Write a backup's archive key (64 hex characters, mode 0600) to a file, for verify, inspect or a device; the server logs it as an audit event."`
-	Delete    deleteBackupCmd `cmd:"" help:"Delete a backup: its object, sidecar and catalog row."`
-	Verify    verifyBackupCmd `cmd:"" help:"Read a complete backup back now, as a schedule's verification does (length, SHA-256, every record, the counts), and record the result; exits non-zero when it is not sound."`
-	Retention retentionCmd    `cmd:"" help:"Dry run of a retention for an owner, computed by the server: a schedule's as it runs it, or --keep-* rules of your own; which backups stay (by which rule) and which it would delete. Deletes nothing."`
+	List       listBackupsCmd  `cmd:"" help:"List an owner's backups, newest first."`
+	Show       showBackupCmd   `cmd:"" help:"Print one backup."`
+	Key        backupKeyCmd    `cmd:"" help:"Write a backup's archive key (64 hex characters, mode 0600) to a file, for verify, inspect or a device; the server logs it as an audit event."`
+	Delete     deleteBackupCmd `cmd:"" help:"Delete a backup: its object, sidecar and catalog row."`
+	Verify     verifyBackupCmd `cmd:"" help:"Read a complete backup back now, as a schedule's verification does (length, SHA-256, every record, the counts), and record the result; exits non-zero when it is not sound."`
+	Retention  retentionCmd    `cmd:"" help:"Dry run of a retention for an owner, computed by the server: a schedule's as it runs it, or --keep-* rules of your own; which backups stay (by which rule) and which it would delete. Deletes nothing."`
+	Synthesize synthesizeCmd   `cmd:"" help:"Write a backup's snapshot (an increment's whole chain read as one) as a new full backup, without touching the owner's records: the one archive to hand a device or the reference client, whose import then gives exactly that snapshot. Prints the new backup's id."`
+}
+
+type synthesizeCmd struct {
+	backupRef
+	Bucket string `help:"Name of one of the server's buckets for the new backup; default the server's first."`
+	Label  string `help:"A note kept with the new backup; default 'synthetic full of <id>'."`
+}
+
+func (s *synthesizeCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if s.Backup, err = resolveBackup(ctx, conn, s.Owner, s.Backup); err != nil {
+		return err
+	}
+	op, err := cb.NewBackupServiceClient(conn).StartExport(ctx, &cb.StartExportRequest{Owner: s.Owner, Bucket: s.Bucket, Label: s.Label, FromBackup: s.Backup})
+	if err != nil {
+		return fmt.Errorf("synthesize %s: %w", s.Backup, err)
+	}
+	return c.started(ctx, conn, op, true)
 }
 
 type backupRef struct {

@@ -43,7 +43,7 @@ type startExportJobCmd struct {
 	EndNs               *int64   `name:"end-ns" xor:"end" help:"As --end, in nanoseconds since the epoch."`
 	ExcludeDisappearing bool     `help:"Leave out messages with an expiry, or whose expiry is unknown."`
 	Nonconforming       string   `enum:"fail,exclude,repair" default:"fail" help:"As for export: fail, exclude or repair a stored record the reference would refuse."`
-	Since               string   `help:"An earlier complete backup of the owner (catalog id): write an increment holding only what changed since it. Restore with 'restore --chain'."`
+	Since               string   `help:"An earlier complete backup of the owner (catalog id): write an increment holding only what changed since it. 'restore' of an increment reads its whole chain."`
 }
 
 func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {

@@ -52,7 +52,7 @@ type cli struct {
 	Rewrap   rewrapCmd   `cmd:"" help:"Rewrite an archive, legacy nonce form included, in the counter form under a new key (no server)."`
 	Estimate estimateCmd `cmd:"" help:"What an export of the owner would hold and weigh now (counts and exact bytes), written nowhere: a dry run of export."`
 	Jobs     jobsCmd     `cmd:"" help:"Start, follow and cancel server-side export and import jobs (object storage)."`
-	Restore  restoreCmd  `cmd:"" help:"Restore a backup from the server's catalog into an owner, waiting for each import job; with --chain, the increment's whole chain, oldest first."`
+	Restore  restoreCmd  `cmd:"" help:"Restore a backup from the server's catalog into an owner, waiting for its import job: the snapshot it was taken from (an increment with its whole chain)."`
 	Backups  backupsCmd  `cmd:"" help:"List, show, delete and fetch the key of an owner's backups in the server's catalog."`
 	Owners   ownersCmd   `cmd:"" help:"Erase an owner everywhere (owners.erase), or see what an erasure would remove."`
 	Holds    holdsCmd    `cmd:"" help:"Place, lift and list legal holds on an owner or its backups (owners.hold)."`

@@ -558,9 +558,10 @@ func fileSize(t *testing.T, path string) int64 {
 }
 
 // TestArchivectlChain: jobs start-export --since writes increments, backups
-// list shows each one's base, restore --chain restores full and increments
-// oldest first into an empty owner, and a base an increment needs refuses
-// to be deleted (FAILED_PRECONDITION, the base kept).
+// list shows each one's base, restore of the newest increment restores its
+// chain's snapshot in one job, backups synthesize writes that snapshot as
+// a full backup that restores on its own, and a base an increment needs
+// refuses to be deleted (FAILED_PRECONDITION, the base kept).
 func TestArchivectlChain(t *testing.T) {
 	bin := build(t)
 	addr, s, _ := serveJobs(t, nil)
@@ -604,13 +605,32 @@ func TestArchivectlChain(t *testing.T) {
 	if err != nil || !strings.Contains(out, "KIND") || !strings.Contains(out, " full ") || strings.Count(out, " +") != 3 || !strings.Contains(out, "+"+ids[2]) {
 		t.Fatalf("backups list shows no chain: %v\n%s", err, out)
 	}
+	// An increment restores as its chain's snapshot, in one import job;
+	// --chain is still accepted.
 	out, stderr, err := ctl.run("restore", "--owner", copyOwner, "--source-owner", owner, "--chain", ids[3])
-	if err != nil || strings.Count(out, "import succeeded") != 4 || !strings.Contains(stderr, "chain of 4") {
-		t.Fatalf("restore --chain: %v\n%s%s", err, out, stderr)
+	if err != nil || strings.Count(out, "import succeeded") != 1 {
+		t.Fatalf("restore of an increment: %v\n%s%s", err, out, stderr)
 	}
 	page, err := s.ListMessages(t.Context(), copyOwner, store.MessageQuery{GroupID: g.Id, Limit: 100})
 	if err != nil || len(page.Messages) != 20 {
 		t.Fatalf("restored %d messages (%v), want 20", len(page.Messages), err)
+	}
+	// The same snapshot as one archive: a synthetic full, which restores
+	// on its own.
+	out, stderr, err = ctl.run("backups", "synthesize", "--owner", owner, ids[3])
+	if err != nil || !strings.Contains(out, "20 messages") {
+		t.Fatalf("backups synthesize: %v\n%s%s", err, out, stderr)
+	}
+	synthetic := newest()
+	if out, _, _ := ctl.run("backups", "show", "--owner", owner, synthetic); !strings.Contains(out, "synthetic full of "+ids[3]) {
+		t.Errorf("the synthetic full's label:\n%s", out)
+	}
+	synthCopy := copyOwner + "-synth"
+	if out, stderr, err := ctl.run("restore", "--owner", synthCopy, "--source-owner", owner, synthetic); err != nil {
+		t.Fatalf("restore of the synthetic full: %v\n%s%s", err, out, stderr)
+	}
+	if page, err := s.ListMessages(t.Context(), synthCopy, store.MessageQuery{GroupID: g.Id, Limit: 100}); err != nil || len(page.Messages) != 20 {
+		t.Fatalf("the synthetic full restored %d messages (%v), want 20", len(page.Messages), err)
 	}
 	_, stderr, err = ctl.run("backups", "delete", "--owner", owner, ids[2])
 	if err == nil || !strings.Contains(stderr, "FailedPrecondition") || !strings.Contains(stderr, ids[3]) {

@@ -446,6 +446,16 @@ func (m *Manager) startExport(ctx context.Context, principal string, req ExportR
 		return store.Job{}, invalid(err)
 	}
 	var changedAfter *int64
+	if req.From != "" {
+		opts, err := m.synthesisSource(ctx, owner, req)
+		if err != nil {
+			return store.Job{}, err
+		}
+		req.Options = opts
+		if req.Label == "" {
+			req.Label = "synthetic full of " + req.From
+		}
+	}
 	if req.Since != "" {
 		base, opts, err := m.chainBase(ctx, owner, req.Since, req.Options)
 		if err != nil {
@@ -500,19 +510,14 @@ func (m *Manager) chainBase(ctx context.Context, owner, id string, opts *dsb.Arc
 	if base.Summary.ChangeSeq < 0 {
 		return store.Backup{}, nil, fmt.Errorf("since_backup %s: %w", base.ID, ErrNoChangeSequence)
 	}
-	var baseOpts *dsb.ArchiveOptions
-	if len(base.Options) > 0 {
-		baseOpts = &dsb.ArchiveOptions{}
-		if err := proto.Unmarshal(base.Options, baseOpts); err != nil {
-			return store.Backup{}, nil, fmt.Errorf("since_backup %s: options: %w", base.ID, err)
-		}
+	baseOpts, err := optionsOf(base)
+	if err != nil {
+		return store.Backup{}, nil, fmt.Errorf("since_backup: %w", err)
 	}
 	if opts == nil {
 		return base, baseOpts, nil
 	}
-	want, _ := backup.Resolve(baseOpts)
-	got, _ := backup.Resolve(opts)
-	if !proto.Equal(want, got) {
+	if !sameOptions(baseOpts, opts) {
 		return store.Backup{}, nil, invalid(fmt.Errorf("options: an increment keeps the options of its base %s; omit them", base.ID))
 	}
 	return base, opts, nil
@@ -1182,9 +1187,7 @@ func (m *Manager) export(ctx context.Context, r *run, req ExportRequest, p prepa
 	}
 	r.phase.Store(int32(pv.JobPhase_JOB_PHASE_TRANSFERRING))
 	out := &countingWriter{w: w, hash: sha256.New(), n: &r.bytes, space: space}
-	exportedAt := time.Now().UnixNano()
-	counts, err := backup.Export(ctx, m.cfg.Store, req.Owner, p.key, req.Options, exportedAt, out,
-		backup.ExportConfig{Nonconforming: req.Nonconforming, Written: &r.records, ChangedAfter: p.changedAfter})
+	exportedAt, counts, err := m.writeArchive(ctx, r, req, p, out)
 	if err == nil {
 		err = ctx.Err()
 	}

@@ -30,6 +30,10 @@ type ExportRequest struct {
 	// the owner: the export is an increment of it, holding only what was
 	// written after its snapshot.
 	Since string
+	// From, when set, is the catalog id of a complete backup of the
+	// owner: the export writes that backup's snapshot as a synthetic full
+	// (synthesize.go) instead of reading the owner's records.
+	From string
 }
 
 // ImportRequest is what an import job is asked to do: read a complete
@@ -54,7 +58,7 @@ var nonconformingRows = map[backup.Nonconforming]pv.NonconformingRecords{
 // spec is the job row's spec column for req.
 func (req ExportRequest) spec() ([]byte, error) {
 	return proto.Marshal(&pv.ExportSpec{Owner: req.Owner, Options: req.Options, Bucket: req.Bucket, Label: req.Label,
-		Nonconforming: nonconformingRows[req.Nonconforming], RequestId: req.RequestID, SinceBackup: req.Since})
+		Nonconforming: nonconformingRows[req.Nonconforming], RequestId: req.RequestID, SinceBackup: req.Since, FromBackup: req.From})
 }
 
 func (req ImportRequest) spec() ([]byte, error) {

@@ -1,7 +1,10 @@
 package jobs
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -10,6 +13,7 @@ import (
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/backup/backuptest"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
@@ -105,11 +109,84 @@ func TestRestoreIsTheSnapshot_ARCH013_ARCH014_ARCH016(t *testing.T) {
 					if d := backuptest.Diff(backuptest.Stored(t, st, dst), backuptest.Restored(b.want), 10); len(d) > 0 {
 						t.Errorf("seed %d backup %d (%s): the restore is not the snapshot:\n%v", seed, k, b.id, d)
 					}
-					compared += len(b.want)
+					// What the tools hand a device: the synthetic full,
+					// record for record the snapshot.
+					if d := backuptest.Diff(synthesized(t, h, owner, b.id), b.want, 10); len(d) > 0 {
+						t.Errorf("seed %d backup %d (%s): the synthetic full is not the snapshot:\n%v", seed, k, b.id, d)
+					}
+					compared += 2 * len(b.want)
 				}
 				backups += len(all)
 			}
 			t.Logf("%d histories, %d backups restored, %d records compared, on %s", n, backups, compared, e.Name)
 		})
+	}
+}
+
+// synthesized writes backup id's snapshot as a synthetic full by an export
+// job and returns its elements, read back with the container alone under
+// the key GetBackupKey hands out.
+func synthesized(t *testing.T, h *harness, owner, id string) []*ds.BackupElement {
+	t.Helper()
+	res := exportDone(t, h, ExportRequest{Owner: owner, From: id})
+	src, err := h.m.Backup(t.Context(), owner, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.GetSummary().GetExportedAtNs() != src.Summary.ExportedAtNs {
+		t.Errorf("synthetic full of %s exported at %d, want the backup's %d", id, res.GetSummary().GetExportedAtNs(), src.Summary.ExportedAtNs)
+	}
+	key, err := h.m.BackupKey(t.Context(), "tester", owner, res.GetBackup())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := h.bucket.ReadAll(t.Context(), res.GetArchive().GetKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := archive.NewReader(bytes.NewReader(data), key, readerOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Metadata(); err != nil {
+		t.Fatal(err)
+	}
+	var out []*ds.BackupElement
+	for {
+		el, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, el)
+	}
+}
+
+// TestSynthesizeRefusals: a synthetic full names a complete backup of its
+// own owner, is no increment, and keeps that backup's options; no
+// increment can be based on it.
+func TestSynthesizeRefusals(t *testing.T) {
+	st := enginetest.SQLite(t)
+	h := newHarness(t, st)
+	owner := storetest.Owner("synth")
+	fill(t, st, owner, 3)
+	full := exportDone(t, h, exportReq(owner, "full"))
+	ctx := t.Context()
+	for name, req := range map[string]ExportRequest{
+		"another owner's backup": {Owner: storetest.Owner("other"), From: full.GetBackup()},
+		"with since_backup":      {Owner: owner, From: full.GetBackup(), Since: full.GetBackup()},
+		"other options":          {Owner: owner, From: full.GetBackup(), Options: &ds.ArchiveOptions{}},
+		"an unknown backup":      {Owner: owner, From: "00000000000000000000000000000000"},
+	} {
+		if _, err := h.m.StartExport(ctx, "tester", req); err == nil {
+			t.Errorf("%s: started", name)
+		}
+	}
+	synth := exportDone(t, h, ExportRequest{Owner: owner, From: full.GetBackup()})
+	if _, err := h.m.StartExport(ctx, "tester", ExportRequest{Owner: owner, Since: synth.GetBackup()}); !errors.Is(err, ErrNoChangeSequence) {
+		t.Errorf("an increment of a synthetic full: %v, want ErrNoChangeSequence", err)
 	}
 }

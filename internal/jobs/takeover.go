@@ -133,7 +133,7 @@ func (m *Manager) prepareAgain(ctx context.Context, j store.Job) (*pv.JobProgres
 			return nil, nil, prepared{}, fmt.Errorf("job %s: spec: %w", j.ID, err)
 		}
 		req := ExportRequest{Owner: j.Owner, Bucket: spec.GetBucket(), Label: spec.GetLabel(), Options: spec.GetOptions(),
-			Nonconforming: nonconformingOf(spec.GetNonconforming()), RequestID: spec.GetRequestId(), Since: spec.GetSinceBackup()}
+			Nonconforming: nonconformingOf(spec.GetNonconforming()), RequestID: spec.GetRequestId(), Since: spec.GetSinceBackup(), From: spec.GetFromBackup()}
 		p, err := m.exportAgain(ctx, j, md.GetBackup())
 		return md, req, p, err
 	case store.JobImport:

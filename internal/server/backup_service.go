@@ -74,7 +74,7 @@ func (s *BackupService) StartExport(ctx context.Context, req *cb.StartExportRequ
 	}
 	j, err := s.jobs.StartExport(ctx, principalName(ctx), jobs.ExportRequest{Owner: req.GetOwner(), Bucket: req.GetBucket(), Label: req.GetLabel(),
 		Options: req.GetOptions(), Nonconforming: nonconformingOf(req.GetNonconforming()), RequestID: req.GetRequestId(),
-		Since: req.GetSinceBackup()})
+		Since: req.GetSinceBackup(), From: req.GetFromBackup()})
 	if err != nil {
 		return nil, jobStatus(err, "")
 	}

@@ -1295,11 +1295,23 @@ type StartExportRequest struct {
 	// change sequence, not by sent_at: a message imported late with an old
 	// send time is in the next increment), with the group of every message
 	// it holds. Each increment is a complete archive that imports on its
-	// own; restoring a chain is importing its members oldest first
-	// (archivectl restore --chain). Absent options take the base's; given
-	// options must equal them. A backup written before v0.3.0 (which recorded
-	// no change sequence) is FAILED_PRECONDITION: take a full one.
-	SinceBackup   string `protobuf:"bytes,9,opt,name=since_backup,json=sinceBackup,proto3" json:"since_backup,omitempty"`
+	// own, but holds only what changed: StartImport of an increment reads
+	// its whole chain as one snapshot (what the owner held when the
+	// increment was taken, updates and deletions included), and from_backup
+	// writes that snapshot as one archive. Absent options take the base's;
+	// given options must equal them. A backup written before v0.3.0 (which
+	// recorded no change sequence) is FAILED_PRECONDITION: take a full one.
+	SinceBackup string `protobuf:"bytes,9,opt,name=since_backup,json=sinceBackup,proto3" json:"since_backup,omitempty"`
+	// The catalog id of a complete backup of the same owner: instead of
+	// reading the store, the export writes that backup's snapshot (its
+	// chain read as one, for an increment) as a new full backup, a
+	// synthetic full, without touching the owner's records: the one archive
+	// to hand an importer that can only add, such as the reference client,
+	// so that its import gives exactly that snapshot. Its export time is the
+	// backup's; no increment can be based on it (since_backup names the
+	// backups of the chain it came from instead). Not with since_backup;
+	// absent options take the backup's, given options must equal them.
+	FromBackup    string `protobuf:"bytes,10,opt,name=from_backup,json=fromBackup,proto3" json:"from_backup,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1397,6 +1409,13 @@ func (x *StartExportRequest) GetSinceBackup() string {
 	return ""
 }
 
+func (x *StartExportRequest) GetFromBackup() string {
+	if x != nil {
+		return x.FromBackup
+	}
+	return ""
+}
+
 // StartImportRequest names the destination owner and the backup to read.
 type StartImportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1406,7 +1425,8 @@ type StartImportRequest struct {
 	KeyRef string `protobuf:"bytes,2,opt,name=key_ref,json=keyRef,proto3" json:"key_ref,omitempty"`
 	// Refused since v0.3.0: name a backup by its catalog id.
 	Source *ObjectLocation `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
-	// The backup's catalog id.
+	// The backup's catalog id: a full backup or an increment (whose chain
+	// is read with it).
 	Backup string `protobuf:"bytes,4,opt,name=backup,proto3" json:"backup,omitempty"`
 	// The backup's owner; empty: owner. A different owner is an account
 	// migration, which needs archive.migrate besides archive.import for
@@ -2429,7 +2449,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x05rules\x18\x03 \x03(\tR\x05rules\":\n" +
 	"\x0eObjectLocation\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\x81\x03\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xa2\x03\n" +
 	"\x12StartExportRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x12:\n" +
@@ -2440,7 +2460,10 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\rnonconforming\x18\a \x01(\x0e2&.contentbackup.v1.NonconformingRecordsR\rnonconforming\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\b \x01(\tR\trequestId\x12!\n" +
-	"\fsince_backup\x18\t \x01(\tR\vsinceBackup\"\xfc\x01\n" +
+	"\fsince_backup\x18\t \x01(\tR\vsinceBackup\x12\x1f\n" +
+	"\vfrom_backup\x18\n" +
+	" \x01(\tR\n" +
+	"fromBackup\"\xfc\x01\n" +
 	"\x12StartImportRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x128\n" +

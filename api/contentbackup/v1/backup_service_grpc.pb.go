@@ -78,7 +78,13 @@ type BackupServiceClient interface {
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	StartExport(ctx context.Context, in *StartExportRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
 	// StartImport reads a complete backup into the owner's store under the
-	// import rules of ArchiveService.Import.
+	// import rules of ArchiveService.Import. A backup is restored as the
+	// snapshot it was taken from: an increment's whole chain is read as one
+	// (each record at its newest value as of the increment, what was
+	// deleted or stopped being exportable by then left out), in one job.
+	// Import only adds: into an owner that holds records the snapshot does
+	// not, those stay, and a group the owner already holds keeps its stored
+	// fields (ARCH-014).
 	// The standard long-running Operation, so every gRPC tool can poll it.
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
@@ -343,7 +349,13 @@ type BackupServiceServer interface {
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	StartExport(context.Context, *StartExportRequest) (*longrunningpb.Operation, error)
 	// StartImport reads a complete backup into the owner's store under the
-	// import rules of ArchiveService.Import.
+	// import rules of ArchiveService.Import. A backup is restored as the
+	// snapshot it was taken from: an increment's whole chain is read as one
+	// (each record at its newest value as of the increment, what was
+	// deleted or stopped being exportable by then left out), in one job.
+	// Import only adds: into an owner that holds records the snapshot does
+	// not, those stay, and a group the owner already holds keeps its stored
+	// fields (ARCH-014).
 	// The standard long-running Operation, so every gRPC tool can poll it.
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME

@@ -214,6 +214,7 @@ type ExportSpec struct {
 	Nonconforming NonconformingRecords        `protobuf:"varint,7,opt,name=nonconforming,proto3,enum=contentbackup.persistence.v1.NonconformingRecords" json:"nonconforming,omitempty"`
 	RequestId     string                      `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	SinceBackup   string                      `protobuf:"bytes,9,opt,name=since_backup,json=sinceBackup,proto3" json:"since_backup,omitempty"`
+	FromBackup    string                      `protobuf:"bytes,10,opt,name=from_backup,json=fromBackup,proto3" json:"from_backup,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -293,6 +294,13 @@ func (x *ExportSpec) GetRequestId() string {
 func (x *ExportSpec) GetSinceBackup() string {
 	if x != nil {
 		return x.SinceBackup
+	}
+	return ""
+}
+
+func (x *ExportSpec) GetFromBackup() string {
+	if x != nil {
+		return x.FromBackup
 	}
 	return ""
 }
@@ -1122,7 +1130,7 @@ var File_contentbackup_persistence_v1_jobs_proto protoreflect.FileDescriptor
 
 const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\n" +
-	"'contentbackup/persistence/v1/jobs.proto\x12\x1ccontentbackup.persistence.v1\x1a%xmtp/device_sync/backup_element.proto\"\xca\x02\n" +
+	"'contentbackup/persistence/v1/jobs.proto\x12\x1ccontentbackup.persistence.v1\x1a%xmtp/device_sync/backup_element.proto\"\xeb\x02\n" +
 	"\n" +
 	"ExportSpec\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12:\n" +
@@ -1132,7 +1140,10 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\rnonconforming\x18\a \x01(\x0e22.contentbackup.persistence.v1.NonconformingRecordsR\rnonconforming\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\b \x01(\tR\trequestId\x12!\n" +
-	"\fsince_backup\x18\t \x01(\tR\vsinceBackupJ\x04\b\x02\x10\x03J\x04\b\x04\x10\x05R\akey_refR\vdestination\"\xbe\x01\n" +
+	"\fsince_backup\x18\t \x01(\tR\vsinceBackup\x12\x1f\n" +
+	"\vfrom_backup\x18\n" +
+	" \x01(\tR\n" +
+	"fromBackupJ\x04\b\x02\x10\x03J\x04\b\x04\x10\x05R\akey_refR\vdestination\"\xbe\x01\n" +
 	"\n" +
 	"ImportSpec\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +

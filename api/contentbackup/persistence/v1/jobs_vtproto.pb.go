@@ -47,6 +47,13 @@ func (m *ExportSpec) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.FromBackup) > 0 {
+		i -= len(m.FromBackup)
+		copy(dAtA[i:], m.FromBackup)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.FromBackup)))
+		i--
+		dAtA[i] = 0x52
+	}
 	if len(m.SinceBackup) > 0 {
 		i -= len(m.SinceBackup)
 		copy(dAtA[i:], m.SinceBackup)
@@ -887,6 +894,10 @@ func (m *ExportSpec) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.SinceBackup)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	l = len(m.FromBackup)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
