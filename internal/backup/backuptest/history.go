@@ -49,6 +49,10 @@ type History struct {
 	// at Clock has not expired by the next export's time, which can never
 	// happen for real (the purge runs at the time exports do).
 	NoPurge bool
+	// Shapes, when set, make the history's records: a caller whose
+	// records another importer must take (the reference client) gives
+	// its own. Nil: storetest's fixtures.
+	Shapes *Shapes
 
 	groups  map[string]*gb.GroupSave
 	msgs    map[string]*mb.GroupMessageSave
@@ -111,6 +115,8 @@ func (h *History) Step(t testing.TB) {
 		case 3:
 			g.MutableMetadata.AdminList = append(g.MutableMetadata.AdminList, h.id("admin-"))
 		case 4:
+			// The two settings go together (records.CheckArchivedGroup).
+			g.MessageDisappearFromNs = proto.Int64(1_700_000_000_000_000_000 + int64(h.rng.IntN(100)))
 			g.MessageDisappearInNs = proto.Int64(int64(h.rng.IntN(100)+1) * int64(time.Second))
 		case 5:
 			attrs["app_data"] = h.id("app-")
@@ -163,6 +169,9 @@ func (h *History) Step(t testing.TB) {
 		h.append(t, []*mb.GroupMessageSave{m}, false, "id reused after delete")
 	case r < 78:
 		entity := fmt.Sprintf("inbox-%d", h.rng.IntN(8))
+		if h.Shapes != nil {
+			entity = h.Shapes.Entity(h.rng.IntN(8))
+		}
 		c := storetest.Consent(entity, cs.ConsentStateSave(h.rng.IntN(3)+1), time.Now().UnixNano()-int64(h.rng.IntN(1000))*int64(time.Second))
 		if _, err := h.st.MergeConsent(ctx, h.Owner, []*cs.ConsentSave{c}); err != nil {
 			t.Fatal(err)
@@ -213,7 +222,28 @@ func (h *History) Step(t testing.TB) {
 	}
 }
 
+// Shapes make a history's records.
+type Shapes struct {
+	// Group is a new group named name (its name also its group_name).
+	Group func(name string) *gb.GroupSave
+	// Message is a new application message of group gid.
+	Message func(id string, gid []byte, sentAtNs int64) *mb.GroupMessageSave
+	// Entity is the i-th consent entity (of 8), an inbox id.
+	Entity func(i int) string
+}
+
 func (h *History) newGroup(name string) *gb.GroupSave {
+	if h.Shapes != nil {
+		g := h.Shapes.Group(name)
+		if g.MutableMetadata == nil {
+			g.MutableMetadata = &gb.MutableMetadataSave{}
+		}
+		if g.MutableMetadata.Attributes == nil {
+			g.MutableMetadata.Attributes = map[string]string{}
+		}
+		g.MutableMetadata.Attributes["group_name"] = name
+		return g
+	}
 	g := storetest.FullGroup(name)
 	g.Id = storetest.GroupID(name)
 	g.DmId = nil
@@ -222,7 +252,11 @@ func (h *History) newGroup(name string) *gb.GroupSave {
 }
 
 func (h *History) newMessage(id string, gid []byte) *mb.GroupMessageSave {
-	m := storetest.Message(id, gid, int64(h.rng.IntN(1000))*int64(time.Second))
+	sentAt := int64(h.rng.IntN(1000)) * int64(time.Second)
+	m := storetest.Message(id, gid, sentAt)
+	if h.Shapes != nil {
+		m = h.Shapes.Message(id, gid, sentAt)
+	}
 	switch h.rng.IntN(10) {
 	case 0, 1:
 		// Disappearing: some expire within the history, some after it.
@@ -256,6 +290,18 @@ func (h *History) append(t testing.TB, batch []*mb.GroupMessageSave, imported bo
 
 func consentKey(c *cs.ConsentSave) string {
 	return fmt.Sprintf("%d\x00%s", c.EntityType, c.Entity)
+}
+
+// Entities are the consent entities a history may name.
+func (h *History) Entities() []string {
+	out := make([]string, 8)
+	for i := range out {
+		out[i] = fmt.Sprintf("inbox-%d", i)
+		if h.Shapes != nil {
+			out[i] = h.Shapes.Entity(i)
+		}
+	}
+	return out
 }
 
 // Snapshot is the owner's exportable state at exportedAtNs, as an export
