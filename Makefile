@@ -31,7 +31,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
 .PHONY: mutate mutate-sample stress racy
-.PHONY: run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-preview bench-rotation load postgres postgres-stop reliability
+.PHONY: run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -314,6 +314,26 @@ bench-chain:
 	psql "$$url" -qc "CREATE DATABASE $$db" && \
 	go run ./tools/chainbench $(CHAINBENCH_FLAGS) --database-url "$$(echo $$url | sed "s|/postgres?|/$$db?|")"; \
 	rc=$$?; psql "$$url" -qc "DROP DATABASE $$db"; exit $$rc
+
+# bench-restore: what restoring a chain costs. bench-chain with six
+# increments of 1% over 1,000,000 messages, then the newest increment
+# restored (its whole chain read as one snapshot) beside a full backup of
+# the same state, alternated, twice each (BENCHMARKS.md). About 10 GB of
+# disk and 10 minutes; by hand, not in CI.
+bench-restore:
+	$(MAKE) bench-chain CHAINBENCH_FLAGS="--messages 1000000 --share 0.01 --rounds 6 --restores 2"
+
+# restore-soak: the restore property tests over many random histories
+# (RESTORE_SEEDS per engine through internal/backup and internal/jobs,
+# RESTORE_MODEL_SEEDS through the reference client); make test runs a few
+# fixed seeds of each. By hand, not in CI.
+RESTORE_SEEDS ?= 100
+RESTORE_MODEL_SEEDS ?= 20
+restore-soak: interop-deps
+	@url="$${TEST_DATABASE_URL:-}"; \
+	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+	TEST_DATABASE_URL="$$url" RESTORE_SEEDS=$(RESTORE_SEEDS) go test -count=1 -timeout 2h -v -run 'RestoreIsTheSnapshot' ./internal/backup ./internal/jobs | grep -E 'records compared|^(--- |ok|FAIL)'; \
+	RESTORE_MODEL_SEEDS=$(RESTORE_MODEL_SEEDS) go test -count=1 -timeout 2h -v -run 'TestReferenceRestoresRandomHistories' ./interop | grep -E 'records compared|^(--- |ok|FAIL)'
 
 # bench-archive: three rounds of export and import of 1,000,000 messages
 # of 1 KiB on Postgres, each beside its own COPY TO / COPY FROM and raw

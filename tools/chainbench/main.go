@@ -39,8 +39,9 @@ func main() {
 	n := flag.Int("messages", 1_000_000, "messages of the owner before the first round")
 	share := flag.Float64("share", 0.01, "new messages each round, as a share of --messages")
 	rounds := flag.Int("rounds", 3, "rounds of append, increment and full")
+	restores := flag.Int("restores", 0, "then, this many times each, alternated: restore the newest increment (its whole chain) and the last full backup, each into an empty owner")
 	flag.Parse()
-	if err := run(*dbURL, *n, *share, *rounds); err != nil {
+	if err := run(*dbURL, *n, *share, *rounds, *restores); err != nil {
 		fmt.Fprintln(os.Stderr, "chainbench:", err)
 		os.Exit(1)
 	}
@@ -53,7 +54,7 @@ type result struct {
 	id       string
 }
 
-func run(dbURL string, n int, share float64, rounds int) error {
+func run(dbURL string, n int, share float64, rounds, restores int) error {
 	if dbURL == "" {
 		return errors.New("--database-url (or DATABASE_URL) is required")
 	}
@@ -103,6 +104,7 @@ func run(dbURL string, n int, share float64, rounds int) error {
 	fmt.Println("| round | new messages | increment | full | time ratio | bytes ratio |")
 	fmt.Println("|---|---|---|---|---|---|")
 	next, add := n+1, int(float64(n)*share)
+	var last result // the newest full backup
 	for r := 1; r <= rounds; r++ {
 		for done := 0; done < add; {
 			batch := make([]*mb.GroupMessageSave, 0, 1000)
@@ -132,8 +134,52 @@ func run(dbURL string, n int, share float64, rounds int) error {
 			inc.took.Round(time.Millisecond), inc.bytes, full.took.Round(time.Millisecond), full.messages, full.bytes,
 			inc.took.Seconds()/full.took.Seconds(), float64(inc.bytes)/float64(full.bytes))
 		base = inc
+		last = full
 	}
+	if restores == 0 {
+		return nil
+	}
+	fmt.Printf("\n| restore | chain of %d (full + %d increments) | one full backup | chain / full |\n|---|---|---|---|\n", rounds+1, rounds)
+	var chainSum, fullSum time.Duration
+	for i := 1; i <= restores; i++ {
+		chain, err := restore(ctx, m, owner, base.id)
+		if err != nil {
+			return err
+		}
+		one, err := restore(ctx, m, owner, last.id)
+		if err != nil {
+			return err
+		}
+		if chain.messages != one.messages {
+			return fmt.Errorf("the chain restored %d messages, the full %d", chain.messages, one.messages)
+		}
+		chainSum, fullSum = chainSum+chain.took, fullSum+one.took
+		fmt.Printf("| %d | %s (%d msgs) | %s | %.3f |\n", i, chain.took.Round(time.Millisecond), chain.messages, one.took.Round(time.Millisecond), chain.took.Seconds()/one.took.Seconds())
+	}
+	fmt.Printf("| mean | %s | %s | %.3f |\n", (chainSum / time.Duration(restores)).Round(time.Millisecond), (fullSum / time.Duration(restores)).Round(time.Millisecond), chainSum.Seconds()/fullSum.Seconds())
 	return nil
+}
+
+// restore runs one import job of backup id into a new, empty owner and
+// reports what it inserted and how long it took.
+func restore(ctx context.Context, m *jobs.Manager, source, id string) (result, error) {
+	start := time.Now()
+	j, err := m.StartImport(ctx, "chainbench", jobs.ImportRequest{Owner: fmt.Sprintf("%s-restore-%d", source, time.Now().UnixNano()), SourceOwner: source, Backup: id})
+	if err != nil {
+		return result{}, err
+	}
+	if j, err = m.Wait(ctx, j.ID, 20*time.Millisecond); err != nil {
+		return result{}, err
+	}
+	took := time.Since(start)
+	if j.State != store.JobSucceeded {
+		return result{}, fmt.Errorf("restore of %s: %s: %s", id, j.State, j.ErrorMessage)
+	}
+	r := &pv.ImportJobResult{}
+	if err := proto.Unmarshal(j.Result, r); err != nil {
+		return result{}, err
+	}
+	return result{messages: r.GetCounts().GetMessages().GetInserted(), took: took, id: id}, nil
 }
 
 // export runs one export job to its end: an increment of since, or a full

@@ -166,6 +166,7 @@ func (h *History) Step(t testing.TB) {
 			return
 		}
 		m := h.newMessage(string(old.Id), []byte(gid))
+		m.Id = old.Id // the same id whatever the shapes make of it
 		h.append(t, []*mb.GroupMessageSave{m}, false, "id reused after delete")
 	case r < 78:
 		entity := fmt.Sprintf("inbox-%d", h.rng.IntN(8))
@@ -403,15 +404,19 @@ func Diff(got, want []*ds.BackupElement, limit int) []string {
 		}
 		return "other"
 	}
-	index := func(els []*ds.BackupElement) map[string]*ds.BackupElement {
+	var out []string
+	index := func(els []*ds.BackupElement, what string) map[string]*ds.BackupElement {
 		m := map[string]*ds.BackupElement{}
 		for _, el := range els {
-			m[key(el)] = el
+			k := key(el)
+			if _, dup := m[k]; dup {
+				out = append(out, fmt.Sprintf("%s: twice in %s", k, what))
+			}
+			m[k] = el
 		}
 		return m
 	}
-	g, w := index(got), index(want)
-	var out []string
+	g, w := index(got, "what was read"), index(want, "the snapshot")
 	for _, k := range slices.Sorted(maps.Keys(w)) {
 		switch gv, ok := g[k]; {
 		case !ok:
