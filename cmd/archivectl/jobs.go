@@ -334,6 +334,13 @@ func resultText(m proto.Message) string {
 		return fmt.Sprintf("backup %s: %d groups, %d messages, %d consent records, %d bytes, sha256 %s\n",
 			r.GetBackup(), sum.GetGroups(), sum.GetMessages(), sum.GetConsentRecords(), sum.GetArchiveBytes(), hex.EncodeToString(sum.GetSha256()))
 	case *cb.ImportJobResult:
+		if rc := r.GetReplaced(); rc != nil {
+			kinds := func(what string, k *cb.KindCounts) string {
+				return fmt.Sprintf("%s %d groups, %d messages, %d consent", what, k.GetGroups(), k.GetMessages(), k.GetConsent())
+			}
+			return "replaced: " + kinds("wrote", rc.GetWritten()) + "; " + kinds("deleted", rc.GetDeleted()) + "; " + kinds("kept", rc.GetUnchanged()) +
+				fmt.Sprintf("; %d expired, %d conflicts\n", rc.GetExpired(), rc.GetConflicts())
+		}
 		c := r.GetCounts()
 		line := func(what string, e *cb.ElementCounts) string {
 			return fmt.Sprintf("%s: %d inserted, %d updated, %d unchanged", what, e.GetInserted(), e.GetUpdated(), e.GetUnchanged())

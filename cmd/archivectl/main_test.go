@@ -632,6 +632,14 @@ func TestArchivectlChain(t *testing.T) {
 	if page, err := s.ListMessages(t.Context(), synthCopy, store.MessageQuery{GroupID: g.Id, Limit: 100}); err != nil || len(page.Messages) != 20 {
 		t.Fatalf("the synthetic full restored %d messages (%v), want 20", len(page.Messages), err)
 	}
+	// Back to the full backup in replace mode: the copy holds exactly its
+	// 5 messages again, the 15 later ones deleted.
+	if out, stderr, err := ctl.run("restore", "--owner", copyOwner, "--source-owner", owner, "--replace", ids[0]); err != nil {
+		t.Fatalf("restore --replace: %v\n%s%s", err, out, stderr)
+	}
+	if page, err := s.ListMessages(t.Context(), copyOwner, store.MessageQuery{GroupID: g.Id, Limit: 100}); err != nil || len(page.Messages) != 5 {
+		t.Fatalf("after restore --replace of the full the owner holds %d messages (%v), want its 5", len(page.Messages), err)
+	}
 	_, stderr, err = ctl.run("backups", "delete", "--owner", owner, ids[2])
 	if err == nil || !strings.Contains(stderr, "FailedPrecondition") || !strings.Contains(stderr, ids[3]) {
 		t.Errorf("delete of a base: %v %s", err, stderr)

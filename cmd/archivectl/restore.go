@@ -16,6 +16,7 @@ type restoreCmd struct {
 	SourceOwner  string `name:"source-owner" help:"The backups' owner when it is not --owner (an account migration: needs archive.migrate)."`
 	Chain        bool   `hidden:"" help:"Accepted for scripts written before v0.5.0: an increment always restores with its chain."`
 	ValidateOnly bool   `name:"validate-only" help:"A dry run: read and authenticate every backup of the chain, applying nothing."`
+	Replace      bool   `help:"A point-in-time restore: afterwards the owner's exportable records are exactly the backup's snapshot (groups as the backup holds them, what it lacks deleted); the owner's next backup is a full one. Without it, a restore adds what the owner lacks and changes nothing it holds."`
 }
 
 func (r *restoreCmd) Run(ctx context.Context, c *cli) error {
@@ -31,7 +32,11 @@ func (r *restoreCmd) Run(ctx context.Context, c *cli) error {
 	if r.Backup, err = resolveBackup(ctx, conn, source, r.Backup); err != nil {
 		return err
 	}
-	op, err := cb.NewBackupServiceClient(conn).StartImport(ctx, &cb.StartImportRequest{Owner: r.Owner, SourceOwner: r.SourceOwner, Backup: r.Backup, ValidateOnly: r.ValidateOnly})
+	mode := cb.ImportMode_IMPORT_MODE_MERGE
+	if r.Replace {
+		mode = cb.ImportMode_IMPORT_MODE_REPLACE
+	}
+	op, err := cb.NewBackupServiceClient(conn).StartImport(ctx, &cb.StartImportRequest{Owner: r.Owner, SourceOwner: r.SourceOwner, Backup: r.Backup, ValidateOnly: r.ValidateOnly, Mode: mode})
 	if err != nil {
 		return fmt.Errorf("restore %s: start import: %w", r.Backup, err)
 	}

@@ -29,7 +29,8 @@ import (
 type takenBackup struct {
 	data []byte
 	seq  int64
-	full int // index of its chain's full backup
+	full int   // index of its chain's full backup
+	at   int64 // its export time
 	want []*ds.BackupElement
 }
 
@@ -76,6 +77,9 @@ func seeds() []uint64 {
 // exactly that state (groups Restored, ARCH-015). Importing the members
 // one after another, as chains were restored before, fails (b) as soon as
 // a stored group changed between backups (ARCH-014 keeps the stored one).
+// Then (c) every backup, in random order, restored in replace mode into
+// the owner itself leaves the owner's export at that backup's time equal
+// to its snapshot, whatever the owner held before.
 func TestChainRestoreIsTheSnapshot_ARCH013_ARCH014_ARCH016(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, s store.Store) {
 		var histories, backups, compared int
@@ -99,7 +103,7 @@ func TestChainRestoreIsTheSnapshot_ARCH013_ARCH014_ARCH016(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				taken = append(taken, takenBackup{data: buf.Bytes(), seq: counts.ChangeSeq, full: full, want: h.Snapshot(h.Clock)})
+				taken = append(taken, takenBackup{data: buf.Bytes(), seq: counts.ChangeSeq, full: full, at: h.Clock, want: h.Snapshot(h.Clock)})
 			}
 			// Every backup, read after the whole history ran on.
 			for k, b := range taken {
@@ -122,6 +126,27 @@ func TestChainRestoreIsTheSnapshot_ARCH013_ARCH014_ARCH016(t *testing.T) {
 				c.Close()
 				if d := backuptest.Diff(backuptest.Stored(t, s, dst), backuptest.Restored(b.want), 10); len(d) > 0 {
 					t.Errorf("seed %d backup %d (chain of %d): the restore is not the snapshot:\n%v", seed, k, k-b.full+1, d)
+				}
+				compared += len(b.want)
+			}
+			// Every backup restored in replace mode into the owner
+			// itself, in random order: the owner's export at the
+			// backup's time is then that backup's snapshot, whatever the
+			// owner held before.
+			for _, k := range rng.Perm(len(taken)) {
+				b := taken[k]
+				c := chainOf(t, s, owner, taken, k)
+				if _, err := Replace(t.Context(), s, owner, c, nil, nil); err != nil {
+					t.Fatalf("seed %d backup %d: replace: %v", seed, k, err)
+				}
+				c.Close()
+				var buf bytes.Buffer
+				if _, err := Export(t.Context(), s, owner, key, nil, b.at, &buf, ExportConfig{}); err != nil {
+					t.Fatal(err)
+				}
+				_, got := elements(t, buf.Bytes())
+				if d := backuptest.Diff(got, b.want, 10); len(d) > 0 {
+					t.Errorf("seed %d backup %d: after a replace the owner is not the snapshot:\n%v", seed, k, d)
 				}
 				compared += len(b.want)
 			}

@@ -82,6 +82,10 @@ var (
 	// ErrNoChangeSequence: an increment names a base written before the
 	// store tracked changes, so what changed since it is unknown.
 	ErrNoChangeSequence = fault.New(fault.FailedPrecondition, "the backup was written before changes were tracked; take a full backup to build increments on")
+	// ErrBaseBeforeReplace: the backup was taken before the owner's
+	// records were last restored in replace mode, so an increment of it
+	// would restore what the replace deleted: take a full backup.
+	ErrBaseBeforeReplace = fault.New(fault.FailedPrecondition, "the backup was taken before the owner was last restored in replace mode; take a full backup")
 	// ErrBaseNeeded: the backup is the base of an increment, which cannot
 	// be restored without it.
 	ErrBaseNeeded = store.ErrHasIncrement
@@ -510,6 +514,13 @@ func (m *Manager) chainBase(ctx context.Context, owner, id string, opts *dsb.Arc
 	if base.Summary.ChangeSeq < 0 {
 		return store.Backup{}, nil, fmt.Errorf("since_backup %s: %w", base.ID, ErrNoChangeSequence)
 	}
+	floor, err := m.cfg.Store.BaseFloor(ctx, owner)
+	if err != nil {
+		return store.Backup{}, nil, err
+	}
+	if base.Summary.ChangeSeq < floor {
+		return store.Backup{}, nil, fmt.Errorf("since_backup %s: %w", base.ID, ErrBaseBeforeReplace)
+	}
 	baseOpts, err := optionsOf(base)
 	if err != nil {
 		return store.Backup{}, nil, fmt.Errorf("since_backup: %w", err)
@@ -539,6 +550,9 @@ func (m *Manager) StartImport(ctx context.Context, principal string, req ImportR
 	}
 	if err := records.CheckOwner(source); err != nil {
 		return store.Job{}, invalid(fmt.Errorf("source_owner: %w", err))
+	}
+	if req.Replace && req.ValidateOnly {
+		return store.Job{}, invalid(errors.New("validate_only: not with mode IMPORT_MODE_REPLACE"))
 	}
 	b, key, err := m.openBackup(ctx, source, req.Backup)
 	if err != nil {
@@ -1338,6 +1352,9 @@ func (m *Manager) importArchive(ctx context.Context, r *run, req ImportRequest, 
 	opts.ReadAhead = ahead
 	opts.Progress = &r.records
 	opts.ValidateOnly = req.ValidateOnly
+	if req.Replace {
+		return m.replace(ctx, r, req, p)
+	}
 	if p.backup.Base != "" {
 		// An increment: its chain read as one snapshot (restore.go).
 		chain, err := m.chainOf(ctx, p.sourceOwner, p.backup)

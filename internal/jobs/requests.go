@@ -47,6 +47,10 @@ type ImportRequest struct {
 	// authenticates the whole backup and reports what the import would
 	// do, applying nothing.
 	ValidateOnly bool
+	// Replace makes the import a point-in-time restore
+	// (backup.Replace): the owner's exportable records become the
+	// backup's snapshot, what the snapshot lacks deleted.
+	Replace bool
 }
 
 var nonconformingRows = map[backup.Nonconforming]pv.NonconformingRecords{
@@ -63,7 +67,7 @@ func (req ExportRequest) spec() ([]byte, error) {
 
 func (req ImportRequest) spec() ([]byte, error) {
 	return proto.Marshal(&pv.ImportSpec{Owner: req.Owner, Backup: req.Backup, SourceOwner: req.SourceOwner, RequestId: req.RequestID,
-		ValidateOnly: req.ValidateOnly})
+		ValidateOnly: req.ValidateOnly, Replace: req.Replace})
 }
 
 // Progress is job j's last recorded progress.

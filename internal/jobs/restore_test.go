@@ -9,11 +9,13 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	ds "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/backup/backuptest"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
@@ -116,6 +118,23 @@ func TestRestoreIsTheSnapshot_ARCH013_ARCH014_ARCH016(t *testing.T) {
 					}
 					compared += 2 * len(b.want)
 				}
+				// Every backup restored in replace mode into the owner
+				// itself, in random order: the owner's export is then
+				// that backup's snapshot.
+				for _, k := range rng.Perm(len(all)) {
+					b := all[k]
+					j, err := h.m.StartImport(t.Context(), "tester", ImportRequest{Owner: owner, Backup: b.id, Replace: true})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if j = waitDone(t, h.m, j.ID); j.State != store.JobSucceeded {
+						t.Fatalf("replace of %s ended %s: %d %s", b.id, j.State, j.ErrorCode, j.ErrorMessage)
+					}
+					if d := backuptest.Diff(exported(t, st, owner), b.want, 10); len(d) > 0 {
+						t.Errorf("seed %d backup %d (%s): after a replace the owner is not the snapshot:\n%v", seed, k, b.id, d)
+					}
+					compared += len(b.want)
+				}
 				backups += len(all)
 			}
 			t.Logf("%d histories, %d backups restored, %d records compared, on %s", n, backups, compared, e.Name)
@@ -188,5 +207,73 @@ func TestSynthesizeRefusals(t *testing.T) {
 	synth := exportDone(t, h, ExportRequest{Owner: owner, From: full.GetBackup()})
 	if _, err := h.m.StartExport(ctx, "tester", ExportRequest{Owner: owner, Since: synth.GetBackup()}); !errors.Is(err, ErrNoChangeSequence) {
 		t.Errorf("an increment of a synthetic full: %v, want ErrNoChangeSequence", err)
+	}
+}
+
+// exported is what an export of owner holds now, read back.
+func exported(t *testing.T, st store.Store, owner string) []*ds.BackupElement {
+	t.Helper()
+	key := bytes.Repeat([]byte{3}, 32)
+	var buf bytes.Buffer
+	if _, err := backup.Export(t.Context(), st, owner, key, nil, time.Now().UnixNano(), &buf, backup.ExportConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := archive.NewReader(&buf, key, readerOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Metadata(); err != nil {
+		t.Fatal(err)
+	}
+	var out []*ds.BackupElement
+	for {
+		el, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, el)
+	}
+}
+
+// TestReplaceStartsAFreshChain: after a restore in replace mode no backup
+// taken before it is the base of an increment (the chain would restore
+// what the replace deleted), a schedule's next backup is a full one, and
+// a replace is no dry run.
+func TestReplaceStartsAFreshChain(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			st := e.Open(t)
+			h := newHarness(t, st)
+			ctx := t.Context()
+			owner := storetest.Owner("replace-floor")
+			fill(t, st, owner, 3)
+			full := exportDone(t, h, exportReq(owner, "full"))
+			if base, err := h.m.nextBase(ctx, &Schedule{FullEvery: 7}, owner); err != nil || base != full.GetBackup() {
+				t.Fatalf("before the replace a schedule builds on %q (%v), want the full", base, err)
+			}
+			if _, err := h.m.StartImport(ctx, "tester", ImportRequest{Owner: owner, Backup: full.GetBackup(), Replace: true, ValidateOnly: true}); !errors.Is(err, ErrInvalid) {
+				t.Errorf("replace with validate_only: %v, want ErrInvalid", err)
+			}
+			j, err := h.m.StartImport(ctx, "tester", ImportRequest{Owner: owner, Backup: full.GetBackup(), Replace: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j = waitDone(t, h.m, j.ID); j.State != store.JobSucceeded {
+				t.Fatalf("replace ended %s: %s", j.State, j.ErrorMessage)
+			}
+			if _, err := h.m.StartExport(ctx, "tester", ExportRequest{Owner: owner, Since: full.GetBackup()}); !errors.Is(err, ErrBaseBeforeReplace) {
+				t.Errorf("an increment of a backup taken before the replace: %v, want ErrBaseBeforeReplace", err)
+			}
+			base, err := h.m.nextBase(ctx, &Schedule{FullEvery: 7}, owner)
+			if err != nil || base != "" {
+				t.Errorf("a schedule's next backup after a replace builds on %q (%v), want a full one", base, err)
+			}
+			after := exportDone(t, h, exportReq(owner, "after"))
+			exportDone(t, h, ExportRequest{Owner: owner, Since: after.GetBackup()})
+		})
 	}
 }

@@ -370,6 +370,10 @@ func (m *Manager) nextBase(ctx context.Context, s *Schedule, owner string) (stri
 	if newest.Summary.ChangeSeq < 0 || newest.VerifyProblem != "" {
 		return "", nil
 	}
+	// A replace since the newest: its chain cannot go on.
+	if floor, err := m.cfg.Store.BaseFloor(ctx, owner); err != nil || newest.Summary.ChangeSeq < floor {
+		return "", err
+	}
 	// The chain's length so far: the newest and the increments below it,
 	// down to its full, among the schedule's last FullEvery backups.
 	byID := make(map[string]store.Backup, len(page))

@@ -88,8 +88,16 @@ func (s *BackupService) StartImport(ctx context.Context, req *cb.StartImportRequ
 	if req.GetSource() != nil {
 		return nil, status.Error(codes.InvalidArgument, "source: no longer accepted; name a backup by its catalog id")
 	}
+	var replace bool
+	switch req.GetMode() {
+	case cb.ImportMode_IMPORT_MODE_UNSPECIFIED, cb.ImportMode_IMPORT_MODE_MERGE:
+	case cb.ImportMode_IMPORT_MODE_REPLACE:
+		replace = true
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "mode: %d is not an import mode", req.GetMode())
+	}
 	j, err := s.jobs.StartImport(ctx, principalName(ctx), jobs.ImportRequest{Owner: req.GetOwner(), SourceOwner: req.GetSourceOwner(),
-		Backup: req.GetBackup(), RequestID: req.GetRequestId(), ValidateOnly: req.GetValidateOnly()})
+		Backup: req.GetBackup(), RequestID: req.GetRequestId(), ValidateOnly: req.GetValidateOnly(), Replace: replace})
 	if err != nil {
 		return nil, jobStatus(err, req.GetBackup())
 	}

@@ -192,6 +192,7 @@ type Store interface {
 	Erasure
 	HistoryFiles
 	Tombstones
+	Replacing
 	// Snapshot runs fn over one consistent, read-only view of the owner's
 	// records: what export reads, so that every record it writes is as it
 	// stood at a single instant.
@@ -243,6 +244,35 @@ type Tombstones interface {
 	// backup that has one (every chain starts at or above it). With no
 	// such backup it deletes none. It returns how many it deleted.
 	PruneTombstones(ctx context.Context, owner string) (int64, error)
+}
+
+// Replacing is what a restore in replace mode writes beside an import's
+// merges: it rewrites an owner's records to a snapshot, so it sets
+// records as given and deletes what the snapshot lacks. Every write is a
+// change (stamped, and a removal leaves its tombstone), so increments and
+// chains taken after it see it.
+type Replacing interface {
+	// ReplaceGroup creates or overwrites a group with every field as
+	// given, its membership state included (a Restored group too).
+	ReplaceGroup(ctx context.Context, owner string, g *gb.GroupSave) error
+	// DeleteGroup deletes a group and every message of it, leaving the
+	// group's tombstone. A group that does not exist is ErrNotFound.
+	DeleteGroup(ctx context.Context, owner string, id []byte) error
+	// DeleteMessageByID deletes the message stored under id, in whatever
+	// group, leaving its tombstone, and reports whether there was one.
+	DeleteMessageByID(ctx context.Context, owner string, id []byte) (bool, error)
+	// ReplaceConsent stores each record as given, whatever the stored
+	// record's consented_at_ns.
+	ReplaceConsent(ctx context.Context, owner string, records []*cs.ConsentSave) error
+	// DeleteConsent deletes the records at keys; a missing one is no
+	// error.
+	DeleteConsent(ctx context.Context, owner string, keys []ConsentKey) error
+	// RaiseBaseFloor records that owner's records were replaced up to
+	// now: it raises the owner's change sequence and returns it as the
+	// floor below which no backup may be the base of an increment.
+	RaiseBaseFloor(ctx context.Context, owner string) (int64, error)
+	// BaseFloor is the owner's floor (0: never raised).
+	BaseFloor(ctx context.Context, owner string) (int64, error)
 }
 
 // TombstoneKey orders a group's tombstones as an export orders its

@@ -19,5 +19,14 @@ CREATE TABLE tombstones (
 );
 CREATE INDEX tombstones_by_change ON tombstones (owner, change_seq);
 
+-- A restore in replace mode rewrites an owner's records to a snapshot,
+-- deleting what the snapshot lacks, consent records included, which leave
+-- no tombstone. base_floor is the owner's change sequence when the last
+-- such restore began and when it ended: no backup below it may be the
+-- base of an increment (a chain across a replace would restore what the
+-- replace deleted), so the next backup is a full one.
+ALTER TABLE owner_changes ADD COLUMN base_floor bigint NOT NULL DEFAULT 0;
+
 -- +goose Down
+ALTER TABLE owner_changes DROP COLUMN base_floor;
 DROP TABLE tombstones;

@@ -258,6 +258,69 @@ func (JobPhase) EnumDescriptor() ([]byte, []int) {
 	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{3}
 }
 
+// ImportMode is what an import does with records the owner holds.
+type ImportMode int32
+
+const (
+	// IMPORT_MODE_MERGE.
+	ImportMode_IMPORT_MODE_UNSPECIFIED ImportMode = 0
+	// Add what the owner lacks, change nothing it holds (ARCH-013,
+	// ARCH-014): records the backup does not hold stay, a stored group keeps
+	// its fields.
+	ImportMode_IMPORT_MODE_MERGE ImportMode = 1
+	// A point-in-time restore: afterwards the owner's exportable records
+	// within the backup's selection are exactly the backup's snapshot.
+	// Groups are stored with every field as the backup holds them (their
+	// membership state included); exportable groups, selected messages and
+	// (when selected) consent records the snapshot lacks are deleted; what
+	// is not exportable (Restored, sync and one-shot conversations absent
+	// from the snapshot, messages of other kinds) is left. No backup taken
+	// before it may then be the base of an increment (FAILED_PRECONDITION;
+	// schedules take a full one). Not with validate_only.
+	ImportMode_IMPORT_MODE_REPLACE ImportMode = 2
+)
+
+// Enum value maps for ImportMode.
+var (
+	ImportMode_name = map[int32]string{
+		0: "IMPORT_MODE_UNSPECIFIED",
+		1: "IMPORT_MODE_MERGE",
+		2: "IMPORT_MODE_REPLACE",
+	}
+	ImportMode_value = map[string]int32{
+		"IMPORT_MODE_UNSPECIFIED": 0,
+		"IMPORT_MODE_MERGE":       1,
+		"IMPORT_MODE_REPLACE":     2,
+	}
+)
+
+func (x ImportMode) Enum() *ImportMode {
+	p := new(ImportMode)
+	*p = x
+	return p
+}
+
+func (x ImportMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ImportMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_contentbackup_v1_backup_service_proto_enumTypes[4].Descriptor()
+}
+
+func (ImportMode) Type() protoreflect.EnumType {
+	return &file_contentbackup_v1_backup_service_proto_enumTypes[4]
+}
+
+func (x ImportMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ImportMode.Descriptor instead.
+func (ImportMode) EnumDescriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{4}
+}
+
 // EraseOwnerRequest names the owner to erase.
 type EraseOwnerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1438,7 +1501,9 @@ type StartImportRequest struct {
 	// and authenticates the whole backup and its result counts what the
 	// import would insert, update and leave unchanged, by the store's own
 	// merge rules. Nothing is applied.
-	ValidateOnly  bool `protobuf:"varint,7,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	ValidateOnly bool `protobuf:"varint,7,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	// What the import does with records the owner holds; absent: merge.
+	Mode          ImportMode `protobuf:"varint,8,opt,name=mode,proto3,enum=contentbackup.v1.ImportMode" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1520,6 +1585,13 @@ func (x *StartImportRequest) GetValidateOnly() bool {
 		return x.ValidateOnly
 	}
 	return false
+}
+
+func (x *StartImportRequest) GetMode() ImportMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ImportMode_IMPORT_MODE_UNSPECIFIED
 }
 
 // Backup is one catalog row: an object the server wrote for an owner.
@@ -2336,8 +2408,12 @@ func (x *ExportJobResult) GetBackup() string {
 
 // ImportJobResult is a finished import job's response.
 type ImportJobResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Counts        *ImportResponse        `protobuf:"bytes,1,opt,name=counts,proto3" json:"counts,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What a merge (the default mode) did; in replace mode, only the
+	// metadata and the records read.
+	Counts *ImportResponse `protobuf:"bytes,1,opt,name=counts,proto3" json:"counts,omitempty"`
+	// Set in replace mode: what the restore wrote, deleted and left.
+	Replaced      *ReplaceCounts `protobuf:"bytes,2,opt,name=replaced,proto3" json:"replaced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2377,6 +2453,159 @@ func (x *ImportJobResult) GetCounts() *ImportResponse {
 		return x.Counts
 	}
 	return nil
+}
+
+func (x *ImportJobResult) GetReplaced() *ReplaceCounts {
+	if x != nil {
+		return x.Replaced
+	}
+	return nil
+}
+
+// ReplaceCounts is what a restore in replace mode did, by kind.
+type ReplaceCounts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Records stored as the snapshot holds them: new, or different from
+	// what the owner held.
+	Written *KindCounts `protobuf:"bytes,1,opt,name=written,proto3" json:"written,omitempty"`
+	// Records the snapshot lacks, deleted.
+	Deleted *KindCounts `protobuf:"bytes,2,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// Records the owner already held as the snapshot does.
+	Unchanged *KindCounts `protobuf:"bytes,3,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	// Messages of the snapshot that had expired by the restore: not
+	// stored (the purge would delete them).
+	Expired uint64 `protobuf:"varint,4,opt,name=expired,proto3" json:"expired,omitempty"`
+	// Messages of the snapshot whose id the owner still holds in another
+	// record after the restore (none is expected).
+	Conflicts     uint64 `protobuf:"varint,5,opt,name=conflicts,proto3" json:"conflicts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplaceCounts) Reset() {
+	*x = ReplaceCounts{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplaceCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplaceCounts) ProtoMessage() {}
+
+func (x *ReplaceCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplaceCounts.ProtoReflect.Descriptor instead.
+func (*ReplaceCounts) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ReplaceCounts) GetWritten() *KindCounts {
+	if x != nil {
+		return x.Written
+	}
+	return nil
+}
+
+func (x *ReplaceCounts) GetDeleted() *KindCounts {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
+func (x *ReplaceCounts) GetUnchanged() *KindCounts {
+	if x != nil {
+		return x.Unchanged
+	}
+	return nil
+}
+
+func (x *ReplaceCounts) GetExpired() uint64 {
+	if x != nil {
+		return x.Expired
+	}
+	return 0
+}
+
+func (x *ReplaceCounts) GetConflicts() uint64 {
+	if x != nil {
+		return x.Conflicts
+	}
+	return 0
+}
+
+// KindCounts counts records by kind.
+type KindCounts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        uint64                 `protobuf:"varint,1,opt,name=groups,proto3" json:"groups,omitempty"`
+	Messages      uint64                 `protobuf:"varint,2,opt,name=messages,proto3" json:"messages,omitempty"`
+	Consent       uint64                 `protobuf:"varint,3,opt,name=consent,proto3" json:"consent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KindCounts) Reset() {
+	*x = KindCounts{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KindCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KindCounts) ProtoMessage() {}
+
+func (x *KindCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KindCounts.ProtoReflect.Descriptor instead.
+func (*KindCounts) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *KindCounts) GetGroups() uint64 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *KindCounts) GetMessages() uint64 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+func (x *KindCounts) GetConsent() uint64 {
+	if x != nil {
+		return x.Consent
+	}
+	return 0
 }
 
 var File_contentbackup_v1_backup_service_proto protoreflect.FileDescriptor
@@ -2463,7 +2692,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\fsince_backup\x18\t \x01(\tR\vsinceBackup\x12\x1f\n" +
 	"\vfrom_backup\x18\n" +
 	" \x01(\tR\n" +
-	"fromBackup\"\xfc\x01\n" +
+	"fromBackup\"\xae\x02\n" +
 	"\x12StartImportRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\akey_ref\x18\x02 \x01(\tR\x06keyRef\x128\n" +
@@ -2472,7 +2701,8 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\x12#\n" +
-	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnly\"\xb6\x05\n" +
+	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnly\x120\n" +
+	"\x04mode\x18\b \x01(\x0e2\x1c.contentbackup.v1.ImportModeR\x04mode\"\xb6\x05\n" +
 	"\x06Backup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x123\n" +
@@ -2543,9 +2773,21 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\asummary\x18\x01 \x01(\v2\x1f.contentbackup.v1.ExportSummaryR\asummary\x12:\n" +
 	"\aarchive\x18\x02 \x01(\v2 .contentbackup.v1.ObjectLocationR\aarchive\x12:\n" +
 	"\asidecar\x18\x03 \x01(\v2 .contentbackup.v1.ObjectLocationR\asidecar\x12\x16\n" +
-	"\x06backup\x18\x04 \x01(\tR\x06backup\"K\n" +
+	"\x06backup\x18\x04 \x01(\tR\x06backup\"\x88\x01\n" +
 	"\x0fImportJobResult\x128\n" +
-	"\x06counts\x18\x01 \x01(\v2 .contentbackup.v1.ImportResponseR\x06counts*{\n" +
+	"\x06counts\x18\x01 \x01(\v2 .contentbackup.v1.ImportResponseR\x06counts\x12;\n" +
+	"\breplaced\x18\x02 \x01(\v2\x1f.contentbackup.v1.ReplaceCountsR\breplaced\"\xf3\x01\n" +
+	"\rReplaceCounts\x126\n" +
+	"\awritten\x18\x01 \x01(\v2\x1c.contentbackup.v1.KindCountsR\awritten\x126\n" +
+	"\adeleted\x18\x02 \x01(\v2\x1c.contentbackup.v1.KindCountsR\adeleted\x12:\n" +
+	"\tunchanged\x18\x03 \x01(\v2\x1c.contentbackup.v1.KindCountsR\tunchanged\x12\x18\n" +
+	"\aexpired\x18\x04 \x01(\x04R\aexpired\x12\x1c\n" +
+	"\tconflicts\x18\x05 \x01(\x04R\tconflicts\"Z\n" +
+	"\n" +
+	"KindCounts\x12\x16\n" +
+	"\x06groups\x18\x01 \x01(\x04R\x06groups\x12\x1a\n" +
+	"\bmessages\x18\x02 \x01(\x04R\bmessages\x12\x18\n" +
+	"\aconsent\x18\x03 \x01(\x04R\aconsent*{\n" +
 	"\vBackupState\x12\x1c\n" +
 	"\x18BACKUP_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14BACKUP_STATE_WRITING\x10\x01\x12\x19\n" +
@@ -2568,7 +2810,12 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x16JOB_PHASE_TRANSFERRING\x10\x02\x12\x18\n" +
 	"\x14JOB_PHASE_COMMITTING\x10\x03\x12\x12\n" +
 	"\x0eJOB_PHASE_DONE\x10\x04\x12\x14\n" +
-	"\x10JOB_PHASE_QUEUED\x10\x052\x88\r\n" +
+	"\x10JOB_PHASE_QUEUED\x10\x05*Y\n" +
+	"\n" +
+	"ImportMode\x12\x1b\n" +
+	"\x17IMPORT_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11IMPORT_MODE_MERGE\x10\x01\x12\x17\n" +
+	"\x13IMPORT_MODE_REPLACE\x10\x022\x88\r\n" +
 	"\rBackupService\x12\x97\x01\n" +
 	"\vStartExport\x12$.contentbackup.v1.StartExportRequest\x1a\x1d.google.longrunning.Operation\"C\xcaA@\n" +
 	" contentbackup.v1.ExportJobResult\x12\x1ccontentbackup.v1.JobMetadata\x12\x97\x01\n" +
@@ -2600,116 +2847,124 @@ func file_contentbackup_v1_backup_service_proto_rawDescGZIP() []byte {
 	return file_contentbackup_v1_backup_service_proto_rawDescData
 }
 
-var file_contentbackup_v1_backup_service_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_contentbackup_v1_backup_service_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_contentbackup_v1_backup_service_proto_goTypes = []any{
 	(BackupState)(0),                   // 0: contentbackup.v1.BackupState
 	(JobKind)(0),                       // 1: contentbackup.v1.JobKind
 	(JobState)(0),                      // 2: contentbackup.v1.JobState
 	(JobPhase)(0),                      // 3: contentbackup.v1.JobPhase
-	(*EraseOwnerRequest)(nil),          // 4: contentbackup.v1.EraseOwnerRequest
-	(*EraseOwnerResult)(nil),           // 5: contentbackup.v1.EraseOwnerResult
-	(*TableRows)(nil),                  // 6: contentbackup.v1.TableRows
-	(*LegalHold)(nil),                  // 7: contentbackup.v1.LegalHold
-	(*SetLegalHoldRequest)(nil),        // 8: contentbackup.v1.SetLegalHoldRequest
-	(*ReleaseLegalHoldRequest)(nil),    // 9: contentbackup.v1.ReleaseLegalHoldRequest
-	(*ListLegalHoldsRequest)(nil),      // 10: contentbackup.v1.ListLegalHoldsRequest
-	(*ListLegalHoldsResponse)(nil),     // 11: contentbackup.v1.ListLegalHoldsResponse
-	(*GetKeyStatusRequest)(nil),        // 12: contentbackup.v1.GetKeyStatusRequest
-	(*KeyStatus)(nil),                  // 13: contentbackup.v1.KeyStatus
-	(*KEKUse)(nil),                     // 14: contentbackup.v1.KEKUse
-	(*PlanRetentionRequest)(nil),       // 15: contentbackup.v1.PlanRetentionRequest
-	(*RetentionRules)(nil),             // 16: contentbackup.v1.RetentionRules
-	(*PlanRetentionResponse)(nil),      // 17: contentbackup.v1.PlanRetentionResponse
-	(*RetentionDecision)(nil),          // 18: contentbackup.v1.RetentionDecision
-	(*ObjectLocation)(nil),             // 19: contentbackup.v1.ObjectLocation
-	(*StartExportRequest)(nil),         // 20: contentbackup.v1.StartExportRequest
-	(*StartImportRequest)(nil),         // 21: contentbackup.v1.StartImportRequest
-	(*Backup)(nil),                     // 22: contentbackup.v1.Backup
-	(*ListBackupsRequest)(nil),         // 23: contentbackup.v1.ListBackupsRequest
-	(*ListBackupsResponse)(nil),        // 24: contentbackup.v1.ListBackupsResponse
-	(*GetBackupRequest)(nil),           // 25: contentbackup.v1.GetBackupRequest
-	(*VerifyBackupRequest)(nil),        // 26: contentbackup.v1.VerifyBackupRequest
-	(*DeleteBackupRequest)(nil),        // 27: contentbackup.v1.DeleteBackupRequest
-	(*GetBackupKeyRequest)(nil),        // 28: contentbackup.v1.GetBackupKeyRequest
-	(*GetBackupKeyResponse)(nil),       // 29: contentbackup.v1.GetBackupKeyResponse
-	(*JobMetadata)(nil),                // 30: contentbackup.v1.JobMetadata
-	(*ExportJobResult)(nil),            // 31: contentbackup.v1.ExportJobResult
-	(*ImportJobResult)(nil),            // 32: contentbackup.v1.ImportJobResult
-	(*timestamppb.Timestamp)(nil),      // 33: google.protobuf.Timestamp
-	(*device_sync.ArchiveOptions)(nil), // 34: xmtp.device_sync.ArchiveOptions
-	(NonconformingRecords)(0),          // 35: contentbackup.v1.NonconformingRecords
-	(*ExportSummary)(nil),              // 36: contentbackup.v1.ExportSummary
-	(*ImportResponse)(nil),             // 37: contentbackup.v1.ImportResponse
-	(*longrunningpb.Operation)(nil),    // 38: google.longrunning.Operation
-	(*emptypb.Empty)(nil),              // 39: google.protobuf.Empty
+	(ImportMode)(0),                    // 4: contentbackup.v1.ImportMode
+	(*EraseOwnerRequest)(nil),          // 5: contentbackup.v1.EraseOwnerRequest
+	(*EraseOwnerResult)(nil),           // 6: contentbackup.v1.EraseOwnerResult
+	(*TableRows)(nil),                  // 7: contentbackup.v1.TableRows
+	(*LegalHold)(nil),                  // 8: contentbackup.v1.LegalHold
+	(*SetLegalHoldRequest)(nil),        // 9: contentbackup.v1.SetLegalHoldRequest
+	(*ReleaseLegalHoldRequest)(nil),    // 10: contentbackup.v1.ReleaseLegalHoldRequest
+	(*ListLegalHoldsRequest)(nil),      // 11: contentbackup.v1.ListLegalHoldsRequest
+	(*ListLegalHoldsResponse)(nil),     // 12: contentbackup.v1.ListLegalHoldsResponse
+	(*GetKeyStatusRequest)(nil),        // 13: contentbackup.v1.GetKeyStatusRequest
+	(*KeyStatus)(nil),                  // 14: contentbackup.v1.KeyStatus
+	(*KEKUse)(nil),                     // 15: contentbackup.v1.KEKUse
+	(*PlanRetentionRequest)(nil),       // 16: contentbackup.v1.PlanRetentionRequest
+	(*RetentionRules)(nil),             // 17: contentbackup.v1.RetentionRules
+	(*PlanRetentionResponse)(nil),      // 18: contentbackup.v1.PlanRetentionResponse
+	(*RetentionDecision)(nil),          // 19: contentbackup.v1.RetentionDecision
+	(*ObjectLocation)(nil),             // 20: contentbackup.v1.ObjectLocation
+	(*StartExportRequest)(nil),         // 21: contentbackup.v1.StartExportRequest
+	(*StartImportRequest)(nil),         // 22: contentbackup.v1.StartImportRequest
+	(*Backup)(nil),                     // 23: contentbackup.v1.Backup
+	(*ListBackupsRequest)(nil),         // 24: contentbackup.v1.ListBackupsRequest
+	(*ListBackupsResponse)(nil),        // 25: contentbackup.v1.ListBackupsResponse
+	(*GetBackupRequest)(nil),           // 26: contentbackup.v1.GetBackupRequest
+	(*VerifyBackupRequest)(nil),        // 27: contentbackup.v1.VerifyBackupRequest
+	(*DeleteBackupRequest)(nil),        // 28: contentbackup.v1.DeleteBackupRequest
+	(*GetBackupKeyRequest)(nil),        // 29: contentbackup.v1.GetBackupKeyRequest
+	(*GetBackupKeyResponse)(nil),       // 30: contentbackup.v1.GetBackupKeyResponse
+	(*JobMetadata)(nil),                // 31: contentbackup.v1.JobMetadata
+	(*ExportJobResult)(nil),            // 32: contentbackup.v1.ExportJobResult
+	(*ImportJobResult)(nil),            // 33: contentbackup.v1.ImportJobResult
+	(*ReplaceCounts)(nil),              // 34: contentbackup.v1.ReplaceCounts
+	(*KindCounts)(nil),                 // 35: contentbackup.v1.KindCounts
+	(*timestamppb.Timestamp)(nil),      // 36: google.protobuf.Timestamp
+	(*device_sync.ArchiveOptions)(nil), // 37: xmtp.device_sync.ArchiveOptions
+	(NonconformingRecords)(0),          // 38: contentbackup.v1.NonconformingRecords
+	(*ExportSummary)(nil),              // 39: contentbackup.v1.ExportSummary
+	(*ImportResponse)(nil),             // 40: contentbackup.v1.ImportResponse
+	(*longrunningpb.Operation)(nil),    // 41: google.longrunning.Operation
+	(*emptypb.Empty)(nil),              // 42: google.protobuf.Empty
 }
 var file_contentbackup_v1_backup_service_proto_depIdxs = []int32{
-	6,  // 0: contentbackup.v1.EraseOwnerResult.rows:type_name -> contentbackup.v1.TableRows
-	33, // 1: contentbackup.v1.LegalHold.create_time:type_name -> google.protobuf.Timestamp
-	33, // 2: contentbackup.v1.LegalHold.end_time:type_name -> google.protobuf.Timestamp
-	33, // 3: contentbackup.v1.SetLegalHoldRequest.end_time:type_name -> google.protobuf.Timestamp
-	7,  // 4: contentbackup.v1.ListLegalHoldsResponse.holds:type_name -> contentbackup.v1.LegalHold
-	14, // 5: contentbackup.v1.KeyStatus.keks:type_name -> contentbackup.v1.KEKUse
-	16, // 6: contentbackup.v1.PlanRetentionRequest.rules:type_name -> contentbackup.v1.RetentionRules
-	18, // 7: contentbackup.v1.PlanRetentionResponse.decisions:type_name -> contentbackup.v1.RetentionDecision
-	16, // 8: contentbackup.v1.PlanRetentionResponse.rules:type_name -> contentbackup.v1.RetentionRules
-	22, // 9: contentbackup.v1.RetentionDecision.backup:type_name -> contentbackup.v1.Backup
-	34, // 10: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
-	19, // 11: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
-	35, // 12: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
-	19, // 13: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
-	0,  // 14: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
-	19, // 15: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
-	34, // 16: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
-	36, // 17: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
-	33, // 18: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
-	33, // 19: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
-	33, // 20: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
-	7,  // 21: contentbackup.v1.Backup.hold:type_name -> contentbackup.v1.LegalHold
-	22, // 22: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
-	1,  // 23: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
-	2,  // 24: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
-	3,  // 25: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
-	19, // 26: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
-	33, // 27: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
-	33, // 28: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
-	33, // 29: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
-	36, // 30: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
-	19, // 31: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
-	19, // 32: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
-	37, // 33: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
-	20, // 34: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
-	21, // 35: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
-	23, // 36: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
-	25, // 37: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
-	27, // 38: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
-	28, // 39: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
-	26, // 40: contentbackup.v1.BackupService.VerifyBackup:input_type -> contentbackup.v1.VerifyBackupRequest
-	15, // 41: contentbackup.v1.BackupService.PlanRetention:input_type -> contentbackup.v1.PlanRetentionRequest
-	4,  // 42: contentbackup.v1.BackupService.EraseOwner:input_type -> contentbackup.v1.EraseOwnerRequest
-	8,  // 43: contentbackup.v1.BackupService.SetLegalHold:input_type -> contentbackup.v1.SetLegalHoldRequest
-	9,  // 44: contentbackup.v1.BackupService.ReleaseLegalHold:input_type -> contentbackup.v1.ReleaseLegalHoldRequest
-	10, // 45: contentbackup.v1.BackupService.ListLegalHolds:input_type -> contentbackup.v1.ListLegalHoldsRequest
-	12, // 46: contentbackup.v1.BackupService.GetKeyStatus:input_type -> contentbackup.v1.GetKeyStatusRequest
-	38, // 47: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
-	38, // 48: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
-	24, // 49: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
-	22, // 50: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
-	39, // 51: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
-	29, // 52: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
-	22, // 53: contentbackup.v1.BackupService.VerifyBackup:output_type -> contentbackup.v1.Backup
-	17, // 54: contentbackup.v1.BackupService.PlanRetention:output_type -> contentbackup.v1.PlanRetentionResponse
-	38, // 55: contentbackup.v1.BackupService.EraseOwner:output_type -> google.longrunning.Operation
-	7,  // 56: contentbackup.v1.BackupService.SetLegalHold:output_type -> contentbackup.v1.LegalHold
-	39, // 57: contentbackup.v1.BackupService.ReleaseLegalHold:output_type -> google.protobuf.Empty
-	11, // 58: contentbackup.v1.BackupService.ListLegalHolds:output_type -> contentbackup.v1.ListLegalHoldsResponse
-	13, // 59: contentbackup.v1.BackupService.GetKeyStatus:output_type -> contentbackup.v1.KeyStatus
-	47, // [47:60] is the sub-list for method output_type
-	34, // [34:47] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	7,  // 0: contentbackup.v1.EraseOwnerResult.rows:type_name -> contentbackup.v1.TableRows
+	36, // 1: contentbackup.v1.LegalHold.create_time:type_name -> google.protobuf.Timestamp
+	36, // 2: contentbackup.v1.LegalHold.end_time:type_name -> google.protobuf.Timestamp
+	36, // 3: contentbackup.v1.SetLegalHoldRequest.end_time:type_name -> google.protobuf.Timestamp
+	8,  // 4: contentbackup.v1.ListLegalHoldsResponse.holds:type_name -> contentbackup.v1.LegalHold
+	15, // 5: contentbackup.v1.KeyStatus.keks:type_name -> contentbackup.v1.KEKUse
+	17, // 6: contentbackup.v1.PlanRetentionRequest.rules:type_name -> contentbackup.v1.RetentionRules
+	19, // 7: contentbackup.v1.PlanRetentionResponse.decisions:type_name -> contentbackup.v1.RetentionDecision
+	17, // 8: contentbackup.v1.PlanRetentionResponse.rules:type_name -> contentbackup.v1.RetentionRules
+	23, // 9: contentbackup.v1.RetentionDecision.backup:type_name -> contentbackup.v1.Backup
+	37, // 10: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
+	20, // 11: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
+	38, // 12: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
+	20, // 13: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
+	4,  // 14: contentbackup.v1.StartImportRequest.mode:type_name -> contentbackup.v1.ImportMode
+	0,  // 15: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
+	20, // 16: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
+	37, // 17: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
+	39, // 18: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
+	36, // 19: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
+	36, // 20: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
+	36, // 21: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
+	8,  // 22: contentbackup.v1.Backup.hold:type_name -> contentbackup.v1.LegalHold
+	23, // 23: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
+	1,  // 24: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
+	2,  // 25: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
+	3,  // 26: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
+	20, // 27: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
+	36, // 28: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
+	36, // 29: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
+	36, // 30: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
+	39, // 31: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
+	20, // 32: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
+	20, // 33: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
+	40, // 34: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
+	34, // 35: contentbackup.v1.ImportJobResult.replaced:type_name -> contentbackup.v1.ReplaceCounts
+	35, // 36: contentbackup.v1.ReplaceCounts.written:type_name -> contentbackup.v1.KindCounts
+	35, // 37: contentbackup.v1.ReplaceCounts.deleted:type_name -> contentbackup.v1.KindCounts
+	35, // 38: contentbackup.v1.ReplaceCounts.unchanged:type_name -> contentbackup.v1.KindCounts
+	21, // 39: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
+	22, // 40: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
+	24, // 41: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
+	26, // 42: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
+	28, // 43: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
+	29, // 44: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
+	27, // 45: contentbackup.v1.BackupService.VerifyBackup:input_type -> contentbackup.v1.VerifyBackupRequest
+	16, // 46: contentbackup.v1.BackupService.PlanRetention:input_type -> contentbackup.v1.PlanRetentionRequest
+	5,  // 47: contentbackup.v1.BackupService.EraseOwner:input_type -> contentbackup.v1.EraseOwnerRequest
+	9,  // 48: contentbackup.v1.BackupService.SetLegalHold:input_type -> contentbackup.v1.SetLegalHoldRequest
+	10, // 49: contentbackup.v1.BackupService.ReleaseLegalHold:input_type -> contentbackup.v1.ReleaseLegalHoldRequest
+	11, // 50: contentbackup.v1.BackupService.ListLegalHolds:input_type -> contentbackup.v1.ListLegalHoldsRequest
+	13, // 51: contentbackup.v1.BackupService.GetKeyStatus:input_type -> contentbackup.v1.GetKeyStatusRequest
+	41, // 52: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
+	41, // 53: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
+	25, // 54: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
+	23, // 55: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
+	42, // 56: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
+	30, // 57: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
+	23, // 58: contentbackup.v1.BackupService.VerifyBackup:output_type -> contentbackup.v1.Backup
+	18, // 59: contentbackup.v1.BackupService.PlanRetention:output_type -> contentbackup.v1.PlanRetentionResponse
+	41, // 60: contentbackup.v1.BackupService.EraseOwner:output_type -> google.longrunning.Operation
+	8,  // 61: contentbackup.v1.BackupService.SetLegalHold:output_type -> contentbackup.v1.LegalHold
+	42, // 62: contentbackup.v1.BackupService.ReleaseLegalHold:output_type -> google.protobuf.Empty
+	12, // 63: contentbackup.v1.BackupService.ListLegalHolds:output_type -> contentbackup.v1.ListLegalHoldsResponse
+	14, // 64: contentbackup.v1.BackupService.GetKeyStatus:output_type -> contentbackup.v1.KeyStatus
+	52, // [52:65] is the sub-list for method output_type
+	39, // [39:52] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_v1_backup_service_proto_init() }
@@ -2723,8 +2978,8 @@ func file_contentbackup_v1_backup_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_v1_backup_service_proto_rawDesc), len(file_contentbackup_v1_backup_service_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   29,
+			NumEnums:      5,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

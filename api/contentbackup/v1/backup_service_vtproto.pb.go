@@ -1057,6 +1057,11 @@ func (m *StartImportRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Mode != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Mode))
+		i--
+		dAtA[i] = 0x40
+	}
 	if m.ValidateOnly {
 		i--
 		if m.ValidateOnly {
@@ -1885,6 +1890,16 @@ func (m *ImportJobResult) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Replaced != nil {
+		size, err := m.Replaced.MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x12
+	}
 	if m.Counts != nil {
 		size, err := m.Counts.MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -1894,6 +1909,127 @@ func (m *ImportJobResult) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
 		i--
 		dAtA[i] = 0xa
+	}
+	return len(dAtA) - i, nil
+}
+
+func (m *ReplaceCounts) MarshalVT() (dAtA []byte, err error) {
+	if m == nil {
+		return nil, nil
+	}
+	size := m.SizeVT()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBufferVT(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *ReplaceCounts) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *ReplaceCounts) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	if m == nil {
+		return 0, nil
+	}
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if m.unknownFields != nil {
+		i -= len(m.unknownFields)
+		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Conflicts != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Conflicts))
+		i--
+		dAtA[i] = 0x28
+	}
+	if m.Expired != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Expired))
+		i--
+		dAtA[i] = 0x20
+	}
+	if m.Unchanged != nil {
+		size, err := m.Unchanged.MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x1a
+	}
+	if m.Deleted != nil {
+		size, err := m.Deleted.MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x12
+	}
+	if m.Written != nil {
+		size, err := m.Written.MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0xa
+	}
+	return len(dAtA) - i, nil
+}
+
+func (m *KindCounts) MarshalVT() (dAtA []byte, err error) {
+	if m == nil {
+		return nil, nil
+	}
+	size := m.SizeVT()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBufferVT(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *KindCounts) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *KindCounts) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	if m == nil {
+		return 0, nil
+	}
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if m.unknownFields != nil {
+		i -= len(m.unknownFields)
+		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Consent != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Consent))
+		i--
+		dAtA[i] = 0x18
+	}
+	if m.Messages != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Messages))
+		i--
+		dAtA[i] = 0x10
+	}
+	if m.Groups != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Groups))
+		i--
+		dAtA[i] = 0x8
 	}
 	return len(dAtA) - i, nil
 }
@@ -2328,6 +2464,9 @@ func (m *StartImportRequest) SizeVT() (n int) {
 	if m.ValidateOnly {
 		n += 2
 	}
+	if m.Mode != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Mode))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2642,6 +2781,57 @@ func (m *ImportJobResult) SizeVT() (n int) {
 	if m.Counts != nil {
 		l = m.Counts.SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.Replaced != nil {
+		l = m.Replaced.SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	n += len(m.unknownFields)
+	return n
+}
+
+func (m *ReplaceCounts) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if m.Written != nil {
+		l = m.Written.SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.Deleted != nil {
+		l = m.Deleted.SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.Unchanged != nil {
+		l = m.Unchanged.SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.Expired != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Expired))
+	}
+	if m.Conflicts != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Conflicts))
+	}
+	n += len(m.unknownFields)
+	return n
+}
+
+func (m *KindCounts) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if m.Groups != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Groups))
+	}
+	if m.Messages != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Messages))
+	}
+	if m.Consent != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Consent))
 	}
 	n += len(m.unknownFields)
 	return n

@@ -77,6 +77,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ChangesSinceASnapshot", testChangesSince},
 		{"ChangesUnderConcurrentWriters", testChangesUnderConcurrentWriters},
 		{"Tombstones_ARCH013_ARCH014", testTombstones},
+		{"Replacing", testReplacing},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,9 +1,13 @@
 package storetest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -125,5 +129,99 @@ func testTombstones(t *testing.T, s store.Store) {
 	}
 	if has, _ := s.HasTombstones(ctx(t), owner, before+1, back); !has {
 		t.Error("pruning removed tombstones above the oldest backup's change")
+	}
+}
+
+// testReplacing: the writes of a restore in replace mode set records as
+// given (a Restored group's state and an older consent record included),
+// delete a group with its messages leaving its tombstone, delete consent,
+// and raise the owner's base floor; another owner sees none of it.
+func testReplacing(t *testing.T, s store.Store) {
+	owner, other := Owner("replace"), Owner("replace-other")
+	imported := MinimalGroup("replace-imported")
+	if _, err := s.MergeGroups(ctx(t), owner, []*gb.GroupSave{imported}); err != nil {
+		t.Fatal(err)
+	}
+	// Every field as given, the Allowed state over a Restored group too.
+	want := FullGroup("replace-imported")
+	if err := s.ReplaceGroup(ctx(t), owner, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetGroup(ctx(t), owner, want.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "replaced group", got, want)
+
+	mustAppend(t, s, owner, Message("doomed-1", want.Id, 1), Message("doomed-2", want.Id, 2))
+	before := changeSeqNow(t, s, owner)
+	if err := s.DeleteGroup(ctx(t), owner, want.Id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetGroup(ctx(t), owner, want.Id); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("deleted group reads %v, want ErrNotFound", err)
+	}
+	if exist, _ := s.MessagesExist(ctx(t), owner, [][]byte{[]byte("doomed-1"), []byte("doomed-2")}); exist[0] || exist[1] {
+		t.Errorf("a deleted group's messages are still stored: %v", exist)
+	}
+	if tombs, _ := s.GroupTombstones(ctx(t), owner, want.Id, before, changeSeqNow(t, s, owner), nil, 10); len(tombs) != 1 || !tombs[0].Key.IsGroup() {
+		t.Errorf("a deleted group's tombstones: %v, want its own", tombs)
+	}
+	if err := s.DeleteGroup(ctx(t), owner, want.Id); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("deleting it again: %v, want ErrNotFound", err)
+	}
+
+	// A message deleted by id alone, from whatever group holds it.
+	g := MinimalGroup("replace-by-id")
+	mustPut(t, s, owner, g)
+	mustAppend(t, s, owner, Message("by-id", g.Id, 7))
+	before = changeSeqNow(t, s, owner)
+	if found, err := s.DeleteMessageByID(ctx(t), owner, []byte("by-id")); err != nil || !found {
+		t.Fatalf("DeleteMessageByID: %v %v", found, err)
+	}
+	if tombs, _ := s.GroupTombstones(ctx(t), owner, g.Id, before, changeSeqNow(t, s, owner), nil, 10); len(tombs) != 1 || tombs[0].Key.SentAtNs != 7 {
+		t.Errorf("tombstones of a message deleted by id: %v", tombs)
+	}
+	if found, err := s.DeleteMessageByID(ctx(t), owner, []byte("by-id")); err != nil || found {
+		t.Errorf("DeleteMessageByID of a missing id: %v %v", found, err)
+	}
+
+	newer := Consent("replace-someone", cs.ConsentStateSave_CONSENT_STATE_SAVE_ALLOWED, 9)
+	older := Consent("replace-someone", cs.ConsentStateSave_CONSENT_STATE_SAVE_DENIED, 3)
+	if _, err := s.MergeConsent(ctx(t), owner, []*cs.ConsentSave{newer}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MergeConsent(ctx(t), other, []*cs.ConsentSave{newer}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReplaceConsent(ctx(t), owner, []*cs.ConsentSave{older}); err != nil {
+		t.Fatal(err)
+	}
+	key := store.ConsentKey{EntityType: older.EntityType, Entity: older.Entity}
+	if got, err := s.GetConsent(ctx(t), owner, key); err != nil || !proto.Equal(got, older) {
+		t.Errorf("replaced consent: %v %v, want the older record as given", got, err)
+	}
+	if err := s.DeleteConsent(ctx(t), owner, []store.ConsentKey{key, {EntityType: key.EntityType, Entity: "nobody"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetConsent(ctx(t), owner, key); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("deleted consent reads %v, want ErrNotFound", err)
+	}
+	if got, err := s.GetConsent(ctx(t), other, key); err != nil || !proto.Equal(got, newer) {
+		t.Errorf("another owner's consent: %v %v", got, err)
+	}
+
+	if floor, err := s.BaseFloor(ctx(t), owner); err != nil || floor != 0 {
+		t.Fatalf("base floor before any replace: %d %v", floor, err)
+	}
+	floor, err := s.RaiseBaseFloor(ctx(t), owner)
+	if err != nil || floor != changeSeqNow(t, s, owner) {
+		t.Fatalf("raised floor %d (%v), want the owner's change sequence %d", floor, err, changeSeqNow(t, s, owner))
+	}
+	if got, _ := s.BaseFloor(ctx(t), owner); got != floor {
+		t.Errorf("base floor reads %d, want %d", got, floor)
+	}
+	if got, _ := s.BaseFloor(ctx(t), other); got != 0 {
+		t.Errorf("another owner's base floor: %d", got)
 	}
 }

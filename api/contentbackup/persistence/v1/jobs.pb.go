@@ -314,6 +314,7 @@ type ImportSpec struct {
 	SourceOwner   string                 `protobuf:"bytes,5,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
 	RequestId     string                 `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	ValidateOnly  bool                   `protobuf:"varint,7,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	Replace       bool                   `protobuf:"varint,8,opt,name=replace,proto3" json:"replace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -379,6 +380,13 @@ func (x *ImportSpec) GetRequestId() string {
 func (x *ImportSpec) GetValidateOnly() bool {
 	if x != nil {
 		return x.ValidateOnly
+	}
+	return false
+}
+
+func (x *ImportSpec) GetReplace() bool {
+	if x != nil {
+		return x.Replace
 	}
 	return false
 }
@@ -931,6 +939,7 @@ func (x *TableRows) GetRows() int64 {
 type ImportJobResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Counts        *ImportCounts          `protobuf:"bytes,1,opt,name=counts,proto3" json:"counts,omitempty"`
+	Replaced      *ReplaceCounts         `protobuf:"bytes,2,opt,name=replaced,proto3" json:"replaced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -972,6 +981,152 @@ func (x *ImportJobResult) GetCounts() *ImportCounts {
 	return nil
 }
 
+func (x *ImportJobResult) GetReplaced() *ReplaceCounts {
+	if x != nil {
+		return x.Replaced
+	}
+	return nil
+}
+
+// ReplaceCounts is what a restore in replace mode did (the API's
+// ReplaceCounts' wire form).
+type ReplaceCounts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Written       *KindCounts            `protobuf:"bytes,1,opt,name=written,proto3" json:"written,omitempty"`
+	Deleted       *KindCounts            `protobuf:"bytes,2,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	Unchanged     *KindCounts            `protobuf:"bytes,3,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	Expired       uint64                 `protobuf:"varint,4,opt,name=expired,proto3" json:"expired,omitempty"`
+	Conflicts     uint64                 `protobuf:"varint,5,opt,name=conflicts,proto3" json:"conflicts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplaceCounts) Reset() {
+	*x = ReplaceCounts{}
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplaceCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplaceCounts) ProtoMessage() {}
+
+func (x *ReplaceCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplaceCounts.ProtoReflect.Descriptor instead.
+func (*ReplaceCounts) Descriptor() ([]byte, []int) {
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReplaceCounts) GetWritten() *KindCounts {
+	if x != nil {
+		return x.Written
+	}
+	return nil
+}
+
+func (x *ReplaceCounts) GetDeleted() *KindCounts {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
+func (x *ReplaceCounts) GetUnchanged() *KindCounts {
+	if x != nil {
+		return x.Unchanged
+	}
+	return nil
+}
+
+func (x *ReplaceCounts) GetExpired() uint64 {
+	if x != nil {
+		return x.Expired
+	}
+	return 0
+}
+
+func (x *ReplaceCounts) GetConflicts() uint64 {
+	if x != nil {
+		return x.Conflicts
+	}
+	return 0
+}
+
+// KindCounts counts records by kind.
+type KindCounts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        uint64                 `protobuf:"varint,1,opt,name=groups,proto3" json:"groups,omitempty"`
+	Messages      uint64                 `protobuf:"varint,2,opt,name=messages,proto3" json:"messages,omitempty"`
+	Consent       uint64                 `protobuf:"varint,3,opt,name=consent,proto3" json:"consent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KindCounts) Reset() {
+	*x = KindCounts{}
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KindCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KindCounts) ProtoMessage() {}
+
+func (x *KindCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KindCounts.ProtoReflect.Descriptor instead.
+func (*KindCounts) Descriptor() ([]byte, []int) {
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *KindCounts) GetGroups() uint64 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *KindCounts) GetMessages() uint64 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+func (x *KindCounts) GetConsent() uint64 {
+	if x != nil {
+		return x.Consent
+	}
+	return 0
+}
+
 // ImportCounts is what an import did (ImportResponse's wire form).
 type ImportCounts struct {
 	state         protoimpl.MessageState          `protogen:"open.v1"`
@@ -988,7 +1143,7 @@ type ImportCounts struct {
 
 func (x *ImportCounts) Reset() {
 	*x = ImportCounts{}
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[10]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1155,7 @@ func (x *ImportCounts) String() string {
 func (*ImportCounts) ProtoMessage() {}
 
 func (x *ImportCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[10]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1168,7 @@ func (x *ImportCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCounts.ProtoReflect.Descriptor instead.
 func (*ImportCounts) Descriptor() ([]byte, []int) {
-	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{10}
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ImportCounts) GetMetadata() *device_sync.BackupMetadataSave {
@@ -1077,7 +1232,7 @@ type ElementCounts struct {
 
 func (x *ElementCounts) Reset() {
 	*x = ElementCounts{}
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[11]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1244,7 @@ func (x *ElementCounts) String() string {
 func (*ElementCounts) ProtoMessage() {}
 
 func (x *ElementCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[11]
+	mi := &file_contentbackup_persistence_v1_jobs_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1257,7 @@ func (x *ElementCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElementCounts.ProtoReflect.Descriptor instead.
 func (*ElementCounts) Descriptor() ([]byte, []int) {
-	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{11}
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ElementCounts) GetInserted() uint64 {
@@ -1143,7 +1298,7 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\fsince_backup\x18\t \x01(\tR\vsinceBackup\x12\x1f\n" +
 	"\vfrom_backup\x18\n" +
 	" \x01(\tR\n" +
-	"fromBackupJ\x04\b\x02\x10\x03J\x04\b\x04\x10\x05R\akey_refR\vdestination\"\xbe\x01\n" +
+	"fromBackupJ\x04\b\x02\x10\x03J\x04\b\x04\x10\x05R\akey_refR\vdestination\"\xd8\x01\n" +
 	"\n" +
 	"ImportSpec\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
@@ -1151,7 +1306,8 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\x12#\n" +
-	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnlyJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\akey_refR\x06source\"Y\n" +
+	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnly\x12\x18\n" +
+	"\areplace\x18\b \x01(\bR\areplaceJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\akey_refR\x06source\"Y\n" +
 	"\tEraseSpec\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x1d\n" +
@@ -1197,9 +1353,21 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\rkey_destroyed\x18\x05 \x01(\bR\fkeyDestroyed\"5\n" +
 	"\tTableRows\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
-	"\x04rows\x18\x02 \x01(\x03R\x04rows\"U\n" +
+	"\x04rows\x18\x02 \x01(\x03R\x04rows\"\x9e\x01\n" +
 	"\x0fImportJobResult\x12B\n" +
-	"\x06counts\x18\x01 \x01(\v2*.contentbackup.persistence.v1.ImportCountsR\x06counts\"\x80\x03\n" +
+	"\x06counts\x18\x01 \x01(\v2*.contentbackup.persistence.v1.ImportCountsR\x06counts\x12G\n" +
+	"\breplaced\x18\x02 \x01(\v2+.contentbackup.persistence.v1.ReplaceCountsR\breplaced\"\x97\x02\n" +
+	"\rReplaceCounts\x12B\n" +
+	"\awritten\x18\x01 \x01(\v2(.contentbackup.persistence.v1.KindCountsR\awritten\x12B\n" +
+	"\adeleted\x18\x02 \x01(\v2(.contentbackup.persistence.v1.KindCountsR\adeleted\x12F\n" +
+	"\tunchanged\x18\x03 \x01(\v2(.contentbackup.persistence.v1.KindCountsR\tunchanged\x12\x18\n" +
+	"\aexpired\x18\x04 \x01(\x04R\aexpired\x12\x1c\n" +
+	"\tconflicts\x18\x05 \x01(\x04R\tconflicts\"Z\n" +
+	"\n" +
+	"KindCounts\x12\x16\n" +
+	"\x06groups\x18\x01 \x01(\x04R\x06groups\x12\x1a\n" +
+	"\bmessages\x18\x02 \x01(\x04R\bmessages\x12\x18\n" +
+	"\aconsent\x18\x03 \x01(\x04R\aconsent\"\x80\x03\n" +
 	"\fImportCounts\x12@\n" +
 	"\bmetadata\x18\x01 \x01(\v2$.xmtp.device_sync.BackupMetadataSaveR\bmetadata\x12C\n" +
 	"\x06groups\x18\x02 \x01(\v2+.contentbackup.persistence.v1.ElementCountsR\x06groups\x12G\n" +
@@ -1243,7 +1411,7 @@ func file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP() []byte {
 }
 
 var file_contentbackup_persistence_v1_jobs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_contentbackup_persistence_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_contentbackup_persistence_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_contentbackup_persistence_v1_jobs_proto_goTypes = []any{
 	(NonconformingRecords)(0),              // 0: contentbackup.persistence.v1.NonconformingRecords
 	(JobKind)(0),                           // 1: contentbackup.persistence.v1.JobKind
@@ -1258,13 +1426,15 @@ var file_contentbackup_persistence_v1_jobs_proto_goTypes = []any{
 	(*EraseJobResult)(nil),                 // 10: contentbackup.persistence.v1.EraseJobResult
 	(*TableRows)(nil),                      // 11: contentbackup.persistence.v1.TableRows
 	(*ImportJobResult)(nil),                // 12: contentbackup.persistence.v1.ImportJobResult
-	(*ImportCounts)(nil),                   // 13: contentbackup.persistence.v1.ImportCounts
-	(*ElementCounts)(nil),                  // 14: contentbackup.persistence.v1.ElementCounts
-	(*device_sync.ArchiveOptions)(nil),     // 15: xmtp.device_sync.ArchiveOptions
-	(*device_sync.BackupMetadataSave)(nil), // 16: xmtp.device_sync.BackupMetadataSave
+	(*ReplaceCounts)(nil),                  // 13: contentbackup.persistence.v1.ReplaceCounts
+	(*KindCounts)(nil),                     // 14: contentbackup.persistence.v1.KindCounts
+	(*ImportCounts)(nil),                   // 15: contentbackup.persistence.v1.ImportCounts
+	(*ElementCounts)(nil),                  // 16: contentbackup.persistence.v1.ElementCounts
+	(*device_sync.ArchiveOptions)(nil),     // 17: xmtp.device_sync.ArchiveOptions
+	(*device_sync.BackupMetadataSave)(nil), // 18: xmtp.device_sync.BackupMetadataSave
 }
 var file_contentbackup_persistence_v1_jobs_proto_depIdxs = []int32{
-	15, // 0: contentbackup.persistence.v1.ExportSpec.options:type_name -> xmtp.device_sync.ArchiveOptions
+	17, // 0: contentbackup.persistence.v1.ExportSpec.options:type_name -> xmtp.device_sync.ArchiveOptions
 	0,  // 1: contentbackup.persistence.v1.ExportSpec.nonconforming:type_name -> contentbackup.persistence.v1.NonconformingRecords
 	1,  // 2: contentbackup.persistence.v1.JobProgress.kind:type_name -> contentbackup.persistence.v1.JobKind
 	2,  // 3: contentbackup.persistence.v1.JobProgress.phase:type_name -> contentbackup.persistence.v1.JobPhase
@@ -1273,16 +1443,20 @@ var file_contentbackup_persistence_v1_jobs_proto_depIdxs = []int32{
 	7,  // 6: contentbackup.persistence.v1.ExportJobResult.archive:type_name -> contentbackup.persistence.v1.ObjectLocation
 	7,  // 7: contentbackup.persistence.v1.ExportJobResult.sidecar:type_name -> contentbackup.persistence.v1.ObjectLocation
 	11, // 8: contentbackup.persistence.v1.EraseJobResult.rows:type_name -> contentbackup.persistence.v1.TableRows
-	13, // 9: contentbackup.persistence.v1.ImportJobResult.counts:type_name -> contentbackup.persistence.v1.ImportCounts
-	16, // 10: contentbackup.persistence.v1.ImportCounts.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
-	14, // 11: contentbackup.persistence.v1.ImportCounts.groups:type_name -> contentbackup.persistence.v1.ElementCounts
-	14, // 12: contentbackup.persistence.v1.ImportCounts.messages:type_name -> contentbackup.persistence.v1.ElementCounts
-	14, // 13: contentbackup.persistence.v1.ImportCounts.consent:type_name -> contentbackup.persistence.v1.ElementCounts
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	15, // 9: contentbackup.persistence.v1.ImportJobResult.counts:type_name -> contentbackup.persistence.v1.ImportCounts
+	13, // 10: contentbackup.persistence.v1.ImportJobResult.replaced:type_name -> contentbackup.persistence.v1.ReplaceCounts
+	14, // 11: contentbackup.persistence.v1.ReplaceCounts.written:type_name -> contentbackup.persistence.v1.KindCounts
+	14, // 12: contentbackup.persistence.v1.ReplaceCounts.deleted:type_name -> contentbackup.persistence.v1.KindCounts
+	14, // 13: contentbackup.persistence.v1.ReplaceCounts.unchanged:type_name -> contentbackup.persistence.v1.KindCounts
+	18, // 14: contentbackup.persistence.v1.ImportCounts.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
+	16, // 15: contentbackup.persistence.v1.ImportCounts.groups:type_name -> contentbackup.persistence.v1.ElementCounts
+	16, // 16: contentbackup.persistence.v1.ImportCounts.messages:type_name -> contentbackup.persistence.v1.ElementCounts
+	16, // 17: contentbackup.persistence.v1.ImportCounts.consent:type_name -> contentbackup.persistence.v1.ElementCounts
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_persistence_v1_jobs_proto_init() }
@@ -1296,7 +1470,7 @@ func file_contentbackup_persistence_v1_jobs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_persistence_v1_jobs_proto_rawDesc), len(file_contentbackup_persistence_v1_jobs_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
