@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -28,6 +29,10 @@ var ErrHeld = store.ErrHeld
 // maxHoldReason bounds a hold's reason: a case reference, not a document.
 const maxHoldReason = 512
 
+// MaxHoldEnd is the latest end time a hold can have: the store keeps
+// times as int64 nanoseconds since the epoch.
+var MaxHoldEnd = time.Unix(0, math.MaxInt64).UTC()
+
 // SetHold places (or replaces) a hold on owner, or on one of its
 // backups when h.Backup is set, for principal. It is audited.
 func (m *Manager) SetHold(ctx context.Context, principal string, h store.Hold) (store.Hold, error) {
@@ -40,6 +45,11 @@ func (m *Manager) SetHold(ctx context.Context, principal string, h store.Hold) (
 	now := time.Now()
 	if !h.Until.IsZero() && !h.Until.After(now) {
 		return store.Hold{}, invalid(errors.New("end_time: in the past; omit it for a hold that lasts until released"))
+	}
+	if h.Until.After(MaxHoldEnd) {
+		// Stored as nanoseconds since the epoch: a later time would wrap
+		// to the past and the "held" backup be deleted.
+		return store.Hold{}, invalid(fmt.Errorf("end_time: after %s, the latest the store holds; omit it for a hold that lasts until released", MaxHoldEnd.Format(time.RFC3339)))
 	}
 	if h.Backup != "" {
 		if _, err := m.Backup(ctx, h.Owner, h.Backup); err != nil {

@@ -183,7 +183,9 @@ func (s *BackupService) SetLegalHold(ctx context.Context, req *cb.SetLegalHoldRe
 		if err := e.CheckValid(); err != nil {
 			return nil, status.Error(codes.InvalidArgument, "end_time: not a valid timestamp")
 		}
-		h.Until = e.AsTime()
+		if h.Until = e.AsTime(); h.Until.IsZero() {
+			return nil, status.Error(codes.InvalidArgument, "end_time: 0001-01-01 is no end; omit end_time for a hold that lasts until released")
+		}
 	}
 	h, err := s.jobs.SetHold(ctx, principalName(ctx), h)
 	if err != nil {

@@ -2,9 +2,11 @@ package server
 
 import (
 	"testing"
+	"time"
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
@@ -41,6 +43,17 @@ func TestEraseOwnerOverTCP(t *testing.T) {
 			legal := cb.NewBackupServiceClient(p.as(t, p.idp.valid(t, "alice", "owners.hold")))
 			_, err = legal.SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: "alice", Backup: backupID})
 			wantStatus(t, "a hold without a reason", err, codes.InvalidArgument)
+			// Times the store cannot hold are refused, never stored wrapped
+			// (issue 46, finding 5: a year-2500 end read back as 1830 and
+			// retention deleted the "held" backup), and 0001-01-01 is no
+			// indefinite hold (finding 9).
+			for name, end := range map[string]time.Time{"after 2262": time.Date(2500, 1, 1, 0, 0, 0, 0, time.UTC), "0001-01-01": {}} {
+				_, err = legal.SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: "alice", Backup: backupID, Reason: "far", EndTime: timestamppb.New(end)})
+				wantStatus(t, "a hold ending "+name, err, codes.InvalidArgument)
+			}
+			if list, _ := cb.NewBackupServiceClient(alice).ListBackups(ctx, &cb.ListBackupsRequest{Owner: "alice"}); list.GetBackups()[0].GetHold() != nil {
+				t.Fatalf("a refused hold was stored: %v", list.GetBackups()[0].GetHold())
+			}
 			hold, err := legal.SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: "alice", Backup: backupID, Reason: "case 2026-17"})
 			if err != nil || !hold.GetInForce() || hold.GetPrincipal() != "jwt:user-alice" {
 				t.Fatalf("SetLegalHold: %v, %v", hold, err)
