@@ -279,6 +279,11 @@ func (c *cli) waitFor(ctx context.Context, conn *grpc.ClientConn, name string, m
 		if err != nil {
 			return fmt.Errorf("wait: %w", err)
 		}
+		if op.GetName() != name {
+			// Never take another answer for this job's end (an older
+			// server answered a blank operation when a wait timed out).
+			return fmt.Errorf("wait: the server answered operation %q for %q", op.GetName(), name)
+		}
 		// The bar's rate is the bytes over the time since it was drawn:
 		// bytes a job had moved before, counted over its first
 		// milliseconds, read as terabytes a second. Its first frame waits

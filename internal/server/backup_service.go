@@ -388,12 +388,20 @@ func (s *OperationsService) WaitOperation(ctx context.Context, req *longrunningp
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	j, err = s.jobs.Wait(wctx, j.ID, 0)
-	if err != nil && wctx.Err() == nil {
-		return nil, statusOf(err)
-	}
-	if ctx.Err() != nil {
+	ended, err := s.jobs.Wait(wctx, j.ID, 0)
+	switch {
+	case ctx.Err() != nil:
 		return nil, status.FromContextError(ctx.Err()).Err()
+	case err == nil:
+		j = ended
+	case wctx.Err() != nil:
+		// The wait's time ran out, perhaps in the middle of a read whose
+		// answer is then no job at all: answer the job as it stands now.
+		if j, err = s.job(ctx, req.GetName()); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, statusOf(err)
 	}
 	return operationOf(j)
 }

@@ -235,6 +235,16 @@ func TestBackupJobScoping(t *testing.T) {
 		if _, err := longrunningpb.NewOperationsClient(alice).GetOperation(t.Context(), &longrunningpb.GetOperationRequest{Name: op.GetName()}); err != nil {
 			t.Errorf("alice lost sight of her job: %v", err)
 		}
+		// A wait whose time runs out answers the operation as it stands,
+		// never a blank one (issue 46, finding 8: a timeout that expired
+		// during the job's read answered `operations/`, done, and
+		// archivectl exited 0 while the job still ran).
+		for _, timeout := range []time.Duration{0, time.Nanosecond, time.Microsecond} {
+			got, err := longrunningpb.NewOperationsClient(alice).WaitOperation(t.Context(), &longrunningpb.WaitOperationRequest{Name: op.GetName(), Timeout: durationpb.New(timeout)})
+			if err != nil || got.GetName() != op.GetName() || got.GetMetadata() == nil {
+				t.Errorf("WaitOperation with a timeout of %s: %v (%v), want the operation %s", timeout, got, err, op.GetName())
+			}
+		}
 	})
 }
 
