@@ -188,6 +188,9 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 	}
 	counts["backups"] += int64(result.Backups)
 	result.Rows = tableRows(counts)
+	if err := m.cfg.Store.ScrubFreed(ctx); err != nil {
+		return nil, err
+	}
 	m.cfg.Log.Info("audit: owner erased", zap.String("audit", "owner.erase.done"), zap.String("principal", r.job.Principal),
 		zap.String("owner", owner), zap.String("job", r.job.ID), zap.Uint64("backups", result.Backups), zap.Uint64("objects", result.Objects))
 	return result, nil

@@ -106,6 +106,12 @@ type Erasure interface {
 	// erasure's own audit record), and returns how many it deleted from
 	// each. The caller deletes the backups' objects first. Idempotent.
 	EraseOwnerRows(ctx context.Context, owner, keep string) (map[string]int64, error)
+	// ScrubFreed makes the space deleted rows held unreadable in the live
+	// database files as far as the engine allows, after an erasure:
+	// SQLite (secure_delete on) checkpoints and truncates its WAL;
+	// Postgres vacuums, which frees the space for reuse but does not
+	// overwrite it.
+	ScrubFreed(ctx context.Context) error
 	// CountOwnerRows counts owner's rows in each of OwnerRowTables: an
 	// erasure's dry run.
 	CountOwnerRows(ctx context.Context, owner string) (map[string]int64, error)

@@ -547,3 +547,15 @@ func (s *Store) MergeConsent(ctx context.Context, owner string, records []*cs.Co
 	}
 	return out, nil
 }
+
+// ScrubFreed vacuums the tables that hold owners' rows, so the space
+// deleted rows held is marked free and reused by later writes. VACUUM
+// does not overwrite it: until then the bytes stay in the data files (and
+// in WAL segments and base backups kept elsewhere), which is why an
+// erasure's guarantee rests on destroying the owner's key (docs/erasure.md).
+func (s *Store) ScrubFreed(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, "VACUUM "+strings.Join(store.OwnerRowTables, ", ")); err != nil {
+		return fmt.Errorf("postgres: vacuum: %w", err)
+	}
+	return nil
+}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
@@ -61,7 +62,10 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: data directory: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
-	pragmas := "_pragma=foreign_keys(1)&_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=cache_size(-65536)&_pragma=wal_autocheckpoint(4096)"
+	// secure_delete: deleted content is overwritten with zeros rather
+	// than left in free pages, so an erased owner's rows are not in the
+	// live file once the WAL is checkpointed (ScrubFreed).
+	pragmas := "_pragma=foreign_keys(1)&_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=cache_size(-65536)&_pragma=wal_autocheckpoint(4096)&_pragma=secure_delete(1)"
 	write, err := sql.Open("sqlite", "file:"+path+"?"+pragmas+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -385,4 +389,27 @@ func (s *Store) MergeConsent(ctx context.Context, owner string, records []*cs.Co
 		return nil, err
 	}
 	return out, nil
+}
+
+// ScrubFreed checkpoints the WAL into the database file and truncates it:
+// with secure_delete on, the pages deleted rows held are zeros in the
+// file once checkpointed, and the WAL's older copies of them are gone. A
+// reader holding an older snapshot keeps the checkpoint from completing:
+// it is tried again until ctx ends.
+func (s *Store) ScrubFreed(ctx context.Context) error {
+	for {
+		var busy, logPages, checkpointed int
+		err := s.write.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logPages, &checkpointed)
+		if err != nil {
+			return fmt.Errorf("sqlite: checkpoint the WAL: %w", err)
+		}
+		if busy == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sqlite: checkpoint the WAL: readers held it until %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
