@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	gb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/group_backup"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	mc "github.com/contentbackup/contentbackup/api/xmtp/mls/message_contents"
 )
@@ -56,5 +57,33 @@ func TestExportFormEveryContentShape_ARCH008(t *testing.T) {
 				t.Errorf("content_type_save %v, want %v", m.GetContentTypeSave(), tc.want)
 			}
 		})
+	}
+}
+
+// TestGroupExportable_ARCH010_ARCH026: every group and DM is exportable
+// except sync and one-shot conversations (ARCH-010) and Restored ones
+// (ARCH-026), whatever else they hold.
+func TestGroupExportable_ARCH010_ARCH026(t *testing.T) {
+	types := map[gb.ConversationTypeSave]bool{
+		gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_UNSPECIFIED: true,
+		gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_GROUP:       true,
+		gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_DM:          true,
+		gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_SYNC:        false,
+		gb.ConversationTypeSave_CONVERSATION_TYPE_SAVE_ONESHOT:     false,
+	}
+	states := map[gb.GroupMembershipStateSave]bool{
+		gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_UNSPECIFIED: true,
+		gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_ALLOWED:     true,
+		gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_REJECTED:    true,
+		gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_PENDING:     true,
+		gb.GroupMembershipStateSave_GROUP_MEMBERSHIP_STATE_SAVE_RESTORED:    false,
+	}
+	for typ, typeOK := range types {
+		for state, stateOK := range states {
+			g := &gb.GroupSave{ConversationType: typ, MembershipState: state}
+			if got := GroupExportable(g); got != (typeOK && stateOK) {
+				t.Errorf("%v, %v: exportable %v, want %v", typ, state, got, typeOK && stateOK)
+			}
+		}
 	}
 }
