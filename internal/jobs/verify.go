@@ -14,6 +14,7 @@ import (
 	"gocloud.dev/gcerrors"
 
 	"github.com/contentbackup/contentbackup/internal/backup"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
@@ -133,6 +134,16 @@ func (m *Manager) readBack(ctx context.Context, b store.Backup) (string, error) 
 	rep, err := backup.Verify(counted, key, opts)
 	if err != nil {
 		return "", err
+	}
+	if rep.Err != nil {
+		// The server's load (its memory budget), the caller's deadline or
+		// a cancellation stopped the reading: nothing is known about the
+		// backup, and nothing is recorded (issue 47: verifications under
+		// load once recorded sound backups as damaged).
+		switch fault.Of(rep.Err) {
+		case fault.Exhausted, fault.Canceled, fault.DeadlineExceeded, fault.Unavailable:
+			return "", fmt.Errorf("backup %s: verification stopped at record %d: %w", b.ID, rep.Records, rep.Err)
+		}
 	}
 	if source.err != nil {
 		// The bucket failed mid-read: a transient fault, not damage.

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/eventually"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
@@ -182,5 +184,39 @@ func TestValidateOnlyImportFailureSaysNothingApplied(t *testing.T) {
 	j = waitDone(t, h.m, j.ID)
 	if j.State != store.JobFailed || !strings.HasSuffix(j.ErrorMessage, "a validate-only import applies nothing") || strings.Contains(j.ErrorMessage, "applied so far") {
 		t.Errorf("failed dry run: %s, %q", j.State, j.ErrorMessage)
+	}
+}
+
+// TestVerificationUnderLoadRecordsNoDamage (issue 47, finding 7): a
+// verification the server's memory budget stops is RESOURCE_EXHAUSTED for
+// the call and records nothing about the backup; before, the budget's
+// refusal was recorded as the backup's problem and the sound backup
+// reported damaged. Once memory is back, the same backup verifies sound.
+func TestVerificationUnderLoadRecordsNoDamage(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			st := e.Open(t)
+			pool := budget.NewPool(256 << 20)
+			h := newHarness(t, st, func(c *Config) { c.Pool = pool })
+			owner := storetest.Owner("verify-load")
+			fill(t, st, owner, 200)
+			res := exportDone(t, h, exportReq(owner, "sound"))
+			hog := pool.NewCall("load", 256<<20)
+			if err := hog.Charge(256<<20 - 64<<10); err != nil {
+				t.Fatal(err)
+			}
+			_, err := h.m.VerifyBackup(t.Context(), "tester", owner, res.GetBackup())
+			if fault.Of(err) != fault.Exhausted {
+				t.Fatalf("verification without memory: %v, want an Exhausted failure", err)
+			}
+			b, err := st.GetBackup(t.Context(), owner, res.GetBackup())
+			if err != nil || b.VerifyProblem != "" || !b.Verified.IsZero() {
+				t.Fatalf("a verification the load stopped recorded %q at %v (%v); want nothing", b.VerifyProblem, b.Verified, err)
+			}
+			hog.Close()
+			if b, err = h.m.VerifyBackup(t.Context(), "tester", owner, res.GetBackup()); err != nil || b.VerifyProblem != "" || b.Verified.IsZero() {
+				t.Fatalf("verification with memory back: %q at %v (%v), want sound", b.VerifyProblem, b.Verified, err)
+			}
+		})
 	}
 }
