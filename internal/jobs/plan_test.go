@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,6 +105,16 @@ schedules:
 		if _, err := h.m.PlanRetention(t.Context(), owner, c.schedule, c.rules); !errors.Is(err, c.is) {
 			t.Errorf("%s: %v; want %v", name, err, c.is)
 		}
+	}
+	// Another tenant naming this owner's schedule learns nothing: the
+	// answer is the unknown schedule's, word for word but the name
+	// (issue 47, finding 8: its rules came back, an unknown name was
+	// NOT_FOUND, an oracle for other tenants' schedule names).
+	other := storetest.Owner("plan-other")
+	_, foreign := h.m.PlanRetention(t.Context(), other, "nightly", nil)
+	_, unknown := h.m.PlanRetention(t.Context(), other, "nighty", nil)
+	if !errors.Is(foreign, ErrNoSuchSchedule) || strings.Replace(foreign.Error(), "nightly", "nighty", 1) != unknown.Error() {
+		t.Errorf("another owner's schedule: %v; an unknown one: %v; want the same answer", foreign, unknown)
 	}
 	// Nothing was deleted.
 	all, err := st.ListBackups(t.Context(), store.BackupQuery{Owner: owner, Limit: 10})

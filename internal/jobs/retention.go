@@ -164,7 +164,17 @@ func (m *Manager) PlanRetention(ctx context.Context, owner, schedule string, rul
 	var plan Plan
 	switch {
 	case schedule != "":
+		// A schedule that neither covers the owner nor wrote any of its
+		// backups answers as an unknown one: its rules and its name are
+		// no other tenant's to learn.
 		s := m.schedule(schedule)
+		if s != nil && !slices.Contains(s.Owners, owner) {
+			if written, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: schedule, State: store.BackupComplete, Limit: 1}); err != nil {
+				return Plan{}, err
+			} else if len(written) == 0 {
+				s = nil
+			}
+		}
 		if s == nil {
 			return Plan{}, fmt.Errorf("schedule %.64q: %w", schedule, ErrNoSuchSchedule)
 		}
