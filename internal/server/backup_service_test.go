@@ -471,3 +471,28 @@ func TestVerifyBackupOnDemand(t *testing.T) {
 	_, err = backups.VerifyBackup(t.Context(), &cb.VerifyBackupRequest{Owner: "bob", Backup: id})
 	wantCode(t, err, codes.NotFound, "not found")
 }
+
+// TestListOperationsForeignOwnerIsNoOracle (issue 47, finding 8): a
+// ListOperations filter naming an owner the caller may not see answers
+// as an owner with no jobs, page token included; before, the scan ran
+// over that owner's jobs and a next-page token came back when it had
+// more than one scan's worth (21 here), none when it had none.
+func TestListOperationsForeignOwnerIsNoOracle(t *testing.T) {
+	p := startPerimeter(t, enginetest.SQLite(t), false, nil)
+	populate(t, cb.NewConversationServiceClient(p.as(t, opsToken)), "alice")
+	alice := p.as(t, aliceToken)
+	for i := range listScanPages + 1 {
+		op, err := cb.NewBackupServiceClient(alice).StartExport(t.Context(), exportJob("alice", fmt.Sprintf("many-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitOp(t, alice, op.GetName())
+	}
+	bob := longrunningpb.NewOperationsClient(p.as(t, p.idp.valid(t, "bob", "archive.export archive.import")))
+	for _, owner := range []string{"alice", "carol"} {
+		resp, err := bob.ListOperations(t.Context(), &longrunningpb.ListOperationsRequest{Filter: fmt.Sprintf("owner = %q", owner), PageSize: 1})
+		if err != nil || len(resp.GetOperations()) != 0 || resp.GetNextPageToken() != "" {
+			t.Errorf("bob lists %s's operations: %d operations, next page %q (%v); want none and no token", owner, len(resp.GetOperations()), resp.GetNextPageToken(), err)
+		}
+	}
+}
