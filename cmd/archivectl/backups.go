@@ -36,14 +36,11 @@ type synthesizeCmd struct {
 }
 
 func (s *synthesizeCmd) Run(ctx context.Context, c *cli) error {
-	conn, err := c.dial()
+	conn, err := s.dial(ctx, c)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if s.Backup, err = resolveBackup(ctx, conn, s.Owner, s.Backup); err != nil {
-		return err
-	}
 	op, err := cb.NewBackupServiceClient(conn).StartExport(ctx, &cb.StartExportRequest{Owner: s.Owner, Bucket: s.Bucket, Label: s.Label, FromBackup: s.Backup})
 	if err != nil {
 		return fmt.Errorf("synthesize %s: %w", s.Backup, err)
@@ -54,6 +51,20 @@ func (s *synthesizeCmd) Run(ctx context.Context, c *cli) error {
 type backupRef struct {
 	Owner  string `required:"" help:"The backup's owner (inbox)."`
 	Backup string `arg:"" help:"The backup's catalog id, or a unique prefix of it (at least 4 hex digits)."`
+}
+
+// dial connects to the server and resolves the backup's id (a unique
+// prefix is accepted) in place.
+func (r *backupRef) dial(ctx context.Context, c *cli) (*grpc.ClientConn, error) {
+	conn, err := c.dial()
+	if err != nil {
+		return nil, err
+	}
+	if r.Backup, err = resolveBackup(ctx, conn, r.Owner, r.Backup); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 type listBackupsCmd struct {
@@ -218,14 +229,11 @@ func shortState(s cb.BackupState) string {
 type showBackupCmd struct{ backupRef }
 
 func (s *showBackupCmd) Run(ctx context.Context, c *cli) error {
-	conn, err := c.dial()
+	conn, err := s.dial(ctx, c)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if s.Backup, err = resolveBackup(ctx, conn, s.Owner, s.Backup); err != nil {
-		return err
-	}
 	b, err := cb.NewBackupServiceClient(conn).GetBackup(ctx, &cb.GetBackupRequest{Owner: s.Owner, Backup: s.Backup})
 	if err != nil {
 		return fmt.Errorf("show: %w", err)
@@ -264,14 +272,11 @@ type backupKeyCmd struct {
 }
 
 func (k *backupKeyCmd) Run(ctx context.Context, c *cli) error {
-	conn, err := c.dial()
+	conn, err := k.dial(ctx, c)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if k.Backup, err = resolveBackup(ctx, conn, k.Owner, k.Backup); err != nil {
-		return err
-	}
 	resp, err := cb.NewBackupServiceClient(conn).GetBackupKey(ctx, &cb.GetBackupKeyRequest{Owner: k.Owner, Backup: k.Backup})
 	if err != nil {
 		return fmt.Errorf("key: %w", err)
@@ -285,14 +290,11 @@ func (k *backupKeyCmd) Run(ctx context.Context, c *cli) error {
 type deleteBackupCmd struct{ backupRef }
 
 func (d *deleteBackupCmd) Run(ctx context.Context, c *cli) error {
-	conn, err := c.dial()
+	conn, err := d.dial(ctx, c)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if d.Backup, err = resolveBackup(ctx, conn, d.Owner, d.Backup); err != nil {
-		return err
-	}
 	if _, err := cb.NewBackupServiceClient(conn).DeleteBackup(ctx, &cb.DeleteBackupRequest{Owner: d.Owner, Backup: d.Backup}); err != nil {
 		return fmt.Errorf("delete: %w", err)
 	}
@@ -336,14 +338,11 @@ func resolveBackup(ctx context.Context, conn *grpc.ClientConn, owner, id string)
 type verifyBackupCmd struct{ backupRef }
 
 func (v *verifyBackupCmd) Run(ctx context.Context, c *cli) error {
-	conn, err := c.dial()
+	conn, err := v.dial(ctx, c)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if v.Backup, err = resolveBackup(ctx, conn, v.Owner, v.Backup); err != nil {
-		return err
-	}
 	b, err := cb.NewBackupServiceClient(conn).VerifyBackup(ctx, &cb.VerifyBackupRequest{Owner: v.Owner, Backup: v.Backup})
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)

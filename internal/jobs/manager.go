@@ -1357,11 +1357,7 @@ func (m *Manager) importArchive(ctx context.Context, r *run, req ImportRequest, 
 	}
 	if p.backup.Base != "" {
 		// An increment: its chain read as one snapshot (restore.go).
-		chain, err := m.chainOf(ctx, p.sourceOwner, p.backup)
-		if err != nil {
-			return nil, err
-		}
-		c, closeChain, err := m.openChain(ctx, p.sourceOwner, chain, &countingTotal{r: r})
+		c, closeChain, err := m.readChain(ctx, p.sourceOwner, p.backup, r)
 		if err != nil {
 			return nil, err
 		}

@@ -120,6 +120,16 @@ func (m *Manager) openChain(ctx context.Context, owner string, chain []store.Bac
 	return c, close, nil
 }
 
+// readChain opens the chain of owner's backup b (b alone when it is a
+// full backup) as one snapshot, its bytes counted in r's.
+func (m *Manager) readChain(ctx context.Context, owner string, b store.Backup, r *run) (*backup.Chain, func(), error) {
+	chain, err := m.chainOf(ctx, owner, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.openChain(ctx, owner, chain, &countingTotal{r: r})
+}
+
 // countingTotal counts the bytes read from every object of a chain.
 type countingTotal struct{ r *run }
 
@@ -142,15 +152,11 @@ func chainLength(chain []store.Backup) uint64 {
 // backup taken before it ends can be the base of an increment: a chain
 // across a replace would restore what the replace deleted.
 func (m *Manager) replace(ctx context.Context, r *run, req ImportRequest, p prepared) (proto.Message, error) {
-	chain, err := m.chainOf(ctx, p.sourceOwner, p.backup)
-	if err != nil {
-		return nil, err
-	}
 	opts, err := optionsOf(p.backup)
 	if err != nil {
 		return nil, err
 	}
-	c, closeChain, err := m.openChain(ctx, p.sourceOwner, chain, &countingTotal{r: r})
+	c, closeChain, err := m.readChain(ctx, p.sourceOwner, p.backup, r)
 	if err != nil {
 		return nil, err
 	}

@@ -163,6 +163,13 @@ func synthesized(t *testing.T, h *harness, owner, id string) []*ds.BackupElement
 	if err != nil {
 		t.Fatal(err)
 	}
+	return elementsOf(t, data, key)
+}
+
+// elementsOf reads an archive's elements after its metadata with the
+// container alone.
+func elementsOf(t *testing.T, data, key []byte) []*ds.BackupElement {
+	t.Helper()
 	r, err := archive.NewReader(bytes.NewReader(data), key, readerOpts)
 	if err != nil {
 		t.Fatal(err)
@@ -218,25 +225,7 @@ func exported(t *testing.T, st store.Store, owner string) []*ds.BackupElement {
 	if _, err := backup.Export(t.Context(), st, owner, key, nil, time.Now().UnixNano(), &buf, backup.ExportConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := archive.NewReader(&buf, key, readerOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if _, err := r.Metadata(); err != nil {
-		t.Fatal(err)
-	}
-	var out []*ds.BackupElement
-	for {
-		el, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, el)
-	}
+	return elementsOf(t, buf.Bytes(), key)
 }
 
 // TestReplaceStartsAFreshChain: after a restore in replace mode no backup

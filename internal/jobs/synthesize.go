@@ -89,12 +89,8 @@ func (m *Manager) writeArchive(ctx context.Context, r *run, req ExportRequest, p
 	if err != nil {
 		return 0, backup.Counts{}, fmt.Errorf("from_backup: %w", err)
 	}
-	chain, err := m.chainOf(ctx, req.Owner, src)
-	if err != nil {
-		return 0, backup.Counts{}, err
-	}
 	var read run // the bytes read are not the job's: it reports what it wrote
-	c, closeChain, err := m.openChain(ctx, req.Owner, chain, &countingTotal{r: &read})
+	c, closeChain, err := m.readChain(ctx, req.Owner, src, &read)
 	if err != nil {
 		return 0, backup.Counts{}, err
 	}

@@ -160,21 +160,31 @@ func run(dbURL string, n int, share float64, rounds, restores int) error {
 	return nil
 }
 
+// export runs one export job to its end: an increment of since, or a full
+// backup when since is "".
+func export(ctx context.Context, m *jobs.Manager, owner, since string) (result, error) {
+	start := time.Now()
+	j, err := m.StartExport(ctx, "chainbench", jobs.ExportRequest{Owner: owner, Since: since})
+	if j, err = ended(ctx, m, j, err); err != nil {
+		return result{}, fmt.Errorf("export since %q: %w", since, err)
+	}
+	took := time.Since(start)
+	r := &pv.ExportJobResult{}
+	if err := proto.Unmarshal(j.Result, r); err != nil {
+		return result{}, err
+	}
+	return result{messages: r.GetSummary().GetMessages(), bytes: r.GetSummary().GetArchiveBytes(), took: took, id: r.GetBackup()}, nil
+}
+
 // restore runs one import job of backup id into a new, empty owner and
 // reports what it inserted and how long it took.
 func restore(ctx context.Context, m *jobs.Manager, source, id string) (result, error) {
 	start := time.Now()
 	j, err := m.StartImport(ctx, "chainbench", jobs.ImportRequest{Owner: fmt.Sprintf("%s-restore-%d", source, time.Now().UnixNano()), SourceOwner: source, Backup: id})
-	if err != nil {
-		return result{}, err
-	}
-	if j, err = m.Wait(ctx, j.ID, 20*time.Millisecond); err != nil {
-		return result{}, err
+	if j, err = ended(ctx, m, j, err); err != nil {
+		return result{}, fmt.Errorf("restore of %s: %w", id, err)
 	}
 	took := time.Since(start)
-	if j.State != store.JobSucceeded {
-		return result{}, fmt.Errorf("restore of %s: %s: %s", id, j.State, j.ErrorMessage)
-	}
 	r := &pv.ImportJobResult{}
 	if err := proto.Unmarshal(j.Result, r); err != nil {
 		return result{}, err
@@ -182,24 +192,17 @@ func restore(ctx context.Context, m *jobs.Manager, source, id string) (result, e
 	return result{messages: r.GetCounts().GetMessages().GetInserted(), took: took, id: id}, nil
 }
 
-// export runs one export job to its end: an increment of since, or a full
-// backup when since is "".
-func export(ctx context.Context, m *jobs.Manager, owner, since string) (result, error) {
-	start := time.Now()
-	j, err := m.StartExport(ctx, "chainbench", jobs.ExportRequest{Owner: owner, Since: since})
+// ended waits for a job that started (err nil) to end, and fails unless
+// it succeeded.
+func ended(ctx context.Context, m *jobs.Manager, j store.Job, err error) (store.Job, error) {
 	if err != nil {
-		return result{}, err
+		return j, err
 	}
 	if j, err = m.Wait(ctx, j.ID, 20*time.Millisecond); err != nil {
-		return result{}, err
+		return j, err
 	}
-	took := time.Since(start)
 	if j.State != store.JobSucceeded {
-		return result{}, fmt.Errorf("export since %q: %s: %s", since, j.State, j.ErrorMessage)
+		return j, fmt.Errorf("%s: %s", j.State, j.ErrorMessage)
 	}
-	r := &pv.ExportJobResult{}
-	if err := proto.Unmarshal(j.Result, r); err != nil {
-		return result{}, err
-	}
-	return result{messages: r.GetSummary().GetMessages(), bytes: r.GetSummary().GetArchiveBytes(), took: took, id: r.GetBackup()}, nil
+	return j, nil
 }

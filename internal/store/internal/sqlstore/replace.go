@@ -13,24 +13,9 @@ import (
 // The writes of a restore in replace mode (store.Replacing).
 
 func (s SQLStore) ReplaceGroup(ctx context.Context, owner string, g *gb.GroupSave) error {
-	args, err := store.GroupArgs(g)
-	if err != nil {
-		return err
-	}
-	return s.db.Write(ctx, func(tx Conn) error {
-		seq, err := s.NextChange(ctx, tx, owner)
-		if err != nil {
-			return err
-		}
-		old, err := s.getGroup(ctx, tx, owner, g.GetId(), s.d.ForUpdate)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		if _, err := tx.Exec(ctx, s.q.groupUpsert, append(append([]any{owner}, args...), seq)...); err != nil {
-			return fmt.Errorf("%s: replace group %x: %w", s.d.Name, g.GetId(), err)
-		}
-		return s.groupChanged(ctx, tx, owner, old, g, seq)
-	})
+	// Over any stored group, a Restored one too.
+	_, err := s.writeGroup(ctx, owner, g, func(*gb.GroupSave) error { return nil })
+	return err
 }
 
 func (s SQLStore) DeleteGroup(ctx context.Context, owner string, id []byte) error {

@@ -164,6 +164,12 @@ func (s SQLStore) GetGroup(ctx context.Context, owner string, id []byte) (*gb.Gr
 }
 
 func (s SQLStore) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (created bool, err error) {
+	return s.writeGroup(ctx, owner, g, store.CheckPut)
+}
+
+// writeGroup creates or overwrites g when check allows it over the stored
+// group (nil when there is none), as one change of the owner.
+func (s SQLStore) writeGroup(ctx context.Context, owner string, g *gb.GroupSave, check func(stored *gb.GroupSave) error) (created bool, err error) {
 	args, err := store.GroupArgs(g)
 	if err != nil {
 		return false, err
@@ -177,7 +183,7 @@ func (s SQLStore) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		if err := store.CheckPut(old); err != nil {
+		if err := check(old); err != nil {
 			return err
 		}
 		created = old == nil
