@@ -64,6 +64,13 @@ const (
 	DefaultUploadsAtOnce = 16
 	// DefaultStall: a body that sends nothing for this long is cut.
 	DefaultStall = 30 * time.Second
+	// DefaultBodyGrace and DefaultMinBodyRate: past the grace, a body
+	// must have arrived at this average rate, or it is cut (408): a
+	// trickler cannot hold an upload slot. They bound an upload's life
+	// (MaxUploadTime), which is how long its reservation outlives a
+	// server that died under it.
+	DefaultBodyGrace   = 10 * time.Second
+	DefaultMinBodyRate = 32 << 10
 	// idBytes is an id's randomness: 160 bits, 40 hex digits.
 	idBytes = 20
 	// blobBuffer is the blob writer's buffer: S3's smallest part.
@@ -112,6 +119,10 @@ type Config struct {
 	UploadsPerClient int
 	UploadsAtOnce    int
 	Stall            time.Duration
+	// BodyGrace and MinBodyRate (bytes a second): past the grace, a body
+	// slower on average is cut.
+	BodyGrace   time.Duration
+	MinBodyRate int64
 	// CORSOrigins answered; "*" any (default).
 	CORSOrigins []string
 	Log         *zap.Logger
@@ -161,6 +172,12 @@ func New(cfg Config) *Service {
 	}
 	if cfg.Stall <= 0 {
 		cfg.Stall = DefaultStall
+	}
+	if cfg.BodyGrace <= 0 {
+		cfg.BodyGrace = DefaultBodyGrace
+	}
+	if cfg.MinBodyRate <= 0 {
+		cfg.MinBodyRate = DefaultMinBodyRate
 	}
 	if cfg.CORSOrigins == nil {
 		cfg.CORSOrigins = []string{"*"}
@@ -344,17 +361,32 @@ var (
 	errStalled  = errors.New("the body stalled")
 )
 
+// MaxUploadTime is the longest an upload can take under cfg: the grace,
+// then its largest body at the slowest rate admitted, and a stall. An
+// upload's row expires then unless finished, so the sweep releases what
+// an upload reserved when its server died under it.
+func MaxUploadTime(cfg Config) time.Duration {
+	return cfg.BodyGrace + time.Duration(cfg.MaxUpload/cfg.MinBodyRate+1)*time.Second + cfg.Stall
+}
+
 // pacedBody reads a request body up to limit bytes, each read under a
-// fresh deadline of stall, so a body that stops sending is cut.
+// fresh deadline of stall, so a body that stops sending is cut; past
+// grace, a body slower than minRate on average is cut too.
 type pacedBody struct {
-	r     io.Reader
-	rc    *http.ResponseController
-	stall time.Duration
-	limit int64
-	n     int64
+	r       io.Reader
+	rc      *http.ResponseController
+	stall   time.Duration
+	grace   time.Duration
+	minRate int64
+	limit   int64
+	n       int64
+	start   time.Time
 }
 
 func (b *pacedBody) Read(p []byte) (int, error) {
+	if b.start.IsZero() {
+		b.start = time.Now()
+	}
 	_ = b.rc.SetReadDeadline(time.Now().Add(b.stall))
 	if int64(len(p)) > b.limit-b.n+1 {
 		p = p[:b.limit-b.n+1]
@@ -363,6 +395,9 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 	b.n += int64(n)
 	if b.n > b.limit {
 		return n, errTooLarge
+	}
+	if took := time.Since(b.start); took > b.grace && float64(b.n) < float64(b.minRate)*took.Seconds() {
+		return n, errStalled
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
@@ -394,7 +429,9 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	id := newID()
 	now := s.cfg.Now()
-	f := store.HistoryFile{ID: id, ObjectKey: s.cfg.Prefix + id, State: store.HistoryUploading, Size: expected, Created: now, Expires: now.Add(s.cfg.Retention)}
+	// Until it is finished the row expires with the body's deadline: the
+	// sweep releases the reservation of an upload whose server died.
+	f := store.HistoryFile{ID: id, ObjectKey: s.cfg.Prefix + id, State: store.HistoryUploading, Size: expected, Created: now, Expires: now.Add(MaxUploadTime(s.cfg))}
 	if err := s.cfg.Store.CreateHistoryFile(ctx, f); err != nil {
 		s.fail(w, "record the upload", err)
 		return
@@ -414,7 +451,7 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if err := s.cfg.Store.FinishHistoryFile(ctx, id, n); err != nil {
+	if err := s.cfg.Store.FinishHistoryFile(ctx, id, n, now.Add(s.cfg.Retention)); err != nil {
 		s.forget(f)
 		s.fail(w, "record the upload", err)
 		return
@@ -436,7 +473,7 @@ func (s *Service) store(ctx context.Context, r *http.Request, w http.ResponseWri
 	if err != nil {
 		return 0, err
 	}
-	body := &pacedBody{r: r.Body, rc: http.NewResponseController(w), stall: s.cfg.Stall, limit: s.cfg.MaxUpload}
+	body := &pacedBody{r: r.Body, rc: http.NewResponseController(w), stall: s.cfg.Stall, grace: s.cfg.BodyGrace, minRate: s.cfg.MinBodyRate, limit: s.cfg.MaxUpload}
 	n, err := io.Copy(bw, body)
 	if err != nil {
 		cancel() // aborts the write: nothing is committed

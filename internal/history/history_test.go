@@ -595,3 +595,99 @@ func TestHistoryClientsPruned(t *testing.T) {
 		t.Errorf("after pruning: %v", s.clients)
 	}
 }
+
+// trickle is a body that sends one byte every interval, count times.
+type trickle struct {
+	interval time.Duration
+	left     int
+}
+
+func (b *trickle) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(b.interval)
+	b.left--
+	p[0] = 'x'
+	return 1, nil
+}
+
+// TestHistoryTricklerCut (issue 47, finding 3): a body that keeps sending
+// a byte now and then (never stalling long enough to be cut by the stall)
+// is cut with 408 once it falls below the minimum rate past its grace, and
+// its slot is free again; before, 16 of them held every slot for as long
+// as they trickled.
+func TestHistoryTricklerCut(t *testing.T) {
+	f := newFixture(t, enginetest.SQLite(t), func(c *Config) {
+		c.UploadsAtOnce, c.BodyGrace, c.MinBodyRate = 1, 300*time.Millisecond, 4<<10
+	})
+	start := time.Now()
+	trickler := make(chan int, 1)
+	go func() {
+		code, _ := f.upload(t, &trickle{interval: 50 * time.Millisecond, left: 100}) // 5 s of trickle if not cut
+		trickler <- code
+	}()
+	// The server cuts it within the grace and a few reads, while the
+	// client still trickles, and its slot (the only one) is free again.
+	eventually.True(t, 4*time.Second, func() bool { return f.refused(RefusedStalled) == 1 },
+		func() string { return "the trickler was not cut" })
+	t.Logf("cut after %s", time.Since(start).Round(time.Millisecond))
+	waitRunning(t, f.svc, 0)
+	if code, id := f.upload(t, bytes.NewReader(random(t, 64<<10))); code != http.StatusOK || len(id) != 2*idBytes {
+		t.Fatalf("an honest upload beside the cut trickler: %d %q", code, id)
+	}
+	if code := <-trickler; code != http.StatusRequestTimeout {
+		t.Errorf("the trickler was answered %d, want 408", code)
+	}
+	if used, n := f.stored(t); n != 1 || used != 64<<10 {
+		t.Errorf("stored %d bytes in %d files: the trickler's reservation stayed", used, n)
+	}
+}
+
+// TestHistoryDeadUploadReleased (issue 47, finding 4): an upload's row
+// expires with its body's deadline (MaxUploadTime), not its retention, so
+// when its server dies under it the sweep releases what it reserved
+// within that time; before, the reservation held for the retention (7
+// days) and made later uploads evict real files or get 507.
+func TestHistoryDeadUploadReleased(t *testing.T) {
+	f := newFixture(t, enginetest.SQLite(t), nil)
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, f.url+"/upload", pr)
+		req.ContentLength = 1 << 20
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			done <- resp.StatusCode
+			return
+		}
+		done <- 0
+	}()
+	if _, err := pw.Write([]byte("partial")); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, f.svc, 1)
+	eventually.True(t, 10*time.Second, func() bool { _, n := f.stored(t); return n == 1 },
+		func() string { return "the upload's row was never recorded" })
+	if used, _ := f.stored(t); used != 1<<20 {
+		t.Fatalf("the upload reserves %d bytes, want its declared 1 MiB", used)
+	}
+	// As if its server had died: nothing finishes or forgets the row. The
+	// sweep at its body's deadline releases it.
+	deadline := time.Unix(0, f.now.Load()).Add(MaxUploadTime(f.svc.cfg))
+	if err := f.svc.Sweep(t.Context(), deadline.Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, n := f.stored(t); n != 1 {
+		t.Fatalf("swept before its body's deadline")
+	}
+	if err := f.svc.Sweep(t.Context(), deadline); err != nil {
+		t.Fatal(err)
+	}
+	if used, n := f.stored(t); n != 0 || used != 0 {
+		t.Errorf("after its body's deadline (%s) %d bytes in %d files are still reserved", MaxUploadTime(f.svc.cfg), used, n)
+	}
+	pw.CloseWithError(errors.New("gone"))
+	<-done
+}

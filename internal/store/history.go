@@ -14,8 +14,10 @@ type HistoryFiles interface {
 	// (HistoryUploading); an id already used is ErrFailedPrecondition.
 	CreateHistoryFile(ctx context.Context, f HistoryFile) error
 	// FinishHistoryFile marks an upload whole (HistoryReady) with its
-	// size; one not uploading is ErrNotFound.
-	FinishHistoryFile(ctx context.Context, id string, size int64) error
+	// size, to expire at expires; an upload's row expires at its body's
+	// deadline until then, so the sweep releases what a dead upload
+	// reserved. ErrNotFound when the row is gone or not uploading.
+	FinishHistoryFile(ctx context.Context, id string, size int64, expires time.Time) error
 	// GetHistoryFile returns one file or ErrNotFound.
 	GetHistoryFile(ctx context.Context, id string) (HistoryFile, error)
 	// CountHistoryDownload counts a download of a ready file and returns

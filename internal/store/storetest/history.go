@@ -29,14 +29,17 @@ func testHistoryFiles(t *testing.T, s store.Store) {
 	if _, err := s.CountHistoryDownload(ctx(t), "a"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a download of an upload still running: %v", err)
 	}
-	if err := s.FinishHistoryFile(ctx(t), "a", 70); err != nil {
+	// Finished, a file takes its retention's deadline in place of its
+	// body's.
+	finishExpires := at.Add(7 * 24 * time.Hour)
+	if err := s.FinishHistoryFile(ctx(t), "a", 70, finishExpires); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.FinishHistoryFile(ctx(t), "a", 70); !errors.Is(err, store.ErrNotFound) {
+	if err := s.FinishHistoryFile(ctx(t), "a", 70, finishExpires); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("finishing twice: %v", err)
 	}
 	got, err := s.GetHistoryFile(ctx(t), "a")
-	if err != nil || got.State != store.HistoryReady || got.Size != 70 || got.ObjectKey != "history/a" || !got.Expires.Equal(at.Add(time.Hour)) {
+	if err != nil || got.State != store.HistoryReady || got.Size != 70 || got.ObjectKey != "history/a" || !got.Expires.Equal(finishExpires) {
 		t.Fatalf("GetHistoryFile: %+v, %v", got, err)
 	}
 	for want := int64(1); want <= 2; want++ {
@@ -47,7 +50,9 @@ func testHistoryFiles(t *testing.T, s store.Store) {
 	if used, n, err := s.HistoryBytes(ctx(t)); err != nil || used != 120 || n != 2 {
 		t.Fatalf("HistoryBytes: %d bytes in %d files, %v; want 120 in 2", used, n, err)
 	}
-	if due, err := s.HistoryFilesBefore(ctx(t), at.Add(time.Hour), 10); err != nil || len(due) != 1 || due[0].ID != "a" {
+	// An upload whose body's deadline passed is due (a dead upload's
+	// reservation is released); a finished file is not before its own.
+	if due, err := s.HistoryFilesBefore(ctx(t), at.Add(2*time.Hour), 10); err != nil || len(due) != 1 || due[0].ID != "b" {
 		t.Fatalf("HistoryFilesBefore: %+v, %v", due, err)
 	}
 	if oldest, err := s.OldestHistoryFiles(ctx(t), 1); err != nil || len(oldest) != 1 || oldest[0].ID != "a" {

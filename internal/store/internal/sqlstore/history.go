@@ -33,9 +33,9 @@ func (s SQLStore) CreateHistoryFile(ctx context.Context, f store.HistoryFile) er
 	return nil
 }
 
-func (s SQLStore) FinishHistoryFile(ctx context.Context, id string, size int64) error {
-	n, err := s.exec(ctx, s.d.bind(`UPDATE history_files SET state = ?, size = ? WHERE id = ? AND state = ?`),
-		store.HistoryReady, size, id, store.HistoryUploading)
+func (s SQLStore) FinishHistoryFile(ctx context.Context, id string, size int64, expires time.Time) error {
+	n, err := s.exec(ctx, s.d.bind(`UPDATE history_files SET state = ?, size = ?, expires_ns = ? WHERE id = ? AND state = ?`),
+		store.HistoryReady, size, expires.UnixNano(), id, store.HistoryUploading)
 	if err != nil {
 		return fmt.Errorf("%s: finish history file: %w", s.d.Name, err)
 	}
