@@ -155,7 +155,11 @@ func (m *Manager) prepareAgain(ctx context.Context, j store.Job) (*pv.JobProgres
 		if err != nil {
 			return nil, nil, prepared{}, fmt.Errorf("backup %s: %w", b.ID, err)
 		}
-		return md, req, prepared{key: key, bucket: bucket, backup: b, total: b.Summary.Length, sourceOwner: source}, nil
+		chain, err := m.chainOf(ctx, source, b)
+		if err != nil {
+			return nil, nil, prepared{}, err
+		}
+		return md, req, prepared{key: key, bucket: bucket, backup: b, total: chainLength(chain), sourceOwner: source}, nil
 	case store.JobErase, store.JobEraseDryRun:
 		spec := &pv.EraseSpec{}
 		if err := proto.Unmarshal(j.Spec, spec); err != nil {
