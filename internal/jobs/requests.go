@@ -59,6 +59,8 @@ var nonconformingRows = map[backup.Nonconforming]pv.NonconformingRecords{
 	backup.RepairNonconforming:  pv.NonconformingRecords_NONCONFORMING_RECORDS_REPAIR,
 }
 
+var importModes = map[bool]pv.ImportMode{false: pv.ImportMode_IMPORT_MODE_MERGE, true: pv.ImportMode_IMPORT_MODE_REPLACE}
+
 // spec is the job row's spec column for req.
 func (req ExportRequest) spec() ([]byte, error) {
 	return proto.Marshal(&pv.ExportSpec{Owner: req.Owner, Options: req.Options, Bucket: req.Bucket, Label: req.Label,
@@ -67,7 +69,7 @@ func (req ExportRequest) spec() ([]byte, error) {
 
 func (req ImportRequest) spec() ([]byte, error) {
 	return proto.Marshal(&pv.ImportSpec{Owner: req.Owner, Backup: req.Backup, SourceOwner: req.SourceOwner, RequestId: req.RequestID,
-		ValidateOnly: req.ValidateOnly, Replace: req.Replace})
+		ValidateOnly: req.ValidateOnly, Mode: importModes[req.Replace]})
 }
 
 // Progress is job j's last recorded progress.

@@ -142,7 +142,7 @@ func (m *Manager) prepareAgain(ctx context.Context, j store.Job) (*pv.JobProgres
 			return nil, nil, prepared{}, fmt.Errorf("job %s: spec: %w", j.ID, err)
 		}
 		req := ImportRequest{Owner: j.Owner, SourceOwner: spec.GetSourceOwner(), Backup: spec.GetBackup(), RequestID: spec.GetRequestId(),
-			ValidateOnly: spec.GetValidateOnly(), Replace: spec.GetReplace()}
+			ValidateOnly: spec.GetValidateOnly(), Replace: spec.GetMode() == pv.ImportMode_IMPORT_MODE_REPLACE}
 		source := req.SourceOwner
 		if source == "" {
 			source = req.Owner

@@ -37,6 +37,56 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ImportMode is StartImportRequest.mode's wire form.
+type ImportMode int32
+
+const (
+	ImportMode_IMPORT_MODE_UNSPECIFIED ImportMode = 0
+	ImportMode_IMPORT_MODE_MERGE       ImportMode = 1
+	ImportMode_IMPORT_MODE_REPLACE     ImportMode = 2
+)
+
+// Enum value maps for ImportMode.
+var (
+	ImportMode_name = map[int32]string{
+		0: "IMPORT_MODE_UNSPECIFIED",
+		1: "IMPORT_MODE_MERGE",
+		2: "IMPORT_MODE_REPLACE",
+	}
+	ImportMode_value = map[string]int32{
+		"IMPORT_MODE_UNSPECIFIED": 0,
+		"IMPORT_MODE_MERGE":       1,
+		"IMPORT_MODE_REPLACE":     2,
+	}
+)
+
+func (x ImportMode) Enum() *ImportMode {
+	p := new(ImportMode)
+	*p = x
+	return p
+}
+
+func (x ImportMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ImportMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_contentbackup_persistence_v1_jobs_proto_enumTypes[0].Descriptor()
+}
+
+func (ImportMode) Type() protoreflect.EnumType {
+	return &file_contentbackup_persistence_v1_jobs_proto_enumTypes[0]
+}
+
+func (x ImportMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ImportMode.Descriptor instead.
+func (ImportMode) EnumDescriptor() ([]byte, []int) {
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{0}
+}
+
 // NonconformingRecords is the export rule for records the reference would
 // refuse.
 type NonconformingRecords int32
@@ -75,11 +125,11 @@ func (x NonconformingRecords) String() string {
 }
 
 func (NonconformingRecords) Descriptor() protoreflect.EnumDescriptor {
-	return file_contentbackup_persistence_v1_jobs_proto_enumTypes[0].Descriptor()
+	return file_contentbackup_persistence_v1_jobs_proto_enumTypes[1].Descriptor()
 }
 
 func (NonconformingRecords) Type() protoreflect.EnumType {
-	return &file_contentbackup_persistence_v1_jobs_proto_enumTypes[0]
+	return &file_contentbackup_persistence_v1_jobs_proto_enumTypes[1]
 }
 
 func (x NonconformingRecords) Number() protoreflect.EnumNumber {
@@ -88,7 +138,7 @@ func (x NonconformingRecords) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NonconformingRecords.Descriptor instead.
 func (NonconformingRecords) EnumDescriptor() ([]byte, []int) {
-	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{0}
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{1}
 }
 
 // JobKind is what a job does.
@@ -128,11 +178,11 @@ func (x JobKind) String() string {
 }
 
 func (JobKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_contentbackup_persistence_v1_jobs_proto_enumTypes[1].Descriptor()
+	return file_contentbackup_persistence_v1_jobs_proto_enumTypes[2].Descriptor()
 }
 
 func (JobKind) Type() protoreflect.EnumType {
-	return &file_contentbackup_persistence_v1_jobs_proto_enumTypes[1]
+	return &file_contentbackup_persistence_v1_jobs_proto_enumTypes[2]
 }
 
 func (x JobKind) Number() protoreflect.EnumNumber {
@@ -141,7 +191,7 @@ func (x JobKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobKind.Descriptor instead.
 func (JobKind) EnumDescriptor() ([]byte, []int) {
-	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{1}
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{2}
 }
 
 // JobPhase is how far a job has got.
@@ -187,11 +237,11 @@ func (x JobPhase) String() string {
 }
 
 func (JobPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_contentbackup_persistence_v1_jobs_proto_enumTypes[2].Descriptor()
+	return file_contentbackup_persistence_v1_jobs_proto_enumTypes[3].Descriptor()
 }
 
 func (JobPhase) Type() protoreflect.EnumType {
-	return &file_contentbackup_persistence_v1_jobs_proto_enumTypes[2]
+	return &file_contentbackup_persistence_v1_jobs_proto_enumTypes[3]
 }
 
 func (x JobPhase) Number() protoreflect.EnumNumber {
@@ -200,7 +250,7 @@ func (x JobPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobPhase.Descriptor instead.
 func (JobPhase) EnumDescriptor() ([]byte, []int) {
-	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{2}
+	return file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP(), []int{3}
 }
 
 // ExportSpec is what an export job was asked to do (StartExportRequest's
@@ -314,7 +364,7 @@ type ImportSpec struct {
 	SourceOwner   string                 `protobuf:"bytes,5,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
 	RequestId     string                 `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	ValidateOnly  bool                   `protobuf:"varint,7,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
-	Replace       bool                   `protobuf:"varint,8,opt,name=replace,proto3" json:"replace,omitempty"`
+	Mode          ImportMode             `protobuf:"varint,8,opt,name=mode,proto3,enum=contentbackup.persistence.v1.ImportMode" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -384,11 +434,11 @@ func (x *ImportSpec) GetValidateOnly() bool {
 	return false
 }
 
-func (x *ImportSpec) GetReplace() bool {
+func (x *ImportSpec) GetMode() ImportMode {
 	if x != nil {
-		return x.Replace
+		return x.Mode
 	}
-	return false
+	return ImportMode_IMPORT_MODE_UNSPECIFIED
 }
 
 // EraseSpec is what an erasure job was asked to do (EraseOwnerRequest's
@@ -1298,7 +1348,7 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\fsince_backup\x18\t \x01(\tR\vsinceBackup\x12\x1f\n" +
 	"\vfrom_backup\x18\n" +
 	" \x01(\tR\n" +
-	"fromBackupJ\x04\b\x02\x10\x03J\x04\b\x04\x10\x05R\akey_refR\vdestination\"\xd8\x01\n" +
+	"fromBackupJ\x04\b\x02\x10\x03J\x04\b\x04\x10\x05R\akey_refR\vdestination\"\xfc\x01\n" +
 	"\n" +
 	"ImportSpec\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
@@ -1306,8 +1356,8 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\fsource_owner\x18\x05 \x01(\tR\vsourceOwner\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\x12#\n" +
-	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnly\x12\x18\n" +
-	"\areplace\x18\b \x01(\bR\areplaceJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\akey_refR\x06source\"Y\n" +
+	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnly\x12<\n" +
+	"\x04mode\x18\b \x01(\x0e2(.contentbackup.persistence.v1.ImportModeR\x04modeJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\akey_refR\x06source\"Y\n" +
 	"\tEraseSpec\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x1d\n" +
@@ -1379,7 +1429,12 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\rElementCounts\x12\x1a\n" +
 	"\binserted\x18\x01 \x01(\x04R\binserted\x12\x18\n" +
 	"\aupdated\x18\x02 \x01(\x04R\aupdated\x12\x1c\n" +
-	"\tunchanged\x18\x03 \x01(\x04R\tunchanged*\xa2\x01\n" +
+	"\tunchanged\x18\x03 \x01(\x04R\tunchanged*Y\n" +
+	"\n" +
+	"ImportMode\x12\x1b\n" +
+	"\x17IMPORT_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11IMPORT_MODE_MERGE\x10\x01\x12\x17\n" +
+	"\x13IMPORT_MODE_REPLACE\x10\x02*\xa2\x01\n" +
 	"\x14NonconformingRecords\x12%\n" +
 	"!NONCONFORMING_RECORDS_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aNONCONFORMING_RECORDS_FAIL\x10\x01\x12!\n" +
@@ -1410,53 +1465,55 @@ func file_contentbackup_persistence_v1_jobs_proto_rawDescGZIP() []byte {
 	return file_contentbackup_persistence_v1_jobs_proto_rawDescData
 }
 
-var file_contentbackup_persistence_v1_jobs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_contentbackup_persistence_v1_jobs_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_contentbackup_persistence_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_contentbackup_persistence_v1_jobs_proto_goTypes = []any{
-	(NonconformingRecords)(0),              // 0: contentbackup.persistence.v1.NonconformingRecords
-	(JobKind)(0),                           // 1: contentbackup.persistence.v1.JobKind
-	(JobPhase)(0),                          // 2: contentbackup.persistence.v1.JobPhase
-	(*ExportSpec)(nil),                     // 3: contentbackup.persistence.v1.ExportSpec
-	(*ImportSpec)(nil),                     // 4: contentbackup.persistence.v1.ImportSpec
-	(*EraseSpec)(nil),                      // 5: contentbackup.persistence.v1.EraseSpec
-	(*JobProgress)(nil),                    // 6: contentbackup.persistence.v1.JobProgress
-	(*ObjectLocation)(nil),                 // 7: contentbackup.persistence.v1.ObjectLocation
-	(*ExportJobResult)(nil),                // 8: contentbackup.persistence.v1.ExportJobResult
-	(*ExportSummary)(nil),                  // 9: contentbackup.persistence.v1.ExportSummary
-	(*EraseJobResult)(nil),                 // 10: contentbackup.persistence.v1.EraseJobResult
-	(*TableRows)(nil),                      // 11: contentbackup.persistence.v1.TableRows
-	(*ImportJobResult)(nil),                // 12: contentbackup.persistence.v1.ImportJobResult
-	(*ReplaceCounts)(nil),                  // 13: contentbackup.persistence.v1.ReplaceCounts
-	(*KindCounts)(nil),                     // 14: contentbackup.persistence.v1.KindCounts
-	(*ImportCounts)(nil),                   // 15: contentbackup.persistence.v1.ImportCounts
-	(*ElementCounts)(nil),                  // 16: contentbackup.persistence.v1.ElementCounts
-	(*device_sync.ArchiveOptions)(nil),     // 17: xmtp.device_sync.ArchiveOptions
-	(*device_sync.BackupMetadataSave)(nil), // 18: xmtp.device_sync.BackupMetadataSave
+	(ImportMode)(0),                        // 0: contentbackup.persistence.v1.ImportMode
+	(NonconformingRecords)(0),              // 1: contentbackup.persistence.v1.NonconformingRecords
+	(JobKind)(0),                           // 2: contentbackup.persistence.v1.JobKind
+	(JobPhase)(0),                          // 3: contentbackup.persistence.v1.JobPhase
+	(*ExportSpec)(nil),                     // 4: contentbackup.persistence.v1.ExportSpec
+	(*ImportSpec)(nil),                     // 5: contentbackup.persistence.v1.ImportSpec
+	(*EraseSpec)(nil),                      // 6: contentbackup.persistence.v1.EraseSpec
+	(*JobProgress)(nil),                    // 7: contentbackup.persistence.v1.JobProgress
+	(*ObjectLocation)(nil),                 // 8: contentbackup.persistence.v1.ObjectLocation
+	(*ExportJobResult)(nil),                // 9: contentbackup.persistence.v1.ExportJobResult
+	(*ExportSummary)(nil),                  // 10: contentbackup.persistence.v1.ExportSummary
+	(*EraseJobResult)(nil),                 // 11: contentbackup.persistence.v1.EraseJobResult
+	(*TableRows)(nil),                      // 12: contentbackup.persistence.v1.TableRows
+	(*ImportJobResult)(nil),                // 13: contentbackup.persistence.v1.ImportJobResult
+	(*ReplaceCounts)(nil),                  // 14: contentbackup.persistence.v1.ReplaceCounts
+	(*KindCounts)(nil),                     // 15: contentbackup.persistence.v1.KindCounts
+	(*ImportCounts)(nil),                   // 16: contentbackup.persistence.v1.ImportCounts
+	(*ElementCounts)(nil),                  // 17: contentbackup.persistence.v1.ElementCounts
+	(*device_sync.ArchiveOptions)(nil),     // 18: xmtp.device_sync.ArchiveOptions
+	(*device_sync.BackupMetadataSave)(nil), // 19: xmtp.device_sync.BackupMetadataSave
 }
 var file_contentbackup_persistence_v1_jobs_proto_depIdxs = []int32{
-	17, // 0: contentbackup.persistence.v1.ExportSpec.options:type_name -> xmtp.device_sync.ArchiveOptions
-	0,  // 1: contentbackup.persistence.v1.ExportSpec.nonconforming:type_name -> contentbackup.persistence.v1.NonconformingRecords
-	1,  // 2: contentbackup.persistence.v1.JobProgress.kind:type_name -> contentbackup.persistence.v1.JobKind
-	2,  // 3: contentbackup.persistence.v1.JobProgress.phase:type_name -> contentbackup.persistence.v1.JobPhase
-	7,  // 4: contentbackup.persistence.v1.JobProgress.object:type_name -> contentbackup.persistence.v1.ObjectLocation
-	9,  // 5: contentbackup.persistence.v1.ExportJobResult.summary:type_name -> contentbackup.persistence.v1.ExportSummary
-	7,  // 6: contentbackup.persistence.v1.ExportJobResult.archive:type_name -> contentbackup.persistence.v1.ObjectLocation
-	7,  // 7: contentbackup.persistence.v1.ExportJobResult.sidecar:type_name -> contentbackup.persistence.v1.ObjectLocation
-	11, // 8: contentbackup.persistence.v1.EraseJobResult.rows:type_name -> contentbackup.persistence.v1.TableRows
-	15, // 9: contentbackup.persistence.v1.ImportJobResult.counts:type_name -> contentbackup.persistence.v1.ImportCounts
-	13, // 10: contentbackup.persistence.v1.ImportJobResult.replaced:type_name -> contentbackup.persistence.v1.ReplaceCounts
-	14, // 11: contentbackup.persistence.v1.ReplaceCounts.written:type_name -> contentbackup.persistence.v1.KindCounts
-	14, // 12: contentbackup.persistence.v1.ReplaceCounts.deleted:type_name -> contentbackup.persistence.v1.KindCounts
-	14, // 13: contentbackup.persistence.v1.ReplaceCounts.unchanged:type_name -> contentbackup.persistence.v1.KindCounts
-	18, // 14: contentbackup.persistence.v1.ImportCounts.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
-	16, // 15: contentbackup.persistence.v1.ImportCounts.groups:type_name -> contentbackup.persistence.v1.ElementCounts
-	16, // 16: contentbackup.persistence.v1.ImportCounts.messages:type_name -> contentbackup.persistence.v1.ElementCounts
-	16, // 17: contentbackup.persistence.v1.ImportCounts.consent:type_name -> contentbackup.persistence.v1.ElementCounts
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	18, // 0: contentbackup.persistence.v1.ExportSpec.options:type_name -> xmtp.device_sync.ArchiveOptions
+	1,  // 1: contentbackup.persistence.v1.ExportSpec.nonconforming:type_name -> contentbackup.persistence.v1.NonconformingRecords
+	0,  // 2: contentbackup.persistence.v1.ImportSpec.mode:type_name -> contentbackup.persistence.v1.ImportMode
+	2,  // 3: contentbackup.persistence.v1.JobProgress.kind:type_name -> contentbackup.persistence.v1.JobKind
+	3,  // 4: contentbackup.persistence.v1.JobProgress.phase:type_name -> contentbackup.persistence.v1.JobPhase
+	8,  // 5: contentbackup.persistence.v1.JobProgress.object:type_name -> contentbackup.persistence.v1.ObjectLocation
+	10, // 6: contentbackup.persistence.v1.ExportJobResult.summary:type_name -> contentbackup.persistence.v1.ExportSummary
+	8,  // 7: contentbackup.persistence.v1.ExportJobResult.archive:type_name -> contentbackup.persistence.v1.ObjectLocation
+	8,  // 8: contentbackup.persistence.v1.ExportJobResult.sidecar:type_name -> contentbackup.persistence.v1.ObjectLocation
+	12, // 9: contentbackup.persistence.v1.EraseJobResult.rows:type_name -> contentbackup.persistence.v1.TableRows
+	16, // 10: contentbackup.persistence.v1.ImportJobResult.counts:type_name -> contentbackup.persistence.v1.ImportCounts
+	14, // 11: contentbackup.persistence.v1.ImportJobResult.replaced:type_name -> contentbackup.persistence.v1.ReplaceCounts
+	15, // 12: contentbackup.persistence.v1.ReplaceCounts.written:type_name -> contentbackup.persistence.v1.KindCounts
+	15, // 13: contentbackup.persistence.v1.ReplaceCounts.deleted:type_name -> contentbackup.persistence.v1.KindCounts
+	15, // 14: contentbackup.persistence.v1.ReplaceCounts.unchanged:type_name -> contentbackup.persistence.v1.KindCounts
+	19, // 15: contentbackup.persistence.v1.ImportCounts.metadata:type_name -> xmtp.device_sync.BackupMetadataSave
+	17, // 16: contentbackup.persistence.v1.ImportCounts.groups:type_name -> contentbackup.persistence.v1.ElementCounts
+	17, // 17: contentbackup.persistence.v1.ImportCounts.messages:type_name -> contentbackup.persistence.v1.ElementCounts
+	17, // 18: contentbackup.persistence.v1.ImportCounts.consent:type_name -> contentbackup.persistence.v1.ElementCounts
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_persistence_v1_jobs_proto_init() }
@@ -1469,7 +1526,7 @@ func file_contentbackup_persistence_v1_jobs_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_persistence_v1_jobs_proto_rawDesc), len(file_contentbackup_persistence_v1_jobs_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -149,13 +149,8 @@ func (m *ImportSpec) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
-	if m.Replace {
-		i--
-		if m.Replace {
-			dAtA[i] = 1
-		} else {
-			dAtA[i] = 0
-		}
+	if m.Mode != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Mode))
 		i--
 		dAtA[i] = 0x40
 	}
@@ -1071,8 +1066,8 @@ func (m *ImportSpec) SizeVT() (n int) {
 	if m.ValidateOnly {
 		n += 2
 	}
-	if m.Replace {
-		n += 2
+	if m.Mode != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Mode))
 	}
 	n += len(m.unknownFields)
 	return n
