@@ -43,6 +43,9 @@ func TestExportFormEveryContentShape_ARCH008(t *testing.T) {
 		{"typed text, enum TEXT", envelope("xmtp.org", "text"), "xmtp.org", "text", text, text},
 		{"typed text, enum ATTACHMENT", envelope("xmtp.org", "text"), "xmtp.org", "text", attachment, unset},
 		{"typed custom, enum TEXT", envelope("example.com", "text"), "example.com", "text", text, unset},
+		// The envelope's type decides, not stored fields that disagree.
+		{"typed text stored as attachment, enum TEXT", envelope("xmtp.org", "text"), "xmtp.org", "attachment", text, text},
+		{"typed attachment stored as text, enum TEXT", envelope("xmtp.org", "attachment"), "xmtp.org", "text", text, unset},
 		{"raw bytes typed text, enum ATTACHMENT", []byte("\xff raw"), "", "text", attachment, unset},
 		{"raw bytes typed text, enum TEXT", []byte("\xff raw"), "", "text", text, text},
 		{"raw bytes custom authority, enum TEXT", []byte("\xff raw"), "example.com", "text", text, unset},
