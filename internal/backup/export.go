@@ -103,8 +103,9 @@ type ExportConfig struct {
 	// ChangedAfter, when set, makes the export an increment: only what
 	// was written after that point of the owner's change sequence (the
 	// base's Counts.ChangeSeq), under the same rules, with the group of
-	// every message it holds, so that it imports on its own. Import being
-	// additive, restoring the base and then the increment restores both.
+	// every message it holds, so that it imports on its own. Import only
+	// adds, so an increment is restored with its chain read as one
+	// snapshot (Chain), never after its base.
 	ChangedAfter *int64
 }
 
