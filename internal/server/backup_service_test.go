@@ -265,12 +265,21 @@ func TestBackupJobBadRequests(t *testing.T) {
 		"bad window option":       {Owner: "alice", Options: &ds.ArchiveOptions{StartNs: proto.Int64(10), EndNs: proto.Int64(5)}},
 		"undefined nonconforming": {Owner: "alice", Nonconforming: 9},
 		"malformed request_id":    {Owner: "alice", RequestId: "has space/" + strings.Repeat("r", 300)},
+		"malformed from_backup":   {Owner: "alice", FromBackup: "../" + strings.Repeat("f", 3000)},
+		"from_backup with since":  {Owner: "alice", FromBackup: strings.Repeat("0", 32), SinceBackup: strings.Repeat("0", 32)},
 	} {
 		_, err := backupc.StartExport(ctx, req)
 		wantStatus(t, name, err, codes.InvalidArgument)
 		if msg := err.Error(); len(msg) > 1500 {
 			t.Errorf("%s: %d-byte message echoes the request", name, len(msg))
 		}
+	}
+	for name, req := range map[string]*cb.StartImportRequest{
+		"an undefined mode":          {Owner: "alice", Backup: strings.Repeat("0", 32), Mode: 9},
+		"replace with validate_only": {Owner: "alice", Backup: strings.Repeat("0", 32), Mode: cb.ImportMode_IMPORT_MODE_REPLACE, ValidateOnly: true},
+	} {
+		_, err := backupc.StartImport(ctx, req)
+		wantStatus(t, name, err, codes.InvalidArgument)
 	}
 	_, err := longrunningpb.NewOperationsClient(alice).GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: "operations/../../x"})
 	wantStatus(t, "malformed operation name", err, codes.InvalidArgument)
