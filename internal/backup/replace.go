@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -165,7 +166,7 @@ func (r *replacer) replaceGroup(g *gb.GroupSave) error {
 	if err := r.endGroup(); err != nil {
 		return err
 	}
-	stored, err := r.groups.until(g.GetId(), compareBytes, r.dropGroup)
+	stored, err := r.groups.until(g.GetId(), bytes.Compare, r.dropGroup)
 	if err != nil {
 		return err
 	}
@@ -370,10 +371,6 @@ func (r *replacer) retryConflicts() error {
 	}
 	r.retry = nil
 	return nil
-}
-
-func compareBytes(a, b []byte) int {
-	return compareKeys(store.TombstoneKey{ID: a}, store.TombstoneKey{ID: b})
 }
 
 func compareCursor(a, b *store.MessageCursor) int {

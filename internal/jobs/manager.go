@@ -1357,7 +1357,7 @@ func (m *Manager) importArchive(ctx context.Context, r *run, req ImportRequest, 
 	}
 	if p.backup.Base != "" {
 		// An increment: its chain read as one snapshot (restore.go).
-		c, closeChain, err := m.readChain(ctx, p.sourceOwner, p.backup, r)
+		c, closeChain, err := m.readChain(ctx, p.sourceOwner, p.backup, &r.bytes)
 		if err != nil {
 			return nil, err
 		}

@@ -3,10 +3,9 @@ package jobs
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
+	"sync/atomic"
 
-	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 	"google.golang.org/protobuf/proto"
 
@@ -75,7 +74,7 @@ func (m *Manager) checkObject(ctx context.Context, b store.Backup) error {
 // for reading as one snapshot. Each member's reader is charged to a
 // budget of its own, from the server's pool; the bytes read are counted
 // in read. close releases them all.
-func (m *Manager) openChain(ctx context.Context, owner string, chain []store.Backup, read *countingTotal) (c *backup.Chain, close func(), err error) {
+func (m *Manager) openChain(ctx context.Context, owner string, chain []store.Backup, read *atomic.Uint64) (c *backup.Chain, close func(), err error) {
 	var closers []func()
 	close = func() {
 		for _, f := range slices.Backward(closers) {
@@ -106,7 +105,7 @@ func (m *Manager) openChain(ctx context.Context, owner string, chain []store.Bac
 		closers = append(closers, meter.Close)
 		opts := m.cfg.Import.Reader
 		opts.Meter = meter
-		ar, err := archive.NewReader(read.reader(obj), key, opts)
+		ar, err := archive.NewReader(&countingReader{r: obj, n: read}, key, opts)
 		if err != nil {
 			return nil, nil, fmt.Errorf("backup %s: %w", b.ID, err)
 		}
@@ -121,20 +120,13 @@ func (m *Manager) openChain(ctx context.Context, owner string, chain []store.Bac
 }
 
 // readChain opens the chain of owner's backup b (b alone when it is a
-// full backup) as one snapshot, its bytes counted in r's.
-func (m *Manager) readChain(ctx context.Context, owner string, b store.Backup, r *run) (*backup.Chain, func(), error) {
+// full backup) as one snapshot, the bytes it reads counted in read.
+func (m *Manager) readChain(ctx context.Context, owner string, b store.Backup, read *atomic.Uint64) (*backup.Chain, func(), error) {
 	chain, err := m.chainOf(ctx, owner, b)
 	if err != nil {
 		return nil, nil, err
 	}
-	return m.openChain(ctx, owner, chain, &countingTotal{r: r})
-}
-
-// countingTotal counts the bytes read from every object of a chain.
-type countingTotal struct{ r *run }
-
-func (t *countingTotal) reader(obj *blob.Reader) io.Reader {
-	return &countingReader{r: obj, n: &t.r.bytes}
+	return m.openChain(ctx, owner, chain, read)
 }
 
 // chainLength is the bytes a restore of chain reads.
@@ -156,7 +148,7 @@ func (m *Manager) replace(ctx context.Context, r *run, req ImportRequest, p prep
 	if err != nil {
 		return nil, err
 	}
-	c, closeChain, err := m.readChain(ctx, p.sourceOwner, p.backup, r)
+	c, closeChain, err := m.readChain(ctx, p.sourceOwner, p.backup, &r.bytes)
 	if err != nil {
 		return nil, err
 	}

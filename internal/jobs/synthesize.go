@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -89,8 +90,8 @@ func (m *Manager) writeArchive(ctx context.Context, r *run, req ExportRequest, p
 	if err != nil {
 		return 0, backup.Counts{}, fmt.Errorf("from_backup: %w", err)
 	}
-	var read run // the bytes read are not the job's: it reports what it wrote
-	c, closeChain, err := m.readChain(ctx, req.Owner, src, &read)
+	// The bytes read are not the job's: it reports what it wrote.
+	c, closeChain, err := m.readChain(ctx, req.Owner, src, new(atomic.Uint64))
 	if err != nil {
 		return 0, backup.Counts{}, err
 	}
