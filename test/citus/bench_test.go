@@ -114,6 +114,19 @@ func benchEngine(b *testing.B, st *postgres.Store) {
 		}
 		b.ReportMetric(float64(b.N*page)/b.Elapsed().Seconds(), "msgs/s")
 	})
+	// A service's append: one message a call (200 calls an iteration, so
+	// -benchtime 10x measures 2,000), one phase on Citus (appendCitus).
+	b.Run("AppendOne", func(b *testing.B) {
+		const calls = 200
+		for i := range b.N {
+			for c := range calls {
+				if _, err := st.AppendMessages(ctx, "append-owner", batch(fmt.Sprint("one", i, "-", c), 1), store.AppendOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(float64(b.N*calls)/b.Elapsed().Seconds(), "msgs/s")
+	})
 	b.Run("ListMessages", func(b *testing.B) {
 		for range b.N {
 			p, err := st.ListMessages(ctx, owner, store.MessageQuery{GroupID: group.Id, Limit: page})

@@ -26,12 +26,22 @@ type planRecorder struct {
 	current map[*pgconn.PgConn]string
 	all     map[string]bool
 	multi   map[string]bool
+	// inTx is each connection's statements since its last BEGIN, and
+	// twoPhase the transactions Citus committed in two phases (a
+	// PREPARE TRANSACTION it sent a worker), by their statements.
+	inTx     map[*pgconn.PgConn][]string
+	twoPhase map[string]bool
 }
 
 func (r *planRecorder) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	r.mu.Lock()
 	flat := strings.Join(strings.Fields(d.SQL), " ")
 	r.current[c.PgConn()], r.all[flat] = flat, true
+	if strings.HasPrefix(strings.ToLower(flat), "begin") {
+		r.inTx[c.PgConn()] = nil
+	} else {
+		r.inTx[c.PgConn()] = append(r.inTx[c.PgConn()], flat)
+	}
 	r.mu.Unlock()
 	return ctx
 }
@@ -41,6 +51,7 @@ func (r *planRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 func (r *planRecorder) TraceCopyFromStart(ctx context.Context, c *pgx.Conn, d pgx.TraceCopyFromStartData) context.Context {
 	r.mu.Lock()
 	r.current[c.PgConn()] = "COPY " + d.TableName.Sanitize()
+	r.inTx[c.PgConn()] = append(r.inTx[c.PgConn()], r.current[c.PgConn()])
 	r.mu.Unlock()
 	return ctx
 }
@@ -48,6 +59,12 @@ func (r *planRecorder) TraceCopyFromStart(ctx context.Context, c *pgx.Conn, d pg
 func (r *planRecorder) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
 
 func (r *planRecorder) notice(c *pgconn.PgConn, n *pgconn.Notice) {
+	if strings.Contains(n.Message, "PREPARE TRANSACTION") {
+		r.mu.Lock()
+		r.twoPhase[strings.Join(r.inTx[c], "; ")] = true
+		r.mu.Unlock()
+		return
+	}
 	if !strings.Contains(n.Message, "multi-task query about to be executed") {
 		return
 	}
@@ -77,13 +94,17 @@ var ownerTableRef = regexp.MustCompile(`(?i)\b(?:from|into|update|join)\s+(` + s
 // cluster (make citus), with Citus told to report every statement it
 // splits over shards (citus.multi_task_query_log_level): a statement on an
 // owner table that does not name its owner, and so is not routed to one
-// shard, fails it unless citusFleetWide names it. It needs the cluster
+// shard, fails it unless citusFleetWide names it. Citus also logs the
+// commands it sends workers (citus.log_remote_commands): a transaction
+// other than a migration or a bulk append that it commits in two phases
+// fails it. It needs the cluster
 // (TEST_CITUS_WORKERS); make test leaves it to make citus by name.
 func TestCitusRouterPlans(t *testing.T) {
 	if !storetest.Citus() {
 		t.Fatalf("%s is not set: this test runs on a Citus cluster (make citus)", storetest.CitusWorkersEnv)
 	}
-	rec := &planRecorder{current: map[*pgconn.PgConn]string{}, all: map[string]bool{}, multi: map[string]bool{}}
+	rec := &planRecorder{current: map[*pgconn.PgConn]string{}, all: map[string]bool{}, multi: map[string]bool{},
+		inTx: map[*pgconn.PgConn][]string{}, twoPhase: map[string]bool{}}
 	open := func(t testing.TB) store.Store {
 		t.Helper()
 		u, err := url.Parse(storetest.NewPostgresDatabase(t))
@@ -92,6 +113,7 @@ func TestCitusRouterPlans(t *testing.T) {
 		}
 		q := u.Query()
 		q.Set("citus.multi_task_query_log_level", "notice")
+		q.Set("citus.log_remote_commands", "on")
 		u.RawQuery = q.Encode()
 		s, err := postgres.Open(context.Background(), u.String(), postgres.Options{Migrate: true, Tracer: rec, OnNotice: rec.notice})
 		if err != nil {
@@ -120,6 +142,20 @@ func TestCitusRouterPlans(t *testing.T) {
 	sort.Strings(bad)
 	for _, b := range bad {
 		t.Errorf("Citus runs this statement on an owner table over every shard: it does not name its owner:\n\t%s", b)
+	}
+	var prepared []string
+	for tx := range rec.twoPhase {
+		prepared = append(prepared, tx)
+	}
+	sort.Strings(prepared)
+	for _, tx := range prepared {
+		if strings.Contains(tx, "goose_db_version") || strings.Contains(tx, "create_distributed_table") {
+			continue // a migration
+		}
+		if strings.Contains(tx, `COPY "messages"`) {
+			continue // a bulk append, by design (appendCitus says why)
+		}
+		t.Errorf("Citus committed this transaction in two phases: a worker stopped between its PREPARE and COMMIT keeps the owner's locks until recovery, a minute later (see appendCitus):\n\t%.600s", tx)
 	}
 	checked := 0
 	for sql := range rec.all {

@@ -19,6 +19,7 @@ func TestCitusRelayedWorkerLossIsUnavailable(t *testing.T) {
 		"terminating connection due to administrator command":                                                                               true,
 		"connection to the remote node postgres@127.0.0.1:25434 failed with the following error: server closed the connection unexpectedly": true,
 		"duplicate key value violates unique constraint \"messages_pkey_102065\"":                                                           false,
+		"could not commit transaction for shard 102193 on at least one active node":                                                         true,
 		"could not find shard": false,
 	} {
 		err := connLost(fmt.Errorf("postgres: append messages: %w", &pgconn.PgError{Code: "XX000", Message: msg}))
