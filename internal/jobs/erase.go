@@ -15,7 +15,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
-	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -67,9 +66,13 @@ func (req EraseRequest) spec() ([]byte, error) {
 	return proto.Marshal(&pv.EraseSpec{Owner: req.Owner, DryRun: req.DryRun, RequestId: req.RequestID})
 }
 
-// ErrJobsRunning: the owner has an export or import running, which would
-// write what the erasure removes.
-var ErrJobsRunning = fault.New(fault.FailedPrecondition, "the owner has an export or import running; cancel it or wait for it to end, then erase")
+// ErrJobsRunning: the owner has an export or import running, or an import
+// reads its backups, which would write what the erasure removes. The
+// store checks it when the erasure's job is stored (CreateJob).
+var ErrJobsRunning = store.ErrOwnerBusy
+
+// ErrOwnerErasing: an erasure of the owner runs; nothing starts for it.
+var ErrOwnerErasing = store.ErrOwnerErasing
 
 // StartErase starts an erasure of req.Owner for principal. An owner under
 // a legal hold in force is ErrHeld, one with an export or import running

@@ -57,12 +57,63 @@ func (m *Manager) SetHold(ctx context.Context, principal string, h store.Hold) (
 		}
 	}
 	h.Principal, h.Created = principal, now
+	if err := m.erasureFence(ctx, h.Owner); err != nil {
+		return store.Hold{}, err
+	}
+	previous, err := m.holdOn(ctx, h.Owner, h.Backup)
+	if err != nil {
+		return store.Hold{}, err
+	}
 	if err := m.cfg.Store.SetHold(ctx, h); err != nil {
+		return store.Hold{}, err
+	}
+	// Checked again once stored: an erasure reads the owner's holds after
+	// its job is stored, so a hold stored before that job is seen by it
+	// (and the erasure refused), and one stored after is seen here and
+	// taken back. Never both missed: a hold answered in force is never
+	// erased (issue 46, finding 4).
+	if err := m.erasureFence(ctx, h.Owner); err != nil {
+		undo := func(uctx context.Context) error { return m.cfg.Store.ReleaseHold(uctx, h.Owner, h.Backup) }
+		if previous != nil {
+			undo = func(uctx context.Context) error { return m.cfg.Store.SetHold(uctx, *previous) }
+		}
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if uerr := undo(uctx); uerr != nil && !errors.Is(uerr, store.ErrNotFound) {
+			m.cfg.Log.Error("a hold refused by an erasure could not be taken back", zap.String("owner", h.Owner), zap.String("backup", h.Backup), zap.Error(uerr))
+		}
 		return store.Hold{}, err
 	}
 	m.cfg.Log.Info("audit: legal hold set", zap.String("audit", "hold.set"), zap.String("principal", principal),
 		zap.String("owner", h.Owner), zap.String("backup", h.Backup), zap.Time("until", h.Until))
 	return h, nil
+}
+
+// erasureFence refuses an owner an erasure is running for.
+func (m *Manager) erasureFence(ctx context.Context, owner string) error {
+	id, err := m.cfg.Store.RunningErasure(ctx, owner)
+	if err != nil {
+		return err
+	}
+	if id != "" {
+		return fmt.Errorf("erasure %s: %w", id, store.ErrOwnerErasing)
+	}
+	return nil
+}
+
+// holdOn returns the hold stored on owner's backup ("" for the owner),
+// or nil.
+func (m *Manager) holdOn(ctx context.Context, owner, backup string) (*store.Hold, error) {
+	holds, err := m.cfg.Store.ListHolds(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range holds {
+		if h.Backup == backup {
+			return &h, nil
+		}
+	}
+	return nil, nil
 }
 
 // ReleaseHold lifts the hold on owner (backup "") or on one of its

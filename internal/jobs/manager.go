@@ -850,6 +850,9 @@ func (m *Manager) start(ctx context.Context, kind, principal string, req request
 	r.phase.Store(int32(md.Phase))
 	job := store.Job{ID: id, Kind: kind, Owner: req.owner(), Principal: principal, State: store.JobRunning, RequestID: req.requestID(), Attempt: 1,
 		Spec: spec, Progress: r.progress(), LeaseUntil: now.Add(m.cfg.Lease), Created: now, Updated: now}
+	if kind == store.JobImport && p.sourceOwner != req.owner() {
+		job.SourceOwner = p.sourceOwner
+	}
 	if err := m.cfg.Store.CreateJob(ctx, job); err != nil {
 		abandon()
 		if errors.Is(err, store.ErrRequestSeen) {

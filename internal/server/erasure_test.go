@@ -6,9 +6,13 @@ import (
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 )
 
@@ -110,6 +114,81 @@ func TestEraseOwnerOverTCP(t *testing.T) {
 			}
 			_, err = cb.NewBackupServiceClient(alice).GetKeyStatus(ctx, &cb.GetKeyStatusRequest{})
 			wantStatus(t, "GetKeyStatus as alice", err, codes.PermissionDenied)
+		})
+	}
+}
+
+// TestErasureFenceOverTCP (issue 46, findings 2, 3 and 4), on each
+// engine: while an erasure of alice runs (here on another replica: its
+// job stored running), an export of alice, an import into her, an import
+// from her backup into another owner and a hold on her are each refused
+// FAILED_PRECONDITION, and the hold is not stored; while an import from
+// her backup into carol runs, her erasure is refused FAILED_PRECONDITION.
+func TestErasureFenceOverTCP(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			ctx := t.Context()
+			p := startPerimeter(t, e.Open(t), false, nil)
+			ops := p.as(t, opsToken)
+			populate(t, cb.NewConversationServiceClient(ops), "alice")
+			alice := cb.NewBackupServiceClient(p.as(t, aliceToken))
+			op, err := alice.StartExport(ctx, exportJob("alice", "before"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			backupID := exportResult(t, waitOp(t, p.as(t, aliceToken), op.GetName())).GetBackup()
+
+			other := func(id, kind, owner, source string, spec proto.Message) {
+				t.Helper()
+				raw, err := proto.Marshal(spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				now := time.Now()
+				if err := p.store.CreateJob(ctx, store.Job{ID: id, Kind: kind, Owner: owner, SourceOwner: source, Principal: "jwt:other-replica",
+					State: store.JobRunning, Spec: raw, LeaseUntil: now.Add(time.Hour), Created: now, Updated: now}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			end := func(id string) {
+				t.Helper()
+				if err := p.store.FinishJob(ctx, id, 1, store.JobEnd{State: store.JobFailed, At: time.Now(), ErrorCode: int32(codes.Aborted), ErrorMessage: "stopped"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			other(jobs.NewID(time.Now()), store.JobErase, "alice", "", &pv.EraseSpec{Owner: "alice"})
+			_, err = alice.StartExport(ctx, exportJob("alice", "during"))
+			wantStatus(t, "an export of an owner being erased", err, codes.FailedPrecondition)
+			_, err = alice.StartImport(ctx, &cb.StartImportRequest{Owner: "alice", Backup: backupID})
+			wantStatus(t, "an import into an owner being erased", err, codes.FailedPrecondition)
+			_, err = cb.NewBackupServiceClient(ops).StartImport(ctx, &cb.StartImportRequest{Owner: "carol", SourceOwner: "alice", Backup: backupID})
+			wantStatus(t, "an import from the backup of an owner being erased", err, codes.FailedPrecondition)
+			legal := cb.NewBackupServiceClient(p.as(t, p.idp.valid(t, "alice", "owners.hold")))
+			_, err = legal.SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: "alice", Reason: "too late"})
+			wantStatus(t, "a hold on an owner being erased", err, codes.FailedPrecondition)
+			if holds, err := p.store.ListHolds(ctx, "alice"); err != nil || len(holds) != 0 {
+				t.Fatalf("a refused hold was stored: %v, %v", holds, err)
+			}
+			erasing, err := p.store.RunningErasure(ctx, "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			end(erasing)
+
+			migrating := jobs.NewID(time.Now())
+			other(migrating, store.JobImport, "carol", "alice", &pv.ImportSpec{Owner: "carol", SourceOwner: "alice", Backup: backupID})
+			dpo := cb.NewBackupServiceClient(p.as(t, p.idp.valid(t, "alice", "owners.erase")))
+			_, err = dpo.EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: "alice"})
+			wantStatus(t, "an erasure while an import reads the owner's backup", err, codes.FailedPrecondition)
+			end(migrating)
+			erase, err := dpo.EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: "alice"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if done := waitOp(t, p.as(t, p.idp.valid(t, "alice", "owners.erase")), erase.GetName()); done.GetError() != nil {
+				t.Fatalf("the erasure once nothing races it: %v", done.GetError())
+			}
 		})
 	}
 }

@@ -14,6 +14,10 @@ type Jobs interface {
 	// CreateJob stores a new running job. A second running export job for
 	// the same owner fails with ErrJobConflict; a job whose RequestID the
 	// owner's kept jobs of its kind hold already, with ErrRequestSeen.
+	// It checks the erasure fence in the same transaction: an erasure
+	// (JobErase) while a job of its owner, or an import from its backups,
+	// runs is ErrOwnerBusy; any other job whose Owner or SourceOwner an
+	// erasure is running for is ErrOwnerErasing.
 	CreateJob(ctx context.Context, j Job) error
 	// GetJob returns one job or ErrNotFound.
 	GetJob(ctx context.Context, id string) (Job, error)
@@ -83,6 +87,9 @@ const (
 // store: the jobs package's encodings.
 type Job struct {
 	ID, Kind, Owner, Principal, State string
+	// SourceOwner is the owner whose backup an import reads, when it is
+	// not Owner (else ""): an erasure of either fences the job.
+	SourceOwner string
 	// RequestID is the client's id for the start (AIP-155), or empty.
 	RequestID string
 	// Attempt is 1 for the first run, one more for each takeover.

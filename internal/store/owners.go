@@ -94,6 +94,14 @@ func (h Hold) InForce(now time.Time) bool { return h.Until.IsZero() || now.Befor
 // ErrHeld: a legal hold keeps the backup or the owner.
 var ErrHeld = fault.New(fault.FailedPrecondition, "under a legal hold")
 
+// ErrOwnerErasing: an erasure of the owner is running, and nothing may
+// start for it (or read its backups) until it ends.
+var ErrOwnerErasing = fault.New(fault.FailedPrecondition, "the owner is being erased")
+
+// ErrOwnerBusy: an export or import of the owner, or an import from its
+// backups into another owner, is running; an erasure would race it.
+var ErrOwnerBusy = fault.New(fault.FailedPrecondition, "the owner has an export or import running, or an import reads its backups; cancel it or wait for it to end, then erase")
+
 // Erasure removes one owner from every table.
 type Erasure interface {
 	// DestroyOwnerKey deletes owner's key row and blanks the wrapped data
@@ -112,6 +120,10 @@ type Erasure interface {
 	// Postgres vacuums, which frees the space for reuse but does not
 	// overwrite it.
 	ScrubFreed(ctx context.Context) error
+	// RunningErasure returns the id of the erasure (not a dry run) running
+	// for owner, or "" when none is: the fence a hold checks before and
+	// after it is stored.
+	RunningErasure(ctx context.Context, owner string) (string, error)
 	// CountOwnerRows counts owner's rows in each of OwnerRowTables: an
 	// erasure's dry run.
 	CountOwnerRows(ctx context.Context, owner string) (map[string]int64, error)

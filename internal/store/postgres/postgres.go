@@ -215,6 +215,7 @@ var dialect = sqlstore.Dialect{
 	ForUpdate:   " FOR UPDATE",
 	SkipLocked:  " SKIP LOCKED",
 	ForShare:    " FOR SHARE",
+	LockKey:     "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
 }
 
 // db hands the shared SQL the pool and its transactions.

@@ -3,7 +3,9 @@ package storetest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,6 +197,9 @@ func testEraseOwnerRows(t *testing.T, s store.Store) {
 			t.Fatal(err)
 		}
 		mustCreate(t, s, newJob("export-"+owner, store.JobExport, owner, now.Add(time.Minute)))
+		if err := s.FinishJob(ctx(t), "export-"+owner, 1, store.JobEnd{State: store.JobSucceeded, At: now}); err != nil {
+			t.Fatal(err)
+		}
 		mustCreate(t, s, newJob("erase-"+owner, store.JobErase, owner, now.Add(time.Minute)))
 	}
 	before, err := s.CountOwnerRows(ctx(t), "alice")
@@ -304,6 +309,137 @@ func CheckErasureCovers(t *testing.T, withOwner []string) {
 	for _, table := range store.OwnerRowTables {
 		if !slices.Contains(withOwner, table) {
 			t.Errorf("store.OwnerRowTables names %s, which has no owner column", table)
+		}
+	}
+}
+
+// testErasureFence: an erasure and the jobs it would race never run at
+// once (issue 46, findings 2 and 3). An erasure is refused while an
+// export or import of its owner, or an import from its backups into
+// another owner, runs; while it runs, no such job starts; a dry run is
+// not a fence. Started at the same instant, one of an export and an
+// erasure is stored, never both.
+func testErasureFence(t *testing.T, s store.Store) {
+	now := time.Now()
+	lease := now.Add(time.Minute)
+	finish := func(id string) {
+		t.Helper()
+		if err := s.FinishJob(ctx(t), id, 1, store.JobEnd{State: store.JobSucceeded, At: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustCreate(t, s, newJob("export-a", store.JobExport, "alice", lease))
+	if err := s.CreateJob(ctx(t), newJob("erase-a1", store.JobErase, "alice", lease)); !errors.Is(err, store.ErrOwnerBusy) {
+		t.Fatalf("an erasure while the owner's export runs: %v, want ErrOwnerBusy", err)
+	}
+	finish("export-a")
+	migrate := newJob("import-b", store.JobImport, "bob", lease)
+	migrate.SourceOwner = "alice"
+	mustCreate(t, s, migrate)
+	if j, err := s.GetJob(ctx(t), "import-b"); err != nil || j.SourceOwner != "alice" {
+		t.Fatalf("the import's source owner reads back %q, %v", j.SourceOwner, err)
+	}
+	if err := s.CreateJob(ctx(t), newJob("erase-a2", store.JobErase, "alice", lease)); !errors.Is(err, store.ErrOwnerBusy) {
+		t.Fatalf("an erasure while an import reads the owner's backups: %v, want ErrOwnerBusy", err)
+	}
+	finish("import-b")
+	mustCreate(t, s, newJob("erase-a", store.JobErase, "alice", lease))
+	if id, err := s.RunningErasure(ctx(t), "alice"); err != nil || id != "erase-a" {
+		t.Fatalf("RunningErasure: %q, %v", id, err)
+	}
+	fromAlice := newJob("import-c", store.JobImport, "carol", lease)
+	fromAlice.SourceOwner = "alice"
+	intoAlice := newJob("import-a", store.JobImport, "alice", lease)
+	intoAlice.SourceOwner = "carol"
+	for _, j := range []store.Job{newJob("export-a2", store.JobExport, "alice", lease), newJob("import-a2", store.JobImport, "alice", lease), fromAlice, intoAlice} {
+		if err := s.CreateJob(ctx(t), j); !errors.Is(err, store.ErrOwnerErasing) {
+			t.Errorf("%s (owner %s, source %q) while alice is erased: %v, want ErrOwnerErasing", j.ID, j.Owner, j.SourceOwner, err)
+		}
+	}
+	mustCreate(t, s, newJob("dry-a", store.JobEraseDryRun, "alice", lease))
+	mustCreate(t, s, newJob("export-bob", store.JobExport, "bob", lease))
+	finish("erase-a")
+	if id, err := s.RunningErasure(ctx(t), "alice"); err != nil || id != "" {
+		t.Fatalf("RunningErasure after it ended: %q, %v", id, err)
+	}
+	mustCreate(t, s, newJob("export-a3", store.JobExport, "alice", lease))
+	finish("export-a3")
+
+	for round := range 20 {
+		export := newJob(fmt.Sprintf("race-export-%d", round), store.JobExport, "dave", lease)
+		erase := newJob(fmt.Sprintf("race-erase-%d", round), store.JobErase, "dave", lease)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, j := range []store.Job{export, erase} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = s.CreateJob(ctx(t), j)
+			}()
+		}
+		wg.Wait()
+		switch {
+		case errs[0] == nil && errs[1] == nil:
+			t.Fatalf("round %d: an export and an erasure of one owner were both started", round)
+		case errs[0] == nil && errors.Is(errs[1], store.ErrOwnerBusy):
+			finish(export.ID)
+		case errs[1] == nil && errors.Is(errs[0], store.ErrOwnerErasing):
+			finish(erase.ID)
+		default:
+			t.Fatalf("round %d: export %v, erasure %v", round, errs[0], errs[1])
+		}
+	}
+}
+
+// testErasureUnderWriters: an erasure while the owner's devices keep
+// appending succeeds, and each append either lands before it (and is
+// erased) or finds its group gone (issue 46, finding 10: a foreign key
+// broke between the messages' and the groups' deletes, INTERNAL).
+func testErasureUnderWriters(t *testing.T, s store.Store) {
+	for round := range 3 {
+		if _, err := s.PutGroup(ctx(t), "alice", FullGroup("g")); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var unexpected []error
+		for w := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, err := s.AppendMessages(ctx(t), "alice", Messages(fmt.Sprintf("r%d-w%d-%d-", round, w, n), GroupID("g"), 2, int64(n)), store.AppendOptions{})
+					if err != nil && !errors.Is(err, store.ErrNotFound) {
+						mu.Lock()
+						unexpected = append(unexpected, err)
+						mu.Unlock()
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(20 * time.Millisecond)
+		_, err := s.EraseOwnerRows(ctx(t), "alice", "")
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			t.Fatalf("round %d: the erasure under writers: %v", round, err)
+		}
+		for _, e := range unexpected {
+			t.Errorf("round %d: an append racing the erasure: %v, want success or ErrNotFound", round, e)
+		}
+		left, err := s.CountOwnerRows(ctx(t), "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left["messages"] != 0 || left["groups"] != 0 {
+			t.Errorf("round %d: %d messages and %d groups left after the erasure", round, left["messages"], left["groups"])
 		}
 	}
 }

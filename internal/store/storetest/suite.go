@@ -70,6 +70,8 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"HoldsKeepBackups", testHoldsKeepBackups},
 		{"EraseOwnerRows", testEraseOwnerRows},
 		{"FinishedErasuresKept", testFinishedErasuresKept},
+		{"ErasureFence", testErasureFence},
+		{"ErasureUnderWriters", testErasureUnderWriters},
 		{"HistoryFiles", testHistoryFiles},
 		{"ProbeWrite", testProbeWrite},
 		{"ScheduleTickClaimedOnce", testScheduleTicks},

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
-const jobColumns = `id, kind, owner, principal, state, spec, progress, result, error_code, error_message, cancel_requested, lease_until_ns, created_ns, updated_ns, done_ns, request_id, attempt`
+const jobColumns = `id, kind, owner, principal, state, spec, progress, result, error_code, error_message, cancel_requested, lease_until_ns, created_ns, updated_ns, done_ns, request_id, attempt, source_owner`
 
 type jobRow struct {
 	store.Job
@@ -20,7 +21,7 @@ type jobRow struct {
 
 func (r *jobRow) dest() []any {
 	return []any{&r.ID, &r.Kind, &r.Owner, &r.Principal, &r.State, &r.Spec, &r.Progress, &r.Result,
-		&r.ErrorCode, &r.ErrorMessage, &r.cancel, &r.leaseNs, &r.createdNs, &r.updatedNs, &r.doneNs, &r.RequestID, &r.Attempt}
+		&r.ErrorCode, &r.ErrorMessage, &r.cancel, &r.leaseNs, &r.createdNs, &r.updatedNs, &r.doneNs, &r.RequestID, &r.Attempt, &r.SourceOwner}
 }
 
 func (r *jobRow) job() store.Job {
@@ -58,10 +59,24 @@ func uniqueViolation(err error) bool {
 }
 
 func (s SQLStore) CreateJob(ctx context.Context, j store.Job) error {
-	q := s.d.bind(`INSERT INTO jobs (` + jobColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	_, err := s.exec(ctx, q, j.ID, j.Kind, j.Owner, j.Principal, j.State, nonNil(j.Spec), nonNil(j.Progress), nonNil(j.Result),
-		j.ErrorCode, j.ErrorMessage, boolInt(j.CancelRequested), j.LeaseUntil.UnixNano(), j.Created.UnixNano(), j.Updated.UnixNano(), unixOrZero(j.Done), j.RequestID,
-		max(j.Attempt, 1))
+	source := j.SourceOwner
+	if source == j.Owner {
+		source = ""
+	}
+	q := s.d.bind(`INSERT INTO jobs (` + jobColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	var insertErr error
+	err := s.db.Write(ctx, func(tx Conn) error {
+		if err := s.erasureFence(ctx, tx, j.Kind, j.Owner, source); err != nil {
+			return err
+		}
+		_, insertErr = tx.Exec(ctx, q, j.ID, j.Kind, j.Owner, j.Principal, j.State, nonNil(j.Spec), nonNil(j.Progress), nonNil(j.Result),
+			j.ErrorCode, j.ErrorMessage, boolInt(j.CancelRequested), j.LeaseUntil.UnixNano(), j.Created.UnixNano(), j.Updated.UnixNano(), unixOrZero(j.Done), j.RequestID,
+			max(j.Attempt, 1), source)
+		return insertErr
+	})
+	if errors.Is(err, store.ErrOwnerBusy) || errors.Is(err, store.ErrOwnerErasing) {
+		return err
+	}
 	if uniqueViolation(err) && j.RequestID != "" {
 		if _, gerr := s.GetJobByRequest(ctx, j.Owner, j.Kind, j.RequestID); gerr == nil {
 			return fmt.Errorf("request %.64q: %w", j.RequestID, store.ErrRequestSeen)
@@ -79,6 +94,67 @@ func (s SQLStore) CreateJob(ctx context.Context, j store.Job) error {
 		return fmt.Errorf("%s: create job: %w", s.d.Name, err)
 	}
 	return nil
+}
+
+// erasureFence checks, in the transaction that stores a job of kind for
+// owner (reading source's backups, when not ""), that an erasure and
+// the jobs it would race never overlap: an erasure waits for no job of
+// its owner and no import from its backups to be running, and every
+// other job for no erasure of its owner or source. The owners' keys are
+// locked first, in order, so two such transactions run one after the
+// other and the second sees what the first stored (issue 46, findings
+// 2 and 3: an export started during an erasure wrote a new readable
+// backup; an import from the owner's backup into another kept its
+// messages).
+func (s SQLStore) erasureFence(ctx context.Context, tx Conn, kind, owner, source string) error {
+	if kind == store.JobEraseDryRun {
+		return nil
+	}
+	owners := []string{owner}
+	if source != "" {
+		owners = append(owners, source)
+		slices.Sort(owners)
+	}
+	if s.d.LockKey != "" {
+		for _, o := range owners {
+			if _, err := tx.Exec(ctx, s.d.LockKey, "erasure fence: "+o); err != nil {
+				return fmt.Errorf("lock the owner's erasure fence: %w", err)
+			}
+		}
+	}
+	var id string
+	var err error
+	if kind == store.JobErase {
+		err = tx.QueryRow(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND kind NOT IN (?, ?) AND (owner = ? OR source_owner = ?) LIMIT 1`),
+			store.JobRunning, store.JobErase, store.JobEraseDryRun, owner, owner).Scan(&id)
+		if err == nil {
+			return fmt.Errorf("job %s: %w", id, store.ErrOwnerBusy)
+		}
+	} else {
+		err = tx.QueryRow(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND kind = ? AND owner IN (?, ?) LIMIT 1`),
+			store.JobRunning, store.JobErase, owners[0], owners[len(owners)-1]).Scan(&id)
+		if err == nil {
+			return fmt.Errorf("erasure %s: %w", id, store.ErrOwnerErasing)
+		}
+	}
+	if !errors.Is(err, s.d.NoRows) {
+		return fmt.Errorf("read the owner's erasure fence: %w", err)
+	}
+	return nil
+}
+
+// RunningErasure is store.Erasure's.
+func (s SQLStore) RunningErasure(ctx context.Context, owner string) (string, error) {
+	var id string
+	err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND kind = ? AND owner = ? LIMIT 1`),
+		store.JobRunning, store.JobErase, owner).Scan(&id)
+	if errors.Is(err, s.d.NoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s: read the owner's erasure: %w", s.d.Name, err)
+	}
+	return id, nil
 }
 
 // exec runs one write statement in a transaction of its own (SQLite's

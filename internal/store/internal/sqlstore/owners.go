@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -214,9 +215,40 @@ func (s SQLStore) DestroyOwnerKey(ctx context.Context, owner string) error {
 	})
 }
 
+// conversationTables are the owner tables an erasure empties in one
+// transaction, in OwnerRowTables' order: a message names its group.
+var conversationTables = []string{"messages", "tombstones", "groups"}
+
 func (s SQLStore) EraseOwnerRows(ctx context.Context, owner, keep string) (map[string]int64, error) {
 	out := map[string]int64{}
+	// An owner's conversations go in one transaction that first locks
+	// its groups: an append takes its groups FOR SHARE, so one running
+	// commits first and one arriving waits and then finds its group
+	// gone. Deleted a table a transaction, a message appended between
+	// the messages' delete and the groups' broke the foreign key, and
+	// the erasure failed INTERNAL while the owner's devices wrote
+	// (issue 46, finding 10).
+	err := s.db.Write(ctx, func(tx Conn) error {
+		err := tx.Query(ctx, s.d.bind(`SELECT id FROM groups WHERE owner = ?`)+s.d.ForUpdate, []any{owner}, func(Rows) error { return nil })
+		if err != nil {
+			return fmt.Errorf("lock the owner's groups: %w", err)
+		}
+		for _, table := range conversationTables {
+			n, err := tx.Exec(ctx, s.d.bind(`DELETE FROM `+table+` WHERE owner = ?`), owner)
+			if err != nil {
+				return fmt.Errorf("erase the owner's %s: %w", table, err)
+			}
+			out[table] = n
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("%s: %w", s.d.Name, err)
+	}
 	for _, table := range store.OwnerRowTables {
+		if slices.Contains(conversationTables, table) {
+			continue
+		}
 		query, args := `DELETE FROM `+table+` WHERE owner = ?`, []any{owner}
 		if table == "jobs" {
 			query, args = query+` AND id <> ?`, append(args, keep)

@@ -64,6 +64,12 @@ type Dialect struct {
 	// a row another transaction holds than wait for it (a job being
 	// claimed).
 	SkipLocked string
+	// LockKey takes a lock on a string key until the write transaction
+	// ends (Postgres: a transaction-level advisory lock), for checks that
+	// no row can lock, such as a job's start against an erasure that has
+	// no row yet. Empty where the write transaction holds the whole
+	// database (SQLite).
+	LockKey string
 }
 
 // bind writes query's ? placeholders in the dialect.
