@@ -143,6 +143,14 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 		if err != nil {
 			return nil, err
 		}
+		// What an erasure would delete: not this dry run (it counted
+		// itself, "2 jobs" for one, finding 11) nor the erasure records
+		// it keeps.
+		kept, err := m.erasureRecords(ctx, owner)
+		if err != nil {
+			return nil, err
+		}
+		counts["jobs"] = max(0, counts["jobs"]-1-kept)
 		result.Rows = tableRows(counts)
 		result.Backups = uint64(counts["backups"])
 		n, err := m.sweepOwnerObjects(ctx, owner, true)
@@ -197,6 +205,27 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 	m.cfg.Log.Info("audit: owner erased", zap.String("audit", "owner.erase.done"), zap.String("principal", r.job.Principal),
 		zap.String("owner", owner), zap.String("job", r.job.ID), zap.Uint64("backups", result.Backups), zap.Uint64("objects", result.Objects))
 	return result, nil
+}
+
+// erasureRecords counts the owner's erasure jobs, which an erasure keeps.
+func (m *Manager) erasureRecords(ctx context.Context, owner string) (int64, error) {
+	var n int64
+	after := ""
+	for {
+		page, err := m.cfg.Store.ListJobs(ctx, store.JobQuery{Owner: owner, After: after, Limit: 500})
+		if err != nil {
+			return 0, err
+		}
+		for _, j := range page {
+			if j.Kind == store.JobErase {
+				n++
+			}
+		}
+		if len(page) < 500 {
+			return n, nil
+		}
+		after = page[len(page)-1].ID
+	}
 }
 
 // sweepOwnerObjects deletes (or, for a dry run, counts) every object

@@ -110,9 +110,9 @@ type Erasure interface {
 	// opens. Idempotent.
 	DestroyOwnerKey(ctx context.Context, owner string) error
 	// EraseOwnerRows deletes every row of owner from every table that
-	// holds owner rows (OwnerRowTables), except the job keep (the
-	// erasure's own audit record), and returns how many it deleted from
-	// each. The caller deletes the backups' objects first. Idempotent.
+	// holds owner rows (OwnerRowTables), except the owner's erasure jobs
+	// (keep, the erasure's own audit record, and those of earlier
+	// erasures of the name), and returns how many it deleted from each. The caller deletes the backups' objects first. Idempotent.
 	EraseOwnerRows(ctx context.Context, owner, keep string) (map[string]int64, error)
 	// ScrubFreed makes the space deleted rows held unreadable in the live
 	// database files as far as the engine allows, after an erasure:

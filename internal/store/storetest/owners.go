@@ -200,13 +200,19 @@ func testEraseOwnerRows(t *testing.T, s store.Store) {
 		if err := s.FinishJob(ctx(t), "export-"+owner, 1, store.JobEnd{State: store.JobSucceeded, At: now}); err != nil {
 			t.Fatal(err)
 		}
+		// An earlier erasure of the name that failed: its record stays
+		// through the next (issue 46, finding 6).
+		mustCreate(t, s, newJob("erase0-"+owner, store.JobErase, owner, now.Add(time.Minute)))
+		if err := s.FinishJob(ctx(t), "erase0-"+owner, 1, store.JobEnd{State: store.JobFailed, At: now}); err != nil {
+			t.Fatal(err)
+		}
 		mustCreate(t, s, newJob("erase-"+owner, store.JobErase, owner, now.Add(time.Minute)))
 	}
 	before, err := s.CountOwnerRows(ctx(t), "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int64{"messages": 3, "groups": 1, "consent": 1, "owner_changes": 1, "schedule_ticks": 1, "holds": 1, "backups": 2, "owner_keys": 1, "jobs": 2}
+	want := map[string]int64{"messages": 3, "groups": 1, "consent": 1, "owner_changes": 1, "schedule_ticks": 1, "holds": 1, "backups": 2, "owner_keys": 1, "jobs": 3}
 	for table, n := range want {
 		if before[table] != n {
 			t.Errorf("CountOwnerRows %s: %d, want %d", table, before[table], n)
@@ -237,7 +243,7 @@ func testEraseOwnerRows(t *testing.T, s store.Store) {
 	for _, table := range store.OwnerRowTables {
 		left := int64(0)
 		if table == "jobs" {
-			left = 1 // the erasure's own record
+			left = 2 // the erasure's own record, and the earlier one's
 		}
 		if after[table] != left {
 			t.Errorf("%s: %d rows of the erased owner left, want %d", table, after[table], left)
@@ -250,8 +256,10 @@ func testEraseOwnerRows(t *testing.T, s store.Store) {
 			t.Errorf("%s: EraseOwnerRows reports %d deleted, want %d", table, deleted[table], wantDeleted)
 		}
 	}
-	if j, err := s.GetJob(ctx(t), "erase-alice"); err != nil || j.Owner != "alice" {
-		t.Fatalf("the erasure's own job: %v", err)
+	for _, id := range []string{"erase-alice", "erase0-alice"} {
+		if j, err := s.GetJob(ctx(t), id); err != nil || j.Owner != "alice" {
+			t.Fatalf("the erasure record %s: %v", id, err)
+		}
 	}
 	again, err := s.EraseOwnerRows(ctx(t), "alice", "erase-alice")
 	if err != nil {

@@ -251,7 +251,11 @@ func (s SQLStore) EraseOwnerRows(ctx context.Context, owner, keep string) (map[s
 		}
 		query, args := `DELETE FROM `+table+` WHERE owner = ?`, []any{owner}
 		if table == "jobs" {
-			query, args = query+` AND id <> ?`, append(args, keep)
+			// Every erasure's record stays, this one's and those of
+			// earlier erasures of the name, failed ones included: a
+			// re-erasure (a schedule re-created the owner) must not
+			// delete the first one's audit record (issue 46, finding 6).
+			query, args = query+` AND id <> ? AND kind <> ?`, append(args, keep, store.JobErase)
 		}
 		// One statement a table, each its own transaction: an erasure
 		// that stops part-way is run again, and finds less.
