@@ -39,6 +39,7 @@ import (
 	"gocloud.dev/gcerrors"
 	"golang.org/x/time/rate"
 
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
@@ -227,6 +228,7 @@ func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
 		return false
 	}
 	if !slices.Contains(methods, r.Method) {
+		closeAfter(w)
 		w.Header().Set("Allow", strings.Join(methods, ", ")+", OPTIONS")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return false
@@ -262,10 +264,26 @@ func (s *Service) refuse(w http.ResponseWriter, code int, reason, msg string) {
 	if s.cfg.Metrics.Refused != nil {
 		s.cfg.Metrics.Refused(reason)
 	}
-	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || code == http.StatusInsufficientStorage {
 		w.Header().Set("Retry-After", "10")
 	}
+	closeAfter(w)
 	http.Error(w, msg, code)
+}
+
+// drainGrace is how long a refused request's connection waits for the
+// rest of a small body before it closes (httpjson.DrainGrace says why).
+const drainGrace = time.Second
+
+// closeAfter makes the answer the connection's last, sent before any of
+// the body is read, with the rest read only until drainGrace. Without it
+// Go's server reads what is left of a small body before it writes the
+// answer, and when it closes the body, with no deadline: a refused
+// anonymous upload whose declared body trickled was never answered
+// (issue 47, finding 5).
+func closeAfter(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainGrace))
 }
 
 // admit takes a place for an upload from addr: the client's rate, its
@@ -501,10 +519,17 @@ func (s *Service) forget(f store.HistoryFile) {
 func (s *Service) fail(w http.ResponseWriter, what string, err error) {
 	s.cfg.Log.Error("history: "+what, zap.Error(err))
 	code := http.StatusInternalServerError
-	if store.Unavailable(err) {
+	switch kind, _ := fault.FileKind(err); {
+	case store.Unavailable(err):
 		code = http.StatusServiceUnavailable
 		w.Header().Set("Retry-After", "10")
+	case kind == fault.Exhausted || gcerrors.Code(err) == gcerrors.ResourceExhausted:
+		// The bucket's disk is full: the client may retry once space is
+		// freed, as with the server's own limit (finding 8: it was 500).
+		code = http.StatusInsufficientStorage
+		w.Header().Set("Retry-After", "10")
 	}
+	closeAfter(w)
 	http.Error(w, "the history server could not "+what, code)
 }
 
@@ -556,6 +581,23 @@ func (s *Service) delete(ctx context.Context, f store.HistoryFile) error {
 	return s.cfg.Store.DeleteHistoryFile(ctx, f.ID)
 }
 
+// stallWriter is a download's answer, cut off when the reader stops
+// taking it for stall: each write must go through within stall of its
+// start (issue 47, finding 5: a download to a reader that stopped reading
+// was held open as long as the reader liked).
+type stallWriter struct {
+	w     io.Writer
+	rc    *http.ResponseController
+	stall time.Duration
+}
+
+func (sw *stallWriter) Write(p []byte) (int, error) {
+	if err := sw.rc.SetWriteDeadline(time.Now().Add(sw.stall)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return 0, err
+	}
+	return sw.w.Write(p)
+}
+
 func (s *Service) download(w http.ResponseWriter, r *http.Request, id string) {
 	ctx := r.Context()
 	missing := func() {
@@ -594,7 +636,7 @@ func (s *Service) download(w http.ResponseWriter, r *http.Request, id string) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	n, err := io.Copy(w, rd)
+	n, err := io.Copy(&stallWriter{w: w, rc: http.NewResponseController(w), stall: s.cfg.Stall}, rd)
 	if err != nil {
 		s.cfg.Log.Info("history download cut short", zap.String("id", short(id)), zap.Int64("bytes", n), zap.Error(err))
 		return

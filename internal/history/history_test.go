@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -290,8 +291,15 @@ func TestHistoryLimits(t *testing.T) {
 	}
 	// Full with nothing to evict: 507.
 	full := newFixture(t, enginetest.SQLite(t), func(c *Config) { c.MaxTotal, c.MaxUpload = 10, 100 })
-	if code, _ := full.upload(t, bytes.NewReader(make([]byte, 50))); code != http.StatusInsufficientStorage {
-		t.Errorf("an upload no room can take: %d, want 507", code)
+	fullResp, err := http.Post(full.url+"/upload", "", bytes.NewReader(make([]byte, 50)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fullResp.Body.Close()
+	// With a time to retry, as a full server is not a broken one (issue
+	// 47, finding 8).
+	if fullResp.StatusCode != http.StatusInsufficientStorage || fullResp.Header.Get("Retry-After") == "" {
+		t.Errorf("an upload no room can take: %d, Retry-After %q; want 507 with a Retry-After", fullResp.StatusCode, fullResp.Header.Get("Retry-After"))
 	}
 }
 
@@ -690,4 +698,85 @@ func TestHistoryDeadUploadReleased(t *testing.T) {
 	}
 	pw.CloseWithError(errors.New("gone"))
 	<-done
+}
+
+// TestHistoryRefusalAnsweredAtOnce (issue 47, finding 5): a request the
+// history server refuses before reading its body (no upload place, a
+// method the route lacks) is answered and its connection closed while
+// the caller still owes the body it declared; before, Go's server read
+// the rest of a small body first, with no deadline, and never answered.
+func TestHistoryRefusalAnsweredAtOnce(t *testing.T) {
+	f := newFixture(t, enginetest.SQLite(t), func(c *Config) {
+		c.UploadsAtOnce, c.BodyGrace, c.MinBodyRate = 1, 2*time.Minute, 1
+	})
+	// One slow upload holds the only place.
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, f.url+"/upload", pr)
+		req.ContentLength = 1 << 20
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	if _, err := pw.Write([]byte("partial")); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, f.svc, 1)
+	for _, c := range []struct {
+		name, method, path string
+		status             int
+	}{
+		{"an upload past the places", http.MethodPost, "/upload", http.StatusServiceUnavailable},
+		{"a method the route lacks", http.MethodPost, "/", http.StatusMethodNotAllowed},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n", c.method, c.path); err != nil {
+				t.Fatal(err)
+			}
+			// The body is never sent; a minute is only how long the test
+			// waits for the answer and the close.
+			_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+			answer, err := io.ReadAll(conn)
+			if err != nil {
+				t.Fatalf("no answer while the declared body is owed: %v", err)
+			}
+			if want := fmt.Sprintf("HTTP/1.1 %d ", c.status); !strings.HasPrefix(string(answer), want) {
+				t.Errorf("answered %.40q, want %s", answer, want)
+			}
+		})
+	}
+}
+
+// TestHistoryStalledDownloadCut (issue 47, finding 5): a download whose
+// reader stops reading is cut once a write waits longer than the stall,
+// and its connection closed; before, it was held for as long as the
+// reader liked.
+func TestHistoryStalledDownloadCut(t *testing.T) {
+	f := newFixture(t, enginetest.SQLite(t), func(c *Config) { c.MaxUpload, c.Stall = 64<<20, 300*time.Millisecond })
+	// Larger than what loopback's socket buffers hold, so the server's
+	// writes block once the reader stops.
+	code, id := f.upload(t, bytes.NewReader(random(t, 48<<20)))
+	if code != http.StatusOK {
+		t.Fatalf("upload: %d", code)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "GET /files/%s HTTP/1.1\r\nHost: test\r\n\r\n", id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(conn, make([]byte, 1024)); err != nil {
+		t.Fatal(err)
+	}
+	// The reader stops here.
+	eventually.True(t, 30*time.Second, func() bool { return f.logs.FilterMessage("history download cut short").Len() == 1 },
+		func() string { return "the download to a stalled reader was never cut" })
 }

@@ -390,3 +390,59 @@ func TestHTTPOneErrorShape(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPRefusalAnsweredAtOnce (issue 47, finding 5): a request the
+// door refuses before reading its body is answered and its connection
+// closed while the caller still owes the body it declared; before, Go's
+// server first read the rest of a small body, with no deadline, so an
+// anonymous caller that declared 100 bytes and sent none was never
+// answered and held a descriptor as long as it liked.
+func TestHTTPRefusalAnsweredAtOnce(t *testing.T) {
+	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 1, BodyGrace: 2 * time.Minute, MinBodyRate: 1})
+	// One slow authenticated body holds the only body place.
+	held := rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, map[string]string{
+		"Content-Type": "application/json", "Content-Length": "1000", "Authorization": "Bearer " + aliceToken})
+	_ = held
+	cases := []struct {
+		name    string
+		headers map[string]string
+		status  int
+	}{
+		{"anonymous", map[string]string{"Content-Type": "application/json", "Content-Length": "100"}, http.StatusUnauthorized},
+		{"a bad token", map[string]string{"Content-Type": "application/json", "Content-Length": "100", "Authorization": "Bearer nope"}, http.StatusUnauthorized},
+		{"a type nobody serves", map[string]string{"Content-Type": "text/plain", "Content-Length": "100", "Authorization": "Bearer " + aliceToken}, http.StatusUnsupportedMediaType},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			conn := rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, c.headers)
+			// The body is never sent. The answer and the close come at
+			// once; a minute is only how long the test waits for them.
+			_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+			answer, err := io.ReadAll(conn)
+			if err != nil {
+				t.Fatalf("no answer while the declared body is owed: %v", err)
+			}
+			if want := fmt.Sprintf("HTTP/1.1 %d ", c.status); !strings.HasPrefix(firstLine(answer), want) {
+				t.Errorf("answered %q, want %s", firstLine(answer), want)
+			}
+		})
+	}
+	// The place is held: an authenticated body is refused 503, and that
+	// refusal too is answered while its body is owed.
+	var status string
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		conn := rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, map[string]string{
+			"Content-Type": "application/json", "Content-Length": "100", "Authorization": "Bearer " + aliceToken})
+		_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+		answer, err := io.ReadAll(conn)
+		if err != nil {
+			t.Fatalf("no answer to a body past the places: %v", err)
+		}
+		if status = firstLine(answer); strings.HasPrefix(status, "HTTP/1.1 503 ") {
+			break
+		}
+	}
+	if !strings.HasPrefix(status, "HTTP/1.1 503 ") {
+		t.Errorf("a body past the places: %q, want 503", status)
+	}
+}

@@ -106,20 +106,20 @@ type restRoute struct {
 func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !utf8.ValidString(r.URL.Path) || !validQuery(r.URL.RawQuery) {
 		d.log.Info("http request refused", zap.String("reason", "invalid UTF-8 in path or query"), zap.String("peer.address", r.RemoteAddr))
-		httpError(w, http.StatusBadRequest, "invalid_argument", "the request's path or query is not valid UTF-8")
+		refuse(w, http.StatusBadRequest, "invalid_argument", "the request's path or query is not valid UTF-8")
 		return
 	}
 	if err := d.admit(r); err != nil {
-		httpError(w, http.StatusUnauthorized, "unauthenticated", err.Error())
+		refuse(w, http.StatusUnauthorized, "unauthenticated", err.Error())
 		return
 	}
 	if field, ok := d.overridesPath(r); ok {
-		httpError(w, http.StatusBadRequest, "invalid_argument", "query parameter "+field+" names a field the path binds; the path's value is the one used")
+		refuse(w, http.StatusBadRequest, "invalid_argument", "query parameter "+field+" names a field the path binds; the path's value is the one used")
 		return
 	}
 	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 	if !hasBody && r.Method == http.MethodPost && isJSON(r.Header.Get("Content-Type")) {
-		httpError(w, http.StatusBadRequest, "invalid_argument", "the request body is empty; an empty message is {}")
+		refuse(w, http.StatusBadRequest, "invalid_argument", "the request body is empty; an empty message is {}")
 		return
 	}
 	if !hasBody {
@@ -129,7 +129,7 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !supportedBody(r.Header.Get("Content-Type")) {
-		httpError(w, http.StatusUnsupportedMediaType, "invalid_argument",
+		refuse(w, http.StatusUnsupportedMediaType, "invalid_argument",
 			"Content-Type must be application/json or application/proto (or a Connect, gRPC or gRPC-Web streaming type)")
 		return
 	}
@@ -138,11 +138,11 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer func() { <-d.bodies }()
 	default:
 		w.Header().Set("Retry-After", "1")
-		httpError(w, http.StatusServiceUnavailable, "unavailable", "the server is reading as many request bodies as it may; retry")
+		refuse(w, http.StatusServiceUnavailable, "unavailable", "the server is reading as many request bodies as it may; retry")
 		return
 	}
 	if !framed(r) && r.ContentLength > d.maxBody {
-		tooLarge(w, r.ContentLength, d.maxBody)
+		refuse413(w, r.ContentLength, d.maxBody)
 		return
 	}
 	if compressedBody(r) && d.limits.Memory != nil {
@@ -152,7 +152,7 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		inflated := d.limits.Memory.NewCall("decompressed request", d.maxBody)
 		if err := inflated.Charge(d.maxBody); err != nil {
 			w.Header().Set("Retry-After", "1")
-			httpError(w, http.StatusTooManyRequests, "resource_exhausted",
+			refuse(w, http.StatusTooManyRequests, "resource_exhausted",
 				"the server's memory budget has no room now to decompress a request body; retry, or send it uncompressed")
 			return
 		}
@@ -172,7 +172,7 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if isJSON(r.Header.Get("Content-Type")) {
 			first, err := peekByte(r.Body)
 			if err == io.EOF {
-				httpError(w, http.StatusBadRequest, "invalid_argument", "the request body is empty; an empty message is {}")
+				refuse(w, http.StatusBadRequest, "invalid_argument", "the request body is empty; an empty message is {}")
 				return
 			}
 			r.Body = readCloser{io.MultiReader(bytes.NewReader(first), r.Body), r.Body}
@@ -354,6 +354,37 @@ func isJSON(ct string) bool {
 
 // httpError answers as the Connect protocol answers an error: JSON with
 // its string code, the shape every error of the listener has.
+// refuse answers a request the door turns away before reading its body,
+// at once, and closes its connection soon after (lastAnswer).
+func refuse(w http.ResponseWriter, status int, code, msg string) {
+	lastAnswer(w)
+	httpError(w, status, code, msg)
+}
+
+// refuse413 is tooLarge, answered as refuse answers.
+func refuse413(w http.ResponseWriter, got, limit int64) {
+	lastAnswer(w)
+	tooLarge(w, got, limit)
+}
+
+// DrainGrace is how long a refused request's connection waits for the
+// rest of a small body before it closes: enough for a client that sent
+// it to have it read (so it gets the answer, not a reset), too little
+// for one that trickles it to hold the connection.
+const DrainGrace = time.Second
+
+// lastAnswer makes the answer the connection's last, sent before any of
+// the body is read, with the rest of the body read only until DrainGrace.
+// Go's server otherwise reads what is left of a small body (under 256
+// KiB) before it writes the answer, and again when it closes the body,
+// with no deadline: an anonymous request that declared 100 bytes and
+// sent none was never answered, and held its descriptor as long as its
+// sender liked (issue 47, finding 5: 300 of them, 300 descriptors).
+func lastAnswer(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(DrainGrace))
+}
+
 func httpError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
