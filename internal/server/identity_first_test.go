@@ -273,7 +273,7 @@ func firstLine(b []byte) string {
 func TestHTTPBodiesReadAtOnceAreBounded(t *testing.T) {
 	// A grace far longer than the wait below: on a loaded machine the two
 	// slow bodies must still be holding their places when it ends.
-	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 2, BodyGrace: 2 * time.Minute, MinBodyRate: 1})
+	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 2, MaxBodiesPerCaller: 2, BodyGrace: 2 * time.Minute, MinBodyRate: 1})
 	headers := map[string]string{"Content-Type": "application/json", "Content-Length": "1000", "Authorization": "Bearer " + aliceToken}
 	// Two slow bodies hold both places.
 	for range 2 {
@@ -281,7 +281,8 @@ func TestHTTPBodiesReadAtOnceAreBounded(t *testing.T) {
 	}
 	var code int
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if code, _ = httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, aliceToken, `{}`); code == http.StatusServiceUnavailable {
+		// Another caller's: the first holds its own share, which is all.
+		if code, _ = httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, opsToken, `{}`); code == http.StatusServiceUnavailable {
 			break
 		}
 	}
@@ -398,7 +399,7 @@ func TestHTTPOneErrorShape(t *testing.T) {
 // anonymous caller that declared 100 bytes and sent none was never
 // answered and held a descriptor as long as it liked.
 func TestHTTPRefusalAnsweredAtOnce(t *testing.T) {
-	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 1, BodyGrace: 2 * time.Minute, MinBodyRate: 1})
+	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 1, MaxBodiesPerCaller: 1, BodyGrace: 2 * time.Minute, MinBodyRate: 1})
 	// One slow authenticated body holds the only body place.
 	held := rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, map[string]string{
 		"Content-Type": "application/json", "Content-Length": "1000", "Authorization": "Bearer " + aliceToken})
@@ -427,12 +428,12 @@ func TestHTTPRefusalAnsweredAtOnce(t *testing.T) {
 			}
 		})
 	}
-	// The place is held: an authenticated body is refused 503, and that
+	// The place is held: another caller's body is refused 503, and that
 	// refusal too is answered while its body is owed.
 	var status string
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		conn := rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, map[string]string{
-			"Content-Type": "application/json", "Content-Length": "100", "Authorization": "Bearer " + aliceToken})
+			"Content-Type": "application/json", "Content-Length": "100", "Authorization": "Bearer " + opsToken})
 		_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
 		answer, err := io.ReadAll(conn)
 		if err != nil {
@@ -444,5 +445,31 @@ func TestHTTPRefusalAnsweredAtOnce(t *testing.T) {
 	}
 	if !strings.HasPrefix(status, "HTTP/1.1 503 ") {
 		t.Errorf("a body past the places: %q, want 503", status)
+	}
+}
+
+// TestHTTPBodyPlacesPerCaller (issue 47, finding 6): one principal, of
+// whatever scope, holds at most its share of the places for bodies being
+// read; past it its next body is 429 before a byte is read, while
+// another principal's call is served.
+func TestHTTPBodyPlacesPerCaller(t *testing.T) {
+	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 4, MaxBodiesPerCaller: 2, BodyGrace: 2 * time.Minute, MinBodyRate: 1})
+	slow := map[string]string{"Content-Type": "application/json", "Content-Length": "1000", "Authorization": "Bearer " + aliceToken}
+	for range 2 {
+		rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, slow)
+	}
+	var code int
+	var body string
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if code, body = httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, aliceToken, `{}`); code == http.StatusTooManyRequests {
+			break
+		}
+	}
+	if code != http.StatusTooManyRequests || !strings.Contains(body, "resource_exhausted") {
+		t.Errorf("a third body of the caller holding two: %d %s, want 429 resource_exhausted", code, body)
+	}
+	// Another principal still has places.
+	if code, body := httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, opsToken, `{}`); code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
+		t.Errorf("another principal's call while the first holds its share: %d %s", code, body)
 	}
 }

@@ -410,17 +410,17 @@ func (s *authorizedStream) RecvMsg(m any) error {
 // one (the Authorization header, or the client certificate TLS
 // verified), before the listener reads its body; health, and reflection
 // where it is public, are open.
-func (a *Authorizer) AdmitHTTP(r *http.Request) error {
+func (a *Authorizer) AdmitHTTP(r *http.Request) (string, error) {
 	svc := ServiceOf(r.URL.Path)
 	if svc == HealthService || a.publicReflection && (svc == reflectionV1 || svc == reflectionV1Alpha) {
-		return nil
+		return "", nil
 	}
 	if a.authn == nil {
-		return errors.New("no authentication is configured")
+		return "", errors.New("no authentication is configured")
 	}
 	values := r.Header.Values("Authorization")
 	if len(values) > 1 {
-		return errors.New("credentials not valid: more than one authorization header")
+		return "", errors.New("credentials not valid: more than one authorization header")
 	}
 	header := ""
 	if len(values) == 1 {
@@ -430,11 +430,12 @@ func (a *Authorizer) AdmitHTTP(r *http.Request) error {
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
 		leaf = r.TLS.VerifiedChains[0][0]
 	}
-	_, err := a.authn.Authenticate(r.Context(), header, leaf)
+	p, err := a.authn.Authenticate(r.Context(), header, leaf)
 	if err != nil {
 		a.refuse(r.Context(), r.URL.Path, "unauthenticated", err)
+		return "", err
 	}
-	return err
+	return p.Name, nil
 }
 
 // PrincipalName is the proven principal's name in ctx, or "".

@@ -176,13 +176,18 @@ func TestAdmitHTTP(t *testing.T) {
 		{"an empty verified chain", emptyChain, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := testAuthorizer(t, c.public, nil).AdmitHTTP(c.r)
+			who, err := testAuthorizer(t, c.public, nil).AdmitHTTP(c.r)
 			if (err == nil) != c.ok {
 				t.Errorf("admitted: %v (%v); want %v", err == nil, err, c.ok)
 			}
+			// A proven caller is named, so the door can bound each one's
+			// places; an open path names nobody.
+			if c.ok && (who == "") != (ServiceOf(c.r.URL.Path) == HealthService || ServiceOf(c.r.URL.Path) == reflectionV1 || ServiceOf(c.r.URL.Path) == reflectionV1Alpha) {
+				t.Errorf("admitted as %q", who)
+			}
 		})
 	}
-	if err := New(Config{}).AdmitHTTP(req(cb.ContentService_Decode_FullMethodName, "reader", nil)); err == nil || !strings.Contains(err.Error(), "no authentication is configured") {
+	if _, err := New(Config{}).AdmitHTTP(req(cb.ContentService_Decode_FullMethodName, "reader", nil)); err == nil || !strings.Contains(err.Error(), "no authentication is configured") {
 		t.Errorf("no authenticator: %v", err)
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -44,6 +46,11 @@ type Limits struct {
 	// stream reads one for its life); past it a request is UNAVAILABLE
 	// (503) before a byte of its body is read.
 	MaxBodies int
+	// MaxBodiesPerCaller bounds those of one principal (or, on the open
+	// paths, one client address); past it a request is RESOURCE_EXHAUSTED
+	// (429) before a byte of its body is read, so one caller cannot hold
+	// every place (default a quarter of MaxBodies).
+	MaxBodiesPerCaller int
 	// Memory, when set, is the server-wide memory budget: a compressed
 	// body holds a message's room from it (1.5 × MaxRecvBytes + 4 KiB)
 	// while it is read, or is refused 429 before a byte is inflated.
@@ -54,10 +61,11 @@ type Limits struct {
 // the listener's follows unless told otherwise.
 const DefaultMaxRecvBytes = 32 << 20
 
-// Admit proves a request's caller before its body is read: nil admits
-// it, an error (its message safe to show) refuses it 401. The paths open
-// to anyone (health) are Admit's to decide.
-type Admit func(r *http.Request) error
+// Admit proves a request's caller before its body is read and names it
+// (a principal; "" on the paths open to anyone, health, which are
+// Admit's to decide): nil admits it, an error (its message safe to show)
+// refuses it 401.
+type Admit func(r *http.Request) (who string, err error)
 
 // DefaultLimits are the listener's defaults.
 var DefaultLimits = Limits{
@@ -76,6 +84,7 @@ func (l Limits) withDefaults() Limits {
 	orDefault(&l.BodyGrace, d.BodyGrace)
 	orDefault(&l.MinBodyRate, d.MinBodyRate)
 	orDefault(&l.MaxBodies, d.MaxBodies)
+	orDefault(&l.MaxBodiesPerCaller, max(1, l.MaxBodies/4))
 	return l
 }
 
@@ -92,8 +101,11 @@ type door struct {
 	limits  Limits
 	maxBody int64
 	bodies  chan struct{}
-	routes  []restRoute
-	next    http.Handler // the transcoder
+	// callers counts the body places each caller holds.
+	callersMu sync.Mutex
+	callers   map[string]int
+	routes    []restRoute
+	next      http.Handler // the transcoder
 }
 
 // restRoute is one google.api.http path with the fields it binds.
@@ -109,9 +121,13 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusBadRequest, "invalid_argument", "the request's path or query is not valid UTF-8")
 		return
 	}
-	if err := d.admit(r); err != nil {
+	who, err := d.admit(r)
+	if err != nil {
 		refuse(w, http.StatusUnauthorized, "unauthenticated", err.Error())
 		return
+	}
+	if who == "" {
+		who = "address " + clientHost(r.RemoteAddr)
 	}
 	if field, ok := d.overridesPath(r); ok {
 		refuse(w, http.StatusBadRequest, "invalid_argument", "query parameter "+field+" names a field the path binds; the path's value is the one used")
@@ -133,6 +149,12 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"Content-Type must be application/json or application/proto (or a Connect, gRPC or gRPC-Web streaming type)")
 		return
 	}
+	if !d.takeCallerPlace(who) {
+		w.Header().Set("Retry-After", "1")
+		refuse(w, http.StatusTooManyRequests, "resource_exhausted", "this caller is sending as many request bodies at once as it may; retry when one ends")
+		return
+	}
+	defer d.giveCallerPlace(who)
 	select {
 	case d.bodies <- struct{}{}:
 		defer func() { <-d.bodies }()
@@ -354,6 +376,33 @@ func isJSON(ct string) bool {
 
 // httpError answers as the Connect protocol answers an error: JSON with
 // its string code, the shape every error of the listener has.
+// takeCallerPlace takes one of who's body places, if it has one left.
+func (d *door) takeCallerPlace(who string) bool {
+	d.callersMu.Lock()
+	defer d.callersMu.Unlock()
+	if d.callers[who] >= d.limits.MaxBodiesPerCaller {
+		return false
+	}
+	d.callers[who]++
+	return true
+}
+
+func (d *door) giveCallerPlace(who string) {
+	d.callersMu.Lock()
+	defer d.callersMu.Unlock()
+	if d.callers[who]--; d.callers[who] <= 0 {
+		delete(d.callers, who)
+	}
+}
+
+// clientHost is the host of a request's remote address.
+func clientHost(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
+}
+
 // refuse answers a request the door turns away before reading its body,
 // at once, and closes its connection soon after (lastAnswer).
 func refuse(w http.ResponseWriter, status int, code, msg string) {

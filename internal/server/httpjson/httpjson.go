@@ -81,7 +81,7 @@ func New(g *grpc.Server, admit Admit, limits Limits, log *zap.Logger) (http.Hand
 		return nil, fmt.Errorf("http/json: %w", err)
 	}
 	return &door{admit: admit, log: log, limits: limits, maxBody: maxBody,
-		bodies: make(chan struct{}, limits.MaxBodies), routes: restRoutes(g), next: tc}, nil
+		bodies: make(chan struct{}, limits.MaxBodies), callers: map[string]int{}, routes: restRoutes(g), next: tc}, nil
 }
 
 // connectUnary marks a plain JSON or protobuf POST to /<service>/<method>
