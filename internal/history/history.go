@@ -72,6 +72,17 @@ const (
 	// server that died under it.
 	DefaultBodyGrace   = 10 * time.Second
 	DefaultMinBodyRate = 32 << 10
+	// DefaultMinEvictAge: a full server evicts only files at least this
+	// old, so an upload cannot push out a file its peer has not yet had
+	// the time to download.
+	DefaultMinEvictAge = 10 * time.Minute
+	// DefaultReserveAhead is what an upload reserves ahead of the bytes
+	// that have arrived at first; the allowance then grows with what has
+	// arrived, up to maxReserveAhead, so a 100 MiB upload makes some
+	// thirty reservations. A declared length is not a reservation: a
+	// client that declares 100 MiB and sends nothing holds nothing.
+	DefaultReserveAhead = 64 << 10
+	maxReserveAhead     = 4 << 20
 	// idBytes is an id's randomness: 160 bits, 40 hex digits.
 	idBytes = 20
 	// blobBuffer is the blob writer's buffer: S3's smallest part.
@@ -124,6 +135,11 @@ type Config struct {
 	// slower on average is cut.
 	BodyGrace   time.Duration
 	MinBodyRate int64
+	// MinEvictAge: younger files are never evicted to make room.
+	MinEvictAge time.Duration
+	// ReserveAhead is an upload's first allowance past what has arrived
+	// (DefaultReserveAhead).
+	ReserveAhead int64
 	// CORSOrigins answered; "*" any (default).
 	CORSOrigins []string
 	Log         *zap.Logger
@@ -170,6 +186,12 @@ func New(cfg Config) *Service {
 	}
 	if cfg.UploadsAtOnce <= 0 {
 		cfg.UploadsAtOnce = DefaultUploadsAtOnce
+	}
+	if cfg.ReserveAhead <= 0 {
+		cfg.ReserveAhead = DefaultReserveAhead
+	}
+	if cfg.MinEvictAge <= 0 {
+		cfg.MinEvictAge = DefaultMinEvictAge
 	}
 	if cfg.Stall <= 0 {
 		cfg.Stall = DefaultStall
@@ -438,26 +460,25 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	expected := r.ContentLength
 	if expected < 0 {
-		expected = s.cfg.MaxUpload // unknown until read: counted at the limit
-	}
-	if err := s.makeRoom(ctx, expected); err != nil {
-		s.cfg.Log.Warn("history upload refused: storage full", zap.Error(err))
-		s.refuse(w, http.StatusInsufficientStorage, RefusedFull, "the history server is full: retry later")
-		return
+		expected = s.cfg.MaxUpload // unknown until read
 	}
 	id := newID()
 	now := s.cfg.Now()
 	// Until it is finished the row expires with the body's deadline: the
-	// sweep releases the reservation of an upload whose server died.
-	f := store.HistoryFile{ID: id, ObjectKey: s.cfg.Prefix + id, State: store.HistoryUploading, Size: expected, Created: now, Expires: now.Add(MaxUploadTime(s.cfg))}
+	// sweep releases the reservation of an upload whose server died. It
+	// reserves nothing yet: its bytes are reserved as they arrive, with
+	// an allowance ahead (reservedWriter).
+	f := store.HistoryFile{ID: id, ObjectKey: s.cfg.Prefix + id, State: store.HistoryUploading, Created: now, Expires: now.Add(MaxUploadTime(s.cfg))}
 	if err := s.cfg.Store.CreateHistoryFile(ctx, f); err != nil {
 		s.fail(w, "record the upload", err)
 		return
 	}
-	n, err := s.store(ctx, r, w, f.ObjectKey)
+	n, err := s.store(ctx, r, w, f.ObjectKey, &reserver{s: s, ctx: ctx, id: id, limit: expected})
 	if err != nil {
 		s.forget(f)
 		switch {
+		case errors.Is(err, store.ErrHistoryFull):
+			s.refuseFull(w, err)
 		case errors.Is(err, errTooLarge):
 			s.refuse(w, http.StatusRequestEntityTooLarge, RefusedTooLarge, fmt.Sprintf("the body passed %d bytes, the most this server takes", s.cfg.MaxUpload))
 		case errors.Is(err, errStalled):
@@ -484,7 +505,7 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) {
 }
 
 // store streams the body into key; an error leaves no object.
-func (s *Service) store(ctx context.Context, r *http.Request, w http.ResponseWriter, key string) (int64, error) {
+func (s *Service) store(ctx context.Context, r *http.Request, w http.ResponseWriter, key string, res *reserver) (int64, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	bw, err := s.cfg.Bucket.NewWriter(wctx, key, &blob.WriterOptions{ContentType: "application/octet-stream", BufferSize: blobBuffer})
@@ -492,7 +513,7 @@ func (s *Service) store(ctx context.Context, r *http.Request, w http.ResponseWri
 		return 0, err
 	}
 	body := &pacedBody{r: r.Body, rc: http.NewResponseController(w), stall: s.cfg.Stall, grace: s.cfg.BodyGrace, minRate: s.cfg.MinBodyRate, limit: s.cfg.MaxUpload}
-	n, err := io.Copy(bw, body)
+	n, err := io.Copy(&reservedWriter{w: bw, res: res}, body)
 	if err != nil {
 		cancel() // aborts the write: nothing is committed
 		_ = bw.Close()
@@ -533,10 +554,79 @@ func (s *Service) fail(w http.ResponseWriter, what string, err error) {
 	http.Error(w, "the history server could not "+what, code)
 }
 
-// makeRoom evicts the oldest files until need more bytes fit under
-// MaxTotal, and fails when even an empty server could not take them.
+// refuseFull answers an upload the total has no room for: 507, to
+// retry later.
+func (s *Service) refuseFull(w http.ResponseWriter, err error) {
+	if !errors.Is(err, store.ErrHistoryFull) {
+		s.fail(w, "reserve room for the upload", err)
+		return
+	}
+	s.cfg.Log.Warn("history upload refused: storage full", zap.Error(err))
+	s.refuse(w, http.StatusInsufficientStorage, RefusedFull, "the history server is full: retry later")
+}
+
+// reserver reserves an upload's room as its bytes arrive: what has
+// arrived plus an allowance, never its declared or the largest size, so an
+// upload that declares much and sends little holds little (issue 47,
+// finding 2).
+type reserver struct {
+	s        *Service
+	ctx      context.Context
+	id       string
+	limit    int64 // the declared length, or the upload limit
+	reserved int64
+}
+
+// reserve claims delta more bytes of the total, evicting what it may to
+// make room; ErrHistoryFull when it cannot.
+func (r *reserver) reserve(delta int64) error {
+	if delta <= 0 {
+		return nil
+	}
+	for range 5 {
+		if err := r.s.makeRoom(r.ctx, delta); err != nil {
+			return err
+		}
+		err := r.s.cfg.Store.ReserveHistoryBytes(r.ctx, r.id, delta, r.s.cfg.MaxTotal)
+		if err == nil {
+			r.reserved += delta
+			return nil
+		}
+		if !errors.Is(err, store.ErrHistoryFull) {
+			return err
+		}
+		// Another upload took the room made: make it again.
+	}
+	return fmt.Errorf("the room made was taken each time: %w", store.ErrHistoryFull)
+}
+
+// reservedWriter reserves ahead of each write into the bucket.
+type reservedWriter struct {
+	w       io.Writer
+	res     *reserver
+	written int64
+}
+
+func (rw *reservedWriter) Write(p []byte) (int, error) {
+	if need := rw.written + int64(len(p)); need > rw.res.reserved {
+		ahead := min(max(rw.res.s.cfg.ReserveAhead, rw.res.reserved), maxReserveAhead)
+		step := max(need-rw.res.reserved, min(need-rw.res.reserved+ahead, rw.res.limit-rw.res.reserved))
+		if err := rw.res.reserve(step); err != nil {
+			return 0, err
+		}
+	}
+	n, err := rw.w.Write(p)
+	rw.written += int64(n)
+	return n, err
+}
+
+// makeRoom evicts the oldest files old enough to evict (MinEvictAge)
+// until need more bytes fit under MaxTotal, looking as far down the
+// catalog as it must; ErrHistoryFull when none is left to evict. Uploads
+// running are never evicted: their own end settles them.
 func (s *Service) makeRoom(ctx context.Context, need int64) error {
-	for range 100 {
+	for range 1000 { // 100,000 files evicted for one step: something is wrong
+
 		used, _, err := s.cfg.Store.HistoryBytes(ctx)
 		if err != nil {
 			return err
@@ -544,30 +634,25 @@ func (s *Service) makeRoom(ctx context.Context, need int64) error {
 		if used+need <= s.cfg.MaxTotal {
 			return nil
 		}
-		oldest, err := s.cfg.Store.OldestHistoryFiles(ctx, 10)
+		old, err := s.cfg.Store.EvictableHistoryFiles(ctx, s.cfg.Now().Add(-s.cfg.MinEvictAge), 100)
 		if err != nil {
 			return err
 		}
-		evicted := 0
-		for _, f := range oldest {
+		if len(old) == 0 {
+			return fmt.Errorf("%d bytes stored or reserved, %d more asked, %d the most, none old enough to evict: %w", used, need, s.cfg.MaxTotal, store.ErrHistoryFull)
+		}
+		for _, f := range old {
 			if used+need <= s.cfg.MaxTotal {
 				return nil // evict no more than the room needs
-			}
-			if f.State != store.HistoryReady {
-				continue // an upload running; its own end settles it
 			}
 			if err := s.delete(ctx, f); err != nil {
 				return err
 			}
 			used -= f.Size
-			evicted++
 			s.cfg.Log.Info("history file evicted: the server is full", zap.String("id", short(f.ID)), zap.Int64("bytes", f.Size))
 			if s.cfg.Metrics.Expired != nil {
 				s.cfg.Metrics.Expired(1, f.Size)
 			}
-		}
-		if evicted == 0 {
-			return fmt.Errorf("%d bytes stored by uploads running, %d more asked, %d the most", used, need, s.cfg.MaxTotal)
 		}
 	}
 	return errors.New("eviction made no room")

@@ -204,6 +204,7 @@ func TestHistoryLimits(t *testing.T) {
 	f := newFixture(t, st, func(c *Config) {
 		c.MaxUpload, c.MaxTotal, c.Stall = 64<<10, 200<<10, 300*time.Millisecond
 		c.UploadBurst, c.UploadsPerMinute, c.UploadsPerClient = 100, 60, 1
+		c.MinEvictAge = time.Second
 	})
 	req, _ := http.NewRequest(http.MethodPost, f.url+"/upload", bytes.NewReader(random(t, 64<<10+1)))
 	resp, err := http.DefaultClient.Do(req)
@@ -470,36 +471,40 @@ func rss(t *testing.T) int64 {
 // object is already gone is still swept, and a sweep goes past a page.
 func TestHistoryBoundaries(t *testing.T) {
 	st := enginetest.SQLite(t)
-	f := newFixture(t, st, func(c *Config) { c.MaxUpload, c.MaxTotal = 1000, 1500 })
+	f := newFixture(t, st, func(c *Config) { c.MaxUpload, c.MaxTotal, c.MinEvictAge, c.ReserveAhead = 1000, 1500, time.Second, 10 })
 	req, _ := http.NewRequest(http.MethodPost, f.url+"/upload", bytes.NewReader(make([]byte, 1000)))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("a declared body of exactly the limit: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	// 1000 stored; 500 left. Undeclared, a small body is weighed at the
-	// limit: the oldest file is evicted for it.
+	// 1000 stored; 500 left. An undeclared small body reserves what
+	// arrives and an allowance, not the upload limit: nothing is evicted
+	// for it (issue 47, finding 2: a 5-byte upload evicted a 3 MiB file).
 	f.now.Add(int64(time.Second))
 	code, small := f.upload(t, io.MultiReader(strings.NewReader("tiny")))
 	if code != http.StatusOK {
 		t.Fatalf("an undeclared small body: %d", code)
 	}
 	f.now.Add(int64(time.Second))
-	if b, n := f.stored(t); n != 1 || b != 4 {
-		t.Fatalf("after an undeclared upload weighed at the limit: %d files of %d bytes; want the first evicted", n, b)
+	if b, n := f.stored(t); n != 2 || b != 1004 {
+		t.Fatalf("after an undeclared small upload: %d files of %d bytes; want both, nothing evicted", n, b)
 	}
-	// Declared, a body that fits exactly evicts nothing.
+	// Declared, a body past the upload limit is refused; one that needs
+	// room evicts the oldest file old enough.
 	if code, _ := f.upload(t, bytes.NewReader(make([]byte, 1496))); code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("a declared body past the upload limit: %d", code)
 	}
 	if code, _ := f.upload(t, bytes.NewReader(make([]byte, 996))); code != http.StatusOK {
-		t.Fatalf("a declared body that fits exactly: %d", code)
+		t.Fatalf("a declared body that needs the first file's room: %d", code)
 	}
 	f.now.Add(int64(time.Second))
 	if b, n := f.stored(t); n != 2 || b != 1000 {
-		t.Fatalf("after an exact fit: %d files of %d bytes", n, b)
+		t.Fatalf("after the first file was evicted: %d files of %d bytes", n, b)
 	}
-	// Undeclared, exactly the limit is taken (after eviction).
+	// Undeclared, exactly the limit is taken (after evictions, once the
+	// files are old enough).
+	f.now.Add(int64(time.Second))
 	if code, _ := f.upload(t, io.MultiReader(bytes.NewReader(make([]byte, 1000)))); code != http.StatusOK {
 		t.Fatalf("an undeclared body of exactly the limit: %d", code)
 	}
@@ -508,7 +513,7 @@ func TestHistoryBoundaries(t *testing.T) {
 	}
 
 	// Several evictions for one upload.
-	g := newFixture(t, st, func(c *Config) { c.MaxUpload, c.MaxTotal = 1000, 1000 })
+	g := newFixture(t, enginetest.SQLite(t), func(c *Config) { c.MaxUpload, c.MaxTotal, c.MinEvictAge = 1000, 1000, time.Second })
 	for range 4 {
 		if code, _ := g.upload(t, bytes.NewReader(make([]byte, 250))); code != http.StatusOK {
 			t.Fatal(code)
@@ -678,9 +683,12 @@ func TestHistoryDeadUploadReleased(t *testing.T) {
 	waitRunning(t, f.svc, 1)
 	eventually.True(t, 10*time.Second, func() bool { _, n := f.stored(t); return n == 1 },
 		func() string { return "the upload's row was never recorded" })
-	if used, _ := f.stored(t); used != 1<<20 {
-		t.Fatalf("the upload reserves %d bytes, want its declared 1 MiB", used)
-	}
+	want := DefaultReserveAhead + int64(len("partial"))
+	eventually.True(t, 10*time.Second, func() bool { used, _ := f.stored(t); return used == want },
+		func() string {
+			used, _ := f.stored(t)
+			return fmt.Sprintf("the upload reserves %d bytes, want what arrived and the allowance, %d (not its declared 1 MiB)", used, want)
+		})
 	// As if its server had died: nothing finishes or forgets the row. The
 	// sweep at its body's deadline releases it.
 	deadline := time.Unix(0, f.now.Load()).Add(MaxUploadTime(f.svc.cfg))
@@ -779,4 +787,52 @@ func TestHistoryStalledDownloadCut(t *testing.T) {
 	// The reader stops here.
 	eventually.True(t, 30*time.Second, func() bool { return f.logs.FilterMessage("history download cut short").Len() == 1 },
 		func() string { return "the download to a stalled reader was never cut" })
+}
+
+// TestHistoryRoomIsWhatArrived (issue 47, finding 2): uploads that
+// declare much and send nothing reserve nothing and evict nothing; a file
+// younger than the minimum age is never evicted, so a full server
+// answers 507 (with Retry-After) rather than push out a file its peer
+// has not had the time to fetch.
+func TestHistoryRoomIsWhatArrived(t *testing.T) {
+	f := newFixture(t, enginetest.SQLite(t), func(c *Config) {
+		c.MaxUpload, c.MaxTotal, c.ReserveAhead, c.UploadsPerClient = 1000, 1000, 10, 4
+	})
+	code, first := f.upload(t, bytes.NewReader(random(t, 800)))
+	if code != http.StatusOK {
+		t.Fatalf("the first upload: %d", code)
+	}
+	// Two connections declare the whole limit each and send nothing.
+	for range 2 {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := fmt.Fprintf(conn, "POST /upload HTTP/1.1\r\nHost: test\r\nContent-Length: 1000\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitRunning(t, f.svc, 2)
+	// Room for 200 more: a small upload fits beside them.
+	if code, _ := f.upload(t, bytes.NewReader(random(t, 150))); code != http.StatusOK {
+		t.Fatalf("an upload that fits while two declared bodies send nothing: %d", code)
+	}
+	// One that needs the first file's room cannot have it: too young.
+	resp, err := http.Post(f.url+"/upload", "", bytes.NewReader(random(t, 500)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInsufficientStorage || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("an upload needing a young file's room: %d, Retry-After %q; want 507 with one", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if code, _ := f.get(t, first); code != http.StatusOK {
+		t.Errorf("the first file, younger than the minimum age: %d, want it kept", code)
+	}
+	// Once old enough it makes room.
+	f.now.Add(int64(DefaultMinEvictAge + time.Second))
+	if code, _ := f.upload(t, bytes.NewReader(random(t, 500))); code != http.StatusOK {
+		t.Errorf("the same upload once the first file is old enough to evict: %d", code)
+	}
 }

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/contentbackup/contentbackup/internal/fault"
 )
 
 // HistoryFiles is the history server's catalog: one row per archive an
@@ -29,12 +31,22 @@ type HistoryFiles interface {
 	// HistoryFilesBefore returns up to limit files whose expires_ns is at
 	// or before t, earliest first: what the sweep deletes.
 	HistoryFilesBefore(ctx context.Context, t time.Time, limit int) ([]HistoryFile, error)
-	// OldestHistoryFiles returns up to limit files, oldest first: what
-	// eviction takes when the total is full.
-	OldestHistoryFiles(ctx context.Context, limit int) ([]HistoryFile, error)
+	// EvictableHistoryFiles returns up to limit ready files created
+	// before createdBefore, oldest first: what a full server may evict
+	// (never an upload running, never a file younger than the minimum
+	// age).
+	EvictableHistoryFiles(ctx context.Context, createdBefore time.Time, limit int) ([]HistoryFile, error)
+	// ReserveHistoryBytes adds delta to the size of upload id (which
+	// must be uploading) if every file's size together stays within
+	// maxTotal, else ErrHistoryFull; the check and the claim are one
+	// transaction that no other reservation interleaves.
+	ReserveHistoryBytes(ctx context.Context, id string, delta, maxTotal int64) error
 	// HistoryBytes is the size of every file stored, and the count.
 	HistoryBytes(ctx context.Context) (bytes, files int64, err error)
 }
+
+// ErrHistoryFull: the history server's total would pass its limit.
+var ErrHistoryFull = fault.New(fault.Exhausted, "the history server is full")
 
 // History file states.
 const (

@@ -2,6 +2,9 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,8 +58,20 @@ func testHistoryFiles(t *testing.T, s store.Store) {
 	if due, err := s.HistoryFilesBefore(ctx(t), at.Add(2*time.Hour), 10); err != nil || len(due) != 1 || due[0].ID != "b" {
 		t.Fatalf("HistoryFilesBefore: %+v, %v", due, err)
 	}
-	if oldest, err := s.OldestHistoryFiles(ctx(t), 1); err != nil || len(oldest) != 1 || oldest[0].ID != "a" {
-		t.Fatalf("OldestHistoryFiles: %+v, %v", oldest, err)
+	// Evictable: ready, and created before the minimum age's cut; never
+	// an upload running ("b"), never a file younger ("c").
+	young := store.HistoryFile{ID: "c", ObjectKey: "history/c", State: store.HistoryUploading, Created: at.Add(2 * time.Minute), Expires: at.Add(time.Hour)}
+	if err := s.CreateHistoryFile(ctx(t), young); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishHistoryFile(ctx(t), "c", 0, finishExpires); err != nil {
+		t.Fatal(err)
+	}
+	if old, err := s.EvictableHistoryFiles(ctx(t), at.Add(2*time.Minute), 10); err != nil || len(old) != 1 || old[0].ID != "a" {
+		t.Fatalf("EvictableHistoryFiles: %+v, %v", old, err)
+	}
+	if err := s.DeleteHistoryFile(ctx(t), "c"); err != nil {
+		t.Fatal(err)
 	}
 	if err := s.DeleteHistoryFile(ctx(t), "a"); err != nil {
 		t.Fatal(err)
@@ -66,5 +81,51 @@ func testHistoryFiles(t *testing.T, s store.Store) {
 	}
 	if _, err := s.GetHistoryFile(ctx(t), "a"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a deleted file: %v", err)
+	}
+}
+
+// testHistoryReservations (issue 47, finding 8): a reservation is checked
+// against the total and claimed in one transaction, so reservations
+// racing for the last room never together pass the total; only an
+// upload running can reserve.
+func testHistoryReservations(t *testing.T, s store.Store) {
+	at := time.Unix(0, 1_800_000_000_000_000_000)
+	const total, uploads, step = 1000, 8, 100
+	for i := range uploads {
+		f := store.HistoryFile{ID: fmt.Sprintf("u%d", i), ObjectKey: fmt.Sprintf("history/u%d", i), State: store.HistoryUploading, Created: at, Expires: at.Add(time.Hour)}
+		if err := s.CreateHistoryFile(ctx(t), f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var granted atomic.Int64
+	for i := range uploads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				err := s.ReserveHistoryBytes(ctx(t), fmt.Sprintf("u%d", i), step, total)
+				switch {
+				case err == nil:
+					granted.Add(step)
+				case !errors.Is(err, store.ErrHistoryFull):
+					t.Errorf("a reservation: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	used, _, err := s.HistoryBytes(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used != granted.Load() || used != total {
+		t.Errorf("%d bytes reserved, %d granted; want the total, %d, exactly", used, granted.Load(), total)
+	}
+	if err := s.FinishHistoryFile(ctx(t), "u0", 10, at.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReserveHistoryBytes(ctx(t), "u0", 1, total); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a reservation for a finished file: %v, want ErrNotFound", err)
 	}
 }

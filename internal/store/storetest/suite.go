@@ -73,6 +73,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ErasureFence", testErasureFence},
 		{"ErasureUnderWriters", testErasureUnderWriters},
 		{"HistoryFiles", testHistoryFiles},
+		{"HistoryReservations", testHistoryReservations},
 		{"ProbeWrite", testProbeWrite},
 		{"ScheduleTickClaimedOnce", testScheduleTicks},
 		{"JobRequestIDs", testJobRequestIDs},

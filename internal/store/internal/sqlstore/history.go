@@ -100,8 +100,38 @@ func (s SQLStore) HistoryFilesBefore(ctx context.Context, t time.Time, limit int
 	return s.historyFiles(ctx, `SELECT `+historyColumns+` FROM history_files WHERE expires_ns <= ? ORDER BY expires_ns, id LIMIT ?`, t.UnixNano(), limit)
 }
 
-func (s SQLStore) OldestHistoryFiles(ctx context.Context, limit int) ([]store.HistoryFile, error) {
-	return s.historyFiles(ctx, `SELECT `+historyColumns+` FROM history_files ORDER BY created_ns, id LIMIT ?`, limit)
+func (s SQLStore) EvictableHistoryFiles(ctx context.Context, createdBefore time.Time, limit int) ([]store.HistoryFile, error) {
+	return s.historyFiles(ctx, `SELECT `+historyColumns+` FROM history_files WHERE state = ? AND created_ns < ? ORDER BY created_ns, id LIMIT ?`,
+		store.HistoryReady, createdBefore.UnixNano(), limit)
+}
+
+// historyRoom is the key ReserveHistoryBytes locks: every reservation
+// checks the same total.
+const historyRoom = "history room"
+
+func (s SQLStore) ReserveHistoryBytes(ctx context.Context, id string, delta, maxTotal int64) error {
+	return s.db.Write(ctx, func(tx Conn) error {
+		if s.d.LockKey != "" {
+			if _, err := tx.Exec(ctx, s.d.LockKey, historyRoom); err != nil {
+				return fmt.Errorf("%s: lock the history room: %w", s.d.Name, err)
+			}
+		}
+		var used int64
+		if err := tx.QueryRow(ctx, `SELECT COALESCE(SUM(size), 0) FROM history_files`).Scan(&used); err != nil {
+			return fmt.Errorf("%s: history bytes: %w", s.d.Name, err)
+		}
+		if used+delta > maxTotal {
+			return fmt.Errorf("%d bytes stored or reserved, %d more asked, %d the most: %w", used, delta, maxTotal, store.ErrHistoryFull)
+		}
+		n, err := tx.Exec(ctx, s.d.bind(`UPDATE history_files SET size = size + ? WHERE id = ? AND state = ?`), delta, id, store.HistoryUploading)
+		if err != nil {
+			return fmt.Errorf("%s: reserve history bytes: %w", s.d.Name, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("history upload %.8s…: %w", id, store.ErrNotFound)
+		}
+		return nil
+	})
 }
 
 func (s SQLStore) HistoryBytes(ctx context.Context) (bytes, files int64, err error) {
