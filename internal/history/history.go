@@ -704,6 +704,22 @@ func (s *Service) download(w http.ResponseWriter, r *http.Request, id string) {
 		s.fail(w, "read the file", err)
 		return
 	}
+	// A one-time file is claimed before it is served: the count goes up
+	// in one statement, so of GETs at once only the first serves it
+	// (finding 8: two concurrent GETs each had it whole). A download cut
+	// short has still used it.
+	oneTime := s.cfg.OneTime && r.Method == http.MethodGet
+	if oneTime {
+		n, err := s.cfg.Store.CountHistoryDownload(ctx, id)
+		if errors.Is(err, store.ErrNotFound) || err == nil && n > 1 {
+			missing()
+			return
+		}
+		if err != nil {
+			s.fail(w, "read the file", err)
+			return
+		}
+	}
 	rd, err := s.cfg.Bucket.NewReader(ctx, f.ObjectKey, nil)
 	if gcerrors.Code(err) == gcerrors.NotFound {
 		missing()
@@ -722,6 +738,14 @@ func (s *Service) download(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	n, err := io.Copy(&stallWriter{w: w, rc: http.NewResponseController(w), stall: s.cfg.Stall}, rd)
+	if oneTime {
+		// Claimed, so used, whole or not: nobody may fetch it again.
+		defer func() {
+			if err := s.delete(context.WithoutCancel(ctx), f); err != nil {
+				s.cfg.Log.Warn("one-time history file not deleted", zap.String("id", short(id)), zap.Error(err))
+			}
+		}()
+	}
 	if err != nil {
 		s.cfg.Log.Info("history download cut short", zap.String("id", short(id)), zap.Int64("bytes", n), zap.Error(err))
 		return
@@ -729,13 +753,11 @@ func (s *Service) download(w http.ResponseWriter, r *http.Request, id string) {
 	if s.cfg.Metrics.Downloaded != nil {
 		s.cfg.Metrics.Downloaded(n)
 	}
+	if oneTime {
+		return // counted when claimed
+	}
 	if _, err := s.cfg.Store.CountHistoryDownload(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.cfg.Log.Warn("history download not counted", zap.String("id", short(id)), zap.Error(err))
-	}
-	if s.cfg.OneTime {
-		if err := s.delete(context.WithoutCancel(ctx), f); err != nil {
-			s.cfg.Log.Warn("one-time history file not deleted", zap.String("id", short(id)), zap.Error(err))
-		}
 	}
 }
 

@@ -343,6 +343,28 @@ func TestHistoryExpiry(t *testing.T) {
 			if objs := once.objects(t); len(objs) != 0 {
 				t.Errorf("a one-time file's object after its download: %v", objs)
 			}
+			// GETs at once: one has it whole, the rest 404 (finding 8:
+			// two concurrent GETs each had it).
+			_, id = once.upload(t, bytes.NewReader(random(t, 1<<20)))
+			var wg sync.WaitGroup
+			var served atomic.Int32
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					code, b := once.get(t, id)
+					switch {
+					case code == http.StatusOK && len(b) == 1<<20:
+						served.Add(1)
+					case code != http.StatusNotFound:
+						t.Errorf("a GET of a one-time file at once with others: %d, %d bytes", code, len(b))
+					}
+				}()
+			}
+			wg.Wait()
+			if served.Load() != 1 {
+				t.Errorf("8 GETs at once of a one-time file served it %d times, want once", served.Load())
+			}
 		})
 	}
 }
