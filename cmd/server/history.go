@@ -38,7 +38,7 @@ type historyFlags struct {
 
 // history opens the history server's bucket and service, or returns nil
 // when it is off.
-func (f historyFlags) history(ctx context.Context, dataDir string, st store.Store, reg prometheus.Registerer, log *zap.Logger) (*history.Service, func(), error) {
+func (f historyFlags) history(ctx context.Context, dataDir string, diskReserve int64, st store.Store, reg prometheus.Registerer, log *zap.Logger) (*history.Service, func(), error) {
 	if f.HistoryListen == "" {
 		return nil, func() {}, nil
 	}
@@ -57,10 +57,24 @@ func (f historyFlags) history(ctx context.Context, dataDir string, st store.Stor
 	if err != nil {
 		return nil, nil, fmt.Errorf("--history-bucket: %w", err)
 	}
-	svc := history.New(history.Config{Store: st, Bucket: bucket, MaxUpload: f.HistoryMaxUpload, MaxTotal: f.HistoryMaxTotal,
+	cfg := history.Config{Store: st, Bucket: bucket, MaxUpload: f.HistoryMaxUpload, MaxTotal: f.HistoryMaxTotal,
 		Retention: f.HistoryRetention, OneTime: f.HistoryOneTime, UploadsPerMinute: f.HistoryUploadsPerMinute,
 		UploadBurst: f.HistoryUploadBurst, UploadsPerClient: f.HistoryUploadsPerClient, UploadsAtOnce: f.HistoryUploadsAtOnce,
-		CORSOrigins: f.HistoryCORSOrigins, Log: log.Named("history"), Metrics: historyMetrics(reg)})
+		CORSOrigins: f.HistoryCORSOrigins, Log: log.Named("history"), Metrics: historyMetrics(reg)}
+	// A file bucket keeps --bucket-reserve free on its disk, as the job
+	// buckets do: in the default layout it is the store's disk, which the
+	// start log says.
+	if dir := buckets.LocalDir("history"); dir != "" && diskReserve > 0 {
+		cfg.FreeBytes = func() (uint64, error) { return jobs.FreeBytes(dir) }
+		cfg.DiskReserve = diskReserve
+		free, err := jobs.FreeBytes(dir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--history-bucket: %w", err)
+		}
+		log.Info("history files are stored on a local disk; uploads keep --bucket-reserve free on it",
+			zap.String("dir", dir), zap.Bool("store_data_dir", f.HistoryBucket == ""), zap.Uint64("free_bytes", free), zap.Int64("reserve_bytes", diskReserve))
+	}
+	svc := history.New(cfg)
 	return svc, func() { _ = buckets.Close() }, nil
 }
 

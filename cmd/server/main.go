@@ -190,7 +190,7 @@ type jobFlags struct {
 	KeepFinishedJobs      time.Duration `name:"keep-finished-jobs" env:"KEEP_FINISHED_JOBS" default:"168h" help:"How long an ended job's operation stays listed before it is deleted (its backup stays in the catalog)."`
 	JobLease              time.Duration `name:"job-lease" env:"JOB_LEASE" default:"30s" help:"How long a running job outlives its server: a job whose server stopped is taken over by another replica (or failed, past --job-attempts) this long after its last renewal."`
 	OwnerBackupQuota      int64         `name:"owner-backup-quota" env:"OWNER_BACKUP_QUOTA" default:"10737418240" help:"Archive bytes one owner's backups may hold in all (the catalog's sum); an export past it is RESOURCE_EXHAUSTED. -1: none."`
-	BucketReserve         int64         `name:"bucket-reserve" env:"BUCKET_RESERVE" default:"1073741824" help:"Free bytes an export leaves on a file bucket's filesystem (the store's disk, in the default layout); past it the export is RESOURCE_EXHAUSTED. -1: none."`
+	BucketReserve         int64         `name:"bucket-reserve" env:"BUCKET_RESERVE" default:"1073741824" help:"Free bytes an export, or a history upload, leaves on a file bucket's filesystem (the store's disk, in the default layout); past it the export is RESOURCE_EXHAUSTED, the upload 507. -1: none."`
 	JobAttempts           int           `name:"job-attempts" env:"JOB_ATTEMPTS" default:"3" help:"Runs of one job in all: a job whose server stopped is taken over and run again (an export from the start, an import whole) until it has run this many times; 1 turns takeover off."`
 	Schedule              string        `name:"schedule" env:"SCHEDULE" help:"YAML policy of scheduled exports (name, cron, owners, bucket, prefix, keep or retention, full_every, verify); see docs/backup-jobs.md."`
 	testHooks
@@ -429,7 +429,7 @@ func (c *serveCmd) Run() error {
 	// every replica: each rewrap is conditional on the row as read.
 	go jm.RunKeyWorker(ctx, c.KeyWorkerInterval, jobMetrics.KeyStatus)
 	srv := server.New(cfg, log)
-	hist, closeHistory, err := c.history(ctx, c.DataDir, st, cfg.Metrics, log)
+	hist, closeHistory, err := c.history(ctx, c.DataDir, c.BucketReserve, st, cfg.Metrics, log)
 	if err != nil {
 		return err
 	}

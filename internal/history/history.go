@@ -140,6 +140,13 @@ type Config struct {
 	// ReserveAhead is an upload's first allowance past what has arrived
 	// (DefaultReserveAhead).
 	ReserveAhead int64
+	// FreeBytes, when set, reads the free space of the disk under the
+	// bucket (a file bucket's), and an upload's reservation must leave
+	// DiskReserve bytes of it free: with the default layout the bucket is
+	// on the store's disk, and uploads must never take the space the
+	// store's writes need (issue 47, finding 1).
+	FreeBytes   func() (uint64, error)
+	DiskReserve int64
 	// CORSOrigins answered; "*" any (default).
 	CORSOrigins []string
 	Log         *zap.Logger
@@ -582,6 +589,15 @@ type reserver struct {
 func (r *reserver) reserve(delta int64) error {
 	if delta <= 0 {
 		return nil
+	}
+	if free := r.s.cfg.FreeBytes; free != nil {
+		n, err := free()
+		if err != nil {
+			return err
+		}
+		if int64(min(n, 1<<62)) < delta+r.s.cfg.DiskReserve {
+			return fmt.Errorf("%d bytes free on the bucket's disk, %d asked, %d kept free: %w", n, delta, r.s.cfg.DiskReserve, store.ErrHistoryFull)
+		}
 	}
 	for range 5 {
 		if err := r.s.makeRoom(r.ctx, delta); err != nil {

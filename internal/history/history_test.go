@@ -858,3 +858,31 @@ func TestHistoryRoomIsWhatArrived(t *testing.T) {
 		t.Errorf("the same upload once the first file is old enough to evict: %d", code)
 	}
 }
+
+// TestHistoryKeepsTheDiskReserve (issue 47, finding 1): uploads never
+// take the free space a reserve keeps on the bucket's disk (in the
+// default layout, the store's): past it 507 with Retry-After, nothing
+// stored, whatever the total would allow.
+func TestHistoryKeepsTheDiskReserve(t *testing.T) {
+	var free atomic.Int64
+	free.Store(10 << 20)
+	f := newFixture(t, enginetest.SQLite(t), func(c *Config) {
+		c.FreeBytes = func() (uint64, error) { return uint64(free.Load()), nil }
+		c.DiskReserve = 8 << 20
+	})
+	if code, _ := f.upload(t, bytes.NewReader(random(t, 1<<20))); code != http.StatusOK {
+		t.Fatalf("an upload the disk has room for above its reserve: %d", code)
+	}
+	free.Store(8<<20 + 1000)
+	resp, err := http.Post(f.url+"/upload", "", bytes.NewReader(random(t, 1<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInsufficientStorage || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("an upload into the disk's reserve: %d, Retry-After %q; want 507 with one", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if _, n := f.stored(t); n != 1 {
+		t.Errorf("%d files stored; the refused upload left a row", n)
+	}
+}

@@ -59,9 +59,9 @@ func (b *Buckets) LocalDir(name string) string {
 	return u.Path
 }
 
-// freeBytes is what an unprivileged writer may still write on the
+// FreeBytes is what an unprivileged writer may still write on the
 // filesystem holding dir (its nearest existing ancestor).
-func freeBytes(dir string) (uint64, error) {
+func FreeBytes(dir string) (uint64, error) {
 	var st unix.Statfs_t
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
 		err := unix.Statfs(d, &st)
@@ -110,7 +110,7 @@ func (g *spaceGuard) checkReserve() error {
 	if g.dir == "" || g.reserve <= 0 {
 		return nil
 	}
-	free, err := freeBytes(g.dir)
+	free, err := FreeBytes(g.dir)
 	if err != nil {
 		return err
 	}

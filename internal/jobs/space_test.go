@@ -107,7 +107,7 @@ func objectSize(t *testing.T, st store.Store, j store.Job) uint64 {
 // TestFreeBytesOfADirectoryNotMadeYet: a file bucket's directory is made
 // on its first write; its reserve is read from its nearest ancestor.
 func TestFreeBytesOfADirectoryNotMadeYet(t *testing.T) {
-	free, err := freeBytes(t.TempDir() + "/not/made/yet")
+	free, err := FreeBytes(t.TempDir() + "/not/made/yet")
 	if err != nil || free == 0 {
 		t.Errorf("freeBytes of a directory not made yet: %d, %v", free, err)
 	}
