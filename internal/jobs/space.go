@@ -59,6 +59,20 @@ func (b *Buckets) LocalDir(name string) string {
 	return u.Path
 }
 
+// S3Name is the bucket name of an S3 bucket ("" for any other kind), for
+// what only the S3 API reaches (incomplete multipart uploads).
+func (b *Buckets) S3Name(name string) string {
+	raw, ok := b.urls[name]
+	if !ok || !strings.HasPrefix(raw, "s3://") {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}
+
 // FreeBytes is what an unprivileged writer may still write on the
 // filesystem holding dir (its nearest existing ancestor).
 func FreeBytes(dir string) (uint64, error) {
