@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -205,6 +207,9 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 	if err := m.cfg.Store.ScrubFreed(ctx); err != nil {
 		return nil, err
 	}
+	if m.cfg.Freshness.OwnerErased != nil {
+		m.cfg.Freshness.OwnerErased(owner)
+	}
 	m.cfg.Log.Info("audit: owner erased", zap.String("audit", "owner.erase.done"), zap.String("principal", r.job.Principal),
 		zap.String("owner", owner), zap.String("job", r.job.ID), zap.Uint64("backups", result.Backups), zap.Uint64("objects", result.Objects))
 	return result, nil
@@ -276,6 +281,13 @@ func (m *Manager) sweepOwnerObjects(ctx context.Context, owner string, dryRun bo
 			n += aborted
 			if err != nil {
 				return n, err
+			}
+			if local := m.cfg.Buckets.LocalDir(name); local != "" && !dryRun {
+				// A file bucket's directory of the owner, emptied: its
+				// name is the owner's (finding 11). Remove fails on a
+				// directory that is not empty (another prefix's owner
+				// under it), which stays.
+				_ = os.Remove(filepath.Join(local, filepath.FromSlash(strings.TrimSuffix(dir, "/"))))
 			}
 		}
 	}

@@ -229,6 +229,9 @@ func TestEraseOwnerLeavesNothingReadable(t *testing.T) {
 					t.Errorf("the audit record %s: %+v, %v", id, kept, err)
 				}
 			}
+			if _, err := os.Stat(filepath.Join(h.dir, strings.TrimSuffix(ownerDir("", alice), "/"))); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the erased owner's directory in the file bucket: %v, want it gone", err)
+			}
 			if objs := ownerObjects(t, h, alice); len(objs) != 0 {
 				t.Errorf("objects of the erased owner left in the bucket: %v", objs)
 			}

@@ -38,6 +38,9 @@ type Freshness struct {
 	// an operator excludes or repairs the record (Lint, nonconforming),
 	// every backup of the owner fails the same way.
 	ExportBlocked func(schedule, owner string, blocked bool)
+	// OwnerErased: an erasure of owner completed; nothing should go on
+	// naming it (its metric series are deleted).
+	OwnerErased func(owner string)
 }
 
 // VerifyPolicy re-reads a schedule's stored backups on a cron schedule of

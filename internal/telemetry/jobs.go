@@ -123,6 +123,13 @@ func (m *JobMetrics) Instrument(cfg *jobs.Config) {
 	cfg.ScheduleMissed = func(schedule string, ticks int) { m.scheduleMissed.WithLabelValues(schedule).Add(float64(ticks)) }
 	cfg.TakenOver = func(kind string) { m.takenOver.WithLabelValues(kind).Inc() }
 	cfg.Freshness = jobs.Freshness{
+		// The series that name an erased owner go with it (issue 46,
+		// finding 11): on this replica; another's go when it restarts.
+		OwnerErased: func(owner string) {
+			for _, v := range []*prometheus.GaugeVec{m.lastSuccess, m.lastVerified, m.blocked} {
+				v.DeletePartialMatch(prometheus.Labels{"owner": owner})
+			}
+		},
 		BackupSucceeded: func(schedule, owner string, at time.Time) {
 			m.lastSuccess.WithLabelValues(schedule, owner).Set(unixSeconds(at))
 		},
