@@ -886,3 +886,58 @@ func TestHistoryKeepsTheDiskReserve(t *testing.T) {
 		t.Errorf("%d files stored; the refused upload left a row", n)
 	}
 }
+
+// TestHistoryThousandAnonymousTricklers (issue 47, finding 5, the figure
+// in RELIABILITY.md): 1,000 anonymous uploads at once from one address,
+// each declaring 100 bytes and never sending them, are all answered (the
+// few admitted cut for their pace, the rest refused at once), and once
+// their clients hang up the descriptors are back where they were.
+func TestHistoryThousandAnonymousTricklers(t *testing.T) {
+	f := newFixture(t, enginetest.SQLite(t), func(c *Config) { c.BodyGrace, c.Stall = 300*time.Millisecond, 300*time.Millisecond })
+	fds := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatalf("counting descriptors: %v", err)
+		}
+		return len(entries)
+	}
+	idle := fds()
+	const callers = 1000
+	start := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[string]int{}
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST /upload HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n")
+			_ = conn.SetReadDeadline(time.Now().Add(2 * time.Minute))
+			answer, _ := io.ReadAll(conn)
+			line, _, _ := strings.Cut(string(answer), "\r\n")
+			mu.Lock()
+			statuses[line]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	answered := 0
+	for line, n := range statuses {
+		if strings.HasPrefix(line, "HTTP/1.1 4") || strings.HasPrefix(line, "HTTP/1.1 5") {
+			answered += n
+		}
+	}
+	if answered != callers {
+		t.Fatalf("%d of %d anonymous tricklers answered: %v", answered, callers, statuses)
+	}
+	eventually.True(t, 30*time.Second, func() bool { return fds() <= idle+10 },
+		func() string { return fmt.Sprintf("%d descriptors open after the tricklers hung up, %d before", fds(), idle) })
+	t.Logf("%d anonymous uploads owing their bodies: all answered in %s (%v); descriptors %d before, %d after", callers, took.Round(time.Millisecond), statuses, idle, fds())
+}

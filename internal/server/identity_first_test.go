@@ -11,9 +11,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 
+	"github.com/contentbackup/contentbackup/internal/eventually"
 	"github.com/contentbackup/contentbackup/internal/server/httpjson"
 )
 
@@ -472,4 +475,56 @@ func TestHTTPBodyPlacesPerCaller(t *testing.T) {
 	if code, body := httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, opsToken, `{}`); code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
 		t.Errorf("another principal's call while the first holds its share: %d %s", code, body)
 	}
+}
+
+// TestHTTPThousandAnonymousTricklers (issue 47, finding 5, the figure in
+// RELIABILITY.md): 1,000 anonymous requests at once that each declare a
+// 100-byte body and never send it are all answered 401, and once their
+// clients hang up the server's descriptors are back where they were;
+// before, none was answered and each held a descriptor.
+func TestHTTPThousandAnonymousTricklers(t *testing.T) {
+	_, url := httpServer(t)
+	fds := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatalf("counting descriptors: %v", err)
+		}
+		return len(entries)
+	}
+	idle := fds()
+	const callers = 1000
+	start := time.Now()
+	var wg sync.WaitGroup
+	var answered atomic.Int32
+	var slowest atomic.Int64
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			sent := time.Now()
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n", cb.ContentService_Decode_FullMethodName)
+			_ = conn.SetReadDeadline(time.Now().Add(2 * time.Minute))
+			answer, err := io.ReadAll(conn)
+			if err == nil && strings.HasPrefix(firstLine(answer), "HTTP/1.1 401 ") {
+				answered.Add(1)
+				took := int64(time.Since(sent))
+				for old := slowest.Load(); took > old && !slowest.CompareAndSwap(old, took); old = slowest.Load() {
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := answered.Load(); n != callers {
+		t.Fatalf("%d of %d anonymous tricklers answered 401", n, callers)
+	}
+	eventually.True(t, 30*time.Second, func() bool { return fds() <= idle+10 },
+		func() string { return fmt.Sprintf("%d descriptors open after the tricklers hung up, %d before", fds(), idle) })
+	t.Logf("%d anonymous requests owing their bodies: all answered 401 in %s (the slowest %s); descriptors %d before, %d after",
+		callers, time.Since(start).Round(time.Millisecond), time.Duration(slowest.Load()).Round(time.Millisecond), idle, fds())
 }
