@@ -127,6 +127,11 @@ type Config struct {
 	// 1); MaxQueuedPerOwner how many of one owner's jobs may wait for a
 	// slot (default 8), past which a start is ErrQueueFull.
 	MaxRunning, MaxRunningPerOwner, MaxQueuedPerOwner int
+	// VerificationsAtOnce bounds the on-demand verifications (VerifyBackup)
+	// this server runs at once (default 4), VerificationsPerOwner those of
+	// one owner (default 1); past either the call is ErrVerifyBusy, and
+	// nothing is recorded about the backup.
+	VerificationsAtOnce, VerificationsPerOwner int
 	// KeepFinished is how long an ended job stays listed (default 7 days).
 	KeepFinished time.Duration
 	// Lease is how long a job stays running without its server renewing
@@ -185,6 +190,9 @@ type Manager struct {
 	// schedules is the policy this server's scheduler runs (nil: none),
 	// for PlanRetention.
 	schedules atomic.Pointer[SchedulePolicy]
+	// verifying counts the on-demand verifications running, by owner
+	// (under mu).
+	verifying map[string]int
 }
 
 // New returns a manager; Run starts its lease reaper.
@@ -226,9 +234,16 @@ func New(cfg Config) *Manager {
 		host, _ := os.Hostname()
 		cfg.Replica = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
+	if cfg.VerificationsAtOnce <= 0 {
+		cfg.VerificationsAtOnce = 4
+	}
+	if cfg.VerificationsPerOwner <= 0 {
+		cfg.VerificationsPerOwner = 1
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, ctx: ctx, stop: stop, running: map[string]*run{},
-		slots: newSlots(cfg.MaxRunning, cfg.MaxRunningPerOwner, cfg.MaxQueuedPerOwner)}
+		slots:     newSlots(cfg.MaxRunning, cfg.MaxRunningPerOwner, cfg.MaxQueuedPerOwner),
+		verifying: map[string]int{}}
 }
 
 // Running is how many jobs this server runs now, not counting the queued.

@@ -2,11 +2,14 @@ package jobs
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,5 +221,65 @@ func TestVerificationUnderLoadRecordsNoDamage(t *testing.T) {
 				t.Fatalf("verification with memory back: %q at %v (%v), want sound", b.VerifyProblem, b.Verified, err)
 			}
 		})
+	}
+}
+
+// gatedKeys holds GetOwnerKey, which a verification reads first, until
+// the gate opens, once armed: a verification caught mid-way.
+type gatedKeys struct {
+	store.Store
+	armed   atomic.Bool
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedKeys) GetOwnerKey(ctx context.Context, owner string) (store.OwnerKey, error) {
+	if g.armed.Load() {
+		g.entered <- struct{}{}
+		<-g.gate
+	}
+	return g.Store.GetOwnerKey(ctx, owner)
+}
+
+// TestVerificationsBounded (issue 47, finding 7): on-demand verifications
+// are bounded per owner and on the server; past either the call is
+// RESOURCE_EXHAUSTED at once and records nothing, while another owner's
+// verification within the server's bound runs.
+func TestVerificationsBounded(t *testing.T) {
+	st := &gatedKeys{Store: enginetest.SQLite(t), entered: make(chan struct{}, 8), gate: make(chan struct{})}
+	h := newHarness(t, st, func(c *Config) { c.VerificationsAtOnce, c.VerificationsPerOwner = 2, 1 })
+	ids := map[string]string{}
+	alice, bob, carol := storetest.Owner("alice"), storetest.Owner("bob"), storetest.Owner("carol")
+	for _, o := range []string{alice, bob, carol} {
+		fill(t, st, o, 5)
+		ids[o] = exportDone(t, h, exportReq(o, "sound")).GetBackup()
+	}
+	st.armed.Store(true)
+	done := make(chan error, 2)
+	for _, o := range []string{alice, bob} {
+		go func() { _, err := h.m.VerifyBackup(t.Context(), "tester", o, ids[o]); done <- err }()
+		<-st.entered // holding its place
+	}
+	if _, err := h.m.VerifyBackup(t.Context(), "tester", alice, ids[alice]); !errors.Is(err, ErrVerifyBusy) || fault.Of(err) != fault.Exhausted {
+		t.Errorf("a second verification of one owner at once: %v, want ErrVerifyBusy (Exhausted)", err)
+	}
+	if _, err := h.m.VerifyBackup(t.Context(), "tester", carol, ids[carol]); !errors.Is(err, ErrVerifyBusy) {
+		t.Errorf("a third verification on a server that runs two: %v, want ErrVerifyBusy", err)
+	}
+	st.armed.Store(false)
+	close(st.gate)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("a verification holding its place: %v", err)
+		}
+	}
+	for _, o := range []string{alice, bob, carol} {
+		b, err := st.GetBackup(t.Context(), o, ids[o])
+		if err != nil || b.VerifyProblem != "" {
+			t.Errorf("%s's backup after the refusals: problem %q, %v", o, b.VerifyProblem, err)
+		}
+	}
+	if b, err := h.m.VerifyBackup(t.Context(), "tester", carol, ids[carol]); err != nil || b.VerifyProblem != "" || b.Verified.IsZero() {
+		t.Errorf("carol's verification once the places are free: %q, %v", b.VerifyProblem, err)
 	}
 }
