@@ -938,6 +938,8 @@ func TestHistoryThousandAnonymousTricklers(t *testing.T) {
 		t.Fatalf("%d of %d anonymous tricklers answered: %v", answered, callers, statuses)
 	}
 	eventually.True(t, 30*time.Second, func() bool { return fds() <= idle+10 },
-		func() string { return fmt.Sprintf("%d descriptors open after the tricklers hung up, %d before", fds(), idle) })
+		func() string {
+			return fmt.Sprintf("%d descriptors open after the tricklers hung up, %d before", fds(), idle)
+		})
 	t.Logf("%d anonymous uploads owing their bodies: all answered in %s (%v); descriptors %d before, %d after", callers, took.Round(time.Millisecond), statuses, idle, fds())
 }

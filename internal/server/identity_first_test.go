@@ -524,7 +524,9 @@ func TestHTTPThousandAnonymousTricklers(t *testing.T) {
 		t.Fatalf("%d of %d anonymous tricklers answered 401", n, callers)
 	}
 	eventually.True(t, 30*time.Second, func() bool { return fds() <= idle+10 },
-		func() string { return fmt.Sprintf("%d descriptors open after the tricklers hung up, %d before", fds(), idle) })
+		func() string {
+			return fmt.Sprintf("%d descriptors open after the tricklers hung up, %d before", fds(), idle)
+		})
 	t.Logf("%d anonymous requests owing their bodies: all answered 401 in %s (the slowest %s); descriptors %d before, %d after",
 		callers, time.Since(start).Round(time.Millisecond), time.Duration(slowest.Load()).Round(time.Millisecond), idle, fds())
 }
