@@ -523,7 +523,7 @@ func TestHTTPThousandAnonymousTricklers(t *testing.T) {
 	if n := answered.Load(); n != callers {
 		t.Fatalf("%d of %d anonymous tricklers answered 401", n, callers)
 	}
-	eventually.True(t, 30*time.Second, func() bool { return fds() <= idle+10 },
+	eventually.True(t, 30*time.Second, func() bool { return fds() <= idle+50 },
 		func() string {
 			return fmt.Sprintf("%d descriptors open after the tricklers hung up, %d before", fds(), idle)
 		})
