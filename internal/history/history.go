@@ -63,6 +63,11 @@ const (
 	// DefaultUploadsAtOnce across every client: each holds a blob
 	// writer's buffer (an S3 part, 5 MiB).
 	DefaultUploadsAtOnce = 16
+	// DefaultDownloadsPerClient run at once from one address, and
+	// DefaultDownloadsAtOnce from every client: each holds a connection
+	// and a bucket reader for as long as its reader reads.
+	DefaultDownloadsPerClient = 4
+	DefaultDownloadsAtOnce    = 64
 	// DefaultStall: a body that sends nothing for this long is cut.
 	DefaultStall = 30 * time.Second
 	// DefaultBodyGrace and DefaultMinBodyRate: past the grace, a body
@@ -130,7 +135,11 @@ type Config struct {
 	UploadBurst      int
 	UploadsPerClient int
 	UploadsAtOnce    int
-	Stall            time.Duration
+	// DownloadsPerClient and DownloadsAtOnce bound the downloads running
+	// at once, from one address and from everyone (defaults above).
+	DownloadsPerClient int
+	DownloadsAtOnce    int
+	Stall              time.Duration
 	// BodyGrace and MinBodyRate (bytes a second): past the grace, a body
 	// slower on average is cut.
 	BodyGrace   time.Duration
@@ -156,16 +165,20 @@ type Config struct {
 
 // Service serves the history protocol and sweeps expired files.
 type Service struct {
-	cfg     Config
-	atOnce  chan struct{}
-	mu      sync.Mutex
-	clients map[string]*client
+	cfg    Config
+	atOnce chan struct{}
+	// downloadsAtOnce holds a place for each download running.
+	downloadsAtOnce chan struct{}
+	mu              sync.Mutex
+	clients         map[string]*client
 }
 
 type client struct {
 	limiter *rate.Limiter
-	active  int
-	seen    time.Time
+	active  int // uploads running
+	// downloads running
+	downloads int
+	seen      time.Time
 }
 
 // New returns a service with cfg's zero fields defaulted.
@@ -221,7 +234,13 @@ func New(cfg Config) *Service {
 	if cfg.Metrics.MaxTotal != nil {
 		cfg.Metrics.MaxTotal(cfg.MaxTotal)
 	}
-	return &Service{cfg: cfg, atOnce: make(chan struct{}, cfg.UploadsAtOnce), clients: map[string]*client{}}
+	if cfg.DownloadsPerClient <= 0 {
+		cfg.DownloadsPerClient = DefaultDownloadsPerClient
+	}
+	if cfg.DownloadsAtOnce <= 0 {
+		cfg.DownloadsAtOnce = DefaultDownloadsAtOnce
+	}
+	return &Service{cfg: cfg, atOnce: make(chan struct{}, cfg.UploadsAtOnce), downloadsAtOnce: make(chan struct{}, cfg.DownloadsAtOnce), clients: map[string]*client{}}
 }
 
 // ServeHTTP routes the protocol: GET / (health), POST /upload,
@@ -315,6 +334,41 @@ func closeAfter(w http.ResponseWriter) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainGrace))
 }
 
+// admitDownload takes a place for a download to addr: its own downloads
+// at once, then everyone's (issue 47: every slot an anonymous client can
+// hold is bounded per address). release gives it back.
+func (s *Service) admitDownload(addr string) (release func(), code int, reason string) {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	c, ok := s.clients[addr]
+	if !ok {
+		if len(s.clients) >= maxClients {
+			s.pruneLocked(now)
+		}
+		c = &client{limiter: rate.NewLimiter(rate.Limit(s.cfg.UploadsPerMinute/60), s.cfg.UploadBurst)}
+		s.clients[addr] = c
+	}
+	c.seen = now
+	if c.downloads >= s.cfg.DownloadsPerClient {
+		s.mu.Unlock()
+		return nil, http.StatusTooManyRequests, RefusedClient
+	}
+	c.downloads++
+	s.mu.Unlock()
+	done := func() {
+		s.mu.Lock()
+		c.downloads--
+		s.mu.Unlock()
+	}
+	select {
+	case s.downloadsAtOnce <- struct{}{}:
+	default:
+		done()
+		return nil, http.StatusServiceUnavailable, RefusedBusy
+	}
+	return func() { <-s.downloadsAtOnce; done() }, 0, ""
+}
+
 // admit takes a place for an upload from addr: the client's rate, its
 // uploads at once, then everyone's. release gives it back.
 func (s *Service) admit(addr string) (release func(), code int, reason string) {
@@ -358,7 +412,7 @@ func (s *Service) admit(addr string) (release func(), code int, reason string) {
 func (s *Service) pruneLocked(now time.Time) {
 	full := time.Duration(float64(s.cfg.UploadBurst) / s.cfg.UploadsPerMinute * float64(time.Minute))
 	for addr, c := range s.clients {
-		if c.active == 0 && now.Sub(c.seen) > full {
+		if c.active == 0 && c.downloads == 0 && now.Sub(c.seen) > full {
 			delete(s.clients, addr)
 		}
 	}
@@ -366,7 +420,7 @@ func (s *Service) pruneLocked(now time.Time) {
 		return
 	}
 	for addr, c := range s.clients {
-		if c.active == 0 && len(s.clients) >= maxClients/2 {
+		if c.active == 0 && c.downloads == 0 && len(s.clients) >= maxClients/2 {
 			delete(s.clients, addr)
 		}
 	}
@@ -701,6 +755,12 @@ func (sw *stallWriter) Write(p []byte) (int, error) {
 
 func (s *Service) download(w http.ResponseWriter, r *http.Request, id string) {
 	ctx := r.Context()
+	release, code, reason := s.admitDownload(clientAddr(r))
+	if release == nil {
+		s.refuse(w, code, reason, "too many downloads: retry later")
+		return
+	}
+	defer release()
 	missing := func() {
 		if s.cfg.Metrics.Refused != nil {
 			s.cfg.Metrics.Refused(RefusedNotFound)

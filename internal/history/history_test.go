@@ -332,7 +332,7 @@ func TestHistoryExpiry(t *testing.T) {
 				t.Errorf("a file within its retention: %d %q", code, b)
 			}
 
-			once := newFixture(t, e.Open(t), func(c *Config) { c.OneTime = true })
+			once := newFixture(t, e.Open(t), func(c *Config) { c.OneTime, c.DownloadsPerClient = true, 8 })
 			_, id := once.upload(t, strings.NewReader("once"))
 			if code, b := once.get(t, id); code != http.StatusOK || string(b) != "once" {
 				t.Fatalf("the one download: %d %q", code, b)
@@ -942,4 +942,65 @@ func TestHistoryThousandAnonymousTricklers(t *testing.T) {
 			return fmt.Sprintf("%d descriptors open after the tricklers hung up, %d before", fds(), idle)
 		})
 	t.Logf("%d anonymous uploads owing their bodies: all answered in %s (%v); descriptors %d before, %d after", callers, took.Round(time.Millisecond), statuses, idle, fds())
+}
+
+// TestHistoryDownloadsBounded (issue 47): downloads running at once are
+// bounded per client address (429) and for everyone (503), so readers
+// that stop reading cannot hold every download place; a place comes back
+// when its download ends.
+func TestHistoryDownloadsBounded(t *testing.T) {
+	f := newFixture(t, enginetest.SQLite(t), func(c *Config) {
+		c.MaxUpload, c.DownloadsPerClient, c.DownloadsAtOnce, c.Stall = 64<<20, 2, 3, time.Minute
+	})
+	code, id := f.upload(t, bytes.NewReader(random(t, 48<<20)))
+	if code != http.StatusOK {
+		t.Fatalf("upload: %d", code)
+	}
+	// Readers that take the headers and stop: each holds its download.
+	hold := func() net.Conn {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if _, err := fmt.Fprintf(conn, "GET /files/%s HTTP/1.1\r\nHost: test\r\n\r\n", id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(conn, make([]byte, 1024)); err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	first := hold()
+	hold()
+	if code, _ := f.get(t, id); code != http.StatusTooManyRequests {
+		t.Errorf("a third download at once from one address: %d, want 429", code)
+	}
+	// Everyone's places: the test's one address counts as another client
+	// when it comes through another address (127.0.0.2).
+	other := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
+	get := func() int {
+		resp, err := other.Get(f.url + "/files/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close() // a place taken is let go at once
+		return resp.StatusCode
+	}
+	// One place is left of three: another address's download takes it,
+	// and while it runs a fourth is 503. Reading it whole ends it.
+	resp, err := other.Get(f.url + "/files/" + id)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("another address's download beside the two held: %v %v", resp, err)
+	}
+	if code := get(); code != http.StatusServiceUnavailable {
+		t.Errorf("a download past everyone's places: %d, want 503", code)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	first.Close()
+	eventually.True(t, 30*time.Second, func() bool { return get() == http.StatusOK },
+		func() string { return "the places did not come back when downloads ended" })
 }
