@@ -278,12 +278,11 @@ func TestHTTPBodiesReadAtOnceAreBounded(t *testing.T) {
 	// slow bodies must still be holding their places when it ends.
 	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 2, MaxBodiesPerCaller: 2, BodyGrace: 2 * time.Minute, MinBodyRate: 1})
 	headers := map[string]string{"Content-Type": "application/json", "Content-Length": "1000", "Authorization": "Bearer " + aliceToken}
-	// Two slow bodies hold both places.
-	for range 2 {
-		rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, headers)
-	}
 	var code int
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		// Slow bodies hold the places: one more each round, as a probe
+		// let in before one reached the door had it refused.
+		rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, headers)
 		// Another caller's: the first holds its own share, which is all.
 		if code, _ = httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, opsToken, `{}`); code == http.StatusServiceUnavailable {
 			break
@@ -458,12 +457,13 @@ func TestHTTPRefusalAnsweredAtOnce(t *testing.T) {
 func TestHTTPBodyPlacesPerCaller(t *testing.T) {
 	_, url := httpServerWith(t, httpjson.Limits{MaxRecvBytes: httpTestMaxRecv, MaxBodies: 4, MaxBodiesPerCaller: 2, BodyGrace: 2 * time.Minute, MinBodyRate: 1})
 	slow := map[string]string{"Content-Type": "application/json", "Content-Length": "1000", "Authorization": "Bearer " + aliceToken}
-	for range 2 {
-		rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, slow)
-	}
 	var code int
 	var body string
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		// Slow bodies hold the caller's places. A probe let in before a
+		// slow body reached the door took a place for a moment, and that
+		// slow body was refused; so each round adds one, until two hold.
+		rawRequest(t, url, http.MethodPost, cb.ContentService_Decode_FullMethodName, slow)
 		if code, body = httpDo(t, http.MethodPost, url+cb.ContentService_Decode_FullMethodName, aliceToken, `{}`); code == http.StatusTooManyRequests {
 			break
 		}

@@ -116,6 +116,16 @@ func (s SQLStore) ReserveHistoryBytes(ctx context.Context, id string, delta, max
 				return fmt.Errorf("%s: lock the history room: %w", s.d.Name, err)
 			}
 		}
+		// Only an upload running reserves: a finished or unknown file is
+		// ErrNotFound whatever room there is.
+		var state string
+		err := tx.QueryRow(ctx, s.d.bind(`SELECT state FROM history_files WHERE id = ?`), id).Scan(&state)
+		if errors.Is(err, s.d.NoRows) || err == nil && state != store.HistoryUploading {
+			return fmt.Errorf("history upload %.8s…: %w", id, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: read the history upload: %w", s.d.Name, err)
+		}
 		var used int64
 		if err := tx.QueryRow(ctx, `SELECT COALESCE(SUM(size), 0) FROM history_files`).Scan(&used); err != nil {
 			return fmt.Errorf("%s: history bytes: %w", s.d.Name, err)
