@@ -334,12 +334,8 @@ func closeAfter(w http.ResponseWriter) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainGrace))
 }
 
-// admitDownload takes a place for a download to addr: its own downloads
-// at once, then everyone's (issue 47: every slot an anonymous client can
-// hold is bounded per address). release gives it back.
-func (s *Service) admitDownload(addr string) (release func(), code int, reason string) {
-	now := s.cfg.Now()
-	s.mu.Lock()
+// clientLocked is addr's entry, made when it has none (s.mu held).
+func (s *Service) clientLocked(addr string, now time.Time) *client {
 	c, ok := s.clients[addr]
 	if !ok {
 		if len(s.clients) >= maxClients {
@@ -349,6 +345,16 @@ func (s *Service) admitDownload(addr string) (release func(), code int, reason s
 		s.clients[addr] = c
 	}
 	c.seen = now
+	return c
+}
+
+// admitDownload takes a place for a download to addr: its own downloads
+// at once, then everyone's (issue 47: every slot an anonymous client can
+// hold is bounded per address). release gives it back.
+func (s *Service) admitDownload(addr string) (release func(), code int, reason string) {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	c := s.clientLocked(addr, now)
 	if c.downloads >= s.cfg.DownloadsPerClient {
 		s.mu.Unlock()
 		return nil, http.StatusTooManyRequests, RefusedClient
@@ -374,15 +380,7 @@ func (s *Service) admitDownload(addr string) (release func(), code int, reason s
 func (s *Service) admit(addr string) (release func(), code int, reason string) {
 	now := s.cfg.Now()
 	s.mu.Lock()
-	c, ok := s.clients[addr]
-	if !ok {
-		if len(s.clients) >= maxClients {
-			s.pruneLocked(now)
-		}
-		c = &client{limiter: rate.NewLimiter(rate.Limit(s.cfg.UploadsPerMinute/60), s.cfg.UploadBurst)}
-		s.clients[addr] = c
-	}
-	c.seen = now
+	c := s.clientLocked(addr, now)
 	if c.active >= s.cfg.UploadsPerClient {
 		s.mu.Unlock()
 		return nil, http.StatusTooManyRequests, RefusedClient
