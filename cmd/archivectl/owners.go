@@ -54,6 +54,13 @@ func eraseText(r *cb.EraseOwnerResult) string {
 	for _, t := range r.GetRows() {
 		fmt.Fprintf(&b, "  %-15s %d rows\n", t.GetTable(), t.GetRows())
 	}
+	switch {
+	case r.GetUnreadableSince() != nil:
+		fmt.Fprintf(&b, "complete: readable by nothing the server holds from %s\n", r.GetUnreadableSince().AsTime().UTC().Format(time.RFC3339))
+	case len(r.GetWaitingOnKeks()) > 0:
+		fmt.Fprintf(&b, "not complete yet: the deleted key rows the database files keep are wrapped by key-encryption key %s until it is retired (archivectl keys status says what comes next)\n",
+			strings.Join(r.GetWaitingOnKeks(), ", "))
+	}
 	return b.String()
 }
 
@@ -185,6 +192,28 @@ func (k *keyStatusCmd) Run(ctx context.Context, c *cli) error {
 	}
 	if err := w.Flush(); err != nil {
 		return err
+	}
+	if rs := st.GetRetirements(); len(rs) > 0 {
+		fmt.Println()
+		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "RETIRING KEK\tERASURES\tRETIRED\tDESTROYED\tNEXT")
+		for _, r := range rs {
+			when := func(ts *timestamppb.Timestamp) string {
+				if ts == nil {
+					return "-"
+				}
+				return ts.AsTime().UTC().Format(time.RFC3339)
+			}
+			next := r.GetNextStep()
+			if next == "" {
+				next = "done"
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", r.GetFingerprint(), len(r.GetErasures()), when(r.GetRetireTime()),
+				when(r.GetDestroyTime()), next)
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
 	}
 	if n := st.GetRetiredRows(); n > 0 {
 		fmt.Printf("%d rows still under a KEK other than the current one: keep it until the key worker has rewrapped them\n", n)

@@ -39,6 +39,9 @@ func (m *Manager) kekFor(fp string) (*keyring.KEK, error) {
 			return k, nil
 		}
 	}
+	if g, gerr := m.cfg.KEK.Generation(fp); gerr == nil {
+		return g, nil // a local KEK the server rotated away from (retire.go)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("key-encryption key %s: %w: %w", fp, ErrKeyUnavailable, err)
 	}
@@ -60,6 +63,14 @@ func (m *Manager) ownerKey(ctx context.Context, owner string, create bool) ([]by
 	}
 	kek, err := m.kekFor(row.KEKFingerprint)
 	if err != nil {
+		// The row may have been rewrapped, and its old KEK destroyed,
+		// since it was read: read it once more.
+		if again, rerr := m.cfg.Store.GetOwnerKey(ctx, owner); rerr == nil && again.KEKFingerprint != row.KEKFingerprint {
+			row = again
+			kek, err = m.kekFor(row.KEKFingerprint)
+		}
+	}
+	if err != nil {
 		return nil, "", fmt.Errorf("owner key: %w", err)
 	}
 	key, err := kek.Unwrap(ctx, row.Wrapped)
@@ -70,6 +81,18 @@ func (m *Manager) ownerKey(ctx context.Context, owner string, create bool) ([]by
 }
 
 func (m *Manager) createOwnerKey(ctx context.Context, owner string) (store.OwnerKey, error) {
+	for attempt := 0; ; attempt++ {
+		k, err := m.createOwnerKeyOnce(ctx, owner)
+		// Retired: the KEK was rotated between reading it and storing
+		// the row (by another replica sharing the key directory); the
+		// next read finds the new one.
+		if !errors.Is(err, store.ErrKEKRetired) || attempt == 2 {
+			return k, err
+		}
+	}
+}
+
+func (m *Manager) createOwnerKeyOnce(ctx context.Context, owner string) (store.OwnerKey, error) {
 	_, wrapped, err := m.cfg.KEK.NewDataKey(ctx)
 	if err != nil {
 		return store.OwnerKey{}, fmt.Errorf("owner key: %w", err)
@@ -162,6 +185,9 @@ type KeyPass struct {
 	// Failed: rows that could not be rewrapped (each logged); the next
 	// pass tries them again.
 	Failed int
+	// Destroyed: retired KEKs this pass found nothing under and stopped
+	// holding (retire.go).
+	Destroyed int
 }
 
 // keyBatch is how many rows one read of the key worker takes.
@@ -177,6 +203,9 @@ const keyBatch = 500
 // when set, hears each batch.
 func (m *Manager) MaintainKeys(ctx context.Context, progress func(KeyPass)) (KeyPass, error) {
 	var pass KeyPass
+	if err := m.retireForErasures(ctx); err != nil {
+		return pass, err
+	}
 	current, err := m.cfg.KEK.Fingerprint()
 	if errors.Is(err, keyring.ErrNoKEK) {
 		// A local KEK not made yet wraps nothing: nothing to rotate to.
@@ -235,7 +264,9 @@ func (m *Manager) MaintainKeys(ctx context.Context, progress func(KeyPass)) (Key
 		}
 		afterOwner, afterID = rows[len(rows)-1].Owner, rows[len(rows)-1].ID
 	}
-	return pass, nil
+	destroyed, err := m.destroyRetired(ctx, current)
+	pass.Destroyed = destroyed
+	return pass, err
 }
 
 func (m *Manager) rewrapOwnerKey(ctx context.Context, row store.OwnerKey, current string) error {
@@ -292,7 +323,7 @@ func (m *Manager) RunKeyWorker(ctx context.Context, period time.Duration, status
 			m.cfg.Log.Warn("key worker", zap.Error(err))
 		case pass != KeyPass{}:
 			m.cfg.Log.Info("key worker pass", zap.Int("owner_keys_rewrapped", pass.Rotated), zap.Int("backup_keys_resealed", pass.Migrated),
-				zap.Int("failed", pass.Failed), zap.Duration("took", time.Since(start)))
+				zap.Int("failed", pass.Failed), zap.Int("keks_destroyed", pass.Destroyed), zap.Duration("took", time.Since(start)))
 		}
 		if status != nil {
 			if st, err := m.KeyStatus(ctx); err == nil {
@@ -303,6 +334,7 @@ func (m *Manager) RunKeyWorker(ctx context.Context, period time.Duration, status
 		case <-ctx.Done():
 			return
 		case <-time.After(period):
+		case <-m.keyWake:
 		}
 	}
 }
@@ -315,6 +347,17 @@ type KeyStatus struct {
 	// KEKs lists every KEK that wraps a row or that the server holds,
 	// current first.
 	KEKs []KEKUse
+	// Retirements are the KEKs erasures need gone, and where each stands
+	// (retire.go).
+	Retirements []Retirement
+}
+
+// Retirement is one KEK on its way out, and what happens next.
+type Retirement struct {
+	store.KEKRetirement
+	// NextStep says, for people, the key worker's next step or the
+	// operator's ("" once it is gone).
+	NextStep string
 }
 
 // KEKUse is one KEK and what it wraps.
@@ -375,6 +418,18 @@ func (m *Manager) KeyStatus(ctx context.Context) (KeyStatus, error) {
 		if fp, err := k.Fingerprint(); err == nil {
 			use(fp)
 		}
+	}
+	if gens, err := m.cfg.KEK.Generations(); err == nil {
+		for _, fp := range gens {
+			use(fp)
+		}
+	}
+	retirements, err := m.cfg.Store.ListKEKRetirements(ctx)
+	if err != nil {
+		return KeyStatus{}, err
+	}
+	for _, r := range retirements {
+		st.Retirements = append(st.Retirements, Retirement{KEKRetirement: r, NextStep: m.nextStep(r, current, counts)})
 	}
 	for fp, n := range counts.OwnerKeys {
 		use(fp).OwnerKeys += n

@@ -193,6 +193,9 @@ type Manager struct {
 	// verifying counts the on-demand verifications running, by owner
 	// (under mu).
 	verifying map[string]int
+	// keyWake asks the key worker for a pass now: an erasure has just
+	// noted a KEK to retire.
+	keyWake chan struct{}
 }
 
 // New returns a manager; Run starts its lease reaper.
@@ -243,7 +246,7 @@ func New(cfg Config) *Manager {
 	ctx, stop := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, ctx: ctx, stop: stop, running: map[string]*run{},
 		slots:     newSlots(cfg.MaxRunning, cfg.MaxRunningPerOwner, cfg.MaxQueuedPerOwner),
-		verifying: map[string]int{}}
+		verifying: map[string]int{}, keyWake: make(chan struct{}, 1)}
 }
 
 // Running is how many jobs this server runs now, not counting the queued.

@@ -70,6 +70,10 @@ type KEK struct {
 	existing bool
 	mu       sync.Mutex
 	local    keeper
+	// loaded is the file local was read from: a rotation (here or by
+	// another replica sharing the directory) replaces the file, and the
+	// next use reads the new one.
+	loaded os.FileInfo
 	// fingerprint names the KEK without revealing it: for a KMS key, of
 	// its keeper URL; for the local key, of the key.
 	fingerprint string
@@ -155,10 +159,20 @@ func (k *KEK) keeper(create bool) (keeper, error) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.local != nil {
-		return k.local, nil
-	}
 	path := filepath.Join(k.dir, k.file)
+	if k.local != nil {
+		st, err := os.Stat(path)
+		if err == nil && os.SameFile(st, k.loaded) && st.ModTime().Equal(k.loaded.ModTime()) {
+			return k.local, nil
+		}
+		if err != nil {
+			// The file removed while the server runs: the key read
+			// stays in use (never a new one made in its place, which
+			// would wrap new rows under a key the others are not
+			// under); the next start refuses the mismatch.
+			return k.local, nil
+		}
+	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) && create && !k.existing {
 		b, err = makeLocalKEK(k.dir, path)
@@ -173,7 +187,14 @@ func (k *KEK) keeper(create bool) (keeper, error) {
 	if err != nil {
 		return nil, fmt.Errorf("key-encryption key %s: %w: %w", path, ErrBadKEK, err)
 	}
-	k.local = localsecrets.NewKeeper([32]byte(key))
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("key-encryption key: %w", err)
+	}
+	if k.local != nil {
+		_ = k.local.Close()
+	}
+	k.local, k.loaded = localsecrets.NewKeeper([32]byte(key)), st
 	k.fingerprint = fingerprintOf("local", key)
 	return k.local, nil
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -229,6 +230,14 @@ func (s *BackupService) GetKeyStatus(ctx context.Context, _ *cb.GetKeyStatusRequ
 	for _, u := range st.KEKs {
 		out.Keks = append(out.Keks, &cb.KEKUse{Fingerprint: u.Fingerprint, State: u.State, OwnerKeys: u.OwnerKeys, LegacyBackups: u.LegacyBackups})
 	}
+	for _, r := range st.Retirements {
+		kr := &cb.KEKRetirement{Fingerprint: r.Fingerprint, DueTime: timestamp(r.Due), RetireTime: timestamp(r.Retired),
+			DestroyTime: timestamp(r.Destroyed), NextStep: r.NextStep}
+		for _, j := range r.Jobs {
+			kr.Erasures = append(kr.Erasures, operationName(j))
+		}
+		out.Retirements = append(out.Retirements, kr)
+	}
 	return out, nil
 }
 
@@ -348,6 +357,38 @@ func visible(p *auth.Principal, j store.Job) bool {
 	return p.Has(jobScope(j.Kind)) && p.Owners.Contains(j.Owner)
 }
 
+// describe is job j as an operation; a finished erasure's response says
+// where it stands against its completion point, which the key worker
+// reaches after the job ended (jobs.ErasureCompletion).
+func (s *OperationsService) describe(ctx context.Context, j store.Job) (*longrunningpb.Operation, error) {
+	op, err := operationOf(j)
+	if err != nil || j.Kind != store.JobErase || j.State != store.JobSucceeded {
+		return op, err
+	}
+	result := &cb.EraseOwnerResult{}
+	if err := op.GetResponse().UnmarshalTo(result); err != nil {
+		return nil, hide(codes.Internal, msgInternal, err)
+	}
+	complete, since, waiting, err := s.jobs.ErasureCompletion(ctx, j.ID)
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	switch {
+	case complete && since.IsZero():
+		result.UnreadableSince = timestamp(j.Done) // it destroyed no key: complete when it ended
+	case complete:
+		result.UnreadableSince = timestamp(since)
+	default:
+		result.WaitingOnKeks = waiting
+	}
+	a, err := anypb.New(result)
+	if err != nil {
+		return nil, hide(codes.Internal, msgInternal, err)
+	}
+	op.Result = &longrunningpb.Operation_Response{Response: a}
+	return op, nil
+}
+
 // job reads the operation name's job, as the caller may see it.
 func (s *OperationsService) job(ctx context.Context, name string) (store.Job, error) {
 	id, err := jobIDOf(name)
@@ -369,7 +410,7 @@ func (s *OperationsService) GetOperation(ctx context.Context, req *longrunningpb
 	if err != nil {
 		return nil, err
 	}
-	return operationOf(j)
+	return s.describe(ctx, j)
 }
 
 // WaitOperation returns the operation once done, or as it stands when
@@ -403,7 +444,7 @@ func (s *OperationsService) WaitOperation(ctx context.Context, req *longrunningp
 	default:
 		return nil, statusOf(err)
 	}
-	return operationOf(j)
+	return s.describe(ctx, j)
 }
 
 // CancelOperation asks a running job to stop; it ends CANCELLED within a
@@ -524,7 +565,7 @@ func (s *OperationsService) ListOperations(ctx context.Context, req *longrunning
 			if !visible(p, j) || (filter.done != nil && *filter.done != (j.State != store.JobRunning)) {
 				continue
 			}
-			op, err := operationOf(j)
+			op, err := s.describe(ctx, j)
 			if err != nil {
 				return nil, err
 			}

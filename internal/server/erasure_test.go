@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -108,9 +109,30 @@ func TestEraseOwnerOverTCP(t *testing.T) {
 				t.Error("erasing alice changed bob's data")
 			}
 
+			// The completion point (issue 46, finding 1): the erasure waits
+			// on the KEK that wrapped alice's key until the key worker has
+			// rotated it away, rewrapped bob's key and destroyed it.
 			st, err := cb.NewBackupServiceClient(ops).GetKeyStatus(ctx, &cb.GetKeyStatusRequest{})
-			if err != nil || len(st.GetCurrent()) != 16 || st.GetRetiredRows() != 0 {
-				t.Fatalf("GetKeyStatus as admin: %v, %v", st, err)
+			if err != nil || len(st.GetCurrent()) != 16 || st.GetRetiredRows() != 0 || len(st.GetRetirements()) != 1 ||
+				st.GetRetirements()[0].GetFingerprint() != st.GetCurrent() || st.GetRetirements()[0].GetErasures()[0] != erase.GetName() ||
+				st.GetRetirements()[0].GetNextStep() == "" {
+				t.Fatalf("GetKeyStatus as admin after the erasure: %v, %v", st, err)
+			}
+			if got := eraseResultOf(t, dpo, erase.GetName()); got.GetUnreadableSince() != nil || len(got.GetWaitingOnKeks()) != 1 || got.GetWaitingOnKeks()[0] != st.GetCurrent() {
+				t.Fatalf("the erasure before the key worker's pass: %v; want it waiting on KEK %s", got, st.GetCurrent())
+			}
+			if _, err := p.jobs.MaintainKeys(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := eraseResultOf(t, dpo, erase.GetName()); got.GetUnreadableSince() == nil || len(got.GetWaitingOnKeks()) != 0 {
+				t.Fatalf("the erasure after the key worker's pass: %v; want its completion point", got)
+			}
+			after, err := cb.NewBackupServiceClient(ops).GetKeyStatus(ctx, &cb.GetKeyStatusRequest{})
+			if err != nil || after.GetCurrent() == st.GetCurrent() || after.GetRetiredRows() != 0 || after.GetRetirements()[0].GetDestroyTime() == nil {
+				t.Fatalf("GetKeyStatus after the key worker's pass: %v, %v; want a new KEK and the old one destroyed", after, err)
+			}
+			if after := snapshotOf(t, p, "bob"); after != bobBefore {
+				t.Error("the rotation changed bob's data")
 			}
 			_, err = cb.NewBackupServiceClient(alice).GetKeyStatus(ctx, &cb.GetKeyStatusRequest{})
 			wantStatus(t, "GetKeyStatus as alice", err, codes.PermissionDenied)
@@ -191,4 +213,18 @@ func TestErasureFenceOverTCP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// eraseResultOf reads a finished erasure's result through GetOperation.
+func eraseResultOf(t *testing.T, conn *grpc.ClientConn, name string) *cb.EraseOwnerResult {
+	t.Helper()
+	op, err := longrunningpb.NewOperationsClient(conn).GetOperation(t.Context(), &longrunningpb.GetOperationRequest{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := &cb.EraseOwnerResult{}
+	if err := op.GetResponse().UnmarshalTo(result); err != nil {
+		t.Fatal(err)
+	}
+	return result
 }

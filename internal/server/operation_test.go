@@ -56,6 +56,7 @@ func TestPersistenceIsTheAPIsWireForm(t *testing.T) {
 		{&pv.JobProgress{}, &cb.JobMetadata{}},
 		{&pv.ExportJobResult{}, &cb.ExportJobResult{}},
 		{&pv.ImportJobResult{}, &cb.ImportJobResult{}},
+		{&pv.EraseJobResult{}, &cb.EraseOwnerResult{}},
 	}
 	for _, p := range pairs {
 		sameWireForm(t, p.row.ProtoReflect().Descriptor(), p.api.ProtoReflect().Descriptor())

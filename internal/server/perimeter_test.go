@@ -176,6 +176,9 @@ type perimeter struct {
 	mtls       bool
 	// jobsDir is the directory of the jobs' file bucket "local".
 	jobsDir string
+	// jobs is the server's job manager, for a test that runs its key
+	// worker's pass.
+	jobs *jobs.Manager
 }
 
 func (p *perimeter) dial(t testing.TB, o transport.ClientOptions) *grpc.ClientConn {
@@ -234,7 +237,9 @@ func startPerimeter(t testing.TB, s store.Store, mtls bool, log *zap.Logger) *pe
 	t.Cleanup(stop)
 	jobsCfg, jobsDir := testJobs(t)
 	p.jobsDir = jobsDir
-	p.addr = serveTCP(t, withJobs(Config{Store: s, Auth: authn, Credentials: creds}, jobsCfg), log)
+	cfg := withJobs(Config{Store: s, Auth: authn, Credentials: creds}, jobsCfg)
+	p.jobs = cfg.Jobs
+	p.addr = serveTCP(t, cfg, log)
 	return p
 }
 

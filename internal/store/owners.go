@@ -40,6 +40,52 @@ type OwnerKeys interface {
 	KeyCounts(ctx context.Context) (KeyCounts, error)
 }
 
+// KEKRetirements records what erasures need of the key-encryption keys.
+// An erased owner's key row survives the delete in the database files
+// (PostgreSQL's dead tuples and WAL, a copy of a SQLite file), wrapped by
+// the KEK; the erasure is complete only once no server holds that KEK. An
+// erasure notes the KEK (NoteErasure); the key worker retires it (no new
+// row is wrapped under it: CreateOwnerKey and RewrapOwnerKey refuse it
+// with ErrKEKRetired), rewraps every row off it and destroys it, and
+// records each step.
+type KEKRetirements interface {
+	// NoteErasure records that erasure job wrapped the key it destroys
+	// under the KEK fingerprint. Idempotent.
+	NoteErasure(ctx context.Context, fingerprint, job string, at time.Time) error
+	// RetireKEK marks the KEK fingerprint retired from at (the first
+	// time only): from then on no owner key is created or rewrapped
+	// under it, so once its rows are rewrapped none appears again. A
+	// fingerprint no erasure noted is recorded for the retirement alone.
+	RetireKEK(ctx context.Context, fingerprint string, at time.Time) error
+	// KEKDestroyed marks the retired KEK fingerprint gone from the server
+	// from at (the first time only).
+	KEKDestroyed(ctx context.Context, fingerprint string, at time.Time) error
+	// ListKEKRetirements returns every KEK erasures noted or that was
+	// retired, by fingerprint, each with its earliest due time and the
+	// erasure jobs that wait on it.
+	ListKEKRetirements(ctx context.Context) ([]KEKRetirement, error)
+	// ErasureKEKs returns the KEKs erasure job noted, by fingerprint.
+	ErasureKEKs(ctx context.Context, job string) ([]KEKRetirement, error)
+}
+
+// KEKRetirement is one KEK's way out of the server.
+type KEKRetirement struct {
+	Fingerprint string
+	// Due: when the first erasure that needs it gone noted it (zero for
+	// a retirement no erasure asked for).
+	Due time.Time
+	// Retired: from when no row is wrapped under it (zero: not yet).
+	Retired time.Time
+	// Destroyed: from when the server no longer holds it (zero: not yet).
+	Destroyed time.Time
+	// Jobs are the erasures waiting on it (ListKEKRetirements only).
+	Jobs []string
+}
+
+// ErrKEKRetired: the key-encryption key is retired; nothing new is
+// wrapped under it. The server reloads its KEK and tries again.
+var ErrKEKRetired = fault.New(fault.Unavailable, "the key-encryption key is retired")
+
 // OwnerKey is one owner's key as stored: never the key itself, only its
 // wrapping.
 type OwnerKey struct {

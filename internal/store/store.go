@@ -188,6 +188,7 @@ type Store interface {
 	ScheduleTicks
 	Expiry
 	OwnerKeys
+	KEKRetirements
 	Holds
 	Erasure
 	HistoryFiles

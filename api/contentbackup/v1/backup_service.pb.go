@@ -397,7 +397,17 @@ type EraseOwnerResult struct {
 	// any object left under the owner's prefixes.
 	Objects uint64 `protobuf:"varint,4,opt,name=objects,proto3" json:"objects,omitempty"`
 	// The owner's key was destroyed (false for a dry run).
-	KeyDestroyed  bool `protobuf:"varint,5,opt,name=key_destroyed,json=keyDestroyed,proto3" json:"key_destroyed,omitempty"`
+	KeyDestroyed bool `protobuf:"varint,5,opt,name=key_destroyed,json=keyDestroyed,proto3" json:"key_destroyed,omitempty"`
+	// The erasure's completion point: from this time no key-encryption key
+	// that wrapped the owner's key is held by the server, so the deleted
+	// key rows the database files still keep (PostgreSQL's dead tuples and
+	// WAL, file copies) open under nothing it holds. Unset while it waits
+	// on waiting_on_keks (docs/erasure.md, "The completion point").
+	UnreadableSince *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=unreadable_since,json=unreadableSince,proto3" json:"unreadable_since,omitempty"`
+	// The fingerprints of the key-encryption keys the erasure waits on: a
+	// local key the key worker rotates and destroys by itself, a KMS key
+	// the operator rotates away from.
+	WaitingOnKeks []string `protobuf:"bytes,7,rep,name=waiting_on_keks,json=waitingOnKeks,proto3" json:"waiting_on_keks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -465,6 +475,20 @@ func (x *EraseOwnerResult) GetKeyDestroyed() bool {
 		return x.KeyDestroyed
 	}
 	return false
+}
+
+func (x *EraseOwnerResult) GetUnreadableSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UnreadableSince
+	}
+	return nil
+}
+
+func (x *EraseOwnerResult) GetWaitingOnKeks() []string {
+	if x != nil {
+		return x.WaitingOnKeks
+	}
+	return nil
 }
 
 // TableRows is how many of an owner's rows one table held.
@@ -876,7 +900,9 @@ type KeyStatus struct {
 	Keks    []*KEKUse `protobuf:"bytes,2,rep,name=keks,proto3" json:"keks,omitempty"`
 	// Rows under a KEK other than the current one: 0 once a rotation is
 	// done.
-	RetiredRows   int64 `protobuf:"varint,3,opt,name=retired_rows,json=retiredRows,proto3" json:"retired_rows,omitempty"`
+	RetiredRows int64 `protobuf:"varint,3,opt,name=retired_rows,json=retiredRows,proto3" json:"retired_rows,omitempty"`
+	// The KEKs erasures need gone, and where each stands.
+	Retirements   []*KEKRetirement `protobuf:"bytes,4,rep,name=retirements,proto3" json:"retirements,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -932,6 +958,106 @@ func (x *KeyStatus) GetRetiredRows() int64 {
 	return 0
 }
 
+func (x *KeyStatus) GetRetirements() []*KEKRetirement {
+	if x != nil {
+		return x.Retirements
+	}
+	return nil
+}
+
+// KEKRetirement is one key-encryption key on its way out because erasures
+// need it gone: retired (nothing new is wrapped under it), rewrapped off,
+// then destroyed (a local key) or dropped by the operator (a KMS key).
+type KEKRetirement struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprint string                 `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// When the first erasure that needs it gone noted it.
+	DueTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=due_time,json=dueTime,proto3" json:"due_time,omitempty"`
+	// From when nothing new is wrapped under it; unset: still current.
+	RetireTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=retire_time,json=retireTime,proto3" json:"retire_time,omitempty"`
+	// From when the server no longer holds it; unset: not yet.
+	DestroyTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=destroy_time,json=destroyTime,proto3" json:"destroy_time,omitempty"`
+	// The erasures (operation names) that are complete once it is gone.
+	Erasures []string `protobuf:"bytes,5,rep,name=erasures,proto3" json:"erasures,omitempty"`
+	// What happens next, for people: the key worker's next step, or the
+	// operator's.
+	NextStep      string `protobuf:"bytes,6,opt,name=next_step,json=nextStep,proto3" json:"next_step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KEKRetirement) Reset() {
+	*x = KEKRetirement{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KEKRetirement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KEKRetirement) ProtoMessage() {}
+
+func (x *KEKRetirement) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KEKRetirement.ProtoReflect.Descriptor instead.
+func (*KEKRetirement) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *KEKRetirement) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *KEKRetirement) GetDueTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueTime
+	}
+	return nil
+}
+
+func (x *KEKRetirement) GetRetireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RetireTime
+	}
+	return nil
+}
+
+func (x *KEKRetirement) GetDestroyTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DestroyTime
+	}
+	return nil
+}
+
+func (x *KEKRetirement) GetErasures() []string {
+	if x != nil {
+		return x.Erasures
+	}
+	return nil
+}
+
+func (x *KEKRetirement) GetNextStep() string {
+	if x != nil {
+		return x.NextStep
+	}
+	return ""
+}
+
 // KEKUse is one KEK and what it wraps.
 type KEKUse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -949,7 +1075,7 @@ type KEKUse struct {
 
 func (x *KEKUse) Reset() {
 	*x = KEKUse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1087,7 @@ func (x *KEKUse) String() string {
 func (*KEKUse) ProtoMessage() {}
 
 func (x *KEKUse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1100,7 @@ func (x *KEKUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KEKUse.ProtoReflect.Descriptor instead.
 func (*KEKUse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{10}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KEKUse) GetFingerprint() string {
@@ -1022,7 +1148,7 @@ type PlanRetentionRequest struct {
 
 func (x *PlanRetentionRequest) Reset() {
 	*x = PlanRetentionRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1160,7 @@ func (x *PlanRetentionRequest) String() string {
 func (*PlanRetentionRequest) ProtoMessage() {}
 
 func (x *PlanRetentionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1173,7 @@ func (x *PlanRetentionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRetentionRequest.ProtoReflect.Descriptor instead.
 func (*PlanRetentionRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{11}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PlanRetentionRequest) GetOwner() string {
@@ -1088,7 +1214,7 @@ type RetentionRules struct {
 
 func (x *RetentionRules) Reset() {
 	*x = RetentionRules{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1226,7 @@ func (x *RetentionRules) String() string {
 func (*RetentionRules) ProtoMessage() {}
 
 func (x *RetentionRules) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1239,7 @@ func (x *RetentionRules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionRules.ProtoReflect.Descriptor instead.
 func (*RetentionRules) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{12}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RetentionRules) GetLast() int32 {
@@ -1163,7 +1289,7 @@ type PlanRetentionResponse struct {
 
 func (x *PlanRetentionResponse) Reset() {
 	*x = PlanRetentionResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1301,7 @@ func (x *PlanRetentionResponse) String() string {
 func (*PlanRetentionResponse) ProtoMessage() {}
 
 func (x *PlanRetentionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1314,7 @@ func (x *PlanRetentionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRetentionResponse.ProtoReflect.Descriptor instead.
 func (*PlanRetentionResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{13}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PlanRetentionResponse) GetDecisions() []*RetentionDecision {
@@ -1218,7 +1344,7 @@ type RetentionDecision struct {
 
 func (x *RetentionDecision) Reset() {
 	*x = RetentionDecision{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1356,7 @@ func (x *RetentionDecision) String() string {
 func (*RetentionDecision) ProtoMessage() {}
 
 func (x *RetentionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1369,7 @@ func (x *RetentionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionDecision.ProtoReflect.Descriptor instead.
 func (*RetentionDecision) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{14}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RetentionDecision) GetBackup() *Backup {
@@ -1282,7 +1408,7 @@ type ObjectLocation struct {
 
 func (x *ObjectLocation) Reset() {
 	*x = ObjectLocation{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1420,7 @@ func (x *ObjectLocation) String() string {
 func (*ObjectLocation) ProtoMessage() {}
 
 func (x *ObjectLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1433,7 @@ func (x *ObjectLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectLocation.ProtoReflect.Descriptor instead.
 func (*ObjectLocation) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{15}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ObjectLocation) GetBucket() string {
@@ -1381,7 +1507,7 @@ type StartExportRequest struct {
 
 func (x *StartExportRequest) Reset() {
 	*x = StartExportRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1519,7 @@ func (x *StartExportRequest) String() string {
 func (*StartExportRequest) ProtoMessage() {}
 
 func (x *StartExportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1532,7 @@ func (x *StartExportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartExportRequest.ProtoReflect.Descriptor instead.
 func (*StartExportRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{16}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StartExportRequest) GetOwner() string {
@@ -1510,7 +1636,7 @@ type StartImportRequest struct {
 
 func (x *StartImportRequest) Reset() {
 	*x = StartImportRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1648,7 @@ func (x *StartImportRequest) String() string {
 func (*StartImportRequest) ProtoMessage() {}
 
 func (x *StartImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1661,7 @@ func (x *StartImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartImportRequest.ProtoReflect.Descriptor instead.
 func (*StartImportRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{17}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StartImportRequest) GetOwner() string {
@@ -1633,7 +1759,7 @@ type Backup struct {
 
 func (x *Backup) Reset() {
 	*x = Backup{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[18]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1771,7 @@ func (x *Backup) String() string {
 func (*Backup) ProtoMessage() {}
 
 func (x *Backup) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[18]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1784,7 @@ func (x *Backup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backup.ProtoReflect.Descriptor instead.
 func (*Backup) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{18}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Backup) GetId() string {
@@ -1786,7 +1912,7 @@ type ListBackupsRequest struct {
 
 func (x *ListBackupsRequest) Reset() {
 	*x = ListBackupsRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[19]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +1924,7 @@ func (x *ListBackupsRequest) String() string {
 func (*ListBackupsRequest) ProtoMessage() {}
 
 func (x *ListBackupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[19]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +1937,7 @@ func (x *ListBackupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBackupsRequest.ProtoReflect.Descriptor instead.
 func (*ListBackupsRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{19}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListBackupsRequest) GetOwner() string {
@@ -1846,7 +1972,7 @@ type ListBackupsResponse struct {
 
 func (x *ListBackupsResponse) Reset() {
 	*x = ListBackupsResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[20]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1984,7 @@ func (x *ListBackupsResponse) String() string {
 func (*ListBackupsResponse) ProtoMessage() {}
 
 func (x *ListBackupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[20]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1997,7 @@ func (x *ListBackupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBackupsResponse.ProtoReflect.Descriptor instead.
 func (*ListBackupsResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{20}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListBackupsResponse) GetBackups() []*Backup {
@@ -1899,7 +2025,7 @@ type GetBackupRequest struct {
 
 func (x *GetBackupRequest) Reset() {
 	*x = GetBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[21]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +2037,7 @@ func (x *GetBackupRequest) String() string {
 func (*GetBackupRequest) ProtoMessage() {}
 
 func (x *GetBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[21]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +2050,7 @@ func (x *GetBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupRequest.ProtoReflect.Descriptor instead.
 func (*GetBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{21}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetBackupRequest) GetOwner() string {
@@ -1952,7 +2078,7 @@ type VerifyBackupRequest struct {
 
 func (x *VerifyBackupRequest) Reset() {
 	*x = VerifyBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[22]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2090,7 @@ func (x *VerifyBackupRequest) String() string {
 func (*VerifyBackupRequest) ProtoMessage() {}
 
 func (x *VerifyBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[22]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2103,7 @@ func (x *VerifyBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyBackupRequest.ProtoReflect.Descriptor instead.
 func (*VerifyBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{22}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *VerifyBackupRequest) GetOwner() string {
@@ -2005,7 +2131,7 @@ type DeleteBackupRequest struct {
 
 func (x *DeleteBackupRequest) Reset() {
 	*x = DeleteBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[23]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2143,7 @@ func (x *DeleteBackupRequest) String() string {
 func (*DeleteBackupRequest) ProtoMessage() {}
 
 func (x *DeleteBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[23]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2156,7 @@ func (x *DeleteBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{23}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteBackupRequest) GetOwner() string {
@@ -2058,7 +2184,7 @@ type GetBackupKeyRequest struct {
 
 func (x *GetBackupKeyRequest) Reset() {
 	*x = GetBackupKeyRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[24]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2196,7 @@ func (x *GetBackupKeyRequest) String() string {
 func (*GetBackupKeyRequest) ProtoMessage() {}
 
 func (x *GetBackupKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[24]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2209,7 @@ func (x *GetBackupKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetBackupKeyRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{24}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetBackupKeyRequest) GetOwner() string {
@@ -2110,7 +2236,7 @@ type GetBackupKeyResponse struct {
 
 func (x *GetBackupKeyResponse) Reset() {
 	*x = GetBackupKeyResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[25]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2248,7 @@ func (x *GetBackupKeyResponse) String() string {
 func (*GetBackupKeyResponse) ProtoMessage() {}
 
 func (x *GetBackupKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[25]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2261,7 @@ func (x *GetBackupKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetBackupKeyResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{25}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetBackupKeyResponse) GetKey() []byte {
@@ -2188,7 +2314,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[26]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2326,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[26]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2339,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{26}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *JobMetadata) GetKind() JobKind {
@@ -2350,7 +2476,7 @@ type ExportJobResult struct {
 
 func (x *ExportJobResult) Reset() {
 	*x = ExportJobResult{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[27]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2362,7 +2488,7 @@ func (x *ExportJobResult) String() string {
 func (*ExportJobResult) ProtoMessage() {}
 
 func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[27]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2375,7 +2501,7 @@ func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportJobResult.ProtoReflect.Descriptor instead.
 func (*ExportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{27}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExportJobResult) GetSummary() *ExportSummary {
@@ -2420,7 +2546,7 @@ type ImportJobResult struct {
 
 func (x *ImportJobResult) Reset() {
 	*x = ImportJobResult{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[28]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2558,7 @@ func (x *ImportJobResult) String() string {
 func (*ImportJobResult) ProtoMessage() {}
 
 func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[28]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2571,7 @@ func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportJobResult.ProtoReflect.Descriptor instead.
 func (*ImportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{28}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ImportJobResult) GetCounts() *ImportResponse {
@@ -2484,7 +2610,7 @@ type ReplaceCounts struct {
 
 func (x *ReplaceCounts) Reset() {
 	*x = ReplaceCounts{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[29]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2622,7 @@ func (x *ReplaceCounts) String() string {
 func (*ReplaceCounts) ProtoMessage() {}
 
 func (x *ReplaceCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[29]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2635,7 @@ func (x *ReplaceCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceCounts.ProtoReflect.Descriptor instead.
 func (*ReplaceCounts) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{29}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReplaceCounts) GetWritten() *KindCounts {
@@ -2559,7 +2685,7 @@ type KindCounts struct {
 
 func (x *KindCounts) Reset() {
 	*x = KindCounts{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[30]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2697,7 @@ func (x *KindCounts) String() string {
 func (*KindCounts) ProtoMessage() {}
 
 func (x *KindCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[30]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2710,7 @@ func (x *KindCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KindCounts.ProtoReflect.Descriptor instead.
 func (*KindCounts) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{30}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KindCounts) GetGroups() uint64 {
@@ -2617,13 +2743,15 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"\xb5\x01\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"\xa4\x02\n" +
 	"\x10EraseOwnerResult\x12\x17\n" +
 	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x12/\n" +
 	"\x04rows\x18\x02 \x03(\v2\x1b.contentbackup.v1.TableRowsR\x04rows\x12\x18\n" +
 	"\abackups\x18\x03 \x01(\x04R\abackups\x12\x18\n" +
 	"\aobjects\x18\x04 \x01(\x04R\aobjects\x12#\n" +
-	"\rkey_destroyed\x18\x05 \x01(\bR\fkeyDestroyed\"5\n" +
+	"\rkey_destroyed\x18\x05 \x01(\bR\fkeyDestroyed\x12E\n" +
+	"\x10unreadable_since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0funreadableSince\x12&\n" +
+	"\x0fwaiting_on_keks\x18\a \x03(\tR\rwaitingOnKeks\"5\n" +
 	"\tTableRows\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\x03R\x04rows\"\xfe\x01\n" +
@@ -2648,11 +2776,20 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\"K\n" +
 	"\x16ListLegalHoldsResponse\x121\n" +
 	"\x05holds\x18\x01 \x03(\v2\x1b.contentbackup.v1.LegalHoldR\x05holds\"\x15\n" +
-	"\x13GetKeyStatusRequest\"v\n" +
+	"\x13GetKeyStatusRequest\"\xb9\x01\n" +
 	"\tKeyStatus\x12\x18\n" +
 	"\acurrent\x18\x01 \x01(\tR\acurrent\x12,\n" +
 	"\x04keks\x18\x02 \x03(\v2\x18.contentbackup.v1.KEKUseR\x04keks\x12!\n" +
-	"\fretired_rows\x18\x03 \x01(\x03R\vretiredRows\"\x86\x01\n" +
+	"\fretired_rows\x18\x03 \x01(\x03R\vretiredRows\x12A\n" +
+	"\vretirements\x18\x04 \x03(\v2\x1f.contentbackup.v1.KEKRetirementR\vretirements\"\x9d\x02\n" +
+	"\rKEKRetirement\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x125\n" +
+	"\bdue_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\adueTime\x12;\n" +
+	"\vretire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"retireTime\x12=\n" +
+	"\fdestroy_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vdestroyTime\x12\x1a\n" +
+	"\berasures\x18\x05 \x03(\tR\berasures\x12\x1b\n" +
+	"\tnext_step\x18\x06 \x01(\tR\bnextStep\"\x86\x01\n" +
 	"\x06KEKUse\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
@@ -2848,7 +2985,7 @@ func file_contentbackup_v1_backup_service_proto_rawDescGZIP() []byte {
 }
 
 var file_contentbackup_v1_backup_service_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_contentbackup_v1_backup_service_proto_goTypes = []any{
 	(BackupState)(0),                   // 0: contentbackup.v1.BackupState
 	(JobKind)(0),                       // 1: contentbackup.v1.JobKind
@@ -2865,106 +3002,112 @@ var file_contentbackup_v1_backup_service_proto_goTypes = []any{
 	(*ListLegalHoldsResponse)(nil),     // 12: contentbackup.v1.ListLegalHoldsResponse
 	(*GetKeyStatusRequest)(nil),        // 13: contentbackup.v1.GetKeyStatusRequest
 	(*KeyStatus)(nil),                  // 14: contentbackup.v1.KeyStatus
-	(*KEKUse)(nil),                     // 15: contentbackup.v1.KEKUse
-	(*PlanRetentionRequest)(nil),       // 16: contentbackup.v1.PlanRetentionRequest
-	(*RetentionRules)(nil),             // 17: contentbackup.v1.RetentionRules
-	(*PlanRetentionResponse)(nil),      // 18: contentbackup.v1.PlanRetentionResponse
-	(*RetentionDecision)(nil),          // 19: contentbackup.v1.RetentionDecision
-	(*ObjectLocation)(nil),             // 20: contentbackup.v1.ObjectLocation
-	(*StartExportRequest)(nil),         // 21: contentbackup.v1.StartExportRequest
-	(*StartImportRequest)(nil),         // 22: contentbackup.v1.StartImportRequest
-	(*Backup)(nil),                     // 23: contentbackup.v1.Backup
-	(*ListBackupsRequest)(nil),         // 24: contentbackup.v1.ListBackupsRequest
-	(*ListBackupsResponse)(nil),        // 25: contentbackup.v1.ListBackupsResponse
-	(*GetBackupRequest)(nil),           // 26: contentbackup.v1.GetBackupRequest
-	(*VerifyBackupRequest)(nil),        // 27: contentbackup.v1.VerifyBackupRequest
-	(*DeleteBackupRequest)(nil),        // 28: contentbackup.v1.DeleteBackupRequest
-	(*GetBackupKeyRequest)(nil),        // 29: contentbackup.v1.GetBackupKeyRequest
-	(*GetBackupKeyResponse)(nil),       // 30: contentbackup.v1.GetBackupKeyResponse
-	(*JobMetadata)(nil),                // 31: contentbackup.v1.JobMetadata
-	(*ExportJobResult)(nil),            // 32: contentbackup.v1.ExportJobResult
-	(*ImportJobResult)(nil),            // 33: contentbackup.v1.ImportJobResult
-	(*ReplaceCounts)(nil),              // 34: contentbackup.v1.ReplaceCounts
-	(*KindCounts)(nil),                 // 35: contentbackup.v1.KindCounts
-	(*timestamppb.Timestamp)(nil),      // 36: google.protobuf.Timestamp
-	(*device_sync.ArchiveOptions)(nil), // 37: xmtp.device_sync.ArchiveOptions
-	(NonconformingRecords)(0),          // 38: contentbackup.v1.NonconformingRecords
-	(*ExportSummary)(nil),              // 39: contentbackup.v1.ExportSummary
-	(*ImportResponse)(nil),             // 40: contentbackup.v1.ImportResponse
-	(*longrunningpb.Operation)(nil),    // 41: google.longrunning.Operation
-	(*emptypb.Empty)(nil),              // 42: google.protobuf.Empty
+	(*KEKRetirement)(nil),              // 15: contentbackup.v1.KEKRetirement
+	(*KEKUse)(nil),                     // 16: contentbackup.v1.KEKUse
+	(*PlanRetentionRequest)(nil),       // 17: contentbackup.v1.PlanRetentionRequest
+	(*RetentionRules)(nil),             // 18: contentbackup.v1.RetentionRules
+	(*PlanRetentionResponse)(nil),      // 19: contentbackup.v1.PlanRetentionResponse
+	(*RetentionDecision)(nil),          // 20: contentbackup.v1.RetentionDecision
+	(*ObjectLocation)(nil),             // 21: contentbackup.v1.ObjectLocation
+	(*StartExportRequest)(nil),         // 22: contentbackup.v1.StartExportRequest
+	(*StartImportRequest)(nil),         // 23: contentbackup.v1.StartImportRequest
+	(*Backup)(nil),                     // 24: contentbackup.v1.Backup
+	(*ListBackupsRequest)(nil),         // 25: contentbackup.v1.ListBackupsRequest
+	(*ListBackupsResponse)(nil),        // 26: contentbackup.v1.ListBackupsResponse
+	(*GetBackupRequest)(nil),           // 27: contentbackup.v1.GetBackupRequest
+	(*VerifyBackupRequest)(nil),        // 28: contentbackup.v1.VerifyBackupRequest
+	(*DeleteBackupRequest)(nil),        // 29: contentbackup.v1.DeleteBackupRequest
+	(*GetBackupKeyRequest)(nil),        // 30: contentbackup.v1.GetBackupKeyRequest
+	(*GetBackupKeyResponse)(nil),       // 31: contentbackup.v1.GetBackupKeyResponse
+	(*JobMetadata)(nil),                // 32: contentbackup.v1.JobMetadata
+	(*ExportJobResult)(nil),            // 33: contentbackup.v1.ExportJobResult
+	(*ImportJobResult)(nil),            // 34: contentbackup.v1.ImportJobResult
+	(*ReplaceCounts)(nil),              // 35: contentbackup.v1.ReplaceCounts
+	(*KindCounts)(nil),                 // 36: contentbackup.v1.KindCounts
+	(*timestamppb.Timestamp)(nil),      // 37: google.protobuf.Timestamp
+	(*device_sync.ArchiveOptions)(nil), // 38: xmtp.device_sync.ArchiveOptions
+	(NonconformingRecords)(0),          // 39: contentbackup.v1.NonconformingRecords
+	(*ExportSummary)(nil),              // 40: contentbackup.v1.ExportSummary
+	(*ImportResponse)(nil),             // 41: contentbackup.v1.ImportResponse
+	(*longrunningpb.Operation)(nil),    // 42: google.longrunning.Operation
+	(*emptypb.Empty)(nil),              // 43: google.protobuf.Empty
 }
 var file_contentbackup_v1_backup_service_proto_depIdxs = []int32{
 	7,  // 0: contentbackup.v1.EraseOwnerResult.rows:type_name -> contentbackup.v1.TableRows
-	36, // 1: contentbackup.v1.LegalHold.create_time:type_name -> google.protobuf.Timestamp
-	36, // 2: contentbackup.v1.LegalHold.end_time:type_name -> google.protobuf.Timestamp
-	36, // 3: contentbackup.v1.SetLegalHoldRequest.end_time:type_name -> google.protobuf.Timestamp
-	8,  // 4: contentbackup.v1.ListLegalHoldsResponse.holds:type_name -> contentbackup.v1.LegalHold
-	15, // 5: contentbackup.v1.KeyStatus.keks:type_name -> contentbackup.v1.KEKUse
-	17, // 6: contentbackup.v1.PlanRetentionRequest.rules:type_name -> contentbackup.v1.RetentionRules
-	19, // 7: contentbackup.v1.PlanRetentionResponse.decisions:type_name -> contentbackup.v1.RetentionDecision
-	17, // 8: contentbackup.v1.PlanRetentionResponse.rules:type_name -> contentbackup.v1.RetentionRules
-	23, // 9: contentbackup.v1.RetentionDecision.backup:type_name -> contentbackup.v1.Backup
-	37, // 10: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
-	20, // 11: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
-	38, // 12: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
-	20, // 13: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
-	4,  // 14: contentbackup.v1.StartImportRequest.mode:type_name -> contentbackup.v1.ImportMode
-	0,  // 15: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
-	20, // 16: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
-	37, // 17: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
-	39, // 18: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
-	36, // 19: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
-	36, // 20: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
-	36, // 21: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
-	8,  // 22: contentbackup.v1.Backup.hold:type_name -> contentbackup.v1.LegalHold
-	23, // 23: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
-	1,  // 24: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
-	2,  // 25: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
-	3,  // 26: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
-	20, // 27: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
-	36, // 28: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
-	36, // 29: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
-	36, // 30: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
-	39, // 31: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
-	20, // 32: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
-	20, // 33: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
-	40, // 34: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
-	34, // 35: contentbackup.v1.ImportJobResult.replaced:type_name -> contentbackup.v1.ReplaceCounts
-	35, // 36: contentbackup.v1.ReplaceCounts.written:type_name -> contentbackup.v1.KindCounts
-	35, // 37: contentbackup.v1.ReplaceCounts.deleted:type_name -> contentbackup.v1.KindCounts
-	35, // 38: contentbackup.v1.ReplaceCounts.unchanged:type_name -> contentbackup.v1.KindCounts
-	21, // 39: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
-	22, // 40: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
-	24, // 41: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
-	26, // 42: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
-	28, // 43: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
-	29, // 44: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
-	27, // 45: contentbackup.v1.BackupService.VerifyBackup:input_type -> contentbackup.v1.VerifyBackupRequest
-	16, // 46: contentbackup.v1.BackupService.PlanRetention:input_type -> contentbackup.v1.PlanRetentionRequest
-	5,  // 47: contentbackup.v1.BackupService.EraseOwner:input_type -> contentbackup.v1.EraseOwnerRequest
-	9,  // 48: contentbackup.v1.BackupService.SetLegalHold:input_type -> contentbackup.v1.SetLegalHoldRequest
-	10, // 49: contentbackup.v1.BackupService.ReleaseLegalHold:input_type -> contentbackup.v1.ReleaseLegalHoldRequest
-	11, // 50: contentbackup.v1.BackupService.ListLegalHolds:input_type -> contentbackup.v1.ListLegalHoldsRequest
-	13, // 51: contentbackup.v1.BackupService.GetKeyStatus:input_type -> contentbackup.v1.GetKeyStatusRequest
-	41, // 52: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
-	41, // 53: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
-	25, // 54: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
-	23, // 55: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
-	42, // 56: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
-	30, // 57: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
-	23, // 58: contentbackup.v1.BackupService.VerifyBackup:output_type -> contentbackup.v1.Backup
-	18, // 59: contentbackup.v1.BackupService.PlanRetention:output_type -> contentbackup.v1.PlanRetentionResponse
-	41, // 60: contentbackup.v1.BackupService.EraseOwner:output_type -> google.longrunning.Operation
-	8,  // 61: contentbackup.v1.BackupService.SetLegalHold:output_type -> contentbackup.v1.LegalHold
-	42, // 62: contentbackup.v1.BackupService.ReleaseLegalHold:output_type -> google.protobuf.Empty
-	12, // 63: contentbackup.v1.BackupService.ListLegalHolds:output_type -> contentbackup.v1.ListLegalHoldsResponse
-	14, // 64: contentbackup.v1.BackupService.GetKeyStatus:output_type -> contentbackup.v1.KeyStatus
-	52, // [52:65] is the sub-list for method output_type
-	39, // [39:52] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	37, // 1: contentbackup.v1.EraseOwnerResult.unreadable_since:type_name -> google.protobuf.Timestamp
+	37, // 2: contentbackup.v1.LegalHold.create_time:type_name -> google.protobuf.Timestamp
+	37, // 3: contentbackup.v1.LegalHold.end_time:type_name -> google.protobuf.Timestamp
+	37, // 4: contentbackup.v1.SetLegalHoldRequest.end_time:type_name -> google.protobuf.Timestamp
+	8,  // 5: contentbackup.v1.ListLegalHoldsResponse.holds:type_name -> contentbackup.v1.LegalHold
+	16, // 6: contentbackup.v1.KeyStatus.keks:type_name -> contentbackup.v1.KEKUse
+	15, // 7: contentbackup.v1.KeyStatus.retirements:type_name -> contentbackup.v1.KEKRetirement
+	37, // 8: contentbackup.v1.KEKRetirement.due_time:type_name -> google.protobuf.Timestamp
+	37, // 9: contentbackup.v1.KEKRetirement.retire_time:type_name -> google.protobuf.Timestamp
+	37, // 10: contentbackup.v1.KEKRetirement.destroy_time:type_name -> google.protobuf.Timestamp
+	18, // 11: contentbackup.v1.PlanRetentionRequest.rules:type_name -> contentbackup.v1.RetentionRules
+	20, // 12: contentbackup.v1.PlanRetentionResponse.decisions:type_name -> contentbackup.v1.RetentionDecision
+	18, // 13: contentbackup.v1.PlanRetentionResponse.rules:type_name -> contentbackup.v1.RetentionRules
+	24, // 14: contentbackup.v1.RetentionDecision.backup:type_name -> contentbackup.v1.Backup
+	38, // 15: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
+	21, // 16: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
+	39, // 17: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
+	21, // 18: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
+	4,  // 19: contentbackup.v1.StartImportRequest.mode:type_name -> contentbackup.v1.ImportMode
+	0,  // 20: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
+	21, // 21: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
+	38, // 22: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
+	40, // 23: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
+	37, // 24: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
+	37, // 25: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
+	37, // 26: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
+	8,  // 27: contentbackup.v1.Backup.hold:type_name -> contentbackup.v1.LegalHold
+	24, // 28: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
+	1,  // 29: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
+	2,  // 30: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
+	3,  // 31: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
+	21, // 32: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
+	37, // 33: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
+	37, // 34: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
+	37, // 35: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
+	40, // 36: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
+	21, // 37: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
+	21, // 38: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
+	41, // 39: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
+	35, // 40: contentbackup.v1.ImportJobResult.replaced:type_name -> contentbackup.v1.ReplaceCounts
+	36, // 41: contentbackup.v1.ReplaceCounts.written:type_name -> contentbackup.v1.KindCounts
+	36, // 42: contentbackup.v1.ReplaceCounts.deleted:type_name -> contentbackup.v1.KindCounts
+	36, // 43: contentbackup.v1.ReplaceCounts.unchanged:type_name -> contentbackup.v1.KindCounts
+	22, // 44: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
+	23, // 45: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
+	25, // 46: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
+	27, // 47: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
+	29, // 48: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
+	30, // 49: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
+	28, // 50: contentbackup.v1.BackupService.VerifyBackup:input_type -> contentbackup.v1.VerifyBackupRequest
+	17, // 51: contentbackup.v1.BackupService.PlanRetention:input_type -> contentbackup.v1.PlanRetentionRequest
+	5,  // 52: contentbackup.v1.BackupService.EraseOwner:input_type -> contentbackup.v1.EraseOwnerRequest
+	9,  // 53: contentbackup.v1.BackupService.SetLegalHold:input_type -> contentbackup.v1.SetLegalHoldRequest
+	10, // 54: contentbackup.v1.BackupService.ReleaseLegalHold:input_type -> contentbackup.v1.ReleaseLegalHoldRequest
+	11, // 55: contentbackup.v1.BackupService.ListLegalHolds:input_type -> contentbackup.v1.ListLegalHoldsRequest
+	13, // 56: contentbackup.v1.BackupService.GetKeyStatus:input_type -> contentbackup.v1.GetKeyStatusRequest
+	42, // 57: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
+	42, // 58: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
+	26, // 59: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
+	24, // 60: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
+	43, // 61: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
+	31, // 62: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
+	24, // 63: contentbackup.v1.BackupService.VerifyBackup:output_type -> contentbackup.v1.Backup
+	19, // 64: contentbackup.v1.BackupService.PlanRetention:output_type -> contentbackup.v1.PlanRetentionResponse
+	42, // 65: contentbackup.v1.BackupService.EraseOwner:output_type -> google.longrunning.Operation
+	8,  // 66: contentbackup.v1.BackupService.SetLegalHold:output_type -> contentbackup.v1.LegalHold
+	43, // 67: contentbackup.v1.BackupService.ReleaseLegalHold:output_type -> google.protobuf.Empty
+	12, // 68: contentbackup.v1.BackupService.ListLegalHolds:output_type -> contentbackup.v1.ListLegalHoldsResponse
+	14, // 69: contentbackup.v1.BackupService.GetKeyStatus:output_type -> contentbackup.v1.KeyStatus
+	57, // [57:70] is the sub-list for method output_type
+	44, // [44:57] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_v1_backup_service_proto_init() }
@@ -2979,7 +3122,7 @@ func file_contentbackup_v1_backup_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_v1_backup_service_proto_rawDesc), len(file_contentbackup_v1_backup_service_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -105,6 +105,25 @@ func (m *EraseOwnerResult) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.WaitingOnKeks) > 0 {
+		for iNdEx := len(m.WaitingOnKeks) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.WaitingOnKeks[iNdEx])
+			copy(dAtA[i:], m.WaitingOnKeks[iNdEx])
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.WaitingOnKeks[iNdEx])))
+			i--
+			dAtA[i] = 0x3a
+		}
+	}
+	if m.UnreadableSince != nil {
+		size, err := (*timestamppb.Timestamp)(m.UnreadableSince).MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x32
+	}
 	if m.KeyDestroyed {
 		i--
 		if m.KeyDestroyed {
@@ -545,6 +564,18 @@ func (m *KeyStatus) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.Retirements) > 0 {
+		for iNdEx := len(m.Retirements) - 1; iNdEx >= 0; iNdEx-- {
+			size, err := m.Retirements[iNdEx].MarshalToSizedBufferVT(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+			i--
+			dAtA[i] = 0x22
+		}
+	}
 	if m.RetiredRows != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.RetiredRows))
 		i--
@@ -566,6 +597,92 @@ func (m *KeyStatus) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.Current)
 		copy(dAtA[i:], m.Current)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Current)))
+		i--
+		dAtA[i] = 0xa
+	}
+	return len(dAtA) - i, nil
+}
+
+func (m *KEKRetirement) MarshalVT() (dAtA []byte, err error) {
+	if m == nil {
+		return nil, nil
+	}
+	size := m.SizeVT()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBufferVT(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *KEKRetirement) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *KEKRetirement) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	if m == nil {
+		return 0, nil
+	}
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if m.unknownFields != nil {
+		i -= len(m.unknownFields)
+		copy(dAtA[i:], m.unknownFields)
+	}
+	if len(m.NextStep) > 0 {
+		i -= len(m.NextStep)
+		copy(dAtA[i:], m.NextStep)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.NextStep)))
+		i--
+		dAtA[i] = 0x32
+	}
+	if len(m.Erasures) > 0 {
+		for iNdEx := len(m.Erasures) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.Erasures[iNdEx])
+			copy(dAtA[i:], m.Erasures[iNdEx])
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Erasures[iNdEx])))
+			i--
+			dAtA[i] = 0x2a
+		}
+	}
+	if m.DestroyTime != nil {
+		size, err := (*timestamppb.Timestamp)(m.DestroyTime).MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x22
+	}
+	if m.RetireTime != nil {
+		size, err := (*timestamppb.Timestamp)(m.RetireTime).MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x1a
+	}
+	if m.DueTime != nil {
+		size, err := (*timestamppb.Timestamp)(m.DueTime).MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x12
+	}
+	if len(m.Fingerprint) > 0 {
+		i -= len(m.Fingerprint)
+		copy(dAtA[i:], m.Fingerprint)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Fingerprint)))
 		i--
 		dAtA[i] = 0xa
 	}
@@ -2079,6 +2196,16 @@ func (m *EraseOwnerResult) SizeVT() (n int) {
 	if m.KeyDestroyed {
 		n += 2
 	}
+	if m.UnreadableSince != nil {
+		l = (*timestamppb.Timestamp)(m.UnreadableSince).SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if len(m.WaitingOnKeks) > 0 {
+		for _, s := range m.WaitingOnKeks {
+			l = len(s)
+			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2239,6 +2366,48 @@ func (m *KeyStatus) SizeVT() (n int) {
 	}
 	if m.RetiredRows != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.RetiredRows))
+	}
+	if len(m.Retirements) > 0 {
+		for _, e := range m.Retirements {
+			l = e.SizeVT()
+			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
+	}
+	n += len(m.unknownFields)
+	return n
+}
+
+func (m *KEKRetirement) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	l = len(m.Fingerprint)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.DueTime != nil {
+		l = (*timestamppb.Timestamp)(m.DueTime).SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.RetireTime != nil {
+		l = (*timestamppb.Timestamp)(m.RetireTime).SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.DestroyTime != nil {
+		l = (*timestamppb.Timestamp)(m.DestroyTime).SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if len(m.Erasures) > 0 {
+		for _, s := range m.Erasures {
+			l = len(s)
+			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
+	}
+	l = len(m.NextStep)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n

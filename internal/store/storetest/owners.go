@@ -451,3 +451,113 @@ func testErasureUnderWriters(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testKEKRetirements: erasures note the KEKs they need gone; a retired
+// KEK wraps nothing new (CreateOwnerKey and RewrapOwnerKey refuse it);
+// every row stored under it before the retirement is visible once it is
+// retired, so a count of 0 after it stays 0 (issue 46, finding 1).
+func testKEKRetirements(t *testing.T, s store.Store) {
+	at := time.Unix(0, 1_700_000_000_000_000_000)
+	for _, n := range []struct {
+		fp, job string
+		at      time.Time
+	}{{"kek-x", "j1", at.Add(time.Minute)}, {"kek-x", "j1", at.Add(time.Hour)}, {"kek-x", "j2", at}, {"kek-y", "j2", at}} {
+		if err := s.NoteErasure(ctx(t), n.fp, n.job, n.at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := s.ListKEKRetirements(ctx(t))
+	if err != nil || len(list) != 2 || list[0].Fingerprint != "kek-x" || !slices.Equal(list[0].Jobs, []string{"j1", "j2"}) ||
+		!list[0].Due.Equal(at) || !list[0].Retired.IsZero() || list[1].Fingerprint != "kek-y" {
+		t.Fatalf("ListKEKRetirements: %+v, %v", list, err)
+	}
+	if _, err := s.CreateOwnerKey(ctx(t), store.OwnerKey{Owner: "before", KeyID: "k0", Wrapped: []byte("w"), KEKFingerprint: "kek-x", Created: at}); err != nil {
+		t.Fatalf("an owner key under a KEK due to retire, not retired yet: %v", err)
+	}
+	if err := s.RetireKEK(ctx(t), "kek-x", at.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RetireKEK(ctx(t), "kek-x", at.Add(3*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateOwnerKey(ctx(t), store.OwnerKey{Owner: "after", KeyID: "k1", Wrapped: []byte("w"), KEKFingerprint: "kek-x", Created: at}); !errors.Is(err, store.ErrKEKRetired) {
+		t.Fatalf("CreateOwnerKey under a retired KEK: %v, want ErrKEKRetired", err)
+	}
+	if _, err := s.GetOwnerKey(ctx(t), "after"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the refused owner key was stored: %v", err)
+	}
+	other, err := s.CreateOwnerKey(ctx(t), store.OwnerKey{Owner: "other", KeyID: "k2", Wrapped: []byte("w2"), KEKFingerprint: "kek-z", Created: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RewrapOwnerKey(ctx(t), other, []byte("w3"), "kek-x", at); !errors.Is(err, store.ErrKEKRetired) {
+		t.Fatalf("RewrapOwnerKey onto a retired KEK: %v, want ErrKEKRetired", err)
+	}
+	if err := s.NoteErasure(ctx(t), "kek-x", "j3", at.Add(4*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.KEKDestroyed(ctx(t), "kek-y", at.Add(5*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.KEKDestroyed(ctx(t), "kek-x", at.Add(5*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	keks, err := s.ErasureKEKs(ctx(t), "j3")
+	if err != nil || len(keks) != 1 || !keks[0].Retired.Equal(at.Add(2*time.Hour)) || !keks[0].Destroyed.Equal(at.Add(5*time.Hour)) {
+		t.Fatalf("ErasureKEKs of an erasure noted after the retirement: %+v, %v; want it retired at the first RetireKEK and destroyed", keks, err)
+	}
+	keks, err = s.ErasureKEKs(ctx(t), "j2")
+	if err != nil || len(keks) != 2 || keks[0].Destroyed.IsZero() || !keks[1].Destroyed.IsZero() {
+		t.Fatalf("ErasureKEKs j2: %+v, %v; want kek-x destroyed, kek-y (never retired) not", keks, err)
+	}
+
+	// The fence: writers creating owner keys under a KEK while it is
+	// retired. Every key stored is counted right after the retirement,
+	// and none is stored after.
+	const writers = 4
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	stored := 0
+	started := make(chan struct{}, writers)
+	for w := range writers {
+		wg.Go(func() {
+			var once sync.Once
+			defer once.Do(func() { started <- struct{}{} })
+			for i := 0; ; i++ {
+				_, err := s.CreateOwnerKey(ctx(t), store.OwnerKey{Owner: fmt.Sprintf("racer-%d-%d", w, i), KeyID: "k", Wrapped: []byte("w"), KEKFingerprint: "kek-race", Created: at})
+				if errors.Is(err, store.ErrKEKRetired) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				stored++
+				mu.Unlock()
+				if i == 2 {
+					once.Do(func() { started <- struct{}{} })
+				}
+			}
+		})
+	}
+	for range writers {
+		<-started
+	}
+	if err := s.RetireKEK(ctx(t), "kek-race", at); err != nil {
+		t.Fatal(err)
+	}
+	atRetirement, err := s.KeyCounts(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	final, err := s.KeyCounts(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if atRetirement.OwnerKeys["kek-race"] != final.OwnerKeys["kek-race"] || int64(stored) != final.OwnerKeys["kek-race"] {
+		t.Fatalf("owner keys under the KEK: %d right after its retirement, %d in the end, %d stored; want all equal",
+			atRetirement.OwnerKeys["kek-race"], final.OwnerKeys["kek-race"], stored)
+	}
+}

@@ -66,6 +66,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"BackupAccounting", testBackupAccounting},
 		{"BackupChains", testBackupChains},
 		{"OwnerKeys", testOwnerKeys},
+		{"KEKRetirements", testKEKRetirements},
 		{"LegacyBackupKeys", testLegacyBackupKeys},
 		{"HoldsKeepBackups", testHoldsKeepBackups},
 		{"EraseOwnerRows", testEraseOwnerRows},

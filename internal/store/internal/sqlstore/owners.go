@@ -43,6 +43,9 @@ func (s SQLStore) getOwnerKey(ctx context.Context, c Conn, owner string) (store.
 func (s SQLStore) CreateOwnerKey(ctx context.Context, k store.OwnerKey) (store.OwnerKey, error) {
 	var stored store.OwnerKey
 	err := s.db.Write(ctx, func(tx Conn) error {
+		if err := s.kekUsable(ctx, tx, k.KEKFingerprint); err != nil {
+			return err
+		}
 		_, err := tx.Exec(ctx, s.d.bind(`INSERT INTO owner_keys (`+ownerKeyColumns+`) VALUES (?, ?, ?, ?, ?, 0) ON CONFLICT (owner) DO NOTHING`),
 			k.Owner, k.KeyID, k.Wrapped, k.KEKFingerprint, k.Created.UnixNano())
 		if err != nil {
@@ -74,10 +77,21 @@ func (s SQLStore) OwnerKeysNotUnder(ctx context.Context, kek, afterOwner string,
 }
 
 func (s SQLStore) RewrapOwnerKey(ctx context.Context, old store.OwnerKey, wrapped []byte, kek string, at time.Time) error {
-	n, err := s.exec(ctx, s.d.bind(`UPDATE owner_keys SET wrapped_key = ?, kek_fingerprint = ?, rewrapped_ns = ? WHERE owner = ? AND key_id = ? AND kek_fingerprint = ? AND wrapped_key = ?`),
-		wrapped, kek, at.UnixNano(), old.Owner, old.KeyID, old.KEKFingerprint, old.Wrapped)
+	var n int64
+	err := s.db.Write(ctx, func(tx Conn) error {
+		if err := s.kekUsable(ctx, tx, kek); err != nil {
+			return err
+		}
+		var err error
+		n, err = tx.Exec(ctx, s.d.bind(`UPDATE owner_keys SET wrapped_key = ?, kek_fingerprint = ?, rewrapped_ns = ? WHERE owner = ? AND key_id = ? AND kek_fingerprint = ? AND wrapped_key = ?`),
+			wrapped, kek, at.UnixNano(), old.Owner, old.KeyID, old.KEKFingerprint, old.Wrapped)
+		if err != nil {
+			return fmt.Errorf("%s: rewrap owner key: %w", s.d.Name, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("%s: rewrap owner key: %w", s.d.Name, err)
+		return err
 	}
 	if n == 0 {
 		return fmt.Errorf("owner key %s: changed since it was read: %w", old.KeyID, store.ErrNotFound)
@@ -276,6 +290,116 @@ func (s SQLStore) CountOwnerRows(ctx context.Context, owner string) (map[string]
 			return nil, fmt.Errorf("%s: count the owner's %s: %w", s.d.Name, table, err)
 		}
 		out[table] = n
+	}
+	return out, nil
+}
+
+// kekUsable refuses, in the transaction that wraps a row under the KEK
+// fingerprint, a KEK that is retired. The fingerprint's lock orders it
+// against RetireKEK: a row wrapped under the KEK either commits before the
+// retirement (and the rewrap that follows it sees the row) or waits and is
+// refused, so a KEK whose rows are all rewrapped gets no new one and can
+// be destroyed (issue 46, finding 1).
+func (s SQLStore) kekUsable(ctx context.Context, tx Conn, fingerprint string) error {
+	if s.d.LockKey != "" {
+		if _, err := tx.Exec(ctx, s.d.LockKey, "kek retirement: "+fingerprint); err != nil {
+			return fmt.Errorf("%s: lock the key-encryption key's retirement: %w", s.d.Name, err)
+		}
+	}
+	var retired int64
+	err := tx.QueryRow(ctx, s.d.bind(`SELECT COALESCE(max(retired_ns), 0) FROM kek_retirements WHERE fingerprint = ?`), fingerprint).Scan(&retired)
+	if err != nil {
+		return fmt.Errorf("%s: is the key-encryption key retired: %w", s.d.Name, err)
+	}
+	if retired != 0 {
+		return fmt.Errorf("key-encryption key %s: %w", fingerprint, store.ErrKEKRetired)
+	}
+	return nil
+}
+
+func (s SQLStore) NoteErasure(ctx context.Context, fingerprint, job string, at time.Time) error {
+	_, err := s.exec(ctx, s.d.bind(`INSERT INTO kek_retirements (fingerprint, job_id, due_ns, retired_ns, destroyed_ns)
+		SELECT ?, ?, ?, COALESCE(max(retired_ns), 0), COALESCE(max(destroyed_ns), 0) FROM kek_retirements WHERE fingerprint = ?
+		ON CONFLICT (fingerprint, job_id) DO NOTHING`), fingerprint, job, at.UnixNano(), fingerprint)
+	if err != nil {
+		return fmt.Errorf("%s: note the erasure's key-encryption key: %w", s.d.Name, err)
+	}
+	return nil
+}
+
+func (s SQLStore) RetireKEK(ctx context.Context, fingerprint string, at time.Time) error {
+	return s.db.Write(ctx, func(tx Conn) error {
+		if s.d.LockKey != "" {
+			if _, err := tx.Exec(ctx, s.d.LockKey, "kek retirement: "+fingerprint); err != nil {
+				return fmt.Errorf("%s: lock the key-encryption key's retirement: %w", s.d.Name, err)
+			}
+		}
+		// A retirement no erasure asked for has a row of its own (job "").
+		if _, err := tx.Exec(ctx, s.d.bind(`INSERT INTO kek_retirements (fingerprint, job_id, due_ns, retired_ns) VALUES (?, '', 0, ?)
+			ON CONFLICT (fingerprint, job_id) DO NOTHING`), fingerprint, at.UnixNano()); err != nil {
+			return fmt.Errorf("%s: retire key-encryption key: %w", s.d.Name, err)
+		}
+		if _, err := tx.Exec(ctx, s.d.bind(`UPDATE kek_retirements SET retired_ns = ? WHERE fingerprint = ? AND retired_ns = 0`), at.UnixNano(), fingerprint); err != nil {
+			return fmt.Errorf("%s: retire key-encryption key: %w", s.d.Name, err)
+		}
+		return nil
+	})
+}
+
+func (s SQLStore) KEKDestroyed(ctx context.Context, fingerprint string, at time.Time) error {
+	if _, err := s.exec(ctx, s.d.bind(`UPDATE kek_retirements SET destroyed_ns = ? WHERE fingerprint = ? AND destroyed_ns = 0 AND retired_ns <> 0`),
+		at.UnixNano(), fingerprint); err != nil {
+		return fmt.Errorf("%s: record the key-encryption key destroyed: %w", s.d.Name, err)
+	}
+	return nil
+}
+
+func (s SQLStore) ListKEKRetirements(ctx context.Context) ([]store.KEKRetirement, error) {
+	return s.kekRetirements(ctx, `SELECT fingerprint, job_id, due_ns, retired_ns, destroyed_ns FROM kek_retirements ORDER BY fingerprint, job_id`)
+}
+
+func (s SQLStore) ErasureKEKs(ctx context.Context, job string) ([]store.KEKRetirement, error) {
+	return s.kekRetirements(ctx, `SELECT fingerprint, job_id, due_ns, retired_ns, destroyed_ns FROM kek_retirements WHERE job_id = ? ORDER BY fingerprint`, job)
+}
+
+// kekRetirements reads retirement rows, one KEKRetirement per
+// fingerprint (rows arrive in fingerprint order).
+func (s SQLStore) kekRetirements(ctx context.Context, query string, args ...any) ([]store.KEKRetirement, error) {
+	var out []store.KEKRetirement
+	at := func(ns int64) time.Time {
+		if ns == 0 {
+			return time.Time{}
+		}
+		return time.Unix(0, ns)
+	}
+	err := s.db.Read().Query(ctx, s.d.bind(query), args, func(rows Rows) error {
+		for rows.Next() {
+			var fp, job string
+			var due, retired, destroyed int64
+			if err := rows.Scan(&fp, &job, &due, &retired, &destroyed); err != nil {
+				return err
+			}
+			if len(out) == 0 || out[len(out)-1].Fingerprint != fp {
+				out = append(out, store.KEKRetirement{Fingerprint: fp})
+			}
+			r := &out[len(out)-1]
+			if job != "" {
+				r.Jobs = append(r.Jobs, job)
+				if r.Due.IsZero() || at(due).Before(r.Due) {
+					r.Due = at(due)
+				}
+			}
+			if retired != 0 && (r.Retired.IsZero() || at(retired).Before(r.Retired)) {
+				r.Retired = at(retired)
+			}
+			if destroyed != 0 && (r.Destroyed.IsZero() || at(destroyed).Before(r.Destroyed)) {
+				r.Destroyed = at(destroyed)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: list key-encryption key retirements: %w", s.d.Name, err)
 	}
 	return out, nil
 }
