@@ -27,7 +27,7 @@ type historyFlags struct {
 	HistoryBucket           string        `name:"history-bucket" env:"HISTORY_BUCKET" help:"gocloud.dev/blob URL of the bucket history files go to (file:///dir, s3://bucket?...). Default: file://<data-dir>/history."`
 	HistoryMaxUpload        int64         `name:"history-max-upload" env:"HISTORY_MAX_UPLOAD" default:"104857600" help:"Largest history upload in bytes; past it 413, before anything is stored when the length is declared."`
 	HistoryRetention        time.Duration `name:"history-retention" env:"HISTORY_RETENTION" default:"168h" help:"How long a history file is kept; the expiry worker deletes it after (404 from then on)."`
-	HistoryMaxTotal         int64         `name:"history-max-total" env:"HISTORY_MAX_TOTAL" default:"10737418240" help:"Bytes every history file may hold together; past it the oldest are evicted to make room (507 when none can be)."`
+	HistoryMaxTotal         int64         `name:"history-max-total" env:"HISTORY_MAX_TOTAL" default:"0" help:"Bytes every history file may hold together; past it the oldest are evicted to make room (507 when none can be). 0: a quarter of a file bucket's disk, at most 10 GiB; 10 GiB for other buckets."`
 	HistoryOneTime          bool          `name:"history-one-time" env:"HISTORY_ONE_TIME" help:"Delete a history file once it has been downloaded whole."`
 	HistoryUploadsPerMinute float64       `name:"history-uploads-per-minute" env:"HISTORY_UPLOADS_PER_MINUTE" default:"6" help:"Uploads one client address may start a minute (after a burst of --history-upload-burst); past it 429."`
 	HistoryUploadBurst      int           `name:"history-upload-burst" env:"HISTORY_UPLOAD_BURST" default:"6" help:"Uploads one client address may start at once before its rate applies."`
@@ -64,6 +64,18 @@ func (f historyFlags) history(ctx context.Context, dataDir string, diskReserve i
 	// A file bucket keeps --bucket-reserve free on its disk, as the job
 	// buckets do: in the default layout it is the store's disk, which the
 	// start log says.
+	if dir := buckets.LocalDir("history"); dir != "" && cfg.MaxTotal <= 0 {
+		// Anonymous callers fill this bucket: by default they get a
+		// share of its disk, never a constant a small disk cannot hold
+		// (issue 47, finding 1).
+		size, err := jobs.DiskBytes(dir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--history-bucket: %w", err)
+		}
+		cfg.MaxTotal = min(int64(size/historyDiskShare), history.DefaultMaxTotal)
+		log.Info("history files may hold a share of their disk together (--history-max-total)",
+			zap.String("dir", dir), zap.Uint64("disk_bytes", size), zap.Int64("max_total_bytes", cfg.MaxTotal))
+	}
 	if dir := buckets.LocalDir("history"); dir != "" && diskReserve > 0 {
 		cfg.FreeBytes = func() (uint64, error) { return jobs.FreeBytes(dir) }
 		cfg.DiskReserve = diskReserve
@@ -77,6 +89,10 @@ func (f historyFlags) history(ctx context.Context, dataDir string, diskReserve i
 	svc := history.New(cfg)
 	return svc, func() { _ = buckets.Close() }, nil
 }
+
+// historyDiskShare: by default history files together hold at most one
+// part in this many of a file bucket's disk.
+const historyDiskShare = 4
 
 // historyMetrics registers the history server's figures with reg.
 func historyMetrics(reg prometheus.Registerer) history.Metrics {

@@ -15,7 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"go.uber.org/zap"
+
 	"github.com/contentbackup/contentbackup/internal/history"
+	"github.com/contentbackup/contentbackup/internal/jobs"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
 )
 
 // TestHistoryMetrics (issue 38): every figure the alert rules and
@@ -115,6 +119,51 @@ func TestHistoryListenerTLS(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusOK {
 			t.Errorf("plain HTTP to the TLS listener answered the file: %q", b)
+		}
+	}
+}
+
+// TestHistoryDefaultTotalIsADiskShare (issue 47, finding 1): without
+// --history-max-total, history files on a file bucket may hold a quarter
+// of its disk (at most 10 GiB), never a constant a small disk cannot
+// hold; a value given is kept.
+func TestHistoryDefaultTotalIsADiskShare(t *testing.T) {
+	// tmpfs where there is one: a disk smaller than 40 GiB, so the share
+	// and not the cap decides.
+	base := t.TempDir()
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if dir, err := os.MkdirTemp("/dev/shm", "history-share"); err == nil {
+			base = dir
+			t.Cleanup(func() { os.RemoveAll(dir) })
+		}
+	}
+	size, err := jobs.DiskBytes(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := min(int64(size/4), history.DefaultMaxTotal)
+	for _, c := range []struct {
+		flag, want int64
+	}{{0, want}, {12345, 12345}} {
+		reg := prometheus.NewRegistry()
+		f := historyFlags{HistoryListen: "127.0.0.1:0", HistoryMaxTotal: c.flag}
+		_, closeFn, err := f.history(t.Context(), base, 0, enginetest.SQLite(t), reg, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeFn()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got float64 = -1
+		for _, mf := range mfs {
+			if mf.GetName() == "contentbackup_history_max_total_bytes" {
+				got = mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		if int64(got) != c.want {
+			t.Errorf("--history-max-total %d on a %d-byte disk: the total is %v, want %d", c.flag, size, got, c.want)
 		}
 	}
 }

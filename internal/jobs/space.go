@@ -90,6 +90,21 @@ func FreeBytes(dir string) (uint64, error) {
 	}
 }
 
+// DiskBytes is the size of the filesystem dir is on (or will be on, as
+// FreeBytes finds it).
+func DiskBytes(dir string) (uint64, error) {
+	var st unix.Statfs_t
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		err := unix.Statfs(d, &st)
+		if err == nil {
+			return st.Blocks * uint64(st.Bsize), nil
+		}
+		if !errors.Is(err, unix.ENOENT) || d == filepath.Dir(d) {
+			return 0, fmt.Errorf("size of the disk of %s: %w", dir, err)
+		}
+	}
+}
+
 // spaceGuard holds one export to its owner's quota and its bucket's
 // reserve.
 type spaceGuard struct {
