@@ -30,7 +30,7 @@ var OwnerTables = []string{"groups", "messages", "consent", "backups", "schedule
 // could change while any worker is down, though the owners on the other
 // workers are served. On the coordinator they take the coordinator's
 // availability, which the cluster has anyway (it routes every statement).
-var ServerTables = []string{"jobs", "store_probe", "goose_db_version", "history_files", "kek_retirements"}
+var ServerTables = []string{"jobs", "store_probe", "goose_db_version", "history_files", "kek_retirements", "erased_owners"}
 
 // citusLockID is goose's migration lock: distributing waits for, and
 // holds off, any other server's migration.

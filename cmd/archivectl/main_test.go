@@ -695,8 +695,22 @@ func TestArchivectlHoldsAndErasure(t *testing.T) {
 	if gs, _ := s.ListGroups(t.Context(), owner, nil, 10); len(gs) != 0 {
 		t.Errorf("%d groups left after the erasure", len(gs))
 	}
+	if !strings.Contains(out, "not complete yet") && !strings.Contains(out, "complete: readable by nothing the server holds") {
+		t.Errorf("owners erase says nothing of the completion point:\n%s", out)
+	}
 	out, stderr, err = ctl.run("keys", "status")
-	if err != nil || !strings.Contains(out, "current") || !strings.Contains(out, "can be removed") {
+	if err != nil || !strings.Contains(out, "current") || !strings.Contains(out, "can be removed") || !strings.Contains(out, "RETIRING KEK") {
 		t.Fatalf("keys status: %v\n%s%s", err, out, stderr)
+	}
+	out, stderr, err = ctl.run("owners", "erasures", "--owner", owner)
+	if err != nil || !strings.Contains(out, "schedules skip the name") || strings.Count(out, "erase ") < 1 || !strings.Contains(out, "succeeded") {
+		t.Fatalf("owners erasures: %v\n%s%s", err, out, stderr)
+	}
+	if _, stderr, err := ctl.run("owners", "reenable", "--owner", owner); err == nil || !strings.Contains(stderr, "--reason") {
+		t.Fatalf("owners reenable without --reason: %v\n%s", err, stderr)
+	}
+	out, stderr, err = ctl.run("owners", "reenable", "--owner", owner, "--reason", "number reassigned")
+	if err != nil || !strings.Contains(out, "re-enabled for schedules") || !strings.Contains(out, "number reassigned") {
+		t.Fatalf("owners reenable: %v\n%s%s", err, out, stderr)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
@@ -17,7 +18,102 @@ import (
 
 // ownersCmd acts on an owner as a whole: erasure.
 type ownersCmd struct {
-	Erase eraseOwnerCmd `cmd:"" help:"Erase an owner everywhere (needs owners.erase): its key first, then its records, backups in every bucket, catalog rows and jobs; keeps only the erasure's own record. Refused while a legal hold is set. --dry-run lists what would go."`
+	Erase    eraseOwnerCmd    `cmd:"" help:"Erase an owner everywhere (needs owners.erase): its key first, then its records, backups in every bucket, catalog rows and jobs; keeps only the erasure's own record. Refused while a legal hold is set. --dry-run lists what would go."`
+	Erasures ownerErasuresCmd `cmd:"" help:"Show an owner name's erasure record (whether schedules skip it) and every erasure of it, each with its own operation (needs owners.erase)."`
+	Reenable reenableOwnerCmd `cmd:"" help:"Let schedules back up an erased owner's name again, once it belongs to someone else (needs owners.erase; --reason is the audit record)."`
+}
+
+type ownerErasuresCmd struct {
+	Owner string `required:"" help:"The owner (inbox)."`
+}
+
+func (e *ownerErasuresCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rec, err := cb.NewBackupServiceClient(conn).GetOwnerErasure(ctx, &cb.GetOwnerErasureRequest{Owner: e.Owner})
+	if err != nil {
+		return err
+	}
+	q, _ := json.Marshal(e.Owner)
+	req := &longrunningpb.ListOperationsRequest{Name: "operations", Filter: "owner = " + string(q), PageSize: 100}
+	var erasures []*longrunningpb.Operation
+	for {
+		resp, err := longrunningpb.NewOperationsClient(conn).ListOperations(ctx, req)
+		if err != nil {
+			return fmt.Errorf("list the owner's erasures: %w", err)
+		}
+		for _, op := range resp.GetOperations() {
+			md := &cb.JobMetadata{}
+			if op.GetMetadata().UnmarshalTo(md) == nil && md.GetKind() == cb.JobKind_JOB_KIND_ERASE && !md.GetValidateOnly() {
+				erasures = append(erasures, op)
+			}
+		}
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+			break
+		}
+	}
+	if c.JSON {
+		b, err := protoJSON(rec)
+		if err != nil {
+			return err
+		}
+		ops := make([]json.RawMessage, 0, len(erasures))
+		for _, op := range erasures {
+			ob, err := protoJSON(op)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, ob)
+		}
+		return c.output(map[string]any{"record": json.RawMessage(b), "erasures": ops}, "")
+	}
+	fmt.Print(ownerErasureText(rec))
+	fmt.Println("OPERATION  KIND  STATE  OWNER  OBJECT  PROGRESS")
+	for _, op := range erasures {
+		fmt.Println(summaryLine(op))
+	}
+	return nil
+}
+
+// ownerErasureText is an erasure record for people.
+func ownerErasureText(r *cb.OwnerErasure) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "owner %s: erased by %s from %s\n", r.GetOwner(), r.GetOperation(), r.GetEraseTime().AsTime().UTC().Format(time.RFC3339))
+	if r.GetSchedulesSkip() {
+		b.WriteString("schedules skip the name until it is re-enabled (archivectl owners reenable)\n")
+	} else {
+		fmt.Fprintf(&b, "re-enabled for schedules by %s at %s: %s\n", r.GetReenabledBy(), r.GetReenableTime().AsTime().UTC().Format(time.RFC3339), r.GetReason())
+	}
+	return b.String()
+}
+
+type reenableOwnerCmd struct {
+	Owner  string `required:"" help:"The erased owner (inbox)."`
+	Reason string `required:"" help:"Why the name may be backed up again (at most 512 printable bytes)."`
+}
+
+func (e *reenableOwnerCmd) Run(ctx context.Context, c *cli) error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rec, err := cb.NewBackupServiceClient(conn).ReenableOwner(ctx, &cb.ReenableOwnerRequest{Owner: e.Owner, Reason: e.Reason})
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		b, err := protoJSON(rec)
+		if err != nil {
+			return err
+		}
+		return c.output(json.RawMessage(b), "")
+	}
+	fmt.Print(ownerErasureText(rec))
+	return nil
 }
 
 type eraseOwnerCmd struct {

@@ -165,6 +165,12 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 		result.Objects = n
 		return result, nil
 	}
+	// The name is erased from here on: schedules that still list it skip
+	// it until an operator re-enables it (ReenableOwner), so a device
+	// still writing under the name starts no new backups (finding 6).
+	if err := m.cfg.Store.MarkOwnerErased(ctx, owner, r.job.ID, time.Now()); err != nil {
+		return nil, err
+	}
 	// The KEKs that wrap what is destroyed next are noted first: the
 	// key worker retires them, which completes the erasure against the
 	// deleted rows the database files keep (retire.go).
@@ -345,4 +351,41 @@ func tableRows(counts map[string]int64) []*pv.TableRows {
 		out = append(out, &pv.TableRows{Table: t, Rows: counts[t]})
 	}
 	return out
+}
+
+// OwnerErasure returns owner's erasure record (store.ErrNotFound for a
+// name never erased).
+func (m *Manager) OwnerErasure(ctx context.Context, owner string) (store.ErasedOwner, error) {
+	if err := records.CheckOwner(owner); err != nil {
+		return store.ErasedOwner{}, invalid(err)
+	}
+	return m.cfg.Store.OwnerErased(ctx, owner)
+}
+
+// maxReenableReason bounds the reason a re-enabling records.
+const maxReenableReason = 512
+
+// ReenableOwner lets schedules back up an erased owner's name again, for
+// principal, who says why (reason, required: it is the audit record). A
+// name never erased is store.ErrNotFound; one whose erasure still runs
+// is ErrOwnerErasing.
+func (m *Manager) ReenableOwner(ctx context.Context, principal, owner, reason string) (store.ErasedOwner, error) {
+	if err := records.CheckOwner(owner); err != nil {
+		return store.ErasedOwner{}, invalid(err)
+	}
+	if err := checkReason(reason, maxReenableReason, "why the name may be backed up again"); err != nil {
+		return store.ErasedOwner{}, invalid(err)
+	}
+	if id, err := m.cfg.Store.RunningErasure(ctx, owner); err != nil {
+		return store.ErasedOwner{}, err
+	} else if id != "" {
+		return store.ErasedOwner{}, fmt.Errorf("erasure %s: %w", id, ErrOwnerErasing)
+	}
+	e, err := m.cfg.Store.ReenableOwner(ctx, owner, principal, reason, time.Now())
+	if err != nil {
+		return store.ErasedOwner{}, err
+	}
+	m.cfg.Log.Info("audit: erased owner re-enabled for schedules", zap.String("audit", "owner.reenable"), zap.String("principal", principal),
+		zap.String("owner", owner), zap.String("erasure", e.Job), zap.String("reason", reason))
+	return e, nil
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"sync"
 	"time"
 
 	"gocloud.dev/blob"
@@ -635,5 +636,103 @@ func TestErasureLeavesNothingInTheSQLiteFiles(t *testing.T) {
 	}
 	if got := found(); len(got) > 0 {
 		t.Errorf("after the erasure the live files still hold: %v", got)
+	}
+}
+
+// TestErasedOwnerStaysErased (issue 46, finding 6): a schedule that still
+// lists an erased owner skips it at every tick, counted "erased", while a
+// device writes under the name again; only after an operator re-enables
+// the name, saying why, does the schedule back it up; a second erasure
+// blocks it again, and both erasures' records are kept.
+func TestErasedOwnerStaysErased(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			st := e.Open(t)
+			var mu sync.Mutex
+			outcomes := map[string]int{}
+			h := newHarness(t, st, func(c *Config) {
+				c.ScheduleRun = func(_, outcome string) {
+					mu.Lock()
+					outcomes[outcome]++
+					mu.Unlock()
+				}
+			})
+			ctx := t.Context()
+			gone, other := storetest.Owner("gone"), storetest.Owner("other")
+			fill(t, st, gone, 2)
+			fill(t, st, other, 2)
+			policy, err := ParseSchedules(fmt.Appendf(nil, `
+schedules:
+  - name: nightly
+    cron: "0 3 * * *"
+    owners: [%q, %q]
+    bucket: local
+    keep: 5
+`, gone, other))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc, err := NewScheduler(ctx, h.m, policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := policy.Schedules[0]
+			day := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+			fire := func(n int) []string {
+				ids := sc.Fire(ctx, s, day.Add(time.Duration(n)*24*time.Hour))
+				for _, id := range ids {
+					waitDone(t, h.m, id)
+				}
+				return ids
+			}
+			if ids := fire(0); len(ids) != 2 {
+				t.Fatalf("first tick started %d exports, want 2", len(ids))
+			}
+			first, _ := eraseDone(t, h, EraseRequest{Owner: gone})
+			if first.State != store.JobSucceeded {
+				t.Fatalf("erasure: %s", first.ErrorMessage)
+			}
+			fill(t, st, gone, 1) // a device still writing under the name
+			for n := 1; n <= 2; n++ {
+				if ids := fire(n); len(ids) != 1 {
+					t.Fatalf("tick %d after the erasure started %d exports, want only the other owner's", n, len(ids))
+				}
+			}
+			if list, _ := st.ListBackups(ctx, store.BackupQuery{Owner: gone, Limit: 10}); len(list) != 0 {
+				t.Fatalf("the erased owner has %d new backups", len(list))
+			}
+			mu.Lock()
+			erasedTicks := outcomes["erased"]
+			mu.Unlock()
+			if erasedTicks != 2 {
+				t.Fatalf("ticks counted erased: %d, want 2", erasedTicks)
+			}
+			if _, err := h.m.ReenableOwner(ctx, "dpo", gone, ""); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("re-enabling without a reason: %v, want ErrInvalid", err)
+			}
+			if _, err := h.m.ReenableOwner(ctx, "dpo", other, "never erased"); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("re-enabling a name never erased: %v, want ErrNotFound", err)
+			}
+			rec, err := h.m.ReenableOwner(ctx, "dpo", gone, "the number now belongs to a new subscriber")
+			if err != nil || rec.Blocked() || rec.Job != first.ID {
+				t.Fatalf("ReenableOwner: %+v, %v", rec, err)
+			}
+			if ids := fire(3); len(ids) != 2 {
+				t.Fatalf("after the re-enabling the tick started %d exports, want 2", len(ids))
+			}
+			second, _ := eraseDone(t, h, EraseRequest{Owner: gone})
+			if second.State != store.JobSucceeded {
+				t.Fatalf("second erasure: %s", second.ErrorMessage)
+			}
+			if rec, err := h.m.OwnerErasure(ctx, gone); err != nil || !rec.Blocked() || rec.Job != second.ID {
+				t.Fatalf("after the second erasure: %+v, %v; want blocked again", rec, err)
+			}
+			if ids := fire(4); len(ids) != 1 {
+				t.Fatalf("after the second erasure the tick started %d exports, want 1", len(ids))
+			}
+			if n, err := h.m.erasureRecords(ctx, gone); err != nil || n != 2 {
+				t.Fatalf("erasure records kept: %d, %v; want both", n, err)
+			}
+		})
 	}
 }

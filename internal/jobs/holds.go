@@ -39,7 +39,7 @@ func (m *Manager) SetHold(ctx context.Context, principal string, h store.Hold) (
 	if err := records.CheckOwner(h.Owner); err != nil {
 		return store.Hold{}, invalid(err)
 	}
-	if err := checkReason(h.Reason); err != nil {
+	if err := checkReason(h.Reason, maxHoldReason, "the case or request the hold is for"); err != nil {
 		return store.Hold{}, invalid(err)
 	}
 	now := time.Now()
@@ -176,12 +176,14 @@ func HoldOn(holds []store.Hold, id string, now time.Time) *store.Hold {
 	return ownerWide
 }
 
-func checkReason(reason string) error {
+// checkReason checks a reason an audit record keeps: required, at most
+// limit bytes of printable UTF-8; what names what it is for.
+func checkReason(reason string, limit int, what string) error {
 	if reason == "" {
-		return errors.New("reason: required (the case or request the hold is for)")
+		return fmt.Errorf("reason: required (%s)", what)
 	}
-	if len(reason) > maxHoldReason {
-		return fmt.Errorf("reason: %d bytes, at most %d", len(reason), maxHoldReason)
+	if len(reason) > limit {
+		return fmt.Errorf("reason: %d bytes, at most %d", len(reason), limit)
 	}
 	if !utf8.ValidString(reason) {
 		return errors.New("reason: not UTF-8")

@@ -144,8 +144,9 @@ type Config struct {
 	// kind, state, archive bytes moved and how long it ran (metrics).
 	Ended func(kind, state string, bytes uint64, took time.Duration)
 	// ScheduleRun, when set, is told how each owner's run of each
-	// schedule tick went: "started", "queued", "skipped", or
-	// "claimed_elsewhere" (another replica runs it).
+	// schedule tick went: "started", "queued", "skipped",
+	// "claimed_elsewhere" (another replica runs it) or "erased" (the owner
+	// was erased and its name not re-enabled).
 	ScheduleRun func(schedule, outcome string)
 	// ScheduleMissed, when set, is told of ticks no replica ran, counted
 	// when the next tick is claimed.

@@ -271,6 +271,9 @@ func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []stri
 	var ids []string
 	tick := s.Tick(at)
 	for _, owner := range s.Owners {
+		if sc.erased(ctx, s, owner) {
+			continue
+		}
 		won, prev, err := sc.m.cfg.Store.ClaimScheduleTick(ctx, owner, s.Name, tick, sc.m.cfg.Replica)
 		if err != nil {
 			sc.m.scheduleRun(s.Name, "skipped")
@@ -323,6 +326,9 @@ func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []stri
 func (sc *Scheduler) FireVerify(ctx context.Context, s *Schedule, at time.Time) (read, failed int) {
 	tick := at.UTC().Truncate(s.verifyGrain)
 	for _, owner := range s.Owners {
+		if sc.erased(ctx, s, owner) {
+			continue
+		}
 		won, _, err := sc.m.cfg.Store.ClaimScheduleTick(ctx, owner, s.Name+"/verify", tick, sc.m.cfg.Replica)
 		if err != nil || !won {
 			if err != nil {
@@ -338,6 +344,30 @@ func (sc *Scheduler) FireVerify(ctx context.Context, s *Schedule, at time.Time) 
 	}
 	sc.log.Info("backups verified", zap.String("schedule", s.Name), zap.Int("read", read), zap.Int("failed", failed))
 	return read, failed
+}
+
+// erased reports an owner of s that was erased and not re-enabled, which
+// the schedule skips (counted "erased", and logged at every tick so the
+// policy is fixed): a device still writing under an erased name must not
+// start new backups of a person who asked to be erased (issue 46, finding
+// 6). A record that cannot be read skips the owner too: a backup taken
+// against an erasure cannot be taken back.
+func (sc *Scheduler) erased(ctx context.Context, s *Schedule, owner string) bool {
+	e, err := sc.m.cfg.Store.OwnerErased(ctx, owner)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return false
+	case err != nil:
+		sc.m.scheduleRun(s.Name, "skipped")
+		sc.log.Warn("scheduled export not started: the owner's erasure record could not be read", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
+		return true
+	case !e.Blocked():
+		return false
+	}
+	sc.m.scheduleRun(s.Name, "erased")
+	sc.log.Warn("scheduled export skipped: the owner was erased; remove it from the schedule, or re-enable the name (archivectl owners reenable) once it belongs to someone else",
+		zap.String("schedule", s.Name), zap.String("owner", owner), zap.String("erasure", e.Job))
+	return true
 }
 
 func (m *Manager) scheduleRun(schedule, outcome string) {

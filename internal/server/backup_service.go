@@ -178,6 +178,33 @@ func (s *BackupService) EraseOwner(ctx context.Context, req *cb.EraseOwnerReques
 	return operationOf(j)
 }
 
+func (s *BackupService) GetOwnerErasure(ctx context.Context, req *cb.GetOwnerErasureRequest) (*cb.OwnerErasure, error) {
+	e, err := s.jobs.OwnerErasure(ctx, req.GetOwner())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, status.Error(codes.NotFound, "owner: never erased")
+	}
+	if err != nil {
+		return nil, jobStatus(err, "")
+	}
+	return ownerErasureOf(e), nil
+}
+
+func (s *BackupService) ReenableOwner(ctx context.Context, req *cb.ReenableOwnerRequest) (*cb.OwnerErasure, error) {
+	e, err := s.jobs.ReenableOwner(ctx, principalName(ctx), req.GetOwner(), req.GetReason())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, status.Error(codes.NotFound, "owner: never erased, nothing to re-enable")
+	}
+	if err != nil {
+		return nil, jobStatus(err, "")
+	}
+	return ownerErasureOf(e), nil
+}
+
+func ownerErasureOf(e store.ErasedOwner) *cb.OwnerErasure {
+	return &cb.OwnerErasure{Owner: e.Owner, Operation: operationName(e.Job), EraseTime: timestamp(e.Erased), SchedulesSkip: e.Blocked(),
+		ReenableTime: timestamp(e.Reenabled), ReenabledBy: e.ReenabledBy, Reason: e.Reason}
+}
+
 func (s *BackupService) SetLegalHold(ctx context.Context, req *cb.SetLegalHoldRequest) (*cb.LegalHold, error) {
 	h := store.Hold{Owner: req.GetOwner(), Backup: req.GetBackup(), Reason: req.GetReason()}
 	if e := req.GetEndTime(); e != nil {

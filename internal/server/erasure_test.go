@@ -109,6 +109,26 @@ func TestEraseOwnerOverTCP(t *testing.T) {
 				t.Error("erasing alice changed bob's data")
 			}
 
+			// The name stays erased for schedules until re-enabled, with a
+			// reason, by a principal that may erase it (finding 6).
+			rec, err := cb.NewBackupServiceClient(dpo).GetOwnerErasure(ctx, &cb.GetOwnerErasureRequest{Owner: "alice"})
+			if err != nil || !rec.GetSchedulesSkip() || rec.GetOperation() != erase.GetName() || rec.GetEraseTime() == nil {
+				t.Fatalf("GetOwnerErasure: %v, %v", rec, err)
+			}
+			_, err = cb.NewBackupServiceClient(ops).ReenableOwner(ctx, &cb.ReenableOwnerRequest{Owner: "alice", Reason: "new subscriber"})
+			wantStatus(t, "ReenableOwner as admin", err, codes.PermissionDenied)
+			_, err = cb.NewBackupServiceClient(dpo).ReenableOwner(ctx, &cb.ReenableOwnerRequest{Owner: "alice"})
+			wantStatus(t, "ReenableOwner without a reason", err, codes.InvalidArgument)
+			bobEraser := p.as(t, p.idp.valid(t, "bob", "owners.erase"))
+			_, err = cb.NewBackupServiceClient(bobEraser).GetOwnerErasure(ctx, &cb.GetOwnerErasureRequest{Owner: "bob"})
+			wantStatus(t, "GetOwnerErasure of a name never erased", err, codes.NotFound)
+			_, err = cb.NewBackupServiceClient(bobEraser).ReenableOwner(ctx, &cb.ReenableOwnerRequest{Owner: "alice", Reason: "x"})
+			wantStatus(t, "ReenableOwner of alice by bob's eraser", err, codes.PermissionDenied)
+			rec, err = cb.NewBackupServiceClient(dpo).ReenableOwner(ctx, &cb.ReenableOwnerRequest{Owner: "alice", Reason: "the number now belongs to a new subscriber"})
+			if err != nil || rec.GetSchedulesSkip() || rec.GetReenabledBy() != "jwt:user-alice" || rec.GetReenableTime() == nil {
+				t.Fatalf("ReenableOwner: %v, %v", rec, err)
+			}
+
 			// The completion point (issue 46, finding 1): the erasure waits
 			// on the KEK that wrapped alice's key until the key worker has
 			// rotated it away, rewrapped bob's key and destroyed it.

@@ -555,6 +555,14 @@ func ownerCalls(t *testing.T) map[string]ownerCall {
 			_, err := cb.NewBackupServiceClient(c).EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: o, DryRun: true})
 			return err
 		},
+		cb.BackupService_GetOwnerErasure_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).GetOwnerErasure(ctx, &cb.GetOwnerErasureRequest{Owner: o})
+			return err
+		},
+		cb.BackupService_ReenableOwner_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
+			_, err := cb.NewBackupServiceClient(c).ReenableOwner(ctx, &cb.ReenableOwnerRequest{Owner: o, Reason: "cross"})
+			return err
+		},
 		cb.BackupService_SetLegalHold_FullMethodName: func(ctx context.Context, c *grpc.ClientConn, o string) error {
 			_, err := cb.NewBackupServiceClient(c).SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: o, Reason: "cross", EndTime: timestamppb.New(time.Now().Add(time.Second))})
 			return err

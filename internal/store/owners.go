@@ -173,7 +173,37 @@ type Erasure interface {
 	// CountOwnerRows counts owner's rows in each of OwnerRowTables: an
 	// erasure's dry run.
 	CountOwnerRows(ctx context.Context, owner string) (map[string]int64, error)
+	// MarkOwnerErased records that erasure job started for owner at: the
+	// name is erased, and stays so (OwnerErased) until ReenableOwner. A
+	// second erasure of the name replaces the record and erases it again.
+	MarkOwnerErased(ctx context.Context, owner, job string, at time.Time) error
+	// OwnerErased returns the name's erasure record, or ErrNotFound for a
+	// name never erased.
+	OwnerErased(ctx context.Context, owner string) (ErasedOwner, error)
+	// ReenableOwner lets the erased name be backed up by schedules again,
+	// recording who and why; a name already re-enabled keeps its first
+	// re-enabling. A name never erased is ErrNotFound.
+	ReenableOwner(ctx context.Context, owner, principal, reason string, at time.Time) (ErasedOwner, error)
 }
+
+// ErasedOwner is an owner name's erasure record.
+type ErasedOwner struct {
+	Owner string
+	// Job is the latest erasure's job; Erased when it started.
+	Job    string
+	Erased time.Time
+	// Reenabled is when an operator let schedules back the name up
+	// again (zero: not yet), ReenabledBy who and Reason why.
+	Reenabled           time.Time
+	ReenabledBy, Reason string
+}
+
+// Blocked reports whether schedules skip the name.
+func (e ErasedOwner) Blocked() bool { return e.Reenabled.IsZero() }
+
+// ErasureRecordTables hold an owner column and are an erasure's own
+// record, which it writes rather than deletes.
+var ErasureRecordTables = []string{"erased_owners"}
 
 // OwnerRowTables are the tables that hold an owner's rows, in the order
 // an erasure deletes from them (children before the rows they name).

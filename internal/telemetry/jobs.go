@@ -45,7 +45,7 @@ func NewJobMetrics(reg prometheus.Registerer) *JobMetrics {
 	}, []string{"kind"})
 	m.scheduleRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "contentbackup_schedule_runs_total",
-		Help: "Scheduled exports by schedule and outcome: started, queued (waited for a slot: late), skipped (the owner's export still running, its queue full, or the tick not claimable) or claimed_elsewhere (another replica runs the tick).",
+		Help: "Scheduled exports by schedule and outcome: started, queued (waited for a slot: late), skipped (the owner's export still running, its queue full, or the tick not claimable), claimed_elsewhere (another replica runs the tick) or erased (the owner was erased and its name not re-enabled: archivectl owners reenable).",
 	}, []string{"schedule", "outcome"})
 	m.scheduleMissed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "contentbackup_schedule_missed_ticks_total",

@@ -491,6 +491,203 @@ func (x *EraseOwnerResult) GetWaitingOnKeks() []string {
 	return nil
 }
 
+// GetOwnerErasureRequest names an owner.
+type GetOwnerErasureRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOwnerErasureRequest) Reset() {
+	*x = GetOwnerErasureRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOwnerErasureRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOwnerErasureRequest) ProtoMessage() {}
+
+func (x *GetOwnerErasureRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOwnerErasureRequest.ProtoReflect.Descriptor instead.
+func (*GetOwnerErasureRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GetOwnerErasureRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+// ReenableOwnerRequest names an erased owner and says why its name may be
+// backed up again.
+type ReenableOwnerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Why (required, printable, at most 512 bytes): the audit record.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReenableOwnerRequest) Reset() {
+	*x = ReenableOwnerRequest{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReenableOwnerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReenableOwnerRequest) ProtoMessage() {}
+
+func (x *ReenableOwnerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReenableOwnerRequest.ProtoReflect.Descriptor instead.
+func (*ReenableOwnerRequest) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ReenableOwnerRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *ReenableOwnerRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// OwnerErasure is an owner name's erasure record.
+type OwnerErasure struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The latest erasure's operation, and when it started.
+	Operation string                 `protobuf:"bytes,2,opt,name=operation,proto3" json:"operation,omitempty"`
+	EraseTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=erase_time,json=eraseTime,proto3" json:"erase_time,omitempty"`
+	// Schedules skip the name: true from the erasure's start until it is
+	// re-enabled.
+	SchedulesSkip bool `protobuf:"varint,4,opt,name=schedules_skip,json=schedulesSkip,proto3" json:"schedules_skip,omitempty"`
+	// When, by whom and why the name was re-enabled.
+	ReenableTime  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=reenable_time,json=reenableTime,proto3" json:"reenable_time,omitempty"`
+	ReenabledBy   string                 `protobuf:"bytes,6,opt,name=reenabled_by,json=reenabledBy,proto3" json:"reenabled_by,omitempty"`
+	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnerErasure) Reset() {
+	*x = OwnerErasure{}
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnerErasure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnerErasure) ProtoMessage() {}
+
+func (x *OwnerErasure) ProtoReflect() protoreflect.Message {
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnerErasure.ProtoReflect.Descriptor instead.
+func (*OwnerErasure) Descriptor() ([]byte, []int) {
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *OwnerErasure) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *OwnerErasure) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *OwnerErasure) GetEraseTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EraseTime
+	}
+	return nil
+}
+
+func (x *OwnerErasure) GetSchedulesSkip() bool {
+	if x != nil {
+		return x.SchedulesSkip
+	}
+	return false
+}
+
+func (x *OwnerErasure) GetReenableTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReenableTime
+	}
+	return nil
+}
+
+func (x *OwnerErasure) GetReenabledBy() string {
+	if x != nil {
+		return x.ReenabledBy
+	}
+	return ""
+}
+
+func (x *OwnerErasure) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // TableRows is how many of an owner's rows one table held.
 type TableRows struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -502,7 +699,7 @@ type TableRows struct {
 
 func (x *TableRows) Reset() {
 	*x = TableRows{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[2]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +711,7 @@ func (x *TableRows) String() string {
 func (*TableRows) ProtoMessage() {}
 
 func (x *TableRows) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[2]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +724,7 @@ func (x *TableRows) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableRows.ProtoReflect.Descriptor instead.
 func (*TableRows) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{2}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TableRows) GetTable() string {
@@ -565,7 +762,7 @@ type LegalHold struct {
 
 func (x *LegalHold) Reset() {
 	*x = LegalHold{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +774,7 @@ func (x *LegalHold) String() string {
 func (*LegalHold) ProtoMessage() {}
 
 func (x *LegalHold) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[3]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +787,7 @@ func (x *LegalHold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LegalHold.ProtoReflect.Descriptor instead.
 func (*LegalHold) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{3}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LegalHold) GetOwner() string {
@@ -655,7 +852,7 @@ type SetLegalHoldRequest struct {
 
 func (x *SetLegalHoldRequest) Reset() {
 	*x = SetLegalHoldRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +864,7 @@ func (x *SetLegalHoldRequest) String() string {
 func (*SetLegalHoldRequest) ProtoMessage() {}
 
 func (x *SetLegalHoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[4]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +877,7 @@ func (x *SetLegalHoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLegalHoldRequest.ProtoReflect.Descriptor instead.
 func (*SetLegalHoldRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{4}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetLegalHoldRequest) GetOwner() string {
@@ -722,7 +919,7 @@ type ReleaseLegalHoldRequest struct {
 
 func (x *ReleaseLegalHoldRequest) Reset() {
 	*x = ReleaseLegalHoldRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +931,7 @@ func (x *ReleaseLegalHoldRequest) String() string {
 func (*ReleaseLegalHoldRequest) ProtoMessage() {}
 
 func (x *ReleaseLegalHoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[5]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +944,7 @@ func (x *ReleaseLegalHoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLegalHoldRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLegalHoldRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{5}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReleaseLegalHoldRequest) GetOwner() string {
@@ -774,7 +971,7 @@ type ListLegalHoldsRequest struct {
 
 func (x *ListLegalHoldsRequest) Reset() {
 	*x = ListLegalHoldsRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +983,7 @@ func (x *ListLegalHoldsRequest) String() string {
 func (*ListLegalHoldsRequest) ProtoMessage() {}
 
 func (x *ListLegalHoldsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[6]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +996,7 @@ func (x *ListLegalHoldsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLegalHoldsRequest.ProtoReflect.Descriptor instead.
 func (*ListLegalHoldsRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{6}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListLegalHoldsRequest) GetOwner() string {
@@ -819,7 +1016,7 @@ type ListLegalHoldsResponse struct {
 
 func (x *ListLegalHoldsResponse) Reset() {
 	*x = ListLegalHoldsResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +1028,7 @@ func (x *ListLegalHoldsResponse) String() string {
 func (*ListLegalHoldsResponse) ProtoMessage() {}
 
 func (x *ListLegalHoldsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[7]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +1041,7 @@ func (x *ListLegalHoldsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLegalHoldsResponse.ProtoReflect.Descriptor instead.
 func (*ListLegalHoldsResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{7}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListLegalHoldsResponse) GetHolds() []*LegalHold {
@@ -863,7 +1060,7 @@ type GetKeyStatusRequest struct {
 
 func (x *GetKeyStatusRequest) Reset() {
 	*x = GetKeyStatusRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1072,7 @@ func (x *GetKeyStatusRequest) String() string {
 func (*GetKeyStatusRequest) ProtoMessage() {}
 
 func (x *GetKeyStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[8]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1085,7 @@ func (x *GetKeyStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyStatusRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{8}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{11}
 }
 
 // KeyStatus is which KEKs wrap the catalog's keys.
@@ -909,7 +1106,7 @@ type KeyStatus struct {
 
 func (x *KeyStatus) Reset() {
 	*x = KeyStatus{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1118,7 @@ func (x *KeyStatus) String() string {
 func (*KeyStatus) ProtoMessage() {}
 
 func (x *KeyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[9]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1131,7 @@ func (x *KeyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyStatus.ProtoReflect.Descriptor instead.
 func (*KeyStatus) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{9}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KeyStatus) GetCurrent() string {
@@ -988,7 +1185,7 @@ type KEKRetirement struct {
 
 func (x *KEKRetirement) Reset() {
 	*x = KEKRetirement{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1197,7 @@ func (x *KEKRetirement) String() string {
 func (*KEKRetirement) ProtoMessage() {}
 
 func (x *KEKRetirement) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[10]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1210,7 @@ func (x *KEKRetirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KEKRetirement.ProtoReflect.Descriptor instead.
 func (*KEKRetirement) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{10}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KEKRetirement) GetFingerprint() string {
@@ -1075,7 +1272,7 @@ type KEKUse struct {
 
 func (x *KEKUse) Reset() {
 	*x = KEKUse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1284,7 @@ func (x *KEKUse) String() string {
 func (*KEKUse) ProtoMessage() {}
 
 func (x *KEKUse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[11]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1297,7 @@ func (x *KEKUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KEKUse.ProtoReflect.Descriptor instead.
 func (*KEKUse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{11}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KEKUse) GetFingerprint() string {
@@ -1148,7 +1345,7 @@ type PlanRetentionRequest struct {
 
 func (x *PlanRetentionRequest) Reset() {
 	*x = PlanRetentionRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1357,7 @@ func (x *PlanRetentionRequest) String() string {
 func (*PlanRetentionRequest) ProtoMessage() {}
 
 func (x *PlanRetentionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[12]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1370,7 @@ func (x *PlanRetentionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRetentionRequest.ProtoReflect.Descriptor instead.
 func (*PlanRetentionRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{12}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PlanRetentionRequest) GetOwner() string {
@@ -1214,7 +1411,7 @@ type RetentionRules struct {
 
 func (x *RetentionRules) Reset() {
 	*x = RetentionRules{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1423,7 @@ func (x *RetentionRules) String() string {
 func (*RetentionRules) ProtoMessage() {}
 
 func (x *RetentionRules) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[13]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1436,7 @@ func (x *RetentionRules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionRules.ProtoReflect.Descriptor instead.
 func (*RetentionRules) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{13}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RetentionRules) GetLast() int32 {
@@ -1289,7 +1486,7 @@ type PlanRetentionResponse struct {
 
 func (x *PlanRetentionResponse) Reset() {
 	*x = PlanRetentionResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1498,7 @@ func (x *PlanRetentionResponse) String() string {
 func (*PlanRetentionResponse) ProtoMessage() {}
 
 func (x *PlanRetentionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[14]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1511,7 @@ func (x *PlanRetentionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRetentionResponse.ProtoReflect.Descriptor instead.
 func (*PlanRetentionResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{14}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PlanRetentionResponse) GetDecisions() []*RetentionDecision {
@@ -1344,7 +1541,7 @@ type RetentionDecision struct {
 
 func (x *RetentionDecision) Reset() {
 	*x = RetentionDecision{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1553,7 @@ func (x *RetentionDecision) String() string {
 func (*RetentionDecision) ProtoMessage() {}
 
 func (x *RetentionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[15]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1566,7 @@ func (x *RetentionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionDecision.ProtoReflect.Descriptor instead.
 func (*RetentionDecision) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{15}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RetentionDecision) GetBackup() *Backup {
@@ -1408,7 +1605,7 @@ type ObjectLocation struct {
 
 func (x *ObjectLocation) Reset() {
 	*x = ObjectLocation{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1617,7 @@ func (x *ObjectLocation) String() string {
 func (*ObjectLocation) ProtoMessage() {}
 
 func (x *ObjectLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[16]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1630,7 @@ func (x *ObjectLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectLocation.ProtoReflect.Descriptor instead.
 func (*ObjectLocation) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{16}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ObjectLocation) GetBucket() string {
@@ -1507,7 +1704,7 @@ type StartExportRequest struct {
 
 func (x *StartExportRequest) Reset() {
 	*x = StartExportRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1716,7 @@ func (x *StartExportRequest) String() string {
 func (*StartExportRequest) ProtoMessage() {}
 
 func (x *StartExportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[17]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1729,7 @@ func (x *StartExportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartExportRequest.ProtoReflect.Descriptor instead.
 func (*StartExportRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{17}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StartExportRequest) GetOwner() string {
@@ -1636,7 +1833,7 @@ type StartImportRequest struct {
 
 func (x *StartImportRequest) Reset() {
 	*x = StartImportRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[18]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1845,7 @@ func (x *StartImportRequest) String() string {
 func (*StartImportRequest) ProtoMessage() {}
 
 func (x *StartImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[18]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1858,7 @@ func (x *StartImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartImportRequest.ProtoReflect.Descriptor instead.
 func (*StartImportRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{18}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StartImportRequest) GetOwner() string {
@@ -1759,7 +1956,7 @@ type Backup struct {
 
 func (x *Backup) Reset() {
 	*x = Backup{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[19]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1968,7 @@ func (x *Backup) String() string {
 func (*Backup) ProtoMessage() {}
 
 func (x *Backup) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[19]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1981,7 @@ func (x *Backup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backup.ProtoReflect.Descriptor instead.
 func (*Backup) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{19}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Backup) GetId() string {
@@ -1912,7 +2109,7 @@ type ListBackupsRequest struct {
 
 func (x *ListBackupsRequest) Reset() {
 	*x = ListBackupsRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[20]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2121,7 @@ func (x *ListBackupsRequest) String() string {
 func (*ListBackupsRequest) ProtoMessage() {}
 
 func (x *ListBackupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[20]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2134,7 @@ func (x *ListBackupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBackupsRequest.ProtoReflect.Descriptor instead.
 func (*ListBackupsRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{20}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListBackupsRequest) GetOwner() string {
@@ -1972,7 +2169,7 @@ type ListBackupsResponse struct {
 
 func (x *ListBackupsResponse) Reset() {
 	*x = ListBackupsResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[21]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2181,7 @@ func (x *ListBackupsResponse) String() string {
 func (*ListBackupsResponse) ProtoMessage() {}
 
 func (x *ListBackupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[21]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2194,7 @@ func (x *ListBackupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBackupsResponse.ProtoReflect.Descriptor instead.
 func (*ListBackupsResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{21}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListBackupsResponse) GetBackups() []*Backup {
@@ -2025,7 +2222,7 @@ type GetBackupRequest struct {
 
 func (x *GetBackupRequest) Reset() {
 	*x = GetBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[22]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2234,7 @@ func (x *GetBackupRequest) String() string {
 func (*GetBackupRequest) ProtoMessage() {}
 
 func (x *GetBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[22]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2247,7 @@ func (x *GetBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupRequest.ProtoReflect.Descriptor instead.
 func (*GetBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{22}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetBackupRequest) GetOwner() string {
@@ -2078,7 +2275,7 @@ type VerifyBackupRequest struct {
 
 func (x *VerifyBackupRequest) Reset() {
 	*x = VerifyBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[23]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2287,7 @@ func (x *VerifyBackupRequest) String() string {
 func (*VerifyBackupRequest) ProtoMessage() {}
 
 func (x *VerifyBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[23]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2300,7 @@ func (x *VerifyBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyBackupRequest.ProtoReflect.Descriptor instead.
 func (*VerifyBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{23}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VerifyBackupRequest) GetOwner() string {
@@ -2131,7 +2328,7 @@ type DeleteBackupRequest struct {
 
 func (x *DeleteBackupRequest) Reset() {
 	*x = DeleteBackupRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[24]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2143,7 +2340,7 @@ func (x *DeleteBackupRequest) String() string {
 func (*DeleteBackupRequest) ProtoMessage() {}
 
 func (x *DeleteBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[24]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2156,7 +2353,7 @@ func (x *DeleteBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBackupRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{24}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteBackupRequest) GetOwner() string {
@@ -2184,7 +2381,7 @@ type GetBackupKeyRequest struct {
 
 func (x *GetBackupKeyRequest) Reset() {
 	*x = GetBackupKeyRequest{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[25]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2393,7 @@ func (x *GetBackupKeyRequest) String() string {
 func (*GetBackupKeyRequest) ProtoMessage() {}
 
 func (x *GetBackupKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[25]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2406,7 @@ func (x *GetBackupKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetBackupKeyRequest) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{25}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetBackupKeyRequest) GetOwner() string {
@@ -2236,7 +2433,7 @@ type GetBackupKeyResponse struct {
 
 func (x *GetBackupKeyResponse) Reset() {
 	*x = GetBackupKeyResponse{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[26]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2445,7 @@ func (x *GetBackupKeyResponse) String() string {
 func (*GetBackupKeyResponse) ProtoMessage() {}
 
 func (x *GetBackupKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[26]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2458,7 @@ func (x *GetBackupKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBackupKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetBackupKeyResponse) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{26}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetBackupKeyResponse) GetKey() []byte {
@@ -2314,7 +2511,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[27]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2523,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[27]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2536,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{27}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *JobMetadata) GetKind() JobKind {
@@ -2476,7 +2673,7 @@ type ExportJobResult struct {
 
 func (x *ExportJobResult) Reset() {
 	*x = ExportJobResult{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[28]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2685,7 @@ func (x *ExportJobResult) String() string {
 func (*ExportJobResult) ProtoMessage() {}
 
 func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[28]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2698,7 @@ func (x *ExportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportJobResult.ProtoReflect.Descriptor instead.
 func (*ExportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{28}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExportJobResult) GetSummary() *ExportSummary {
@@ -2546,7 +2743,7 @@ type ImportJobResult struct {
 
 func (x *ImportJobResult) Reset() {
 	*x = ImportJobResult{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[29]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2755,7 @@ func (x *ImportJobResult) String() string {
 func (*ImportJobResult) ProtoMessage() {}
 
 func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[29]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2768,7 @@ func (x *ImportJobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportJobResult.ProtoReflect.Descriptor instead.
 func (*ImportJobResult) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{29}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ImportJobResult) GetCounts() *ImportResponse {
@@ -2610,7 +2807,7 @@ type ReplaceCounts struct {
 
 func (x *ReplaceCounts) Reset() {
 	*x = ReplaceCounts{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[30]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2819,7 @@ func (x *ReplaceCounts) String() string {
 func (*ReplaceCounts) ProtoMessage() {}
 
 func (x *ReplaceCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[30]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2832,7 @@ func (x *ReplaceCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceCounts.ProtoReflect.Descriptor instead.
 func (*ReplaceCounts) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{30}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReplaceCounts) GetWritten() *KindCounts {
@@ -2685,7 +2882,7 @@ type KindCounts struct {
 
 func (x *KindCounts) Reset() {
 	*x = KindCounts{}
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[31]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2894,7 @@ func (x *KindCounts) String() string {
 func (*KindCounts) ProtoMessage() {}
 
 func (x *KindCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[31]
+	mi := &file_contentbackup_v1_backup_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +2907,7 @@ func (x *KindCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KindCounts.ProtoReflect.Descriptor instead.
 func (*KindCounts) Descriptor() ([]byte, []int) {
-	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{31}
+	return file_contentbackup_v1_backup_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KindCounts) GetGroups() uint64 {
@@ -2751,7 +2948,21 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\aobjects\x18\x04 \x01(\x04R\aobjects\x12#\n" +
 	"\rkey_destroyed\x18\x05 \x01(\bR\fkeyDestroyed\x12E\n" +
 	"\x10unreadable_since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0funreadableSince\x12&\n" +
-	"\x0fwaiting_on_keks\x18\a \x03(\tR\rwaitingOnKeks\"5\n" +
+	"\x0fwaiting_on_keks\x18\a \x03(\tR\rwaitingOnKeks\".\n" +
+	"\x16GetOwnerErasureRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\"D\n" +
+	"\x14ReenableOwnerRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa0\x02\n" +
+	"\fOwnerErasure\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1c\n" +
+	"\toperation\x18\x02 \x01(\tR\toperation\x129\n" +
+	"\n" +
+	"erase_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\teraseTime\x12%\n" +
+	"\x0eschedules_skip\x18\x04 \x01(\bR\rschedulesSkip\x12?\n" +
+	"\rreenable_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\freenableTime\x12!\n" +
+	"\freenabled_by\x18\x06 \x01(\tR\vreenabledBy\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"5\n" +
 	"\tTableRows\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\x03R\x04rows\"\xfe\x01\n" +
@@ -2952,7 +3163,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"ImportMode\x12\x1b\n" +
 	"\x17IMPORT_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11IMPORT_MODE_MERGE\x10\x01\x12\x17\n" +
-	"\x13IMPORT_MODE_REPLACE\x10\x022\x88\r\n" +
+	"\x13IMPORT_MODE_REPLACE\x10\x022\x8a\x0f\n" +
 	"\rBackupService\x12\x97\x01\n" +
 	"\vStartExport\x12$.contentbackup.v1.StartExportRequest\x1a\x1d.google.longrunning.Operation\"C\xcaA@\n" +
 	" contentbackup.v1.ExportJobResult\x12\x1ccontentbackup.v1.JobMetadata\x12\x97\x01\n" +
@@ -2966,7 +3177,9 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\rPlanRetention\x12&.contentbackup.v1.PlanRetentionRequest\x1a'.contentbackup.v1.PlanRetentionResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/owners/{owner}/backups:planRetention\x12\xb9\x01\n" +
 	"\n" +
 	"EraseOwner\x12#.contentbackup.v1.EraseOwnerRequest\x1a\x1d.google.longrunning.Operation\"g\xcaAA\n" +
-	"!contentbackup.v1.EraseOwnerResult\x12\x1ccontentbackup.v1.JobMetadata\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/owners/{owner}:erase\x12w\n" +
+	"!contentbackup.v1.EraseOwnerResult\x12\x1ccontentbackup.v1.JobMetadata\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/owners/{owner}:erase\x12\x7f\n" +
+	"\x0fGetOwnerErasure\x12(.contentbackup.v1.GetOwnerErasureRequest\x1a\x1e.contentbackup.v1.OwnerErasure\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/v1/owners/{owner}/erasure\x12\x7f\n" +
+	"\rReenableOwner\x12&.contentbackup.v1.ReenableOwnerRequest\x1a\x1e.contentbackup.v1.OwnerErasure\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/owners/{owner}:reenable\x12w\n" +
 	"\fSetLegalHold\x12%.contentbackup.v1.SetLegalHoldRequest\x1a\x1b.contentbackup.v1.LegalHold\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/owners/{owner}/holds\x12U\n" +
 	"\x10ReleaseLegalHold\x12).contentbackup.v1.ReleaseLegalHoldRequest\x1a\x16.google.protobuf.Empty\x12\x85\x01\n" +
 	"\x0eListLegalHolds\x12'.contentbackup.v1.ListLegalHoldsRequest\x1a(.contentbackup.v1.ListLegalHoldsResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/owners/{owner}/holds\x12k\n" +
@@ -2985,7 +3198,7 @@ func file_contentbackup_v1_backup_service_proto_rawDescGZIP() []byte {
 }
 
 var file_contentbackup_v1_backup_service_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_contentbackup_v1_backup_service_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_contentbackup_v1_backup_service_proto_goTypes = []any{
 	(BackupState)(0),                   // 0: contentbackup.v1.BackupState
 	(JobKind)(0),                       // 1: contentbackup.v1.JobKind
@@ -2994,120 +3207,129 @@ var file_contentbackup_v1_backup_service_proto_goTypes = []any{
 	(ImportMode)(0),                    // 4: contentbackup.v1.ImportMode
 	(*EraseOwnerRequest)(nil),          // 5: contentbackup.v1.EraseOwnerRequest
 	(*EraseOwnerResult)(nil),           // 6: contentbackup.v1.EraseOwnerResult
-	(*TableRows)(nil),                  // 7: contentbackup.v1.TableRows
-	(*LegalHold)(nil),                  // 8: contentbackup.v1.LegalHold
-	(*SetLegalHoldRequest)(nil),        // 9: contentbackup.v1.SetLegalHoldRequest
-	(*ReleaseLegalHoldRequest)(nil),    // 10: contentbackup.v1.ReleaseLegalHoldRequest
-	(*ListLegalHoldsRequest)(nil),      // 11: contentbackup.v1.ListLegalHoldsRequest
-	(*ListLegalHoldsResponse)(nil),     // 12: contentbackup.v1.ListLegalHoldsResponse
-	(*GetKeyStatusRequest)(nil),        // 13: contentbackup.v1.GetKeyStatusRequest
-	(*KeyStatus)(nil),                  // 14: contentbackup.v1.KeyStatus
-	(*KEKRetirement)(nil),              // 15: contentbackup.v1.KEKRetirement
-	(*KEKUse)(nil),                     // 16: contentbackup.v1.KEKUse
-	(*PlanRetentionRequest)(nil),       // 17: contentbackup.v1.PlanRetentionRequest
-	(*RetentionRules)(nil),             // 18: contentbackup.v1.RetentionRules
-	(*PlanRetentionResponse)(nil),      // 19: contentbackup.v1.PlanRetentionResponse
-	(*RetentionDecision)(nil),          // 20: contentbackup.v1.RetentionDecision
-	(*ObjectLocation)(nil),             // 21: contentbackup.v1.ObjectLocation
-	(*StartExportRequest)(nil),         // 22: contentbackup.v1.StartExportRequest
-	(*StartImportRequest)(nil),         // 23: contentbackup.v1.StartImportRequest
-	(*Backup)(nil),                     // 24: contentbackup.v1.Backup
-	(*ListBackupsRequest)(nil),         // 25: contentbackup.v1.ListBackupsRequest
-	(*ListBackupsResponse)(nil),        // 26: contentbackup.v1.ListBackupsResponse
-	(*GetBackupRequest)(nil),           // 27: contentbackup.v1.GetBackupRequest
-	(*VerifyBackupRequest)(nil),        // 28: contentbackup.v1.VerifyBackupRequest
-	(*DeleteBackupRequest)(nil),        // 29: contentbackup.v1.DeleteBackupRequest
-	(*GetBackupKeyRequest)(nil),        // 30: contentbackup.v1.GetBackupKeyRequest
-	(*GetBackupKeyResponse)(nil),       // 31: contentbackup.v1.GetBackupKeyResponse
-	(*JobMetadata)(nil),                // 32: contentbackup.v1.JobMetadata
-	(*ExportJobResult)(nil),            // 33: contentbackup.v1.ExportJobResult
-	(*ImportJobResult)(nil),            // 34: contentbackup.v1.ImportJobResult
-	(*ReplaceCounts)(nil),              // 35: contentbackup.v1.ReplaceCounts
-	(*KindCounts)(nil),                 // 36: contentbackup.v1.KindCounts
-	(*timestamppb.Timestamp)(nil),      // 37: google.protobuf.Timestamp
-	(*device_sync.ArchiveOptions)(nil), // 38: xmtp.device_sync.ArchiveOptions
-	(NonconformingRecords)(0),          // 39: contentbackup.v1.NonconformingRecords
-	(*ExportSummary)(nil),              // 40: contentbackup.v1.ExportSummary
-	(*ImportResponse)(nil),             // 41: contentbackup.v1.ImportResponse
-	(*longrunningpb.Operation)(nil),    // 42: google.longrunning.Operation
-	(*emptypb.Empty)(nil),              // 43: google.protobuf.Empty
+	(*GetOwnerErasureRequest)(nil),     // 7: contentbackup.v1.GetOwnerErasureRequest
+	(*ReenableOwnerRequest)(nil),       // 8: contentbackup.v1.ReenableOwnerRequest
+	(*OwnerErasure)(nil),               // 9: contentbackup.v1.OwnerErasure
+	(*TableRows)(nil),                  // 10: contentbackup.v1.TableRows
+	(*LegalHold)(nil),                  // 11: contentbackup.v1.LegalHold
+	(*SetLegalHoldRequest)(nil),        // 12: contentbackup.v1.SetLegalHoldRequest
+	(*ReleaseLegalHoldRequest)(nil),    // 13: contentbackup.v1.ReleaseLegalHoldRequest
+	(*ListLegalHoldsRequest)(nil),      // 14: contentbackup.v1.ListLegalHoldsRequest
+	(*ListLegalHoldsResponse)(nil),     // 15: contentbackup.v1.ListLegalHoldsResponse
+	(*GetKeyStatusRequest)(nil),        // 16: contentbackup.v1.GetKeyStatusRequest
+	(*KeyStatus)(nil),                  // 17: contentbackup.v1.KeyStatus
+	(*KEKRetirement)(nil),              // 18: contentbackup.v1.KEKRetirement
+	(*KEKUse)(nil),                     // 19: contentbackup.v1.KEKUse
+	(*PlanRetentionRequest)(nil),       // 20: contentbackup.v1.PlanRetentionRequest
+	(*RetentionRules)(nil),             // 21: contentbackup.v1.RetentionRules
+	(*PlanRetentionResponse)(nil),      // 22: contentbackup.v1.PlanRetentionResponse
+	(*RetentionDecision)(nil),          // 23: contentbackup.v1.RetentionDecision
+	(*ObjectLocation)(nil),             // 24: contentbackup.v1.ObjectLocation
+	(*StartExportRequest)(nil),         // 25: contentbackup.v1.StartExportRequest
+	(*StartImportRequest)(nil),         // 26: contentbackup.v1.StartImportRequest
+	(*Backup)(nil),                     // 27: contentbackup.v1.Backup
+	(*ListBackupsRequest)(nil),         // 28: contentbackup.v1.ListBackupsRequest
+	(*ListBackupsResponse)(nil),        // 29: contentbackup.v1.ListBackupsResponse
+	(*GetBackupRequest)(nil),           // 30: contentbackup.v1.GetBackupRequest
+	(*VerifyBackupRequest)(nil),        // 31: contentbackup.v1.VerifyBackupRequest
+	(*DeleteBackupRequest)(nil),        // 32: contentbackup.v1.DeleteBackupRequest
+	(*GetBackupKeyRequest)(nil),        // 33: contentbackup.v1.GetBackupKeyRequest
+	(*GetBackupKeyResponse)(nil),       // 34: contentbackup.v1.GetBackupKeyResponse
+	(*JobMetadata)(nil),                // 35: contentbackup.v1.JobMetadata
+	(*ExportJobResult)(nil),            // 36: contentbackup.v1.ExportJobResult
+	(*ImportJobResult)(nil),            // 37: contentbackup.v1.ImportJobResult
+	(*ReplaceCounts)(nil),              // 38: contentbackup.v1.ReplaceCounts
+	(*KindCounts)(nil),                 // 39: contentbackup.v1.KindCounts
+	(*timestamppb.Timestamp)(nil),      // 40: google.protobuf.Timestamp
+	(*device_sync.ArchiveOptions)(nil), // 41: xmtp.device_sync.ArchiveOptions
+	(NonconformingRecords)(0),          // 42: contentbackup.v1.NonconformingRecords
+	(*ExportSummary)(nil),              // 43: contentbackup.v1.ExportSummary
+	(*ImportResponse)(nil),             // 44: contentbackup.v1.ImportResponse
+	(*longrunningpb.Operation)(nil),    // 45: google.longrunning.Operation
+	(*emptypb.Empty)(nil),              // 46: google.protobuf.Empty
 }
 var file_contentbackup_v1_backup_service_proto_depIdxs = []int32{
-	7,  // 0: contentbackup.v1.EraseOwnerResult.rows:type_name -> contentbackup.v1.TableRows
-	37, // 1: contentbackup.v1.EraseOwnerResult.unreadable_since:type_name -> google.protobuf.Timestamp
-	37, // 2: contentbackup.v1.LegalHold.create_time:type_name -> google.protobuf.Timestamp
-	37, // 3: contentbackup.v1.LegalHold.end_time:type_name -> google.protobuf.Timestamp
-	37, // 4: contentbackup.v1.SetLegalHoldRequest.end_time:type_name -> google.protobuf.Timestamp
-	8,  // 5: contentbackup.v1.ListLegalHoldsResponse.holds:type_name -> contentbackup.v1.LegalHold
-	16, // 6: contentbackup.v1.KeyStatus.keks:type_name -> contentbackup.v1.KEKUse
-	15, // 7: contentbackup.v1.KeyStatus.retirements:type_name -> contentbackup.v1.KEKRetirement
-	37, // 8: contentbackup.v1.KEKRetirement.due_time:type_name -> google.protobuf.Timestamp
-	37, // 9: contentbackup.v1.KEKRetirement.retire_time:type_name -> google.protobuf.Timestamp
-	37, // 10: contentbackup.v1.KEKRetirement.destroy_time:type_name -> google.protobuf.Timestamp
-	18, // 11: contentbackup.v1.PlanRetentionRequest.rules:type_name -> contentbackup.v1.RetentionRules
-	20, // 12: contentbackup.v1.PlanRetentionResponse.decisions:type_name -> contentbackup.v1.RetentionDecision
-	18, // 13: contentbackup.v1.PlanRetentionResponse.rules:type_name -> contentbackup.v1.RetentionRules
-	24, // 14: contentbackup.v1.RetentionDecision.backup:type_name -> contentbackup.v1.Backup
-	38, // 15: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
-	21, // 16: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
-	39, // 17: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
-	21, // 18: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
-	4,  // 19: contentbackup.v1.StartImportRequest.mode:type_name -> contentbackup.v1.ImportMode
-	0,  // 20: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
-	21, // 21: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
-	38, // 22: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
-	40, // 23: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
-	37, // 24: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
-	37, // 25: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
-	37, // 26: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
-	8,  // 27: contentbackup.v1.Backup.hold:type_name -> contentbackup.v1.LegalHold
-	24, // 28: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
-	1,  // 29: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
-	2,  // 30: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
-	3,  // 31: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
-	21, // 32: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
-	37, // 33: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
-	37, // 34: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
-	37, // 35: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
-	40, // 36: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
-	21, // 37: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
-	21, // 38: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
-	41, // 39: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
-	35, // 40: contentbackup.v1.ImportJobResult.replaced:type_name -> contentbackup.v1.ReplaceCounts
-	36, // 41: contentbackup.v1.ReplaceCounts.written:type_name -> contentbackup.v1.KindCounts
-	36, // 42: contentbackup.v1.ReplaceCounts.deleted:type_name -> contentbackup.v1.KindCounts
-	36, // 43: contentbackup.v1.ReplaceCounts.unchanged:type_name -> contentbackup.v1.KindCounts
-	22, // 44: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
-	23, // 45: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
-	25, // 46: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
-	27, // 47: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
-	29, // 48: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
-	30, // 49: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
-	28, // 50: contentbackup.v1.BackupService.VerifyBackup:input_type -> contentbackup.v1.VerifyBackupRequest
-	17, // 51: contentbackup.v1.BackupService.PlanRetention:input_type -> contentbackup.v1.PlanRetentionRequest
-	5,  // 52: contentbackup.v1.BackupService.EraseOwner:input_type -> contentbackup.v1.EraseOwnerRequest
-	9,  // 53: contentbackup.v1.BackupService.SetLegalHold:input_type -> contentbackup.v1.SetLegalHoldRequest
-	10, // 54: contentbackup.v1.BackupService.ReleaseLegalHold:input_type -> contentbackup.v1.ReleaseLegalHoldRequest
-	11, // 55: contentbackup.v1.BackupService.ListLegalHolds:input_type -> contentbackup.v1.ListLegalHoldsRequest
-	13, // 56: contentbackup.v1.BackupService.GetKeyStatus:input_type -> contentbackup.v1.GetKeyStatusRequest
-	42, // 57: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
-	42, // 58: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
-	26, // 59: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
-	24, // 60: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
-	43, // 61: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
-	31, // 62: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
-	24, // 63: contentbackup.v1.BackupService.VerifyBackup:output_type -> contentbackup.v1.Backup
-	19, // 64: contentbackup.v1.BackupService.PlanRetention:output_type -> contentbackup.v1.PlanRetentionResponse
-	42, // 65: contentbackup.v1.BackupService.EraseOwner:output_type -> google.longrunning.Operation
-	8,  // 66: contentbackup.v1.BackupService.SetLegalHold:output_type -> contentbackup.v1.LegalHold
-	43, // 67: contentbackup.v1.BackupService.ReleaseLegalHold:output_type -> google.protobuf.Empty
-	12, // 68: contentbackup.v1.BackupService.ListLegalHolds:output_type -> contentbackup.v1.ListLegalHoldsResponse
-	14, // 69: contentbackup.v1.BackupService.GetKeyStatus:output_type -> contentbackup.v1.KeyStatus
-	57, // [57:70] is the sub-list for method output_type
-	44, // [44:57] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	10, // 0: contentbackup.v1.EraseOwnerResult.rows:type_name -> contentbackup.v1.TableRows
+	40, // 1: contentbackup.v1.EraseOwnerResult.unreadable_since:type_name -> google.protobuf.Timestamp
+	40, // 2: contentbackup.v1.OwnerErasure.erase_time:type_name -> google.protobuf.Timestamp
+	40, // 3: contentbackup.v1.OwnerErasure.reenable_time:type_name -> google.protobuf.Timestamp
+	40, // 4: contentbackup.v1.LegalHold.create_time:type_name -> google.protobuf.Timestamp
+	40, // 5: contentbackup.v1.LegalHold.end_time:type_name -> google.protobuf.Timestamp
+	40, // 6: contentbackup.v1.SetLegalHoldRequest.end_time:type_name -> google.protobuf.Timestamp
+	11, // 7: contentbackup.v1.ListLegalHoldsResponse.holds:type_name -> contentbackup.v1.LegalHold
+	19, // 8: contentbackup.v1.KeyStatus.keks:type_name -> contentbackup.v1.KEKUse
+	18, // 9: contentbackup.v1.KeyStatus.retirements:type_name -> contentbackup.v1.KEKRetirement
+	40, // 10: contentbackup.v1.KEKRetirement.due_time:type_name -> google.protobuf.Timestamp
+	40, // 11: contentbackup.v1.KEKRetirement.retire_time:type_name -> google.protobuf.Timestamp
+	40, // 12: contentbackup.v1.KEKRetirement.destroy_time:type_name -> google.protobuf.Timestamp
+	21, // 13: contentbackup.v1.PlanRetentionRequest.rules:type_name -> contentbackup.v1.RetentionRules
+	23, // 14: contentbackup.v1.PlanRetentionResponse.decisions:type_name -> contentbackup.v1.RetentionDecision
+	21, // 15: contentbackup.v1.PlanRetentionResponse.rules:type_name -> contentbackup.v1.RetentionRules
+	27, // 16: contentbackup.v1.RetentionDecision.backup:type_name -> contentbackup.v1.Backup
+	41, // 17: contentbackup.v1.StartExportRequest.options:type_name -> xmtp.device_sync.ArchiveOptions
+	24, // 18: contentbackup.v1.StartExportRequest.destination:type_name -> contentbackup.v1.ObjectLocation
+	42, // 19: contentbackup.v1.StartExportRequest.nonconforming:type_name -> contentbackup.v1.NonconformingRecords
+	24, // 20: contentbackup.v1.StartImportRequest.source:type_name -> contentbackup.v1.ObjectLocation
+	4,  // 21: contentbackup.v1.StartImportRequest.mode:type_name -> contentbackup.v1.ImportMode
+	0,  // 22: contentbackup.v1.Backup.state:type_name -> contentbackup.v1.BackupState
+	24, // 23: contentbackup.v1.Backup.object:type_name -> contentbackup.v1.ObjectLocation
+	41, // 24: contentbackup.v1.Backup.options:type_name -> xmtp.device_sync.ArchiveOptions
+	43, // 25: contentbackup.v1.Backup.summary:type_name -> contentbackup.v1.ExportSummary
+	40, // 26: contentbackup.v1.Backup.create_time:type_name -> google.protobuf.Timestamp
+	40, // 27: contentbackup.v1.Backup.complete_time:type_name -> google.protobuf.Timestamp
+	40, // 28: contentbackup.v1.Backup.verify_time:type_name -> google.protobuf.Timestamp
+	11, // 29: contentbackup.v1.Backup.hold:type_name -> contentbackup.v1.LegalHold
+	27, // 30: contentbackup.v1.ListBackupsResponse.backups:type_name -> contentbackup.v1.Backup
+	1,  // 31: contentbackup.v1.JobMetadata.kind:type_name -> contentbackup.v1.JobKind
+	2,  // 32: contentbackup.v1.JobMetadata.state:type_name -> contentbackup.v1.JobState
+	3,  // 33: contentbackup.v1.JobMetadata.phase:type_name -> contentbackup.v1.JobPhase
+	24, // 34: contentbackup.v1.JobMetadata.object:type_name -> contentbackup.v1.ObjectLocation
+	40, // 35: contentbackup.v1.JobMetadata.create_time:type_name -> google.protobuf.Timestamp
+	40, // 36: contentbackup.v1.JobMetadata.update_time:type_name -> google.protobuf.Timestamp
+	40, // 37: contentbackup.v1.JobMetadata.end_time:type_name -> google.protobuf.Timestamp
+	43, // 38: contentbackup.v1.ExportJobResult.summary:type_name -> contentbackup.v1.ExportSummary
+	24, // 39: contentbackup.v1.ExportJobResult.archive:type_name -> contentbackup.v1.ObjectLocation
+	24, // 40: contentbackup.v1.ExportJobResult.sidecar:type_name -> contentbackup.v1.ObjectLocation
+	44, // 41: contentbackup.v1.ImportJobResult.counts:type_name -> contentbackup.v1.ImportResponse
+	38, // 42: contentbackup.v1.ImportJobResult.replaced:type_name -> contentbackup.v1.ReplaceCounts
+	39, // 43: contentbackup.v1.ReplaceCounts.written:type_name -> contentbackup.v1.KindCounts
+	39, // 44: contentbackup.v1.ReplaceCounts.deleted:type_name -> contentbackup.v1.KindCounts
+	39, // 45: contentbackup.v1.ReplaceCounts.unchanged:type_name -> contentbackup.v1.KindCounts
+	25, // 46: contentbackup.v1.BackupService.StartExport:input_type -> contentbackup.v1.StartExportRequest
+	26, // 47: contentbackup.v1.BackupService.StartImport:input_type -> contentbackup.v1.StartImportRequest
+	28, // 48: contentbackup.v1.BackupService.ListBackups:input_type -> contentbackup.v1.ListBackupsRequest
+	30, // 49: contentbackup.v1.BackupService.GetBackup:input_type -> contentbackup.v1.GetBackupRequest
+	32, // 50: contentbackup.v1.BackupService.DeleteBackup:input_type -> contentbackup.v1.DeleteBackupRequest
+	33, // 51: contentbackup.v1.BackupService.GetBackupKey:input_type -> contentbackup.v1.GetBackupKeyRequest
+	31, // 52: contentbackup.v1.BackupService.VerifyBackup:input_type -> contentbackup.v1.VerifyBackupRequest
+	20, // 53: contentbackup.v1.BackupService.PlanRetention:input_type -> contentbackup.v1.PlanRetentionRequest
+	5,  // 54: contentbackup.v1.BackupService.EraseOwner:input_type -> contentbackup.v1.EraseOwnerRequest
+	7,  // 55: contentbackup.v1.BackupService.GetOwnerErasure:input_type -> contentbackup.v1.GetOwnerErasureRequest
+	8,  // 56: contentbackup.v1.BackupService.ReenableOwner:input_type -> contentbackup.v1.ReenableOwnerRequest
+	12, // 57: contentbackup.v1.BackupService.SetLegalHold:input_type -> contentbackup.v1.SetLegalHoldRequest
+	13, // 58: contentbackup.v1.BackupService.ReleaseLegalHold:input_type -> contentbackup.v1.ReleaseLegalHoldRequest
+	14, // 59: contentbackup.v1.BackupService.ListLegalHolds:input_type -> contentbackup.v1.ListLegalHoldsRequest
+	16, // 60: contentbackup.v1.BackupService.GetKeyStatus:input_type -> contentbackup.v1.GetKeyStatusRequest
+	45, // 61: contentbackup.v1.BackupService.StartExport:output_type -> google.longrunning.Operation
+	45, // 62: contentbackup.v1.BackupService.StartImport:output_type -> google.longrunning.Operation
+	29, // 63: contentbackup.v1.BackupService.ListBackups:output_type -> contentbackup.v1.ListBackupsResponse
+	27, // 64: contentbackup.v1.BackupService.GetBackup:output_type -> contentbackup.v1.Backup
+	46, // 65: contentbackup.v1.BackupService.DeleteBackup:output_type -> google.protobuf.Empty
+	34, // 66: contentbackup.v1.BackupService.GetBackupKey:output_type -> contentbackup.v1.GetBackupKeyResponse
+	27, // 67: contentbackup.v1.BackupService.VerifyBackup:output_type -> contentbackup.v1.Backup
+	22, // 68: contentbackup.v1.BackupService.PlanRetention:output_type -> contentbackup.v1.PlanRetentionResponse
+	45, // 69: contentbackup.v1.BackupService.EraseOwner:output_type -> google.longrunning.Operation
+	9,  // 70: contentbackup.v1.BackupService.GetOwnerErasure:output_type -> contentbackup.v1.OwnerErasure
+	9,  // 71: contentbackup.v1.BackupService.ReenableOwner:output_type -> contentbackup.v1.OwnerErasure
+	11, // 72: contentbackup.v1.BackupService.SetLegalHold:output_type -> contentbackup.v1.LegalHold
+	46, // 73: contentbackup.v1.BackupService.ReleaseLegalHold:output_type -> google.protobuf.Empty
+	15, // 74: contentbackup.v1.BackupService.ListLegalHolds:output_type -> contentbackup.v1.ListLegalHoldsResponse
+	17, // 75: contentbackup.v1.BackupService.GetKeyStatus:output_type -> contentbackup.v1.KeyStatus
+	61, // [61:76] is the sub-list for method output_type
+	46, // [46:61] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_contentbackup_v1_backup_service_proto_init() }
@@ -3122,7 +3344,7 @@ func file_contentbackup_v1_backup_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_contentbackup_v1_backup_service_proto_rawDesc), len(file_contentbackup_v1_backup_service_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

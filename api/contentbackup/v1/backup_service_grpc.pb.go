@@ -30,6 +30,8 @@ const (
 	BackupService_VerifyBackup_FullMethodName     = "/contentbackup.v1.BackupService/VerifyBackup"
 	BackupService_PlanRetention_FullMethodName    = "/contentbackup.v1.BackupService/PlanRetention"
 	BackupService_EraseOwner_FullMethodName       = "/contentbackup.v1.BackupService/EraseOwner"
+	BackupService_GetOwnerErasure_FullMethodName  = "/contentbackup.v1.BackupService/GetOwnerErasure"
+	BackupService_ReenableOwner_FullMethodName    = "/contentbackup.v1.BackupService/ReenableOwner"
 	BackupService_SetLegalHold_FullMethodName     = "/contentbackup.v1.BackupService/SetLegalHold"
 	BackupService_ReleaseLegalHold_FullMethodName = "/contentbackup.v1.BackupService/ReleaseLegalHold"
 	BackupService_ListLegalHolds_FullMethodName   = "/contentbackup.v1.BackupService/ListLegalHolds"
@@ -143,6 +145,25 @@ type BackupServiceClient interface {
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	EraseOwner(ctx context.Context, in *EraseOwnerRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
+	// GetOwnerErasure returns an owner name's erasure record: the latest
+	// erasure's operation and start, and whether schedules skip the name.
+	// Needs owners.erase. A name never erased is NOT_FOUND.
+	// The resource itself, as AIP-131 has it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	GetOwnerErasure(ctx context.Context, in *GetOwnerErasureRequest, opts ...grpc.CallOption) (*OwnerErasure, error)
+	// ReenableOwner lets schedules back up an erased owner's name again.
+	// From an erasure's start, every schedule that lists the owner skips it
+	// (contentbackup_schedule_runs_total{outcome="erased"}), so a device
+	// still writing under the name starts no new backups of a person who
+	// asked to be erased. Once the name belongs to someone else, an
+	// operator re-enables it, saying why (audited; a second call keeps the
+	// first). Needs owners.erase. A name never erased is NOT_FOUND; one
+	// being erased is FAILED_PRECONDITION.
+	// The resource itself, as AIP-136 custom methods may return it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	ReenableOwner(ctx context.Context, in *ReenableOwnerRequest, opts ...grpc.CallOption) (*OwnerErasure, error)
 	// SetLegalHold places a legal hold on an owner (backup empty) or on one
 	// of its backups, replacing the one there: a held backup survives
 	// retention, DeleteBackup and erasure (FAILED_PRECONDITION), and
@@ -261,6 +282,26 @@ func (c *backupServiceClient) EraseOwner(ctx context.Context, in *EraseOwnerRequ
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(longrunningpb.Operation)
 	err := c.cc.Invoke(ctx, BackupService_EraseOwner_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backupServiceClient) GetOwnerErasure(ctx context.Context, in *GetOwnerErasureRequest, opts ...grpc.CallOption) (*OwnerErasure, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OwnerErasure)
+	err := c.cc.Invoke(ctx, BackupService_GetOwnerErasure_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backupServiceClient) ReenableOwner(ctx context.Context, in *ReenableOwnerRequest, opts ...grpc.CallOption) (*OwnerErasure, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OwnerErasure)
+	err := c.cc.Invoke(ctx, BackupService_ReenableOwner_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -414,6 +455,25 @@ type BackupServiceServer interface {
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	EraseOwner(context.Context, *EraseOwnerRequest) (*longrunningpb.Operation, error)
+	// GetOwnerErasure returns an owner name's erasure record: the latest
+	// erasure's operation and start, and whether schedules skip the name.
+	// Needs owners.erase. A name never erased is NOT_FOUND.
+	// The resource itself, as AIP-131 has it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	GetOwnerErasure(context.Context, *GetOwnerErasureRequest) (*OwnerErasure, error)
+	// ReenableOwner lets schedules back up an erased owner's name again.
+	// From an erasure's start, every schedule that lists the owner skips it
+	// (contentbackup_schedule_runs_total{outcome="erased"}), so a device
+	// still writing under the name starts no new backups of a person who
+	// asked to be erased. Once the name belongs to someone else, an
+	// operator re-enables it, saying why (audited; a second call keeps the
+	// first). Needs owners.erase. A name never erased is NOT_FOUND; one
+	// being erased is FAILED_PRECONDITION.
+	// The resource itself, as AIP-136 custom methods may return it.
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	ReenableOwner(context.Context, *ReenableOwnerRequest) (*OwnerErasure, error)
 	// SetLegalHold places a legal hold on an owner (backup empty) or on one
 	// of its backups, replacing the one there: a held backup survives
 	// retention, DeleteBackup and erasure (FAILED_PRECONDITION), and
@@ -474,6 +534,12 @@ func (UnimplementedBackupServiceServer) PlanRetention(context.Context, *PlanRete
 }
 func (UnimplementedBackupServiceServer) EraseOwner(context.Context, *EraseOwnerRequest) (*longrunningpb.Operation, error) {
 	return nil, status.Error(codes.Unimplemented, "method EraseOwner not implemented")
+}
+func (UnimplementedBackupServiceServer) GetOwnerErasure(context.Context, *GetOwnerErasureRequest) (*OwnerErasure, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOwnerErasure not implemented")
+}
+func (UnimplementedBackupServiceServer) ReenableOwner(context.Context, *ReenableOwnerRequest) (*OwnerErasure, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReenableOwner not implemented")
 }
 func (UnimplementedBackupServiceServer) SetLegalHold(context.Context, *SetLegalHoldRequest) (*LegalHold, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetLegalHold not implemented")
@@ -670,6 +736,42 @@ func _BackupService_EraseOwner_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BackupService_GetOwnerErasure_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOwnerErasureRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).GetOwnerErasure(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_GetOwnerErasure_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).GetOwnerErasure(ctx, req.(*GetOwnerErasureRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BackupService_ReenableOwner_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReenableOwnerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackupServiceServer).ReenableOwner(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackupService_ReenableOwner_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackupServiceServer).ReenableOwner(ctx, req.(*ReenableOwnerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _BackupService_SetLegalHold_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetLegalHoldRequest)
 	if err := dec(in); err != nil {
@@ -784,6 +886,14 @@ var BackupService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EraseOwner",
 			Handler:    _BackupService_EraseOwner_Handler,
+		},
+		{
+			MethodName: "GetOwnerErasure",
+			Handler:    _BackupService_GetOwnerErasure_Handler,
+		},
+		{
+			MethodName: "ReenableOwner",
+			Handler:    _BackupService_ReenableOwner_Handler,
 		},
 		{
 			MethodName: "SetLegalHold",

@@ -81,6 +81,8 @@ var MethodScopes = map[string][]auth.Scope{
 	// Erasure needs its own scope, which no other implies (admin
 	// included); holds theirs, and the holds are read with either.
 	cb.BackupService_EraseOwner_FullMethodName:       {auth.ScopeOwnersErase},
+	cb.BackupService_GetOwnerErasure_FullMethodName:  {auth.ScopeOwnersErase},
+	cb.BackupService_ReenableOwner_FullMethodName:    {auth.ScopeOwnersErase},
 	cb.BackupService_SetLegalHold_FullMethodName:     {auth.ScopeOwnersHold},
 	cb.BackupService_ReleaseLegalHold_FullMethodName: {auth.ScopeOwnersHold},
 	cb.BackupService_ListLegalHolds_FullMethodName:   {auth.ScopeOwnersHold, auth.ScopeArchiveExport},

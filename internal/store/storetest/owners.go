@@ -310,7 +310,7 @@ func CheckErasureCovers(t *testing.T, withOwner []string) {
 		t.Fatalf("the schema lists %d tables with an owner column: the query saw too little", len(withOwner))
 	}
 	for _, table := range withOwner {
-		if !slices.Contains(store.OwnerRowTables, table) {
+		if !slices.Contains(store.OwnerRowTables, table) && !slices.Contains(store.ErasureRecordTables, table) {
 			t.Errorf("table %s holds owner rows, and erasure (store.OwnerRowTables) does not delete from it", table)
 		}
 	}
@@ -559,5 +559,44 @@ func testKEKRetirements(t *testing.T, s store.Store) {
 	if atRetirement.OwnerKeys["kek-race"] != final.OwnerKeys["kek-race"] || int64(stored) != final.OwnerKeys["kek-race"] {
 		t.Fatalf("owner keys under the KEK: %d right after its retirement, %d in the end, %d stored; want all equal",
 			atRetirement.OwnerKeys["kek-race"], final.OwnerKeys["kek-race"], stored)
+	}
+}
+
+// testErasedOwners: an erased name stays erased until re-enabled, once;
+// a later erasure erases it again; a name never erased is not found.
+func testErasedOwners(t *testing.T, s store.Store) {
+	at := time.Unix(0, 1_700_000_000_000_000_000)
+	if _, err := s.OwnerErased(ctx(t), "alice"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("OwnerErased of a name never erased: %v, want ErrNotFound", err)
+	}
+	if _, err := s.ReenableOwner(ctx(t), "alice", "ops", "why", at); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ReenableOwner of a name never erased: %v, want ErrNotFound", err)
+	}
+	if err := s.MarkOwnerErased(ctx(t), "alice", "job-1", at); err != nil {
+		t.Fatal(err)
+	}
+	// The same erasure resumed keeps its record.
+	if err := s.MarkOwnerErased(ctx(t), "alice", "job-1", at.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.OwnerErased(ctx(t), "alice")
+	if err != nil || e.Job != "job-1" || !e.Erased.Equal(at) || !e.Blocked() {
+		t.Fatalf("OwnerErased: %+v, %v", e, err)
+	}
+	e, err = s.ReenableOwner(ctx(t), "alice", "jwt:dpo", "the number was reassigned", at.Add(2*time.Hour))
+	if err != nil || e.Blocked() || e.ReenabledBy != "jwt:dpo" || e.Reason != "the number was reassigned" || !e.Reenabled.Equal(at.Add(2*time.Hour)) {
+		t.Fatalf("ReenableOwner: %+v, %v", e, err)
+	}
+	if e, err = s.ReenableOwner(ctx(t), "alice", "jwt:other", "again", at.Add(3*time.Hour)); err != nil || e.ReenabledBy != "jwt:dpo" {
+		t.Fatalf("a second ReenableOwner: %+v, %v; want the first kept", e, err)
+	}
+	if err := s.MarkOwnerErased(ctx(t), "alice", "job-2", at.Add(4*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if e, err = s.OwnerErased(ctx(t), "alice"); err != nil || e.Job != "job-2" || !e.Blocked() || e.ReenabledBy != "" {
+		t.Fatalf("after a second erasure: %+v, %v; want erased again", e, err)
+	}
+	if _, err := s.OwnerErased(ctx(t), "bob"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("another name: %v", err)
 	}
 }

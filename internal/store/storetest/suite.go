@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"EraseOwnerRows", testEraseOwnerRows},
 		{"FinishedErasuresKept", testFinishedErasuresKept},
 		{"ErasureFence", testErasureFence},
+		{"ErasedOwners", testErasedOwners},
 		{"ErasureUnderWriters", testErasureUnderWriters},
 		{"HistoryFiles", testHistoryFiles},
 		{"HistoryReservations", testHistoryReservations},

@@ -403,3 +403,49 @@ func (s SQLStore) kekRetirements(ctx context.Context, query string, args ...any)
 	}
 	return out, nil
 }
+
+func (s SQLStore) MarkOwnerErased(ctx context.Context, owner, job string, at time.Time) error {
+	_, err := s.exec(ctx, s.d.bind(`INSERT INTO erased_owners (owner, erase_job, erased_ns) VALUES (?, ?, ?)
+		ON CONFLICT (owner) DO UPDATE SET erase_job = excluded.erase_job, erased_ns = excluded.erased_ns, reenabled_ns = 0, reenabled_by = '', reason = ''
+		WHERE erased_owners.erase_job <> excluded.erase_job`), owner, job, at.UnixNano())
+	if err != nil {
+		return fmt.Errorf("%s: record the owner erased: %w", s.d.Name, err)
+	}
+	return nil
+}
+
+func (s SQLStore) OwnerErased(ctx context.Context, owner string) (store.ErasedOwner, error) {
+	return s.ownerErased(ctx, s.db.Read(), owner)
+}
+
+func (s SQLStore) ownerErased(ctx context.Context, c Conn, owner string) (store.ErasedOwner, error) {
+	e := store.ErasedOwner{Owner: owner}
+	var erased, reenabled int64
+	err := c.QueryRow(ctx, s.d.bind(`SELECT erase_job, erased_ns, reenabled_ns, reenabled_by, reason FROM erased_owners WHERE owner = ?`), owner).
+		Scan(&e.Job, &erased, &reenabled, &e.ReenabledBy, &e.Reason)
+	if errors.Is(err, s.d.NoRows) {
+		return store.ErasedOwner{}, fmt.Errorf("owner %s was never erased: %w", owner, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.ErasedOwner{}, fmt.Errorf("%s: read the owner's erasure record: %w", s.d.Name, err)
+	}
+	e.Erased = time.Unix(0, erased)
+	if reenabled != 0 {
+		e.Reenabled = time.Unix(0, reenabled)
+	}
+	return e, nil
+}
+
+func (s SQLStore) ReenableOwner(ctx context.Context, owner, principal, reason string, at time.Time) (store.ErasedOwner, error) {
+	var out store.ErasedOwner
+	err := s.db.Write(ctx, func(tx Conn) error {
+		if _, err := tx.Exec(ctx, s.d.bind(`UPDATE erased_owners SET reenabled_ns = ?, reenabled_by = ?, reason = ? WHERE owner = ? AND reenabled_ns = 0`),
+			at.UnixNano(), principal, reason, owner); err != nil {
+			return fmt.Errorf("%s: re-enable the owner: %w", s.d.Name, err)
+		}
+		var err error
+		out, err = s.ownerErased(ctx, tx, owner)
+		return err
+	})
+	return out, err
+}
