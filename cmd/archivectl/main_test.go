@@ -678,6 +678,20 @@ func TestArchivectlHoldsAndErasure(t *testing.T) {
 	if _, stderr, err := ctl.run("owners", "erase", "--owner", owner); err == nil || !strings.Contains(stderr, "legal hold") {
 		t.Fatalf("owners erase under a hold: %v\n%s", err, stderr)
 	}
+	out, stderr, err = ctl.run("holds", "set", "--owner", owner, "--reason", "case 42")
+	if err != nil || !strings.Contains(out, "case 42") {
+		t.Fatalf("a second hold: %v\n%s%s", err, out, stderr)
+	}
+	second := strings.Fields(strings.Split(out, "\n")[1])[0]
+	if _, stderr, err := ctl.run("holds", "release", "--owner", owner); err == nil || !strings.Contains(stderr, "hold_id") {
+		t.Fatalf("holds release among two, naming neither: %v\n%s", err, stderr)
+	}
+	if out, stderr, err := ctl.run("holds", "release", "--owner", owner, "--hold", second); err != nil || !strings.Contains(out, "released") {
+		t.Fatalf("holds release --hold: %v\n%s%s", err, out, stderr)
+	}
+	if out, stderr, err := ctl.run("holds", "list", "--owner", owner); err != nil || !strings.Contains(out, "case 41") || strings.Contains(out, "case 42") {
+		t.Fatalf("holds list after releasing case 42: %v\n%s%s", err, out, stderr)
+	}
 	if out, stderr, err := ctl.run("holds", "release", "--owner", owner); err != nil || !strings.Contains(out, "released") {
 		t.Fatalf("holds release: %v\n%s%s", err, out, stderr)
 	}

@@ -162,8 +162,8 @@ func eraseText(r *cb.EraseOwnerResult) string {
 
 // holdsCmd places, lifts and lists legal holds.
 type holdsCmd struct {
-	Set     setHoldCmd     `cmd:"" help:"Place a legal hold on an owner, or with --backup on one backup (needs owners.hold): kept past retention, DeleteBackup and erasure until released or --until."`
-	Release releaseHoldCmd `cmd:"" help:"Lift a legal hold; the next retention run proceeds."`
+	Set     setHoldCmd     `cmd:"" help:"Place a legal hold on an owner, or with --backup on one backup (needs owners.hold): kept past retention, DeleteBackup and erasure until released or --for has passed. Each hold is its own record beside any others on the target; --hold changes one."`
+	Release releaseHoldCmd `cmd:"" help:"Lift one legal hold (--hold names it when several stand on the target); the others stay."`
 	List    listHoldsCmd   `cmd:"" help:"List an owner's legal holds."`
 }
 
@@ -172,10 +172,11 @@ type setHoldCmd struct {
 	Backup string        `help:"Hold this backup only (its catalog id); without it, the owner and every backup of it."`
 	Reason string        `required:"" help:"The case or request the hold is for (at most 512 printable bytes)."`
 	For    time.Duration `name:"for" help:"The hold lapses by itself after this long (e.g. 2160h); without it, it lasts until released."`
+	Hold   string        `name:"hold" help:"Change this hold (its HOLD id in holds list: reason and end) rather than place a new one beside the others."`
 }
 
 func (s *setHoldCmd) Run(ctx context.Context, c *cli) error {
-	req := &cb.SetLegalHoldRequest{Owner: s.Owner, Backup: s.Backup, Reason: s.Reason}
+	req := &cb.SetLegalHoldRequest{Owner: s.Owner, Backup: s.Backup, Reason: s.Reason, HoldId: s.Hold}
 	if s.For < 0 {
 		return errors.New("--for: a duration from now, e.g. 2160h")
 	}
@@ -197,6 +198,7 @@ func (s *setHoldCmd) Run(ctx context.Context, c *cli) error {
 type releaseHoldCmd struct {
 	Owner  string `required:"" help:"The owner (inbox)."`
 	Backup string `help:"The held backup; without it, the owner's own hold."`
+	Hold   string `name:"hold" help:"The hold to release (its HOLD id in holds list); needed when several stand on the target, whose others stay."`
 }
 
 func (r *releaseHoldCmd) Run(ctx context.Context, c *cli) error {
@@ -205,7 +207,7 @@ func (r *releaseHoldCmd) Run(ctx context.Context, c *cli) error {
 		return err
 	}
 	defer conn.Close()
-	if _, err := cb.NewBackupServiceClient(conn).ReleaseLegalHold(ctx, &cb.ReleaseLegalHoldRequest{Owner: r.Owner, Backup: r.Backup}); err != nil {
+	if _, err := cb.NewBackupServiceClient(conn).ReleaseLegalHold(ctx, &cb.ReleaseLegalHoldRequest{Owner: r.Owner, Backup: r.Backup, HoldId: r.Hold}); err != nil {
 		return err
 	}
 	fmt.Println("released")
@@ -242,7 +244,7 @@ func (c *cli) printHolds(holds []*cb.LegalHold) error {
 		return c.output(out, "")
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "OWNER\tBACKUP\tIN FORCE\tUNTIL\tSET BY\tSINCE\tREASON")
+	fmt.Fprintln(w, "HOLD\tOWNER\tBACKUP\tIN FORCE\tUNTIL\tSET BY\tSINCE\tREASON")
 	for _, h := range holds {
 		backup, until := h.GetBackup(), "released"
 		if backup == "" {
@@ -251,8 +253,12 @@ func (c *cli) printHolds(holds []*cb.LegalHold) error {
 		if h.GetEndTime() != nil {
 			until = h.GetEndTime().AsTime().UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%v\t%s\t%s\t%s\t%s\n", h.GetOwner(), backup, h.GetInForce(), until, h.GetPrincipal(),
-			h.GetCreateTime().AsTime().UTC().Format(time.RFC3339), h.GetReason())
+		reason := h.GetReason()
+		if reason == "" {
+			reason = "(another holder's)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\t%s\t%s\t%s\n", h.GetHoldId(), h.GetOwner(), backup, h.GetInForce(), until, h.GetPrincipal(),
+			h.GetCreateTime().AsTime().UTC().Format(time.RFC3339), reason)
 	}
 	return w.Flush()
 }

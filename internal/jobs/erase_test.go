@@ -271,7 +271,7 @@ func TestEraseRefusedUnderHold(t *testing.T) {
 		if _, err := st.GetOwnerKey(ctx, owner); err != nil {
 			t.Fatalf("a refused erasure touched the owner key: %v", err)
 		}
-		if err := h.m.ReleaseHold(ctx, "legal", owner, hold.Backup); err != nil {
+		if _, err := h.m.ReleaseHold(ctx, "legal", owner, hold.Backup, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -388,7 +388,7 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 	if b, err := h.m.VerifyBackup(ctx, "tester", owner, ids[0]); err != nil || b.Verified.IsZero() || b.VerifyProblem != "" {
 		t.Fatalf("verifying a held backup: %v %q", err, b.VerifyProblem)
 	}
-	if err := h.m.ReleaseHold(ctx, "legal", owner, ids[0]); err != nil {
+	if _, err := h.m.ReleaseHold(ctx, "legal", owner, ids[0], ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.m.Prune(ctx, s, owner); err != nil {
@@ -419,7 +419,7 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 	if _, err := h.m.StartErase(ctx, "dpo", EraseRequest{Owner: owner}); !errors.Is(err, ErrHeld) {
 		t.Fatalf("erasing a held owner: %v", err)
 	}
-	if err := h.m.ReleaseHold(ctx, "legal", owner, ""); err != nil {
+	if _, err := h.m.ReleaseHold(ctx, "legal", owner, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.m.Prune(ctx, s, owner); err != nil {
@@ -734,5 +734,99 @@ schedules:
 				t.Fatalf("erasure records kept: %d, %v; want both", n, err)
 			}
 		})
+	}
+}
+
+// TestHoldsAreRecords (issue 46, finding 9): each hold is its own record.
+// A second holder's hold on the same backup, ending soon, leaves the first
+// (indefinite) one standing, and the backup stays held after it lapses;
+// releasing one matter leaves another's; a release that does not say
+// which of several holds is refused; a hold is changed only by its id,
+// on its own target; ids are the server's.
+func TestHoldsAreRecords(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			st := e.Open(t)
+			h := newHarness(t, st)
+			ctx := t.Context()
+			owner := storetest.Owner("held")
+			fill(t, st, owner, 2)
+			b := exportDone(t, h, exportReq(owner, "evidence")).GetBackup()
+			first, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Backup: b, Reason: "matter A"})
+			if err != nil || len(first.ID) != 32 {
+				t.Fatalf("SetHold: %+v, %v", first, err)
+			}
+			second, err := h.m.SetHold(ctx, "regulator", store.Hold{Owner: owner, Backup: b, Reason: "matter B", Until: time.Now().Add(100 * time.Millisecond)})
+			if err != nil || second.ID == first.ID {
+				t.Fatalf("a second holder's hold: %+v, %v; want a hold of its own", second, err)
+			}
+			time.Sleep(150 * time.Millisecond) // the second lapses
+			if err := h.m.DeleteBackup(ctx, "tester", owner, b); !errors.Is(err, ErrHeld) {
+				t.Fatalf("DeleteBackup once the second hold lapsed: %v; the first still holds", err)
+			}
+			third, err := h.m.SetHold(ctx, "regulator", store.Hold{Owner: owner, Backup: b, Reason: "matter C"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.m.ReleaseHold(ctx, "legal", owner, b, ""); !errors.Is(err, ErrHoldAmbiguous) {
+				t.Fatalf("a release that names no hold among three: %v, want ErrHoldAmbiguous", err)
+			}
+			if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, ID: first.ID, Reason: "moved to the owner"}); !errors.Is(err, ErrHoldNotFound) {
+				t.Fatalf("changing a backup's hold into an owner hold: %v, want ErrHoldNotFound", err)
+			}
+			if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Backup: b, ID: "0123", Reason: "x"}); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("a malformed hold id: %v, want ErrInvalid", err)
+			}
+			changed, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Backup: b, ID: first.ID, Reason: "matter A, widened"})
+			if err != nil || changed.ID != first.ID || !changed.Created.Equal(first.Created) {
+				t.Fatalf("changing a hold: %+v, %v", changed, err)
+			}
+			released, err := h.m.ReleaseHold(ctx, "regulator", owner, b, third.ID)
+			if err != nil || released.Reason != "matter C" {
+				t.Fatalf("releasing matter C: %+v, %v", released, err)
+			}
+			if err := h.m.DeleteBackup(ctx, "tester", owner, b); !errors.Is(err, ErrHeld) {
+				t.Fatalf("DeleteBackup after matter C's release: %v; matter A still holds", err)
+			}
+			holds, err := h.m.Holds(ctx, owner)
+			if err != nil || len(holds) != 2 {
+				t.Fatalf("holds: %+v, %v; want A (changed) and B (lapsed)", holds, err)
+			}
+			for _, x := range holds {
+				if x.ID == first.ID && x.Reason != "matter A, widened" {
+					t.Fatalf("matter A's hold: %+v", x)
+				}
+			}
+			if _, err := h.m.ReleaseHold(ctx, "legal", owner, b, first.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.m.ReleaseHold(ctx, "legal", owner, b, ""); err != nil {
+				t.Fatalf("releasing the one hold left (lapsed) without its id: %v", err)
+			}
+			if err := h.m.DeleteBackup(ctx, "tester", owner, b); err != nil {
+				t.Fatalf("DeleteBackup with no hold left: %v", err)
+			}
+		})
+	}
+}
+
+// TestHoldsPerOwnerBounded: an owner holds at most MaxHoldsPerOwner holds;
+// past it a new one is refused (RESOURCE_EXHAUSTED), and a change of one
+// that stands is not.
+func TestHoldsPerOwnerBounded(t *testing.T) {
+	st := enginetest.SQLite(t)
+	h := newHarness(t, st)
+	ctx := t.Context()
+	owner := storetest.Owner("many")
+	for i := range MaxHoldsPerOwner {
+		if err := st.SetHold(ctx, store.Hold{Owner: owner, ID: fmt.Sprintf("%032x", i), Reason: "r", Principal: "legal", Created: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Reason: "one more"}); !errors.Is(err, ErrTooManyHolds) {
+		t.Fatalf("hold %d: %v, want ErrTooManyHolds", MaxHoldsPerOwner+1, err)
+	}
+	if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, ID: fmt.Sprintf("%032x", 7), Reason: "changed"}); err != nil {
+		t.Fatalf("changing a hold at the bound: %v", err)
 	}
 }

@@ -33,8 +33,22 @@ const maxHoldReason = 512
 // times as int64 nanoseconds since the epoch.
 var MaxHoldEnd = time.Unix(0, math.MaxInt64).UTC()
 
-// SetHold places (or replaces) a hold on owner, or on one of its
-// backups when h.Backup is set, for principal. It is audited.
+// MaxHoldsPerOwner bounds the holds that may stand on one owner and its
+// backups together, so reading them all stays cheap.
+const MaxHoldsPerOwner = 1000
+
+// ErrTooManyHolds: the owner has MaxHoldsPerOwner holds.
+var ErrTooManyHolds = fault.New(fault.Exhausted, fmt.Sprintf("the owner has %d legal holds, the most it may: release some first", MaxHoldsPerOwner))
+
+// ErrHoldAmbiguous: several holds stand on the target a release names;
+// it must name the hold it ends.
+var ErrHoldAmbiguous = fault.New(fault.FailedPrecondition, "several legal holds stand on this target: name the hold to release (hold_id)")
+
+// SetHold places a new hold on owner, or on one of its backups when
+// h.Backup is set, for principal; with h.ID set it changes that hold's
+// reason and end instead (its target stays). Each hold is its own
+// record: several may stand on one target, and setting one never
+// changes another. Audited (hold.set, hold.change).
 func (m *Manager) SetHold(ctx context.Context, principal string, h store.Hold) (store.Hold, error) {
 	if err := records.CheckOwner(h.Owner); err != nil {
 		return store.Hold{}, invalid(err)
@@ -51,19 +65,41 @@ func (m *Manager) SetHold(ctx context.Context, principal string, h store.Hold) (
 		// to the past and the "held" backup be deleted.
 		return store.Hold{}, invalid(fmt.Errorf("end_time: after %s, the latest the store holds; omit it for a hold that lasts until released", MaxHoldEnd.Format(time.RFC3339)))
 	}
+	if h.ID != "" {
+		if err := checkHoldID(h.ID); err != nil {
+			return store.Hold{}, invalid(err)
+		}
+	}
 	if h.Backup != "" {
 		if _, err := m.Backup(ctx, h.Owner, h.Backup); err != nil {
 			return store.Hold{}, err
 		}
 	}
-	h.Principal, h.Created = principal, now
 	if err := m.erasureFence(ctx, h.Owner); err != nil {
 		return store.Hold{}, err
 	}
-	previous, err := m.holdOn(ctx, h.Owner, h.Backup)
+	holds, err := m.cfg.Store.ListHolds(ctx, h.Owner)
 	if err != nil {
 		return store.Hold{}, err
 	}
+	var previous *store.Hold
+	if h.ID != "" {
+		for i := range holds {
+			if holds[i].ID == h.ID {
+				previous = &holds[i]
+			}
+		}
+		if previous == nil || previous.Backup != h.Backup {
+			return store.Hold{}, fmt.Errorf("hold %s on this target: %w", h.ID, ErrHoldNotFound)
+		}
+		h.Created = previous.Created
+	} else {
+		if len(holds) >= MaxHoldsPerOwner {
+			return store.Hold{}, ErrTooManyHolds
+		}
+		h.ID, h.Created = NewID(now)[:32], now
+	}
+	h.Principal = principal
 	if err := m.cfg.Store.SetHold(ctx, h); err != nil {
 		return store.Hold{}, err
 	}
@@ -73,20 +109,34 @@ func (m *Manager) SetHold(ctx context.Context, principal string, h store.Hold) (
 	// taken back. Never both missed: a hold answered in force is never
 	// erased (issue 46, finding 4).
 	if err := m.erasureFence(ctx, h.Owner); err != nil {
-		undo := func(uctx context.Context) error { return m.cfg.Store.ReleaseHold(uctx, h.Owner, h.Backup) }
+		undo := func(uctx context.Context) error { return m.cfg.Store.ReleaseHold(uctx, h.Owner, h.ID) }
 		if previous != nil {
 			undo = func(uctx context.Context) error { return m.cfg.Store.SetHold(uctx, *previous) }
 		}
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if uerr := undo(uctx); uerr != nil && !errors.Is(uerr, store.ErrNotFound) {
-			m.cfg.Log.Error("a hold refused by an erasure could not be taken back", zap.String("owner", h.Owner), zap.String("backup", h.Backup), zap.Error(uerr))
+			m.cfg.Log.Error("a hold refused by an erasure could not be taken back", zap.String("owner", h.Owner), zap.String("hold", h.ID), zap.Error(uerr))
 		}
 		return store.Hold{}, err
 	}
-	m.cfg.Log.Info("audit: legal hold set", zap.String("audit", "hold.set"), zap.String("principal", principal),
-		zap.String("owner", h.Owner), zap.String("backup", h.Backup), zap.Time("until", h.Until))
+	audit, msg := "hold.set", "audit: legal hold set"
+	fields := []zap.Field{zap.String("principal", principal), zap.String("owner", h.Owner), zap.String("backup", h.Backup),
+		zap.String("hold", h.ID), zap.Time("until", h.Until)}
+	if previous != nil {
+		audit, msg = "hold.change", "audit: legal hold changed"
+		fields = append(fields, zap.String("was_held_by", previous.Principal), zap.Time("was_until", previous.Until))
+	}
+	m.cfg.Log.Info(msg, append(fields, zap.String("audit", audit))...)
 	return h, nil
+}
+
+// checkHoldID checks the form of a hold id a caller names.
+func checkHoldID(id string) error {
+	if !backupID.MatchString(id) {
+		return fmt.Errorf("hold_id %.40q: a hold id is 32 lowercase hex digits", id)
+	}
+	return nil
 }
 
 // erasureFence refuses an owner an erasure is running for.
@@ -101,42 +151,51 @@ func (m *Manager) erasureFence(ctx context.Context, owner string) error {
 	return nil
 }
 
-// holdOn returns the hold stored on owner's backup ("" for the owner),
-// or nil.
-func (m *Manager) holdOn(ctx context.Context, owner, backup string) (*store.Hold, error) {
-	holds, err := m.cfg.Store.ListHolds(ctx, owner)
-	if err != nil {
-		return nil, err
-	}
-	for _, h := range holds {
-		if h.Backup == backup {
-			return &h, nil
-		}
-	}
-	return nil, nil
-}
-
-// ReleaseHold lifts the hold on owner (backup "") or on one of its
-// backups. It is audited; a missing hold is ErrHoldNotFound.
-func (m *Manager) ReleaseHold(ctx context.Context, principal, owner, backup string) error {
+// ReleaseHold lifts one hold on owner: the hold id names, or, without
+// one, the only hold on the target (backup "" for the owner itself);
+// several there is ErrHoldAmbiguous, none ErrHoldNotFound. Other holds
+// on the target stand. Audited (hold.release).
+func (m *Manager) ReleaseHold(ctx context.Context, principal, owner, backup, id string) (store.Hold, error) {
 	if err := records.CheckOwner(owner); err != nil {
-		return invalid(err)
+		return store.Hold{}, invalid(err)
 	}
 	if backup != "" {
 		if err := CheckBackupID(backup); err != nil {
-			return invalid(err)
+			return store.Hold{}, invalid(err)
 		}
 	}
-	err := m.cfg.Store.ReleaseHold(ctx, owner, backup)
+	if id != "" {
+		if err := checkHoldID(id); err != nil {
+			return store.Hold{}, invalid(err)
+		}
+	}
+	holds, err := m.cfg.Store.ListHolds(ctx, owner)
+	if err != nil {
+		return store.Hold{}, err
+	}
+	var match []store.Hold
+	for _, h := range holds {
+		if (id != "" && h.ID == id && (backup == "" || h.Backup == backup)) || (id == "" && h.Backup == backup) {
+			match = append(match, h)
+		}
+	}
+	switch {
+	case len(match) == 0:
+		return store.Hold{}, ErrHoldNotFound
+	case len(match) > 1:
+		return store.Hold{}, fmt.Errorf("%d holds: %w", len(match), ErrHoldAmbiguous)
+	}
+	h := match[0]
+	err = m.cfg.Store.ReleaseHold(ctx, owner, h.ID)
 	if errors.Is(err, store.ErrNotFound) {
-		return ErrHoldNotFound
+		return store.Hold{}, ErrHoldNotFound
 	}
 	if err != nil {
-		return err
+		return store.Hold{}, err
 	}
 	m.cfg.Log.Info("audit: legal hold released", zap.String("audit", "hold.release"), zap.String("principal", principal),
-		zap.String("owner", owner), zap.String("backup", backup))
-	return nil
+		zap.String("owner", owner), zap.String("backup", h.Backup), zap.String("hold", h.ID), zap.String("held_by", h.Principal))
+	return h, nil
 }
 
 // ErrHoldNotFound: no hold on what the request names.

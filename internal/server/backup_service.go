@@ -132,7 +132,7 @@ func (s *BackupService) ListBackups(ctx context.Context, req *cb.ListBackupsRequ
 	now := time.Now()
 	resp := &cb.ListBackupsResponse{Backups: make([]*cb.Backup, 0, len(page))}
 	for _, b := range page {
-		resp.Backups = append(resp.Backups, heldBackupOf(b, holds, now))
+		resp.Backups = append(resp.Backups, heldBackupOf(ctx, b, holds, now))
 	}
 	if len(page) == size {
 		resp.NextPageToken = s.tokens.Seal(principalName(ctx), pagetoken.Backups, pagetoken.OwnerBinding(req.GetOwner()), []byte(page[len(page)-1].ID))
@@ -149,20 +149,27 @@ func (s *BackupService) GetBackup(ctx context.Context, req *cb.GetBackupRequest)
 	if err != nil {
 		return nil, jobStatus(err, "")
 	}
-	return heldBackupOf(b, holds, time.Now()), nil
+	return heldBackupOf(ctx, b, holds, time.Now()), nil
 }
 
 // heldBackupOf is backupOf with the hold in force that keeps b, if any.
-func heldBackupOf(b store.Backup, holds []store.Hold, now time.Time) *cb.Backup {
+func heldBackupOf(ctx context.Context, b store.Backup, holds []store.Hold, now time.Time) *cb.Backup {
 	out := backupOf(b)
 	if h := jobs.HoldOn(holds, b.ID, now); h != nil {
-		out.Hold = legalHoldOf(*h, now)
+		out.Hold = legalHoldOf(ctx, *h, now)
 	}
 	return out
 }
 
-func legalHoldOf(h store.Hold, now time.Time) *cb.LegalHold {
-	out := &cb.LegalHold{Owner: h.Owner, Backup: h.Backup, Reason: h.Reason, Principal: h.Principal,
+// legalHoldOf is h as the caller may see it: a principal without
+// owners.hold (an exporter reading the catalog) sees the reasons of its
+// own holds only, not another's case (issue 46, finding 9).
+func legalHoldOf(ctx context.Context, h store.Hold, now time.Time) *cb.LegalHold {
+	reason := h.Reason
+	if p := auth.FromContext(ctx); !p.Has(auth.ScopeOwnersHold) && h.Principal != principalName(ctx) {
+		reason = ""
+	}
+	out := &cb.LegalHold{Owner: h.Owner, Backup: h.Backup, Reason: reason, Principal: h.Principal, HoldId: h.ID,
 		CreateTime: timestamppb.New(h.Created), InForce: h.InForce(now)}
 	if !h.Until.IsZero() {
 		out.EndTime = timestamppb.New(h.Until)
@@ -206,7 +213,7 @@ func ownerErasureOf(e store.ErasedOwner) *cb.OwnerErasure {
 }
 
 func (s *BackupService) SetLegalHold(ctx context.Context, req *cb.SetLegalHoldRequest) (*cb.LegalHold, error) {
-	h := store.Hold{Owner: req.GetOwner(), Backup: req.GetBackup(), Reason: req.GetReason()}
+	h := store.Hold{Owner: req.GetOwner(), Backup: req.GetBackup(), Reason: req.GetReason(), ID: req.GetHoldId()}
 	if e := req.GetEndTime(); e != nil {
 		if err := e.CheckValid(); err != nil {
 			return nil, status.Error(codes.InvalidArgument, "end_time: not a valid timestamp")
@@ -219,11 +226,11 @@ func (s *BackupService) SetLegalHold(ctx context.Context, req *cb.SetLegalHoldRe
 	if err != nil {
 		return nil, jobStatus(err, req.GetBackup())
 	}
-	return legalHoldOf(h, time.Now()), nil
+	return legalHoldOf(ctx, h, time.Now()), nil
 }
 
 func (s *BackupService) ReleaseLegalHold(ctx context.Context, req *cb.ReleaseLegalHoldRequest) (*emptypb.Empty, error) {
-	if err := s.jobs.ReleaseHold(ctx, principalName(ctx), req.GetOwner(), req.GetBackup()); err != nil {
+	if _, err := s.jobs.ReleaseHold(ctx, principalName(ctx), req.GetOwner(), req.GetBackup(), req.GetHoldId()); err != nil {
 		if errors.Is(err, jobs.ErrHoldNotFound) {
 			return nil, status.Error(codes.NotFound, "hold: not found")
 		}
@@ -243,7 +250,7 @@ func (s *BackupService) ListLegalHolds(ctx context.Context, req *cb.ListLegalHol
 	now := time.Now()
 	resp := &cb.ListLegalHoldsResponse{Holds: make([]*cb.LegalHold, 0, len(holds))}
 	for _, h := range holds {
-		resp.Holds = append(resp.Holds, legalHoldOf(h, now))
+		resp.Holds = append(resp.Holds, legalHoldOf(ctx, h, now))
 	}
 	return resp, nil
 }

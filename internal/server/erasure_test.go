@@ -60,8 +60,29 @@ func TestEraseOwnerOverTCP(t *testing.T) {
 				t.Fatalf("a refused hold was stored: %v", list.GetBackups()[0].GetHold())
 			}
 			hold, err := legal.SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: "alice", Backup: backupID, Reason: "case 2026-17"})
-			if err != nil || !hold.GetInForce() || hold.GetPrincipal() != "jwt:user-alice" {
+			if err != nil || !hold.GetInForce() || hold.GetPrincipal() != "jwt:user-alice" || len(hold.GetHoldId()) != 32 {
 				t.Fatalf("SetLegalHold: %v, %v", hold, err)
+			}
+			// A second holder's hold is a record of its own (finding 9): a
+			// release that names neither is refused, one that names it
+			// leaves the first; a reader without owners.hold sees no other
+			// holder's reason.
+			regulator := cb.NewBackupServiceClient(p.as(t, p.idp.valid(t, "alice", "owners.hold")))
+			short, err := regulator.SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: "alice", Backup: backupID, Reason: "regulator's inquiry",
+				EndTime: timestamppb.New(time.Now().Add(time.Hour))})
+			if err != nil || short.GetHoldId() == hold.GetHoldId() {
+				t.Fatalf("a second hold on the backup: %v, %v", short, err)
+			}
+			_, err = legal.ReleaseLegalHold(ctx, &cb.ReleaseLegalHoldRequest{Owner: "alice", Backup: backupID})
+			wantStatus(t, "a release naming no hold among two", err, codes.FailedPrecondition)
+			_, err = legal.SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: "alice", Backup: backupID, Reason: "x", HoldId: "not-an-id"})
+			wantStatus(t, "a malformed hold_id", err, codes.InvalidArgument)
+			seen, err := cb.NewBackupServiceClient(p.as(t, exporterToken)).ListLegalHolds(ctx, &cb.ListLegalHoldsRequest{Owner: "alice"})
+			if err != nil || len(seen.GetHolds()) != 2 || seen.GetHolds()[0].GetReason() != "" || seen.GetHolds()[1].GetReason() != "" {
+				t.Fatalf("ListLegalHolds as the exporter: %v, %v; want two holds, no reasons", seen, err)
+			}
+			if _, err := regulator.ReleaseLegalHold(ctx, &cb.ReleaseLegalHoldRequest{Owner: "alice", Backup: backupID, HoldId: short.GetHoldId()}); err != nil {
+				t.Fatal(err)
 			}
 			list, err := cb.NewBackupServiceClient(alice).ListBackups(ctx, &cb.ListBackupsRequest{Owner: "alice"})
 			if err != nil || len(list.GetBackups()) != 1 || list.GetBackups()[0].GetHold().GetReason() != "case 2026-17" {

@@ -113,19 +113,22 @@ type KeyCounts struct {
 // Holds are legal holds: an owner, or one backup of it, kept past
 // retention, DeleteBackup and erasure while a case lasts.
 type Holds interface {
-	// SetHold creates or replaces the hold on (h.Owner, h.Backup).
+	// SetHold creates the hold (h.Owner, h.ID), or changes its reason,
+	// holder and end; its target and creation time stay as first stored.
 	SetHold(ctx context.Context, h Hold) error
-	// ReleaseHold removes the hold on owner's backup ("" for the owner's
-	// own hold); a missing one is ErrNotFound.
-	ReleaseHold(ctx context.Context, owner, backup string) error
+	// ReleaseHold removes owner's hold id; a missing one is ErrNotFound.
+	ReleaseHold(ctx context.Context, owner, id string) error
 	// ListHolds returns the owner's holds, in force or not, owner-wide
-	// first, then by backup id.
+	// first, then by backup id, each target's oldest first.
 	ListHolds(ctx context.Context, owner string) ([]Hold, error)
 }
 
-// Hold is one legal hold.
+// Hold is one legal hold: its own record, one of any number that may
+// stand on the same target.
 type Hold struct {
 	Owner string
+	// ID names the hold among the owner's (the server's, 32 hex digits).
+	ID string
 	// Backup is the held backup's id; "" holds every backup of the owner,
 	// and the owner against erasure.
 	Backup, Reason, Principal string

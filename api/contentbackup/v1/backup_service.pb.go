@@ -755,7 +755,10 @@ type LegalHold struct {
 	// When it lapses by itself; unset: when released.
 	EndTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// Whether it holds now (false once end_time has passed).
-	InForce       bool `protobuf:"varint,7,opt,name=in_force,json=inForce,proto3" json:"in_force,omitempty"`
+	InForce bool `protobuf:"varint,7,opt,name=in_force,json=inForce,proto3" json:"in_force,omitempty"`
+	// The hold's own id: each hold is its own record, and several may stand
+	// on one target; the target is held while any is in force.
+	HoldId        string `protobuf:"bytes,8,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -839,13 +842,23 @@ func (x *LegalHold) GetInForce() bool {
 	return false
 }
 
+func (x *LegalHold) GetHoldId() string {
+	if x != nil {
+		return x.HoldId
+	}
+	return ""
+}
+
 // SetLegalHoldRequest places a hold.
 type SetLegalHoldRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
-	Backup        string                 `protobuf:"bytes,2,opt,name=backup,proto3" json:"backup,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Owner   string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Backup  string                 `protobuf:"bytes,2,opt,name=backup,proto3" json:"backup,omitempty"`
+	Reason  string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Change this hold (its reason and end) rather than place a new one; it
+	// must stand on the target named.
+	HoldId        string `protobuf:"bytes,5,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -908,11 +921,22 @@ func (x *SetLegalHoldRequest) GetEndTime() *timestamppb.Timestamp {
 	return nil
 }
 
-// ReleaseLegalHoldRequest names a hold.
+func (x *SetLegalHoldRequest) GetHoldId() string {
+	if x != nil {
+		return x.HoldId
+	}
+	return ""
+}
+
+// ReleaseLegalHoldRequest names a hold: by hold_id, or by its target when
+// only one hold stands there.
 type ReleaseLegalHoldRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
-	Backup        string                 `protobuf:"bytes,2,opt,name=backup,proto3" json:"backup,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Owner  string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Backup string                 `protobuf:"bytes,2,opt,name=backup,proto3" json:"backup,omitempty"`
+	// The hold to release. Required when several holds stand on the target
+	// (FAILED_PRECONDITION without it); the others stand.
+	HoldId        string `protobuf:"bytes,3,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -957,6 +981,13 @@ func (x *ReleaseLegalHoldRequest) GetOwner() string {
 func (x *ReleaseLegalHoldRequest) GetBackup() string {
 	if x != nil {
 		return x.Backup
+	}
+	return ""
+}
+
+func (x *ReleaseLegalHoldRequest) GetHoldId() string {
+	if x != nil {
+		return x.HoldId
 	}
 	return ""
 }
@@ -2965,7 +2996,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x06reason\x18\a \x01(\tR\x06reason\"5\n" +
 	"\tTableRows\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
-	"\x04rows\x18\x02 \x01(\x03R\x04rows\"\xfe\x01\n" +
+	"\x04rows\x18\x02 \x01(\x03R\x04rows\"\x97\x02\n" +
 	"\tLegalHold\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
 	"\x06backup\x18\x02 \x01(\tR\x06backup\x12\x16\n" +
@@ -2974,15 +3005,18 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x125\n" +
 	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x19\n" +
-	"\bin_force\x18\a \x01(\bR\ainForce\"\x92\x01\n" +
+	"\bin_force\x18\a \x01(\bR\ainForce\x12\x17\n" +
+	"\ahold_id\x18\b \x01(\tR\x06holdId\"\xab\x01\n" +
 	"\x13SetLegalHoldRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
 	"\x06backup\x18\x02 \x01(\tR\x06backup\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x125\n" +
-	"\bend_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"G\n" +
+	"\bend_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x17\n" +
+	"\ahold_id\x18\x05 \x01(\tR\x06holdId\"`\n" +
 	"\x17ReleaseLegalHoldRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
-	"\x06backup\x18\x02 \x01(\tR\x06backup\"-\n" +
+	"\x06backup\x18\x02 \x01(\tR\x06backup\x12\x17\n" +
+	"\ahold_id\x18\x03 \x01(\tR\x06holdId\"-\n" +
 	"\x15ListLegalHoldsRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\"K\n" +
 	"\x16ListLegalHoldsResponse\x121\n" +

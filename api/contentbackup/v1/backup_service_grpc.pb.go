@@ -165,20 +165,25 @@ type BackupServiceClient interface {
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	ReenableOwner(ctx context.Context, in *ReenableOwnerRequest, opts ...grpc.CallOption) (*OwnerErasure, error)
 	// SetLegalHold places a legal hold on an owner (backup empty) or on one
-	// of its backups, replacing the one there: a held backup survives
-	// retention, DeleteBackup and erasure (FAILED_PRECONDITION), and
-	// verification still runs on it; a held owner is not erased. The hold
-	// lasts until released or until end_time. Needs owners.hold; audited.
+	// of its backups: a held backup survives retention, DeleteBackup and
+	// erasure (FAILED_PRECONDITION), and verification still runs on it; a
+	// held owner is not erased. Each hold is its own record (hold_id):
+	// several may stand on one target, which is held while any is in
+	// force, and placing one never changes another; with hold_id set it
+	// changes that hold's reason and end. The hold lasts until released or
+	// until end_time. Needs owners.hold; audited (set and change).
 	// The resource itself, as AIP-133 has it.
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	SetLegalHold(ctx context.Context, in *SetLegalHoldRequest, opts ...grpc.CallOption) (*LegalHold, error)
-	// ReleaseLegalHold lifts a hold; the next retention run proceeds.
-	// Needs owners.hold; audited.
+	// ReleaseLegalHold lifts one hold (named by hold_id, or the only one on
+	// its target); other holds on the target stand. Needs owners.hold;
+	// audited.
 	// Empty, as AIP-135 has it.
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	ReleaseLegalHold(ctx context.Context, in *ReleaseLegalHoldRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
-	// ListLegalHolds lists an owner's holds, lapsed ones included.
+	// ListLegalHolds lists an owner's holds, lapsed ones included. A
+	// principal without owners.hold sees the reasons of its own holds only.
 	ListLegalHolds(ctx context.Context, in *ListLegalHoldsRequest, opts ...grpc.CallOption) (*ListLegalHoldsResponse, error)
 	// GetKeyStatus reports which key-encryption keys (KEKs) wrap the
 	// catalog's owner keys: the current one, those being retired (the
@@ -475,20 +480,25 @@ type BackupServiceServer interface {
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	ReenableOwner(context.Context, *ReenableOwnerRequest) (*OwnerErasure, error)
 	// SetLegalHold places a legal hold on an owner (backup empty) or on one
-	// of its backups, replacing the one there: a held backup survives
-	// retention, DeleteBackup and erasure (FAILED_PRECONDITION), and
-	// verification still runs on it; a held owner is not erased. The hold
-	// lasts until released or until end_time. Needs owners.hold; audited.
+	// of its backups: a held backup survives retention, DeleteBackup and
+	// erasure (FAILED_PRECONDITION), and verification still runs on it; a
+	// held owner is not erased. Each hold is its own record (hold_id):
+	// several may stand on one target, which is held while any is in
+	// force, and placing one never changes another; with hold_id set it
+	// changes that hold's reason and end. The hold lasts until released or
+	// until end_time. Needs owners.hold; audited (set and change).
 	// The resource itself, as AIP-133 has it.
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	SetLegalHold(context.Context, *SetLegalHoldRequest) (*LegalHold, error)
-	// ReleaseLegalHold lifts a hold; the next retention run proceeds.
-	// Needs owners.hold; audited.
+	// ReleaseLegalHold lifts one hold (named by hold_id, or the only one on
+	// its target); other holds on the target stand. Needs owners.hold;
+	// audited.
 	// Empty, as AIP-135 has it.
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	ReleaseLegalHold(context.Context, *ReleaseLegalHoldRequest) (*emptypb.Empty, error)
-	// ListLegalHolds lists an owner's holds, lapsed ones included.
+	// ListLegalHolds lists an owner's holds, lapsed ones included. A
+	// principal without owners.hold sees the reasons of its own holds only.
 	ListLegalHolds(context.Context, *ListLegalHoldsRequest) (*ListLegalHoldsResponse, error)
 	// GetKeyStatus reports which key-encryption keys (KEKs) wrap the
 	// catalog's owner keys: the current one, those being retired (the

@@ -422,6 +422,13 @@ func (m *LegalHold) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.HoldId) > 0 {
+		i -= len(m.HoldId)
+		copy(dAtA[i:], m.HoldId)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.HoldId)))
+		i--
+		dAtA[i] = 0x42
+	}
 	if m.InForce {
 		i--
 		if m.InForce {
@@ -513,6 +520,13 @@ func (m *SetLegalHoldRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.HoldId) > 0 {
+		i -= len(m.HoldId)
+		copy(dAtA[i:], m.HoldId)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.HoldId)))
+		i--
+		dAtA[i] = 0x2a
+	}
 	if m.EndTime != nil {
 		size, err := (*timestamppb.Timestamp)(m.EndTime).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -576,6 +590,13 @@ func (m *ReleaseLegalHoldRequest) MarshalToSizedBufferVT(dAtA []byte) (int, erro
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if len(m.HoldId) > 0 {
+		i -= len(m.HoldId)
+		copy(dAtA[i:], m.HoldId)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.HoldId)))
+		i--
+		dAtA[i] = 0x1a
 	}
 	if len(m.Backup) > 0 {
 		i -= len(m.Backup)
@@ -2507,6 +2528,10 @@ func (m *LegalHold) SizeVT() (n int) {
 	if m.InForce {
 		n += 2
 	}
+	l = len(m.HoldId)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2533,6 +2558,10 @@ func (m *SetLegalHoldRequest) SizeVT() (n int) {
 		l = (*timestamppb.Timestamp)(m.EndTime).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	l = len(m.HoldId)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2548,6 +2577,10 @@ func (m *ReleaseLegalHoldRequest) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.Backup)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	l = len(m.HoldId)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}

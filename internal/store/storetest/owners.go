@@ -135,24 +135,38 @@ func testHoldsKeepBackups(t *testing.T, s store.Store) {
 			t.Fatalf("a refused delete %s left the backup %s", what, got.State)
 		}
 	}
-	mustHold(store.Hold{Owner: "alice", Backup: b.ID, Reason: "case 1", Principal: "legal", Created: now})
-	refused("under a backup hold")
-	mustHold(store.Hold{Owner: "bob", Reason: "case 2", Principal: "legal", Created: now})
-	if err := s.ReleaseHold(ctx(t), "alice", b.ID); err != nil {
+	// Two holds on one backup, each its own record: releasing one leaves
+	// the other holding (issue 46, finding 9).
+	mustHold(store.Hold{Owner: "alice", ID: "h1", Backup: b.ID, Reason: "case 1", Principal: "legal", Created: now})
+	mustHold(store.Hold{Owner: "alice", ID: "h1b", Backup: b.ID, Reason: "case 1b", Principal: "regulator", Created: now.Add(time.Second)})
+	refused("under two backup holds")
+	mustHold(store.Hold{Owner: "bob", ID: "h2", Reason: "case 2", Principal: "legal", Created: now})
+	if err := s.ReleaseHold(ctx(t), "alice", "h1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReleaseHold(ctx(t), "alice", b.ID); !errors.Is(err, store.ErrNotFound) {
+	if err := s.ReleaseHold(ctx(t), "alice", "h1"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("releasing a hold twice: %v, want ErrNotFound", err)
 	}
-	mustHold(store.Hold{Owner: "alice", Reason: "case 3", Principal: "legal", Created: now, Until: now.Add(time.Hour)})
+	if err := s.ReleaseHold(ctx(t), "bob", "h1b"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("releasing alice's hold as bob's: %v, want ErrNotFound", err)
+	}
+	refused("under the backup hold left")
+	if err := s.ReleaseHold(ctx(t), "alice", "h1b"); err != nil {
+		t.Fatal(err)
+	}
+	mustHold(store.Hold{Owner: "alice", ID: "h3", Reason: "case 3", Principal: "legal", Created: now, Until: now.Add(time.Hour)})
 	refused("under an owner hold")
 	holds, err := s.ListHolds(ctx(t), "alice")
-	if err != nil || len(holds) != 1 || holds[0].Reason != "case 3" || holds[0].Principal != "legal" || holds[0].Backup != "" ||
+	if err != nil || len(holds) != 1 || holds[0].ID != "h3" || holds[0].Reason != "case 3" || holds[0].Principal != "legal" || holds[0].Backup != "" ||
 		!holds[0].Until.Equal(time.Unix(0, now.Add(time.Hour).UnixNano())) {
 		t.Fatalf("ListHolds: %+v, %v", holds, err)
 	}
-	// The same key replaces the hold: lapsed now, it keeps nothing.
-	mustHold(store.Hold{Owner: "alice", Reason: "case 3", Principal: "legal", Created: now, Until: now.Add(-time.Second)})
+	// The same id changes the hold (its creation stays): lapsed now, it
+	// keeps nothing.
+	mustHold(store.Hold{Owner: "alice", ID: "h3", Reason: "case 3", Principal: "legal", Created: now.Add(time.Hour), Until: now.Add(-time.Second)})
+	if holds, _ := s.ListHolds(ctx(t), "alice"); len(holds) != 1 || !holds[0].Created.Equal(time.Unix(0, now.UnixNano())) {
+		t.Fatalf("a changed hold: %+v; want one, created as first stored", holds)
+	}
 	if _, err := s.MarkBackupDeleting(ctx(t), "alice", b.ID); err != nil {
 		t.Fatalf("MarkBackupDeleting under a lapsed hold (bob's in force): %v", err)
 	}
@@ -193,7 +207,7 @@ func testEraseOwnerRows(t *testing.T, s store.Store) {
 		if _, _, err := s.ClaimScheduleTick(ctx(t), owner, "nightly", now.Truncate(time.Hour), "replica"); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.SetHold(ctx(t), store.Hold{Owner: owner, Backup: legacy.ID, Reason: "lapsed", Principal: "legal", Created: now, Until: now.Add(-time.Minute)}); err != nil {
+		if err := s.SetHold(ctx(t), store.Hold{Owner: owner, ID: "lapsed", Backup: legacy.ID, Reason: "lapsed", Principal: "legal", Created: now, Until: now.Add(-time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
 		mustCreate(t, s, newJob("export-"+owner, store.JobExport, owner, now.Add(time.Minute)))

@@ -155,17 +155,17 @@ func (s SQLStore) KeyCounts(ctx context.Context) (store.KeyCounts, error) {
 }
 
 func (s SQLStore) SetHold(ctx context.Context, h store.Hold) error {
-	_, err := s.exec(ctx, s.d.bind(`INSERT INTO holds (owner, backup_id, reason, principal, created_ns, until_ns) VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT (owner, backup_id) DO UPDATE SET reason = excluded.reason, principal = excluded.principal, created_ns = excluded.created_ns, until_ns = excluded.until_ns`),
-		h.Owner, h.Backup, h.Reason, h.Principal, h.Created.UnixNano(), unixOrZero(h.Until))
+	_, err := s.exec(ctx, s.d.bind(`INSERT INTO holds (owner, hold_id, backup_id, reason, principal, created_ns, until_ns) VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (owner, hold_id) DO UPDATE SET reason = excluded.reason, principal = excluded.principal, until_ns = excluded.until_ns`),
+		h.Owner, h.ID, h.Backup, h.Reason, h.Principal, h.Created.UnixNano(), unixOrZero(h.Until))
 	if err != nil {
 		return fmt.Errorf("%s: set hold: %w", s.d.Name, err)
 	}
 	return nil
 }
 
-func (s SQLStore) ReleaseHold(ctx context.Context, owner, backup string) error {
-	n, err := s.exec(ctx, s.d.bind(`DELETE FROM holds WHERE owner = ? AND backup_id = ?`), owner, backup)
+func (s SQLStore) ReleaseHold(ctx context.Context, owner, id string) error {
+	n, err := s.exec(ctx, s.d.bind(`DELETE FROM holds WHERE owner = ? AND hold_id = ?`), owner, id)
 	if err != nil {
 		return fmt.Errorf("%s: release hold: %w", s.d.Name, err)
 	}
@@ -177,13 +177,13 @@ func (s SQLStore) ReleaseHold(ctx context.Context, owner, backup string) error {
 
 func (s SQLStore) ListHolds(ctx context.Context, owner string) ([]store.Hold, error) {
 	var out []store.Hold
-	// An owner has a hold per backup at most: bounded by its catalog.
-	err := s.db.Read().Query(ctx, s.d.bind(`SELECT owner, backup_id, reason, principal, created_ns, until_ns FROM holds WHERE owner = ? ORDER BY owner, backup_id`),
+	// Bounded by the holds an owner may have (jobs.MaxHoldsPerOwner).
+	err := s.db.Read().Query(ctx, s.d.bind(`SELECT owner, hold_id, backup_id, reason, principal, created_ns, until_ns FROM holds WHERE owner = ? ORDER BY owner, backup_id, created_ns, hold_id`),
 		[]any{owner}, func(rows Rows) error {
 			for rows.Next() {
 				var h store.Hold
 				var created, until int64
-				if err := rows.Scan(&h.Owner, &h.Backup, &h.Reason, &h.Principal, &created, &until); err != nil {
+				if err := rows.Scan(&h.Owner, &h.ID, &h.Backup, &h.Reason, &h.Principal, &created, &until); err != nil {
 					return err
 				}
 				h.Created = time.Unix(0, created)
