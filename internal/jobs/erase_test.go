@@ -10,8 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"testing"
 	"sync"
+	"testing"
 	"time"
 
 	"gocloud.dev/blob"
