@@ -147,6 +147,13 @@ func eraseText(r *cb.EraseOwnerResult) string {
 		verb = "would erase (dry run: nothing was erased)"
 	}
 	fmt.Fprintf(&b, "%s: %d backups, %d objects; owner key destroyed: %v\n", verb, r.GetBackups(), r.GetObjects(), r.GetKeyDestroyed())
+	if n := r.GetJobsCancelled(); n > 0 {
+		what := "cancelled first"
+		if r.GetDryRun() {
+			what = "running, which an erasure cancels first"
+		}
+		fmt.Fprintf(&b, "%d jobs of the owner (or reading its backups) %s\n", n, what)
+	}
 	for _, t := range r.GetRows() {
 		fmt.Fprintf(&b, "  %-15s %d rows\n", t.GetTable(), t.GetRows())
 	}

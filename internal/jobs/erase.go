@@ -71,17 +71,14 @@ func (req EraseRequest) spec() ([]byte, error) {
 	return proto.Marshal(&pv.EraseSpec{Owner: req.Owner, DryRun: req.DryRun, RequestId: req.RequestID})
 }
 
-// ErrJobsRunning: the owner has an export or import running, or an import
-// reads its backups, which would write what the erasure removes. The
-// store checks it when the erasure's job is stored (CreateJob).
-var ErrJobsRunning = store.ErrOwnerBusy
-
 // ErrOwnerErasing: an erasure of the owner runs; nothing starts for it.
 var ErrOwnerErasing = store.ErrOwnerErasing
 
 // StartErase starts an erasure of req.Owner for principal. An owner under
-// a legal hold in force is ErrHeld, one with an export or import running
-// ErrJobsRunning, both before anything is erased.
+// a legal hold in force is ErrHeld, before anything is erased. Exports
+// and imports of the owner, and imports from its backups, running when
+// it starts are cancelled, and waited for, before anything is erased;
+// none starts after it (the store's fence).
 func (m *Manager) StartErase(ctx context.Context, principal string, req EraseRequest) (store.Job, error) {
 	if err := records.CheckOwner(req.Owner); err != nil {
 		return store.Job{}, invalid(err)
@@ -90,7 +87,7 @@ func (m *Manager) StartErase(ctx context.Context, principal string, req EraseReq
 	if j, seen, err := m.seen(ctx, req.Owner, kind, req.RequestID); seen || err != nil {
 		return j, err
 	}
-	if err := m.erasable(ctx, req.Owner, ""); err != nil {
+	if err := m.erasable(ctx, req.Owner); err != nil {
 		return store.Job{}, err
 	}
 	j, err := m.start(ctx, kind, principal, req, prepared{})
@@ -101,9 +98,8 @@ func (m *Manager) StartErase(ctx context.Context, principal string, req EraseReq
 	return j, err
 }
 
-// erasable refuses an owner a hold in force keeps, or with an export or
-// import running (self, the erasure's own job, aside).
-func (m *Manager) erasable(ctx context.Context, owner, self string) error {
+// erasable refuses an owner a hold in force keeps.
+func (m *Manager) erasable(ctx context.Context, owner string) error {
 	holds, err := m.cfg.Store.ListHolds(ctx, owner)
 	if err != nil {
 		return err
@@ -118,32 +114,63 @@ func (m *Manager) erasable(ctx context.Context, owner, self string) error {
 			return fmt.Errorf("%s is under a legal hold set by %s: release it first: %w", what, h.Principal, ErrHeld)
 		}
 	}
-	after := ""
+	return nil
+}
+
+// stopOwnerJobs cancels the jobs running for owner or reading its
+// backups, on whatever replica runs them, and waits until none runs: an
+// export would otherwise write a backup the erasure misses, and an import
+// from its backups copy its records on (issue 46, findings 2 and 3). The
+// store lets none start once the erasure is stored, so the list only
+// shrinks; a job of a replica that died ends when its lease runs out and
+// a takeover finds it cancelled. It returns how many it cancelled.
+func (m *Manager) stopOwnerJobs(ctx context.Context, r *run, owner string) (uint64, error) {
+	asked := map[string]bool{}
+	lastLog := time.Time{}
 	for {
-		page, err := m.cfg.Store.ListJobs(ctx, store.JobQuery{Owner: owner, After: after, Limit: 500})
+		ids, err := m.cfg.Store.RunningJobsFor(ctx, owner)
 		if err != nil {
-			return err
+			return uint64(len(asked)), err
 		}
-		for _, j := range page {
-			if j.State == store.JobRunning && j.ID != self && !IsErasure(j.Kind) {
-				return fmt.Errorf("job %s: %w", j.ID, ErrJobsRunning)
+		if len(ids) == 0 {
+			return uint64(len(asked)), nil
+		}
+		for _, id := range ids {
+			if asked[id] {
+				continue
 			}
+			if _, err := m.Cancel(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrFailedPrecondition) {
+				return uint64(len(asked)), fmt.Errorf("cancel job %s of the owner: %w", id, err)
+			}
+			asked[id] = true
+			m.cfg.Log.Info("audit: job cancelled by an erasure", zap.String("audit", "owner.erase.cancel"), zap.String("erasure", r.job.ID),
+				zap.String("owner", owner), zap.String("job", id))
 		}
-		if len(page) < 500 {
-			return nil
+		if time.Since(lastLog) > 30*time.Second {
+			lastLog = time.Now()
+			m.cfg.Log.Info("erasure waits for the owner's jobs to stop", zap.String("erasure", r.job.ID), zap.String("owner", owner), zap.Strings("jobs", ids))
 		}
-		after = page[len(page)-1].ID
+		select {
+		case <-ctx.Done():
+			return uint64(len(asked)), context.Cause(ctx)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
 func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Message, error) {
 	owner := req.Owner
-	if err := m.erasable(ctx, owner, r.job.ID); err != nil {
+	if err := m.erasable(ctx, owner); err != nil {
 		return nil, err
 	}
 	r.phase.Store(int32(pv.JobPhase_JOB_PHASE_TRANSFERRING))
 	result := &pv.EraseJobResult{DryRun: req.DryRun}
 	if req.DryRun {
+		running, err := m.cfg.Store.RunningJobsFor(ctx, owner)
+		if err != nil {
+			return nil, err
+		}
+		result.JobsCancelled = uint64(len(running))
 		counts, err := m.cfg.Store.CountOwnerRows(ctx, owner)
 		if err != nil {
 			return nil, err
@@ -169,6 +196,11 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 	// it until an operator re-enables it (ReenableOwner), so a device
 	// still writing under the name starts no new backups (finding 6).
 	if err := m.cfg.Store.MarkOwnerErased(ctx, owner, r.job.ID, time.Now()); err != nil {
+		return nil, err
+	}
+	cancelled, err := m.stopOwnerJobs(ctx, r, owner)
+	result.JobsCancelled = cancelled
+	if err != nil {
 		return nil, err
 	}
 	// The KEKs that wrap what is destroyed next are noted first: the

@@ -279,11 +279,6 @@ func TestEraseRefusedUnderHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
-	gated, gh, _, running := startGated(t, 50, "")
-	_ = gated
-	if _, err := gh.m.StartErase(ctx, "dpo", EraseRequest{Owner: running.Owner}); !errors.Is(err, ErrJobsRunning) {
-		t.Errorf("erasing an owner whose export runs: %v, want ErrJobsRunning", err)
-	}
 	j, res := eraseDone(t, h, EraseRequest{Owner: owner})
 	if j.State != store.JobSucceeded || res.GetBackups() != 1 {
 		t.Fatalf("after the holds lapsed or were released: %s %s %v", j.State, j.ErrorMessage, res)
@@ -828,5 +823,42 @@ func TestHoldsPerOwnerBounded(t *testing.T) {
 	}
 	if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, ID: fmt.Sprintf("%032x", 7), Reason: "changed"}); err != nil {
 		t.Fatalf("changing a hold at the bound: %v", err)
+	}
+}
+
+// TestErasureCancelsTheOwnersJobs (issue 46, findings 2 and 3): an
+// erasure started while an export of the owner runs cancels it, waits for
+// it to end, and erases; the export ends CANCELLED with nothing written,
+// and the erasure's result counts it. A dry run counts what it would
+// cancel and cancels nothing.
+func TestErasureCancelsTheOwnersJobs(t *testing.T) {
+	gated, h, owner, running := startGated(t, 50, "")
+	ctx := t.Context()
+	_, dry := eraseDone(t, h, EraseRequest{Owner: owner, DryRun: true})
+	if dry.GetJobsCancelled() != 1 {
+		t.Fatalf("dry run: %d jobs would be cancelled, want 1", dry.GetJobsCancelled())
+	}
+	if j, _ := h.m.cfg.Store.GetJob(ctx, running.ID); j.State != store.JobRunning {
+		t.Fatalf("the dry run stopped the export: %s", j.State)
+	}
+	j, res := eraseDone(t, h, EraseRequest{Owner: owner})
+	if j.State != store.JobSucceeded || res.GetJobsCancelled() != 1 || !res.GetKeyDestroyed() {
+		t.Fatalf("erasure: %s %s %v", j.State, j.ErrorMessage, res)
+	}
+	select {
+	case <-gated.stopped:
+	default:
+		t.Fatal("the export's context did not end")
+	}
+	// It ended before the erasure erased its owner's rows, its job
+	// row with them.
+	if _, err := h.m.cfg.Store.GetJob(ctx, running.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the export's job after the erasure: %v, want it erased", err)
+	}
+	if list, _ := h.m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Limit: 10}); len(list) != 0 {
+		t.Fatalf("backups of the erased owner: %d", len(list))
+	}
+	if names := files(t, h.dir); len(names) != 0 {
+		t.Fatalf("objects left: %v", names)
 	}
 }

@@ -185,8 +185,8 @@ func TestEraseOwnerOverTCP(t *testing.T) {
 // engine: while an erasure of alice runs (here on another replica: its
 // job stored running), an export of alice, an import into her, an import
 // from her backup into another owner and a hold on her are each refused
-// FAILED_PRECONDITION, and the hold is not stored; while an import from
-// her backup into carol runs, her erasure is refused FAILED_PRECONDITION.
+// FAILED_PRECONDITION, and the hold is not stored; an erasure started
+// while an import from her backup into carol runs stops it first.
 func TestErasureFenceOverTCP(t *testing.T) {
 	for _, e := range enginetest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
@@ -239,18 +239,40 @@ func TestErasureFenceOverTCP(t *testing.T) {
 			}
 			end(erasing)
 
+			// An import from her backup into carol runs on another
+			// replica: the erasure asks it to stop, waits until it has,
+			// then erases.
 			migrating := jobs.NewID(time.Now())
 			other(migrating, store.JobImport, "carol", "alice", &pv.ImportSpec{Owner: "carol", SourceOwner: "alice", Backup: backupID})
-			dpo := cb.NewBackupServiceClient(p.as(t, p.idp.valid(t, "alice", "owners.erase")))
-			_, err = dpo.EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: "alice"})
-			wantStatus(t, "an erasure while an import reads the owner's backup", err, codes.FailedPrecondition)
-			end(migrating)
+			dpoConn := p.as(t, p.idp.valid(t, "alice", "owners.erase"))
+			dpo := cb.NewBackupServiceClient(dpoConn)
 			erase, err := dpo.EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: "alice"})
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("an erasure while an import reads the owner's backup: %v", err)
 			}
-			if done := waitOp(t, p.as(t, p.idp.valid(t, "alice", "owners.erase")), erase.GetName()); done.GetError() != nil {
-				t.Fatalf("the erasure once nothing races it: %v", done.GetError())
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				j, err := p.store.GetJob(ctx, migrating)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if j.CancelRequested {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the erasure did not ask the import from the owner's backup to stop")
+				}
+			}
+			if op, err := longrunningpb.NewOperationsClient(dpoConn).GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: erase.GetName()}); err != nil || op.GetDone() {
+				t.Fatalf("the erasure ended before the import it waits for: %v, %v", op, err)
+			}
+			if _, err := p.store.GetOwnerKey(ctx, "alice"); err != nil {
+				t.Fatalf("the erasure destroyed the key while the import ran: %v", err)
+			}
+			end(migrating) // the other replica's import ends, cancelled
+			done := waitOp(t, dpoConn, erase.GetName())
+			result := &cb.EraseOwnerResult{}
+			if done.GetError() != nil || done.GetResponse().UnmarshalTo(result) != nil || result.GetJobsCancelled() != 1 {
+				t.Fatalf("the erasure: %v, %v", done.GetError(), result)
 			}
 		})
 	}

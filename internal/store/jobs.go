@@ -14,10 +14,11 @@ type Jobs interface {
 	// CreateJob stores a new running job. A second running export job for
 	// the same owner fails with ErrJobConflict; a job whose RequestID the
 	// owner's kept jobs of its kind hold already, with ErrRequestSeen.
-	// It checks the erasure fence in the same transaction: an erasure
-	// (JobErase) while a job of its owner, or an import from its backups,
-	// runs is ErrOwnerBusy; any other job whose Owner or SourceOwner an
-	// erasure is running for is ErrOwnerErasing.
+	// It checks the erasure fence in the same transaction: a job (not an
+	// erasure) whose Owner or SourceOwner an erasure is running for is
+	// ErrOwnerErasing. An erasure is stored whatever runs: it stops the
+	// owner's jobs running when it was stored (RunningJobsFor) before it
+	// erases anything.
 	CreateJob(ctx context.Context, j Job) error
 	// GetJob returns one job or ErrNotFound.
 	GetJob(ctx context.Context, id string) (Job, error)

@@ -147,9 +147,6 @@ var ErrHeld = fault.New(fault.FailedPrecondition, "under a legal hold")
 // start for it (or read its backups) until it ends.
 var ErrOwnerErasing = fault.New(fault.FailedPrecondition, "the owner is being erased")
 
-// ErrOwnerBusy: an export or import of the owner, or an import from its
-// backups into another owner, is running; an erasure would race it.
-var ErrOwnerBusy = fault.New(fault.FailedPrecondition, "the owner has an export or import running, or an import reads its backups; cancel it or wait for it to end, then erase")
 
 // Erasure removes one owner from every table.
 type Erasure interface {
@@ -173,6 +170,11 @@ type Erasure interface {
 	// for owner, or "" when none is: the fence a hold checks before and
 	// after it is stored.
 	RunningErasure(ctx context.Context, owner string) (string, error)
+	// RunningJobsFor returns the ids of the jobs, erasures aside, running
+	// for owner or reading its backups (SourceOwner): what an erasure
+	// stops before it erases. Once an erasure of owner is stored, the
+	// list only shrinks (CreateJob's fence).
+	RunningJobsFor(ctx context.Context, owner string) ([]string, error)
 	// CountOwnerRows counts owner's rows in each of OwnerRowTables: an
 	// erasure's dry run.
 	CountOwnerRows(ctx context.Context, owner string) (map[string]int64, error)

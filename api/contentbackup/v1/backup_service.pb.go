@@ -408,6 +408,11 @@ type EraseOwnerResult struct {
 	// local key the key worker rotates and destroys by itself, a KMS key
 	// the operator rotates away from.
 	WaitingOnKeks []string `protobuf:"bytes,7,rep,name=waiting_on_keks,json=waitingOnKeks,proto3" json:"waiting_on_keks,omitempty"`
+	// Exports and imports of the owner, and imports from its backups,
+	// running when the erasure started: cancelled, and waited for, before
+	// anything was erased (for a dry run: running now, which an erasure
+	// would cancel).
+	JobsCancelled uint64 `protobuf:"varint,8,opt,name=jobs_cancelled,json=jobsCancelled,proto3" json:"jobs_cancelled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -489,6 +494,13 @@ func (x *EraseOwnerResult) GetWaitingOnKeks() []string {
 		return x.WaitingOnKeks
 	}
 	return nil
+}
+
+func (x *EraseOwnerResult) GetJobsCancelled() uint64 {
+	if x != nil {
+		return x.JobsCancelled
+	}
+	return 0
 }
 
 // GetOwnerErasureRequest names an owner.
@@ -2971,7 +2983,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"\xa4\x02\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"\xcb\x02\n" +
 	"\x10EraseOwnerResult\x12\x17\n" +
 	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x12/\n" +
 	"\x04rows\x18\x02 \x03(\v2\x1b.contentbackup.v1.TableRowsR\x04rows\x12\x18\n" +
@@ -2979,7 +2991,8 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\aobjects\x18\x04 \x01(\x04R\aobjects\x12#\n" +
 	"\rkey_destroyed\x18\x05 \x01(\bR\fkeyDestroyed\x12E\n" +
 	"\x10unreadable_since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0funreadableSince\x12&\n" +
-	"\x0fwaiting_on_keks\x18\a \x03(\tR\rwaitingOnKeks\".\n" +
+	"\x0fwaiting_on_keks\x18\a \x03(\tR\rwaitingOnKeks\x12%\n" +
+	"\x0ejobs_cancelled\x18\b \x01(\x04R\rjobsCancelled\".\n" +
 	"\x16GetOwnerErasureRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\"D\n" +
 	"\x14ReenableOwnerRequest\x12\x14\n" +

@@ -136,7 +136,9 @@ type BackupServiceClient interface {
 	// jobs, keeping only this operation's own record (who asked and when,
 	// nothing of the owner's data). It needs owners.erase, which no other
 	// scope implies (admin included). An owner under a legal hold is
-	// FAILED_PRECONDITION, as is one with an export or import running. A
+	// FAILED_PRECONDITION. Exports and imports of the owner, and imports
+	// from its backups, running when it starts are cancelled and waited for
+	// before anything is erased, and none starts while it runs. A
 	// dry run (dry_run) reports what would go and deletes nothing. An
 	// erasure cut short by a crash is taken over and run again; every step
 	// is idempotent. The owner's name may then be used again: the new
@@ -451,7 +453,9 @@ type BackupServiceServer interface {
 	// jobs, keeping only this operation's own record (who asked and when,
 	// nothing of the owner's data). It needs owners.erase, which no other
 	// scope implies (admin included). An owner under a legal hold is
-	// FAILED_PRECONDITION, as is one with an export or import running. A
+	// FAILED_PRECONDITION. Exports and imports of the owner, and imports
+	// from its backups, running when it starts are cancelled and waited for
+	// before anything is erased, and none starts while it runs. A
 	// dry run (dry_run) reports what would go and deletes nothing. An
 	// erasure cut short by a crash is taken over and run again; every step
 	// is idempotent. The owner's name may then be used again: the new

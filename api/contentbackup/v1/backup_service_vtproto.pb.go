@@ -105,6 +105,11 @@ func (m *EraseOwnerResult) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.JobsCancelled != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.JobsCancelled))
+		i--
+		dAtA[i] = 0x40
+	}
 	if len(m.WaitingOnKeks) > 0 {
 		for iNdEx := len(m.WaitingOnKeks) - 1; iNdEx >= 0; iNdEx-- {
 			i -= len(m.WaitingOnKeks[iNdEx])
@@ -2404,6 +2409,9 @@ func (m *EraseOwnerResult) SizeVT() (n int) {
 			l = len(s)
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
+	}
+	if m.JobsCancelled != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.JobsCancelled))
 	}
 	n += len(m.unknownFields)
 	return n

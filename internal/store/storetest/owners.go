@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -350,21 +351,22 @@ func testErasureFence(t *testing.T, s store.Store) {
 			t.Fatal(err)
 		}
 	}
+	// An erasure is stored whatever runs, and lists what it must stop:
+	// the owner's export and an import from its backups into bob.
 	mustCreate(t, s, newJob("export-a", store.JobExport, "alice", lease))
-	if err := s.CreateJob(ctx(t), newJob("erase-a1", store.JobErase, "alice", lease)); !errors.Is(err, store.ErrOwnerBusy) {
-		t.Fatalf("an erasure while the owner's export runs: %v, want ErrOwnerBusy", err)
-	}
-	finish("export-a")
 	migrate := newJob("import-b", store.JobImport, "bob", lease)
 	migrate.SourceOwner = "alice"
 	mustCreate(t, s, migrate)
 	if j, err := s.GetJob(ctx(t), "import-b"); err != nil || j.SourceOwner != "alice" {
 		t.Fatalf("the import's source owner reads back %q, %v", j.SourceOwner, err)
 	}
-	if err := s.CreateJob(ctx(t), newJob("erase-a2", store.JobErase, "alice", lease)); !errors.Is(err, store.ErrOwnerBusy) {
-		t.Fatalf("an erasure while an import reads the owner's backups: %v, want ErrOwnerBusy", err)
+	mustCreate(t, s, newJob("export-bob-own", store.JobExport, "bob", lease))
+	if ids, err := s.RunningJobsFor(ctx(t), "alice"); err != nil || !slices.Equal(ids, []string{"export-a", "import-b"}) {
+		t.Fatalf("RunningJobsFor alice: %v, %v; want her export and the import from her backups", ids, err)
 	}
+	finish("export-a")
 	finish("import-b")
+	finish("export-bob-own")
 	mustCreate(t, s, newJob("erase-a", store.JobErase, "alice", lease))
 	if id, err := s.RunningErasure(ctx(t), "alice"); err != nil || id != "erase-a" {
 		t.Fatalf("RunningErasure: %q, %v", id, err)
@@ -387,29 +389,60 @@ func testErasureFence(t *testing.T, s store.Store) {
 	mustCreate(t, s, newJob("export-a3", store.JobExport, "alice", lease))
 	finish("export-a3")
 
+	// The race: imports from dave's backups (each into an owner of its
+	// own, left running) started in a loop while dave's erasure is
+	// stored. Every one stored is in what the erasure lists right after
+	// it is stored, so the erasure stops it; every one started after the
+	// erasure was stored is refused ErrOwnerErasing.
 	for round := range 20 {
-		export := newJob(fmt.Sprintf("race-export-%d", round), store.JobExport, "dave", lease)
-		erase := newJob(fmt.Sprintf("race-erase-%d", round), store.JobErase, "dave", lease)
+		source := fmt.Sprintf("dave-%d", round)
 		var wg sync.WaitGroup
-		errs := make([]error, 2)
-		for i, j := range []store.Job{export, erase} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = s.CreateJob(ctx(t), j)
-			}()
+		var erased atomic.Bool
+		stop := make(chan struct{})
+		var stored []string
+		var unexpected []error
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				j := newJob(fmt.Sprintf("race-import-%d-%d", round, n), store.JobImport, fmt.Sprintf("erin-%d-%d", round, n), lease)
+				j.SourceOwner = source
+				after := erased.Load()
+				err := s.CreateJob(ctx(t), j)
+				switch {
+				case err == nil && after:
+					unexpected = append(unexpected, fmt.Errorf("import %s started after the erasure was stored", j.ID))
+				case err == nil:
+					stored = append(stored, j.ID)
+				case !errors.Is(err, store.ErrOwnerErasing):
+					unexpected = append(unexpected, err)
+				}
+			}
+		})
+		time.Sleep(time.Duration(round%4) * time.Millisecond)
+		erase := newJob(fmt.Sprintf("race-erase-%d", round), store.JobErase, source, lease)
+		mustCreate(t, s, erase)
+		erased.Store(true)
+		listed, err := s.RunningJobsFor(ctx(t), source)
+		if err != nil {
+			t.Fatal(err)
 		}
+		time.Sleep(5 * time.Millisecond)
+		close(stop)
 		wg.Wait()
-		switch {
-		case errs[0] == nil && errs[1] == nil:
-			t.Fatalf("round %d: an export and an erasure of one owner were both started", round)
-		case errs[0] == nil && errors.Is(errs[1], store.ErrOwnerBusy):
-			finish(export.ID)
-		case errs[1] == nil && errors.Is(errs[0], store.ErrOwnerErasing):
-			finish(erase.ID)
-		default:
-			t.Fatalf("round %d: export %v, erasure %v", round, errs[0], errs[1])
+		if len(unexpected) > 0 {
+			t.Fatalf("round %d: %v", round, unexpected)
 		}
+		for _, id := range stored {
+			if !slices.Contains(listed, id) {
+				t.Fatalf("round %d: import %s was stored and is not in what the erasure stops (%v)", round, id, listed)
+			}
+			finish(id)
+		}
+		finish(erase.ID)
 	}
 }
 

@@ -863,6 +863,7 @@ type EraseJobResult struct {
 	Backups       uint64                 `protobuf:"varint,3,opt,name=backups,proto3" json:"backups,omitempty"`
 	Objects       uint64                 `protobuf:"varint,4,opt,name=objects,proto3" json:"objects,omitempty"`
 	KeyDestroyed  bool                   `protobuf:"varint,5,opt,name=key_destroyed,json=keyDestroyed,proto3" json:"key_destroyed,omitempty"`
+	JobsCancelled uint64                 `protobuf:"varint,8,opt,name=jobs_cancelled,json=jobsCancelled,proto3" json:"jobs_cancelled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -930,6 +931,13 @@ func (x *EraseJobResult) GetKeyDestroyed() bool {
 		return x.KeyDestroyed
 	}
 	return false
+}
+
+func (x *EraseJobResult) GetJobsCancelled() uint64 {
+	if x != nil {
+		return x.JobsCancelled
+	}
+	return 0
 }
 
 // TableRows is how many of an owner's rows one table held.
@@ -1394,13 +1402,14 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\x06sha256\x18\x05 \x01(\fR\x06sha256\x12$\n" +
 	"\x0eexported_at_ns\x18\x06 \x01(\x03R\fexportedAtNs\x12)\n" +
 	"\x10excluded_records\x18\a \x01(\x04R\x0fexcludedRecords\x12)\n" +
-	"\x10repaired_records\x18\b \x01(\x04R\x0frepairedRecords\"\xcb\x01\n" +
+	"\x10repaired_records\x18\b \x01(\x04R\x0frepairedRecords\"\xf2\x01\n" +
 	"\x0eEraseJobResult\x12\x17\n" +
 	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x12;\n" +
 	"\x04rows\x18\x02 \x03(\v2'.contentbackup.persistence.v1.TableRowsR\x04rows\x12\x18\n" +
 	"\abackups\x18\x03 \x01(\x04R\abackups\x12\x18\n" +
 	"\aobjects\x18\x04 \x01(\x04R\aobjects\x12#\n" +
-	"\rkey_destroyed\x18\x05 \x01(\bR\fkeyDestroyedJ\x04\b\x06\x10\aJ\x04\b\a\x10\b\"5\n" +
+	"\rkey_destroyed\x18\x05 \x01(\bR\fkeyDestroyed\x12%\n" +
+	"\x0ejobs_cancelled\x18\b \x01(\x04R\rjobsCancelledJ\x04\b\x06\x10\aJ\x04\b\a\x10\b\"5\n" +
 	"\tTableRows\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\x03R\x04rows\"\x9e\x01\n" +

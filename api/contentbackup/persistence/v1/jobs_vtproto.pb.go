@@ -582,6 +582,11 @@ func (m *EraseJobResult) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.JobsCancelled != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.JobsCancelled))
+		i--
+		dAtA[i] = 0x40
+	}
 	if m.KeyDestroyed {
 		i--
 		if m.KeyDestroyed {
@@ -1244,6 +1249,9 @@ func (m *EraseJobResult) SizeVT() (n int) {
 	}
 	if m.KeyDestroyed {
 		n += 2
+	}
+	if m.JobsCancelled != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.JobsCancelled))
 	}
 	n += len(m.unknownFields)
 	return n

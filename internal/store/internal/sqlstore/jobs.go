@@ -74,7 +74,7 @@ func (s SQLStore) CreateJob(ctx context.Context, j store.Job) error {
 			max(j.Attempt, 1), source)
 		return insertErr
 	})
-	if errors.Is(err, store.ErrOwnerBusy) || errors.Is(err, store.ErrOwnerErasing) {
+	if errors.Is(err, store.ErrOwnerErasing) {
 		return err
 	}
 	if uniqueViolation(err) && j.RequestID != "" {
@@ -97,15 +97,16 @@ func (s SQLStore) CreateJob(ctx context.Context, j store.Job) error {
 }
 
 // erasureFence checks, in the transaction that stores a job of kind for
-// owner (reading source's backups, when not ""), that an erasure and
-// the jobs it would race never overlap: an erasure waits for no job of
-// its owner and no import from its backups to be running, and every
-// other job for no erasure of its owner or source. The owners' keys are
-// locked first, in order, so two such transactions run one after the
-// other and the second sees what the first stored (issue 46, findings
-// 2 and 3: an export started during an erasure wrote a new readable
-// backup; an import from the owner's backup into another kept its
-// messages).
+// owner (reading source's backups, when not ""), that no job starts for
+// an owner an erasure runs for: a job whose owner or source an erasure
+// is running for is ErrOwnerErasing. An erasure itself is stored whatever
+// runs, and stops what ran before it (RunningJobsFor). The owners' keys
+// are locked first, in order, so two such transactions run one after the
+// other and the second sees what the first stored: a job is either
+// stored before the erasure, and in the list it stops, or refused (issue
+// 46, findings 2 and 3: an export started during an erasure wrote a new
+// readable backup; an import from the owner's backup into another kept
+// its messages).
 func (s SQLStore) erasureFence(ctx context.Context, tx Conn, kind, owner, source string) error {
 	if kind == store.JobEraseDryRun {
 		return nil
@@ -122,25 +123,39 @@ func (s SQLStore) erasureFence(ctx context.Context, tx Conn, kind, owner, source
 			}
 		}
 	}
-	var id string
-	var err error
 	if kind == store.JobErase {
-		err = tx.QueryRow(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND kind NOT IN (?, ?) AND (owner = ? OR source_owner = ?) LIMIT 1`),
-			store.JobRunning, store.JobErase, store.JobEraseDryRun, owner, owner).Scan(&id)
-		if err == nil {
-			return fmt.Errorf("job %s: %w", id, store.ErrOwnerBusy)
-		}
-	} else {
-		err = tx.QueryRow(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND kind = ? AND owner IN (?, ?) LIMIT 1`),
-			store.JobRunning, store.JobErase, owners[0], owners[len(owners)-1]).Scan(&id)
-		if err == nil {
-			return fmt.Errorf("erasure %s: %w", id, store.ErrOwnerErasing)
-		}
+		return nil
+	}
+	var id string
+	err := tx.QueryRow(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND kind = ? AND owner IN (?, ?) LIMIT 1`),
+		store.JobRunning, store.JobErase, owners[0], owners[len(owners)-1]).Scan(&id)
+	if err == nil {
+		return fmt.Errorf("erasure %s: %w", id, store.ErrOwnerErasing)
 	}
 	if !errors.Is(err, s.d.NoRows) {
 		return fmt.Errorf("read the owner's erasure fence: %w", err)
 	}
 	return nil
+}
+
+// RunningJobsFor is store.Erasure's.
+func (s SQLStore) RunningJobsFor(ctx context.Context, owner string) ([]string, error) {
+	var ids []string
+	err := s.db.Read().Query(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND kind NOT IN (?, ?) AND (owner = ? OR source_owner = ?) ORDER BY id`),
+		[]any{store.JobRunning, store.JobErase, store.JobEraseDryRun, owner, owner}, func(rows Rows) error {
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			return rows.Err()
+		})
+	if err != nil {
+		return nil, fmt.Errorf("%s: the owner's running jobs: %w", s.d.Name, err)
+	}
+	return ids, nil
 }
 
 // RunningErasure is store.Erasure's.
