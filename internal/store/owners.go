@@ -147,7 +147,6 @@ var ErrHeld = fault.New(fault.FailedPrecondition, "under a legal hold")
 // start for it (or read its backups) until it ends.
 var ErrOwnerErasing = fault.New(fault.FailedPrecondition, "the owner is being erased")
 
-
 // Erasure removes one owner from every table.
 type Erasure interface {
 	// DestroyOwnerKey deletes owner's key row and blanks the wrapped data
