@@ -1,12 +1,18 @@
 package server
 
 import (
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -290,4 +296,181 @@ func eraseResultOf(t *testing.T, conn *grpc.ClientConn, name string) *cb.EraseOw
 		t.Fatal(err)
 	}
 	return result
+}
+
+// TestErasureRaceOverTCP (issue 46's race test), on each engine: while
+// exports of alice, imports into her, imports from her backup into
+// others, holds on her (each released at once) and schedule ticks for her
+// are started in loops, her erasure is started (again while a hold
+// stands in its way). Afterwards no backup sealed by her erased key is in
+// the catalog or the bucket, the erasure stopped what ran, and every
+// refusal the erasure caused was FAILED_PRECONDITION "being erased".
+func TestErasureRaceOverTCP(t *testing.T) {
+	for _, e := range enginetest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			ctx := t.Context()
+			p := startPerimeter(t, e.Open(t), false, nil)
+			ops := p.as(t, opsToken)
+			populate(t, cb.NewConversationServiceClient(ops), "alice")
+			admin := cb.NewBackupServiceClient(ops)
+			op, err := admin.StartExport(ctx, exportJob("alice", "before"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			backupID := exportResult(t, waitOp(t, ops, op.GetName())).GetBackup()
+			oldKey, err := p.store.GetOwnerKey(ctx, "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			policy, err := jobs.ParseSchedules([]byte("schedules:\n  - name: often\n    cron: \"@every 1m\"\n    owners: [alice]\n    bucket: local\n    keep: 100\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc, err := jobs.NewScheduler(ctx, p.jobs, policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			legal := cb.NewBackupServiceClient(p.as(t, p.idp.valid(t, "alice", "owners.hold")))
+
+			var mu sync.Mutex
+			codesSeen := map[codes.Code]int{}
+			var unexpected []error
+			erasingRefusals := 0
+			note := func(what string, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				c := status.Code(err)
+				codesSeen[c]++
+				switch {
+				case err == nil:
+				case c == codes.FailedPrecondition && strings.Contains(err.Error(), "being erased"):
+					erasingRefusals++
+				case c == codes.FailedPrecondition:
+					// a hold standing at that instant; the backup's key
+					// already destroyed when the import opened it
+				case c == codes.AlreadyExists, c == codes.ResourceExhausted, c == codes.NotFound:
+					// another export of alice runs; her queue is full; the
+					// backup imported from is erased
+				default:
+					unexpected = append(unexpected, fmt.Errorf("%s: %w", what, err))
+				}
+			}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			loop := func(fn func(n int)) {
+				wg.Go(func() {
+					for n := 0; ; n++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						fn(n)
+						time.Sleep(2 * time.Millisecond)
+					}
+				})
+			}
+			loop(func(int) {
+				_, err := admin.StartExport(ctx, exportJob("alice", "racing"))
+				note("export", err)
+			})
+			loop(func(int) {
+				_, err := admin.StartImport(ctx, &cb.StartImportRequest{Owner: "alice", Backup: backupID})
+				note("import into alice", err)
+			})
+			loop(func(n int) {
+				_, err := admin.StartImport(ctx, &cb.StartImportRequest{Owner: fmt.Sprintf("carol-%d", n%3), SourceOwner: "alice", Backup: backupID})
+				note("import from alice", err)
+			})
+			loop(func(int) {
+				h, err := legal.SetLegalHold(ctx, &cb.SetLegalHoldRequest{Owner: "alice", Reason: "racing matter"})
+				note("hold", err)
+				if err == nil {
+					_, err := legal.ReleaseLegalHold(ctx, &cb.ReleaseLegalHoldRequest{Owner: "alice", HoldId: h.GetHoldId()})
+					if status.Code(err) != codes.NotFound {
+						note("release", err)
+					}
+				}
+			})
+			tick := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+			loop(func(n int) { sc.Fire(ctx, policy.Schedules[0], tick.Add(time.Duration(n)*time.Minute)) })
+
+			time.Sleep(100 * time.Millisecond)
+			dpoConn := p.as(t, p.idp.valid(t, "alice", "owners.erase"))
+			dpo := cb.NewBackupServiceClient(dpoConn)
+			var result *cb.EraseOwnerResult
+			for attempt := 0; result == nil; attempt++ {
+				if attempt == 200 {
+					t.Fatal("no erasure succeeded in 200 attempts")
+				}
+				erase, err := dpo.EraseOwner(ctx, &cb.EraseOwnerRequest{Owner: "alice"})
+				if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "legal hold") {
+					continue // a racing hold stood at that instant
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := waitOp(t, dpoConn, erase.GetName())
+				if done.GetError() != nil {
+					if strings.Contains(done.GetError().GetMessage(), "legal hold") {
+						continue
+					}
+					t.Fatalf("the erasure failed: %v", done.GetError())
+				}
+				result = &cb.EraseOwnerResult{}
+				if err := done.GetResponse().UnmarshalTo(result); err != nil {
+					t.Fatal(err)
+				}
+			}
+			close(stop)
+			wg.Wait()
+			if len(unexpected) > 0 {
+				t.Fatalf("calls refused otherwise than FAILED_PRECONDITION: %v", unexpected)
+			}
+			t.Logf("codes while racing: %v; refused as being erased: %d; the erasure cancelled %d jobs", codesSeen, erasingRefusals, result.GetJobsCancelled())
+			// Jobs started after the erasure ended are a new owner's: let
+			// them end, then look for anything sealed by the old key.
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				ids, err := p.store.RunningJobsFor(ctx, "alice")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(ids) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("jobs still running: %v", ids)
+				}
+			}
+			backups, err := p.store.ListBackups(ctx, store.BackupQuery{Owner: "alice", Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range backups {
+				if b.OwnerKeyID == oldKey.KeyID {
+					t.Fatalf("backup %s of the erased owner survives, sealed by the erased key", b.ID)
+				}
+			}
+			// Every object under alice's directories is a catalog row's of
+			// the new owner.
+			known := map[string]bool{}
+			for _, b := range backups {
+				known[b.ObjectKey] = true
+			}
+			err = filepath.WalkDir(p.jobsDir, func(path string, d fs.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
+				}
+				rel, _ := filepath.Rel(p.jobsDir, path)
+				rel = filepath.ToSlash(rel)
+				if strings.Contains(rel, "alice/") && strings.HasSuffix(rel, jobs.ArchiveSuffix) && !known[rel] {
+					return fmt.Errorf("object %s under alice's directory belongs to no backup of the new owner", rel)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
