@@ -31,7 +31,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
 .PHONY: mutate mutate-sample stress racy
-.PHONY: run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
+.PHONY: history-soak run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -329,6 +329,13 @@ bench-restore:
 # fixed seeds of each. By hand, not in CI.
 RESTORE_SEEDS ?= 100
 RESTORE_MODEL_SEEDS ?= 20
+# history-soak: the history server under 100 anonymous clients filling,
+# trickling and hanging up while 10 legitimate clients upload and
+# download, for HISTORY_SOAK (make test runs it for 6 s).
+HISTORY_SOAK ?= 5m
+history-soak:
+	HISTORY_SOAK=$(HISTORY_SOAK) go test -count=1 -timeout 2h -v -run '^TestHistoryUnderAttack$$' ./internal/history | grep -E 'soak_test|^(--- |ok|FAIL)'
+
 restore-soak: interop-deps
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \

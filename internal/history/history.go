@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -171,6 +172,14 @@ type Service struct {
 	downloadsAtOnce chan struct{}
 	mu              sync.Mutex
 	clients         map[string]*client
+	// unwritten is what the uploads running here have reserved and not
+	// written yet: bytes the disk's free space does not show taken, which
+	// the disk reserve counts as taken (a check per reservation would
+	// otherwise let every upload at once spend the same free bytes).
+	unwritten atomic.Int64
+	// diskMu orders reservations here: each reads the disk's free space
+	// and promises from it before the next reads it.
+	diskMu sync.Mutex
 }
 
 type client struct {
@@ -572,7 +581,9 @@ func (s *Service) store(ctx context.Context, r *http.Request, w http.ResponseWri
 		return 0, err
 	}
 	body := &pacedBody{r: r.Body, rc: http.NewResponseController(w), stall: s.cfg.Stall, grace: s.cfg.BodyGrace, minRate: s.cfg.MinBodyRate, limit: s.cfg.MaxUpload}
-	n, err := io.Copy(&reservedWriter{w: bw, res: res}, body)
+	rw := &reservedWriter{w: bw, res: res}
+	defer rw.settle()
+	n, err := io.Copy(rw, body)
 	if err != nil {
 		cancel() // aborts the write: nothing is committed
 		_ = bw.Close()
@@ -642,22 +653,22 @@ func (r *reserver) reserve(delta int64) error {
 	if delta <= 0 {
 		return nil
 	}
-	if free := r.s.cfg.FreeBytes; free != nil {
-		n, err := free()
+	// The disk's free space is read and promised under one lock, so two
+	// uploads here never both spend the same free bytes.
+	r.s.diskMu.Lock()
+	defer r.s.diskMu.Unlock()
+	for range 5 {
+		limit, err := r.s.totalLimit(r.ctx, delta)
 		if err != nil {
 			return err
 		}
-		if int64(min(n, 1<<62)) < delta+r.s.cfg.DiskReserve {
-			return fmt.Errorf("%d bytes free on the bucket's disk, %d asked, %d kept free: %w", n, delta, r.s.cfg.DiskReserve, store.ErrHistoryFull)
-		}
-	}
-	for range 5 {
-		if err := r.s.makeRoom(r.ctx, delta); err != nil {
+		if err := r.s.makeRoom(r.ctx, delta, limit); err != nil {
 			return err
 		}
-		err := r.s.cfg.Store.ReserveHistoryBytes(r.ctx, r.id, delta, r.s.cfg.MaxTotal)
+		err = r.s.cfg.Store.ReserveHistoryBytes(r.ctx, r.id, delta, limit)
 		if err == nil {
 			r.reserved += delta
+			r.s.unwritten.Add(delta)
 			return nil
 		}
 		if !errors.Is(err, store.ErrHistoryFull) {
@@ -666,6 +677,36 @@ func (r *reserver) reserve(delta int64) error {
 		// Another upload took the room made: make it again.
 	}
 	return fmt.Errorf("the room made was taken each time: %w", store.ErrHistoryFull)
+}
+
+// totalLimit is the most every file may hold together for delta more
+// bytes to be stored now: MaxTotal, and on a disk short of room for
+// delta above its reserve (counting what uploads running here have
+// reserved and not written), less by the shortfall, so that the oldest
+// files are evicted to keep the reserve as they are to keep the total.
+// Otherwise anonymous uploads that fill the disk first would hold it
+// full for everyone until their retention ends.
+func (s *Service) totalLimit(ctx context.Context, delta int64) (int64, error) {
+	limit := s.cfg.MaxTotal
+	if s.cfg.FreeBytes == nil {
+		return limit, nil
+	}
+	// What is promised is read before what is free: a write between the
+	// two then makes the room look smaller, never larger.
+	promised := s.unwritten.Load()
+	n, err := s.cfg.FreeBytes()
+	if err != nil {
+		return 0, err
+	}
+	avail := int64(min(n, 1<<62)) - promised - s.cfg.DiskReserve
+	if avail >= delta {
+		return limit, nil
+	}
+	used, _, err := s.cfg.Store.HistoryBytes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return min(limit, used+avail), nil
 }
 
 // reservedWriter reserves ahead of each write into the bucket.
@@ -685,21 +726,26 @@ func (rw *reservedWriter) Write(p []byte) (int, error) {
 	}
 	n, err := rw.w.Write(p)
 	rw.written += int64(n)
+	rw.res.s.unwritten.Add(-int64(n))
 	return n, err
 }
 
+// settle gives back what was reserved and never written, once the
+// upload's writes are over.
+func (rw *reservedWriter) settle() { rw.res.s.unwritten.Add(-(rw.res.reserved - rw.written)) }
+
 // makeRoom evicts the oldest files old enough to evict (MinEvictAge)
-// until need more bytes fit under MaxTotal, looking as far down the
-// catalog as it must; ErrHistoryFull when none is left to evict. Uploads
-// running are never evicted: their own end settles them.
-func (s *Service) makeRoom(ctx context.Context, need int64) error {
+// until need more bytes fit under limit (totalLimit), looking as far
+// down the catalog as it must; ErrHistoryFull when none is left to
+// evict. Uploads running are never evicted: their own end settles them.
+func (s *Service) makeRoom(ctx context.Context, need, limit int64) error {
 	for range 1000 { // 100,000 files evicted for one step: something is wrong
 
 		used, _, err := s.cfg.Store.HistoryBytes(ctx)
 		if err != nil {
 			return err
 		}
-		if used+need <= s.cfg.MaxTotal {
+		if used+need <= limit {
 			return nil
 		}
 		old, err := s.cfg.Store.EvictableHistoryFiles(ctx, s.cfg.Now().Add(-s.cfg.MinEvictAge), 100)
@@ -707,10 +753,10 @@ func (s *Service) makeRoom(ctx context.Context, need int64) error {
 			return err
 		}
 		if len(old) == 0 {
-			return fmt.Errorf("%d bytes stored or reserved, %d more asked, %d the most, none old enough to evict: %w", used, need, s.cfg.MaxTotal, store.ErrHistoryFull)
+			return fmt.Errorf("%d bytes stored or reserved, %d more asked, %d the most, none old enough to evict: %w", used, need, limit, store.ErrHistoryFull)
 		}
 		for _, f := range old {
-			if used+need <= s.cfg.MaxTotal {
+			if used+need <= limit {
 				return nil // evict no more than the room needs
 			}
 			if err := s.delete(ctx, f); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -1003,4 +1004,55 @@ func TestHistoryDownloadsBounded(t *testing.T) {
 	first.Close()
 	eventually.True(t, 30*time.Second, func() bool { return get() == http.StatusOK },
 		func() string { return "the places did not come back when downloads ended" })
+}
+
+// TestHistoryDiskReserveEvictsOldFiles (issue 47, finding 1): when the
+// bucket's disk, not the total, is what is short, the oldest files past
+// the minimum eviction age are evicted to keep the reserve, as they are
+// to keep the total; before, every upload was 507 until files expired,
+// so uploads that filled the disk first held it for everyone.
+func TestHistoryDiskReserveEvictsOldFiles(t *testing.T) {
+	var dir atomic.Pointer[string]
+	f := newFixture(t, enginetest.SQLite(t), func(c *Config) {
+		c.FreeBytes = func() (uint64, error) {
+			var used int64
+			_ = filepath.WalkDir(*dir.Load(), func(_ string, e fs.DirEntry, err error) error {
+				if err == nil && !e.IsDir() {
+					if info, err := e.Info(); err == nil {
+						used += info.Size()
+					}
+				}
+				return nil
+			})
+			return uint64(11<<20 - used), nil
+		}
+		c.DiskReserve = 8 << 20
+		c.MinEvictAge = time.Minute
+	})
+	dir.Store(&f.dir)
+	var ids []string
+	for range 2 {
+		code, id := f.upload(t, bytes.NewReader(random(t, 1400<<10)))
+		if code != http.StatusOK {
+			t.Fatalf("an upload the disk has room for: %d", code)
+		}
+		ids = append(ids, id)
+		f.now.Add(int64(time.Second))
+	}
+	if code, _ := f.upload(t, bytes.NewReader(random(t, 1400<<10))); code != http.StatusInsufficientStorage {
+		t.Fatalf("an upload into the reserve while every file is younger than the minimum age: %d, want 507", code)
+	}
+	f.now.Add(int64(2 * time.Minute))
+	code, id := f.upload(t, bytes.NewReader(random(t, 1400<<10)))
+	if code != http.StatusOK {
+		t.Fatalf("an upload once the oldest file may be evicted: %d, want 200", code)
+	}
+	if code, _ := f.get(t, ids[0]); code != http.StatusNotFound {
+		t.Errorf("the oldest file: %d, want it evicted", code)
+	}
+	for _, keep := range []string{ids[1], id} {
+		if code, _ := f.get(t, keep); code != http.StatusOK {
+			t.Errorf("file %s: %d, want it kept", keep[:8], code)
+		}
+	}
 }
