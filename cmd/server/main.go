@@ -28,6 +28,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/buildinfo"
 	"github.com/contentbackup/contentbackup/internal/expiry"
+	"github.com/contentbackup/contentbackup/internal/drivers"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/preview"
@@ -239,7 +240,7 @@ func (f jobFlags) jobs(ctx context.Context, dataDir string) (*jobs.Config, func(
 		retiring = append(retiring, k)
 	}
 	b := jobs.NewBuckets(buckets)
-	cfg := &jobs.Config{KEK: kek, RetiringKEKs: retiring, Buckets: b, MaxRunning: f.MaxJobs, MaxRunningPerOwner: f.MaxJobsPerOwner,
+	cfg := &jobs.Config{KEK: kek, RetiringKEKs: retiring, Buckets: b, AbortUploads: drivers.AbortS3Uploads, MaxRunning: f.MaxJobs, MaxRunningPerOwner: f.MaxJobsPerOwner,
 		MaxQueuedPerOwner: f.MaxQueuedJobsPerOwner, KeepFinished: f.KeepFinishedJobs, Lease: f.JobLease, MaxAttempts: f.JobAttempts,
 		OwnerQuota: f.OwnerBackupQuota, BucketReserve: f.BucketReserve,
 		ScheduleClock: f.scheduleClock()}

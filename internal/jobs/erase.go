@@ -11,9 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"go.uber.org/zap"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
@@ -340,41 +337,17 @@ func (m *Manager) sweepOwnerObjects(ctx context.Context, owner string, dryRun bo
 }
 
 // abortOwnerUploads aborts (or, for a dry run, counts) the incomplete
-// multipart uploads directly under dir in an S3 bucket: an export killed
-// mid-upload leaves its parts there, the owner's ciphertext, which no
-// object listing shows (issue 46, finding 7: 11 parts, 92 MB). Other
-// kinds of bucket have none.
+// multipart uploads directly under dir in bucket name, with the
+// binary's Config.AbortUploads (the S3 SDK's; nil links none).
 func (m *Manager) abortOwnerUploads(ctx context.Context, name string, bucket *blob.Bucket, dir string, dryRun bool) (uint64, error) {
-	var client *s3.Client
-	bucketName := m.cfg.Buckets.S3Name(name)
-	if bucketName == "" || !bucket.As(&client) {
+	if m.cfg.AbortUploads == nil {
 		return 0, nil
 	}
-	var n uint64
-	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(bucketName), Prefix: aws.String(dir), Delimiter: aws.String("/")}
-	for {
-		out, err := client.ListMultipartUploads(ctx, in)
-		if err != nil {
-			return n, fmt.Errorf("bucket %s: list the owner's incomplete uploads: %w", name, err)
-		}
-		for _, u := range out.Uploads {
-			if strings.Contains(strings.TrimPrefix(aws.ToString(u.Key), dir), "/") {
-				continue
-			}
-			if !dryRun {
-				_, err := client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(bucketName), Key: u.Key, UploadId: u.UploadId})
-				var gone *s3types.NoSuchUpload
-				if err != nil && !errors.As(err, &gone) {
-					return n, fmt.Errorf("bucket %s: abort an incomplete upload of the owner: %w", name, err)
-				}
-			}
-			n++
-		}
-		if !aws.ToBool(out.IsTruncated) {
-			return n, nil
-		}
-		in.KeyMarker, in.UploadIdMarker = out.NextKeyMarker, out.NextUploadIdMarker
+	n, err := m.cfg.AbortUploads(ctx, bucket, m.cfg.Buckets.S3Name(name), dir, dryRun)
+	if err != nil {
+		return n, fmt.Errorf("bucket %s: the owner's incomplete uploads: %w", name, err)
 	}
+	return n, nil
 }
 
 func tableRows(counts map[string]int64) []*pv.TableRows {

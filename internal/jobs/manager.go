@@ -114,6 +114,12 @@ type Config struct {
 	// KEK.
 	KEK          *keyring.KEK
 	RetiringKEKs []*keyring.KEK
+	// AbortUploads aborts (or, for a dry run, counts) the incomplete
+	// multipart uploads directly under prefix in a bucket: an erasure
+	// leaves none of the owner's parts behind. The binaries set it to
+	// internal/drivers.AbortS3Uploads; nil aborts none (file buckets have
+	// none).
+	AbortUploads func(ctx context.Context, bucket *blob.Bucket, bucketName, prefix string, dryRun bool) (uint64, error)
 	Buckets      *Buckets
 	Pool         *budget.Pool
 	// Import is an import's limits; its Reader.Meter and ReadAhead are set

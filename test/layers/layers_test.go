@@ -22,7 +22,7 @@ var floors = map[string]int{
 	"internal/codec": 2, "internal/preview": 2, "internal/archive": 2, "internal/archive/archivetest": 2, "internal/records": 2, "internal/keyring": 2,
 	"internal/store": 3, "internal/store/internal/sqlstore": 3, "internal/store/sqlite": 3, "internal/store/postgres": 3, "internal/store/storetest": 3, "internal/store/enginetest": 3,
 	"internal/backup": 4, "internal/backup/backuptest": 4, "internal/expiry": 4, "internal/history": 4,
-	"internal/jobs": 5, "internal/jobs/jobstest": 5,
+	"internal/jobs": 5, "internal/jobs/jobstest": 5, "internal/drivers": 5,
 	// The gRPC edge: authentication, transport, telemetry, the content
 	// API's mapping onto the codecs, and the services.
 	"internal/auth": 6, "internal/auth/authtest": 6, "internal/transport": 6, "internal/telemetry": 6, "internal/contentapi": 6, "internal/server": 6,
