@@ -27,8 +27,8 @@ import (
 
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/buildinfo"
-	"github.com/contentbackup/contentbackup/internal/expiry"
 	"github.com/contentbackup/contentbackup/internal/drivers"
+	"github.com/contentbackup/contentbackup/internal/expiry"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/keyring"
 	"github.com/contentbackup/contentbackup/internal/preview"
