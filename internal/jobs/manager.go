@@ -1157,8 +1157,10 @@ func (m *Manager) renew(ctx context.Context, r *run, done chan<- struct{}) {
 		rctx, cancelCall := context.WithDeadline(ctx, stopBy)
 		cancel, err := m.cfg.Store.RenewJob(rctx, r.job.ID, r.job.Attempt, r.progress(), start.Add(m.cfg.Lease))
 		cancelCall()
+		var lost *store.FenceLostError
 		switch {
-		case errors.Is(err, store.ErrFailedPrecondition):
+		case errors.As(err, &lost):
+			m.cfg.Log.Warn("job attempt stopped: its fence is lost", zap.String("job", r.job.ID), zap.Error(err))
 			r.cancel(errLost)
 			return
 		case err != nil:

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"context"
 	"time"
 
@@ -126,3 +127,36 @@ type JobQuery struct {
 	After string
 	Limit int
 }
+
+// FenceLostError: a job attempt's write was refused because the attempt
+// no longer holds its job: a later attempt took it over, it ended, or it
+// is gone. The attempt stops, and what it would have written is not
+// written. As Temporal's ShardOwnershipLostError, it is its own type, so
+// a runner tells it from every other refusal (errors.As); it is also an
+// ErrFailedPrecondition for callers that only need the kind.
+type FenceLostError struct {
+	// Job and Attempt are the fence the write carried.
+	Job     string
+	Attempt int
+	// Holder is the job's attempt now and State its state ("" when the
+	// job is gone); Owner, when set, is the job a catalog row belongs to
+	// instead.
+	Holder int
+	State  string
+	Owner  string
+}
+
+func (e *FenceLostError) Error() string {
+	switch {
+	case e.Owner != "":
+		return fmt.Sprintf("fence lost: the row belongs to job %.64q, not %.64q", e.Owner, e.Job)
+	case e.State == "":
+		return fmt.Sprintf("fence lost: job %s is gone", e.Job)
+	case e.State != JobRunning:
+		return fmt.Sprintf("fence lost: job %s is %s", e.Job, e.State)
+	}
+	return fmt.Sprintf("fence lost: job %s is at attempt %d, taken over from attempt %d", e.Job, e.Holder, e.Attempt)
+}
+
+// Unwrap makes a lost fence an ErrFailedPrecondition.
+func (e *FenceLostError) Unwrap() error { return ErrFailedPrecondition }

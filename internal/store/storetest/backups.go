@@ -208,13 +208,14 @@ func testBackupCommitFenced(t *testing.T, s store.Store) {
 	}
 	stale, current := store.Fence{JobID: b.JobID, Attempt: 1}, store.Fence{JobID: b.JobID, Attempt: 2}
 	sum := store.BackupSummary{Length: 10, SHA256: make([]byte, 32), At: time.Now(), ObjectKey: owner + "/attempt-1"}
-	if err := s.CompleteBackup(ctx(t), owner, b.ID, stale, sum); !errors.Is(err, store.ErrFailedPrecondition) {
-		t.Fatalf("CompleteBackup by the stale attempt: %v, want ErrFailedPrecondition", err)
+	var lost *store.FenceLostError
+	if err := s.CompleteBackup(ctx(t), owner, b.ID, stale, sum); !errors.As(err, &lost) || lost.Attempt != stale.Attempt || !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Fatalf("CompleteBackup by the stale attempt: %v, want a FenceLostError", err)
 	}
 	if err := s.AbandonBackup(ctx(t), owner, b.ID, stale); !errors.Is(err, store.ErrFailedPrecondition) {
 		t.Fatalf("AbandonBackup by the stale attempt of a row its successor writes: %v, want ErrFailedPrecondition", err)
 	}
-	if err := s.CompleteBackup(ctx(t), owner, b.ID, store.Fence{JobID: "another job", Attempt: 2}, sum); !errors.Is(err, store.ErrFailedPrecondition) {
+	if err := s.CompleteBackup(ctx(t), owner, b.ID, store.Fence{JobID: "another job", Attempt: 2}, sum); !errors.As(err, &lost) || lost.Owner == "" {
 		t.Fatalf("CompleteBackup by another job: %v, want ErrFailedPrecondition", err)
 	}
 	sum.ObjectKey = owner + "/attempt-2"

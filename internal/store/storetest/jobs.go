@@ -142,11 +142,12 @@ func testClaimJob(t *testing.T, s store.Store) {
 		t.Errorf("second ClaimJob: %v, want ErrNotFound", err)
 	}
 	// The first attempt's runner is fenced off; the second's is not.
-	if _, err := s.RenewJob(ctx(t), "0001", 1, []byte("stale"), lease); !errors.Is(err, store.ErrFailedPrecondition) {
-		t.Errorf("RenewJob by the attempt that lost the job: %v, want ErrFailedPrecondition", err)
+	var lost *store.FenceLostError
+	if _, err := s.RenewJob(ctx(t), "0001", 1, []byte("stale"), lease); !errors.As(err, &lost) || lost.Attempt != 1 || lost.Holder != 2 || !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Errorf("RenewJob by the attempt that lost the job: %v, want a FenceLostError (attempt 1, held by 2)", err)
 	}
-	if err := s.FinishJob(ctx(t), "0001", 1, store.JobEnd{State: store.JobSucceeded, At: now}); !errors.Is(err, store.ErrFailedPrecondition) {
-		t.Errorf("FinishJob by the attempt that lost the job: %v, want ErrFailedPrecondition", err)
+	if err := s.FinishJob(ctx(t), "0001", 1, store.JobEnd{State: store.JobSucceeded, At: now}); !errors.As(err, &lost) {
+		t.Errorf("FinishJob by the attempt that lost the job: %v, want a FenceLostError", err)
 	}
 	if _, err := s.RenewJob(ctx(t), "0001", 2, []byte("going"), lease); err != nil {
 		t.Errorf("RenewJob by the attempt that holds the job: %v", err)

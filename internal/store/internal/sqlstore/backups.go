@@ -74,20 +74,20 @@ func (s SQLStore) CreateBackup(ctx context.Context, b store.Backup) error {
 // by's attempt: the fencing check of every catalog write a job makes.
 func (s SQLStore) holdsFence(ctx context.Context, tx Conn, rowJob string, by store.Fence) error {
 	if by.JobID != rowJob {
-		return fmt.Errorf("the backup belongs to job %.64q, not %.64q: %w", rowJob, by.JobID, store.ErrFailedPrecondition)
+		return &store.FenceLostError{Job: by.JobID, Attempt: by.Attempt, Owner: rowJob}
 	}
 	if by.JobID == "" {
 		return nil
 	}
 	j, err := s.getJob(ctx, tx, by.JobID, s.d.ForUpdate)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("job %s is gone: %w", by.JobID, store.ErrFailedPrecondition)
+		return &store.FenceLostError{Job: by.JobID, Attempt: by.Attempt}
 	}
 	if err != nil {
 		return err
 	}
 	if j.State != store.JobRunning || j.Attempt != by.Attempt {
-		return fmt.Errorf("job %s is %s at attempt %d, not running at attempt %d: %w", by.JobID, j.State, j.Attempt, by.Attempt, store.ErrFailedPrecondition)
+		return &store.FenceLostError{Job: by.JobID, Attempt: by.Attempt, Holder: j.Attempt, State: j.State}
 	}
 	return nil
 }

@@ -268,11 +268,8 @@ func (s SQLStore) RenewJob(ctx context.Context, id string, attempt int, progress
 		if err != nil {
 			return err
 		}
-		if j.State != store.JobRunning {
-			return fmt.Errorf("job %s is %s: %w", id, j.State, store.ErrFailedPrecondition)
-		}
-		if j.Attempt != attempt {
-			return fmt.Errorf("job %s is at attempt %d, taken over from attempt %d: %w", id, j.Attempt, attempt, store.ErrFailedPrecondition)
+		if j.State != store.JobRunning || j.Attempt != attempt {
+			return &store.FenceLostError{Job: id, Attempt: attempt, Holder: j.Attempt, State: j.State}
 		}
 		cancel = boolInt(j.CancelRequested)
 		_, err = tx.Exec(ctx, s.d.bind(`UPDATE jobs SET progress = ?, lease_until_ns = ?, updated_ns = ? WHERE id = ?`),
@@ -296,10 +293,7 @@ func (s SQLStore) FinishJob(ctx context.Context, id string, attempt int, end sto
 		if err != nil {
 			return err
 		}
-		if j.State == store.JobRunning {
-			return fmt.Errorf("job %s was taken over (attempt %d, not %d): %w", id, j.Attempt, attempt, store.ErrFailedPrecondition)
-		}
-		return fmt.Errorf("job %s already ended %s: %w", id, j.State, store.ErrFailedPrecondition)
+		return &store.FenceLostError{Job: id, Attempt: attempt, Holder: j.Attempt, State: j.State}
 	}
 	return nil
 }
