@@ -1,8 +1,8 @@
 package store
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/contentbackup/contentbackup/internal/fault"
