@@ -79,6 +79,7 @@ func (r *planRecorder) notice(c *pgconn.PgConn, n *pgconn.Notice) {
 // table routes to the one shard holding its owner.
 var citusFleetWide = map[string]string{
 	"SELECT DISTINCT owner FROM messages WHERE owner > $1 AND expires_at_ns <= $2 ORDER BY owner LIMIT $3":                                                            "the purge finds its next owners, a page at a time (LIMIT)",
+	"SELECT 1 FROM messages WHERE expires_at_ns <= $1 LIMIT 1":                                                                                                        "the purge's first look, anything due at all: one entry of each shard's due index",
 	"SELECT min(expires_at_ns) FROM messages WHERE expires_at_ns <= $1":                                                                                               "the purge's lag, on the expiry index of each shard",
 	"SELECT DISTINCT kek_fingerprint FROM backups WHERE owner_key_id = '' ORDER BY kek_fingerprint LIMIT 64":                                                          "the KEK check at start: at most 64 fingerprints, on the kek_fingerprint index",
 	"SELECT wrapped_key FROM backups WHERE owner_key_id = '' AND kek_fingerprint = $1 LIMIT 1":                                                                        "the KEK check at start: one sample of each fingerprint",

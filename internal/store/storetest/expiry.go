@@ -136,3 +136,27 @@ func testLookups(t *testing.T, s store.Store) {
 		t.Errorf("bob's GetConsent of alice's key: %v, want ErrNotFound", err)
 	}
 }
+
+// FillDisappearing gives owners more owners (numbered from first) a
+// group of per messages that disappear from deadline on: a fleet whose
+// expiry work is, before the deadline, none.
+func FillDisappearing(t *testing.T, s store.Store, owners, per int, deadline time.Time, first int) {
+	t.Helper()
+	for o := first; o < first+owners; o++ {
+		owner := fmt.Sprintf("idle-%06d", o)
+		g := FullGroup("g")
+		if _, err := s.PutGroup(ctx(t), owner, g); err != nil {
+			t.Fatal(err)
+		}
+		msgs := make([]*mb.GroupMessageSave, 0, per)
+		for i := range per {
+			m := Message(fmt.Sprintf("m-%d", i), g.GetId(), int64(1000+i))
+			v := deadline.UnixNano() + int64(o*per+i)
+			m.ExpiresAtNs, m.ExpiryKnown = &v, ptr(true)
+			msgs = append(msgs, m)
+		}
+		if _, err := s.AppendMessages(ctx(t), owner, msgs, store.AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
