@@ -220,17 +220,12 @@ func serverOptions(cfg Config, limits Limits, pool *budget.Pool, log *zap.Logger
 		authzCfg.Denied = func(reason string) { refused.WithLabelValues(reason).Inc() }
 	}
 	authorizer := authz.New(authzCfg)
-	unary := []grpc.UnaryServerInterceptor{authorizer.Unary, logging.UnaryServerInterceptor(interceptorLogger(log), logOpts...)}
-	stream := []grpc.StreamServerInterceptor{authorizer.Stream, logging.StreamServerInterceptor(interceptorLogger(log), logOpts...)}
 	var metrics *grpcprom.ServerMetrics
 	if cfg.Metrics != nil {
 		metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 		cfg.Metrics.MustRegister(metrics)
-		unary = append(unary, metrics.UnaryServerInterceptor())
-		stream = append(stream, metrics.StreamServerInterceptor())
 	}
-	unary = append(unary, recovery.UnaryServerInterceptor(panicHandler))
-	stream = append(stream, recovery.StreamServerInterceptor(panicHandler))
+	unary, stream := interceptors(chain(authorizer, interceptorLogger(log), logOpts, metrics, panicHandler))
 	opts := []grpc.ServerOption{
 		// Identity first: the caller is proven on the stream's headers,
 		// before its request is read, decompressed or decoded.
