@@ -85,29 +85,29 @@ type securityFlags struct {
 }
 
 type serveCmd struct {
-	storeFlags
-	logFlags
-	securityFlags
-	Listen           string        `default:"127.0.0.1:50051" env:"LISTEN_ADDR" help:"Address to serve gRPC on."`
-	HTTPListen       string        `name:"http-listen" env:"HTTP_LISTEN_ADDR" help:"Address to serve the same services over HTTP on (Connect protocol with JSON, gRPC-Web), for callers without gRPC. Unset: 127.0.0.1:50052 when --listen is its default, else off. With the gRPC listener's TLS when it has TLS; plaintext only on loopback or with --insecure."`
-	Migrate          bool          `default:"true" negatable:"" env:"MIGRATE" help:"Apply pending schema migrations at start (--no-migrate to require an up-to-date schema)."`
-	MaxRecvBytes     int           `default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
-	MaxDecodeBatch   int           `default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
-	MaxNestingDepth  int           `default:"16" env:"MAX_NESTING_DEPTH" help:"Deepest nesting of content in content (replies) that is decoded."`
-	PreviewWords     string        `name:"preview-words" type:"existingfile" env:"PREVIEW_WORDS" help:"A YAML file of notification preview words per locale and content type, replacing the built-in entries it gives (docs/previews.md)."`
-	MaxBatchExpanded int64         `default:"100663296" env:"MAX_BATCH_EXPANDED" help:"Bytes one decoding call (Decode, DecodeBatch, a ListMessages or StreamMessages page) may expand to: decompressed content and decoded values, failed decodes included."`
-	MaxAppendBatch   int           `default:"10000" env:"MAX_APPEND_BATCH" help:"Most messages one AppendMessages call takes."`
-	ShutdownGrace    time.Duration `default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
-	limitFlags
-	jobFlags
-	expiryFlags
-	historyFlags
-	MetricsListen string `default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
-	PProf         bool   `name:"pprof" env:"PPROF" help:"Also serve Go's profiles (net/http/pprof) at /debug/pprof/ on the metrics address: for an operator on a trusted network, never a public one."`
+	Listen           string        `default:"127.0.0.1:50051" env:"LISTEN_ADDR" group:"serving" help:"Address to serve gRPC on."`
+	HTTPListen       string        `name:"http-listen" group:"serving" env:"HTTP_LISTEN_ADDR" help:"Address to serve the same services over HTTP on (Connect protocol with JSON, gRPC-Web), for callers without gRPC. Unset: 127.0.0.1:50052 when --listen is its default, else off. With the gRPC listener's TLS when it has TLS; plaintext only on loopback or with --insecure."`
+	PreviewWords     string        `group:"serving" name:"preview-words" type:"existingfile" env:"PREVIEW_WORDS" help:"A YAML file of notification preview words per locale and content type, replacing the built-in entries it gives (docs/previews.md)."`
+	ShutdownGrace    time.Duration `group:"serving" default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
+	securityFlags    `group:"security"`
+	storeFlags       `group:"store"`
+	Migrate          bool `group:"store" default:"true" negatable:"" env:"MIGRATE" help:"Apply pending schema migrations at start (--no-migrate to require an up-to-date schema)."`
+	expiryFlags      `group:"store"`
+	MaxRecvBytes     int   `group:"limits" default:"33554432" env:"MAX_RECV_BYTES" help:"Largest request message accepted, in bytes."`
+	MaxDecodeBatch   int   `group:"limits" default:"1000" env:"MAX_DECODE_BATCH" help:"Most envelopes one DecodeBatch call takes."`
+	MaxNestingDepth  int   `group:"limits" default:"16" env:"MAX_NESTING_DEPTH" help:"Deepest nesting of content in content (replies) that is decoded."`
+	MaxBatchExpanded int64 `group:"limits" default:"100663296" env:"MAX_BATCH_EXPANDED" help:"Bytes one decoding call (Decode, DecodeBatch, a ListMessages or StreamMessages page) may expand to: decompressed content and decoded values, failed decodes included."`
+	MaxAppendBatch   int   `group:"limits" default:"10000" env:"MAX_APPEND_BATCH" help:"Most messages one AppendMessages call takes."`
+	limitFlags       `group:"limits"`
+	jobFlags         `group:"jobs"`
+	historyFlags     `group:"history"`
+	logFlags         `group:"observability"`
+	MetricsListen    string `group:"observability" default:"127.0.0.1:9464" env:"METRICS_ADDR" help:"Address to serve Prometheus metrics on, at /metrics; empty turns them off."`
+	PProf            bool   `group:"observability" name:"pprof" env:"PPROF" help:"Also serve Go's profiles (net/http/pprof) at /debug/pprof/ on the metrics address: for an operator on a trusted network, never a public one."`
 
-	OTLPEndpoint     string  `name:"otlp-endpoint" env:"OTEL_EXPORTER_OTLP_ENDPOINT" help:"OTLP/gRPC collector (host:port) to send traces to: a span per call and per Postgres query. Empty: no tracing."`
-	OTLPInsecure     bool    `name:"otlp-insecure" env:"OTEL_EXPORTER_OTLP_INSECURE" help:"Send traces to the collector without TLS (a sidecar on loopback)."`
-	TraceSampleRatio float64 `name:"trace-sample-ratio" env:"TRACE_SAMPLE_RATIO" default:"1" help:"Fraction of new traces kept; calls with a sampled parent follow it."`
+	OTLPEndpoint     string  `group:"observability" name:"otlp-endpoint" env:"OTEL_EXPORTER_OTLP_ENDPOINT" help:"OTLP/gRPC collector (host:port) to send traces to: a span per call and per Postgres query. Empty: no tracing."`
+	OTLPInsecure     bool    `group:"observability" name:"otlp-insecure" env:"OTEL_EXPORTER_OTLP_INSECURE" help:"Send traces to the collector without TLS (a sidecar on loopback)."`
+	TraceSampleRatio float64 `group:"observability" name:"trace-sample-ratio" env:"TRACE_SAMPLE_RATIO" default:"1" help:"Fraction of new traces kept; calls with a sampled parent follow it."`
 }
 
 // limitFlags bound memory, streams and record sizes (RELIABILITY.md).
@@ -248,9 +248,20 @@ func (f jobFlags) jobs(ctx context.Context, dataDir string) (*jobs.Config, func(
 }
 
 type migrateCmd struct {
-	storeFlags
-	logFlags
+	storeFlags `group:"store"`
+	logFlags   `group:"observability"`
 }
+
+// helpGroups are --help's sections, in order.
+var helpGroups = kong.ExplicitGroups([]kong.Group{
+	{Key: "serving", Title: "Serving", Description: "Where the gRPC and HTTP listeners are and how they stop."},
+	{Key: "security", Title: "Security", Description: "TLS, who may call (the policy, JWTs) and what signs page tokens."},
+	{Key: "store", Title: "Store", Description: "PostgreSQL or the embedded SQLite, its migrations and the expiry purge."},
+	{Key: "limits", Title: "Limits", Description: "The bytes, calls and streams a caller or the server may hold (RELIABILITY.md)."},
+	{Key: "jobs", Title: "Backup jobs", Description: "Buckets, keys, slots, leases, quotas and schedules (docs/backup-jobs.md, docs/erasure.md)."},
+	{Key: "history", Title: "History server", Description: "The device-sync history server (docs/history-server.md)."},
+	{Key: "observability", Title: "Observability", Description: "Logs, metrics, profiles and traces."},
+})
 
 func main() {
 	var c cli
@@ -258,6 +269,7 @@ func main() {
 		kong.Name("server"),
 		kong.Description("The contentbackup gRPC service: XMTP content encode/decode and conversation backups."),
 		kong.Vars{"version": version()},
+		helpGroups,
 	)
 	if c.CheckPolicy != "" {
 		disabled, err := auth.CheckPolicyFile(c.CheckPolicy)
