@@ -82,6 +82,7 @@ lint:
 	staticcheck ./...
 	staticcheck -tags 'ha citus' ./test/...
 	staticcheck -tags testhooks ./cmd/server
+	go run ./tools/codesize -check tools/codesize/allowed.txt
 
 # node installs the pinned Node (see NODE_VERSION) from the npm registry.
 node:
