@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,12 +52,38 @@ func (tl tool) run(args ...string) (string, string, error) {
 	return out.String(), errb.String(), err
 }
 
+// built is the one build of the binary the package's tests share: a link
+// each cost the tests more than most of them take.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	out  []byte
+	err  error
+}
+
+// build returns the archivectl binary, built once for every test.
 func build(t *testing.T) string {
-	bin := filepath.Join(t.TempDir(), "archivectl")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	t.Helper()
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "archivectl-test"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "archivectl")
+		built.out, built.err = exec.Command("go", "build", "-o", built.bin, ".").CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("build: %v\n%s", built.err, built.out)
 	}
-	return bin
+	return built.bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
 }
 
 // ctlToken proves the operator principal of the servers these tests run.

@@ -36,11 +36,7 @@ import (
 // the listen address from the environment), calls it, and stops it with
 // SIGTERM, which must end it cleanly; its metrics count the call.
 func TestBinary(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "server")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildServer(t)
 	dataDir := t.TempDir()
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=127.0.0.1:0", "LOG_FORMAT=json", "DATA_DIR="+dataDir)
@@ -201,10 +197,7 @@ func TestVersionFlag(t *testing.T) {
 // database, then serves from it with --no-migrate; without the migration
 // the server refuses to start rather than serve a schema it does not know.
 func TestBinaryPostgres(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "server")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildServer(t)
 	dbURL := storetest.NewPostgresDatabase(t)
 	dataDir := t.TempDir()
 	env := append(os.Environ(), "DATABASE_URL="+dbURL, "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR="+dataDir)
@@ -325,13 +318,57 @@ func buildServerWithTestHooks(t *testing.T) string {
 	return buildServerWith(t, "-tags", "testhooks")
 }
 
+// buildServerWith returns the server built with args, built once for
+// every test that asks for the same: a link each cost the package's
+// tests more than most of them take.
 func buildServerWith(t *testing.T, args ...string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "server")
-	if out, err := exec.Command("go", append(append([]string{"build"}, args...), "-o", bin, ".")...).CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	key := strings.Join(args, " ")
+	builds.mu.Lock()
+	b, ok := builds.by[key]
+	if !ok {
+		b = &build{}
+		builds.by[key] = b
 	}
-	return bin
+	builds.mu.Unlock()
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "server-test")
+		if err != nil {
+			b.err = err
+			return
+		}
+		builds.mu.Lock()
+		builds.dirs = append(builds.dirs, dir)
+		builds.mu.Unlock()
+		b.bin = filepath.Join(dir, "server")
+		b.out, b.err = exec.Command("go", append(append([]string{"build"}, args...), "-o", b.bin, ".")...).CombinedOutput()
+	})
+	if b.err != nil {
+		t.Fatalf("build: %v\n%s", b.err, b.out)
+	}
+	return b.bin
+}
+
+// build is one build of the server, by its arguments.
+type build struct {
+	once sync.Once
+	bin  string
+	out  []byte
+	err  error
+}
+
+var builds = struct {
+	mu   sync.Mutex
+	by   map[string]*build
+	dirs []string
+}{by: map[string]*build{}}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, d := range builds.dirs {
+		os.RemoveAll(d)
+	}
+	os.Exit(code)
 }
 
 // TestProductionBinaryHasNoTestHooks: the binary built as make build
