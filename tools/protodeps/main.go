@@ -5,8 +5,9 @@
 // The sources are printed from the descriptors the Go modules in go.mod
 // register (cloud.google.com/go/longrunning, genproto), so they are the
 // same definitions the generated Go code links against, at the versions
-// go.mod pins, and nothing of them is committed: `make generate` writes
-// them under api/third_party (git-ignored) before buf runs.
+// go.mod pins. `make generate` writes them under api/third_party, where
+// they are committed, so `buf generate` with any plugin works in a fresh
+// clone; `make check-generated` fails when they differ from go.mod's.
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"github.com/jhump/protoreflect/v2/protoprint"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
@@ -30,7 +32,10 @@ func main() {
 }
 
 func run(out string) error {
-	files := closure(longrunningpb.File_google_longrunning_operations_proto)
+	// The long-running Operation the API returns, and the error details
+	// its statuses carry (ErrorInfo, BadRequest, RequestInfo), which a
+	// client in another language needs to read them.
+	files := closure(longrunningpb.File_google_longrunning_operations_proto, errdetails.File_google_rpc_error_details_proto)
 	p := protoprint.Printer{}
 	if err := p.PrintProtosToFileSystem(files, out); err != nil {
 		return fmt.Errorf("print: %w", err)
@@ -38,9 +43,9 @@ func run(out string) error {
 	return nil
 }
 
-// closure is fd and every file it imports, transitively, except the
+// closure is fds and every file they import, transitively, except the
 // well-known types buf already has.
-func closure(fd protoreflect.FileDescriptor) []protoreflect.FileDescriptor {
+func closure(fds ...protoreflect.FileDescriptor) []protoreflect.FileDescriptor {
 	seen := map[string]bool{}
 	var files []protoreflect.FileDescriptor
 	var walk func(protoreflect.FileDescriptor)
@@ -55,6 +60,8 @@ func closure(fd protoreflect.FileDescriptor) []protoreflect.FileDescriptor {
 		}
 		files = append(files, f)
 	}
-	walk(fd)
+	for _, fd := range fds {
+		walk(fd)
+	}
 	return files
 }
