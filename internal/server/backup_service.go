@@ -111,7 +111,7 @@ func (s *BackupService) ListBackups(ctx context.Context, req *cb.ListBackupsRequ
 	}
 	size, err := pagetoken.Size(req.GetPageSize())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, statusOf(err) // a BadRequest naming page_size
 	}
 	before := ""
 	if req.GetPageToken() != "" {
@@ -566,7 +566,7 @@ const listScanPages = 20
 func (s *OperationsService) ListOperations(ctx context.Context, req *longrunningpb.ListOperationsRequest) (*longrunningpb.ListOperationsResponse, error) {
 	size, err := pagetoken.Size(req.GetPageSize())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, statusOf(err) // a BadRequest naming page_size
 	}
 	filter, err := parseFilter(req.GetFilter())
 	if err != nil {

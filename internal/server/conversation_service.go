@@ -100,7 +100,7 @@ func (s *ConversationService) ListGroups(ctx context.Context, req *cb.ListGroups
 	}
 	limit, err := pagetoken.Size(req.GetPageSize())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, statusOf(err) // a BadRequest naming page_size
 	}
 	after, err := s.tokens.OpenGroups(principalName(ctx), req.GetOwner(), req.GetPageToken())
 	if err != nil {
@@ -255,7 +255,7 @@ func (s *ConversationService) messageQuery(ctx context.Context, owner string, gr
 	if size != 0 {
 		var err error
 		if limit, err = pagetoken.Size(size); err != nil {
-			return store.MessageQuery{}, status.Error(codes.InvalidArgument, err.Error())
+			return store.MessageQuery{}, statusOf(err) // a BadRequest naming page_size
 		}
 	}
 	q := store.MessageQuery{GroupID: group, StartNs: startNs, EndNs: endNs, Limit: limit}
@@ -481,7 +481,7 @@ func (s *ConversationService) ListConsent(ctx context.Context, req *cb.ListConse
 	}
 	limit, err := pagetoken.Size(req.GetPageSize())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, statusOf(err) // a BadRequest naming page_size
 	}
 	after, err := s.tokens.OpenConsent(principalName(ctx), req.GetOwner(), req.GetPageToken())
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/records"
+	"github.com/contentbackup/contentbackup/internal/server/authz"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
@@ -39,7 +40,7 @@ import (
 const maxStatusMessage = 1024
 
 // ErrorInfo domain of every detail this server attaches.
-const errorDomain = "contentbackup.v1"
+const errorDomain = authz.ErrorDomain
 
 func clip(msg string) string { return fault.Clip(msg, maxStatusMessage, "… (truncated)") }
 

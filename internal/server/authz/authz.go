@@ -170,17 +170,46 @@ func ServiceOf(fullMethod string) string {
 // the standard detail for it, and in the log line.
 func (a *Authorizer) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	ctx = metadata.NewIncomingContext(ctx, info.Header)
-	ctx, id := requestid.With(ctx)
+	ctx, _ = requestid.With(ctx) // a refusal carries it (refusal)
 	ctx, err := a.admit(ctx, info.FullMethodName)
 	if err != nil {
-		if st, ok := status.FromError(err); ok {
-			if withID, derr := st.WithDetails(&errdetails.RequestInfo{RequestId: id}); derr == nil {
-				return nil, withID.Err()
-			}
-		}
 		return nil, err
 	}
 	return context.WithValue(ctx, tappedKey{}, true), nil
+}
+
+// ErrorDomain is the ErrorInfo domain of every reason the server gives.
+const ErrorDomain = "contentbackup.v1"
+
+// Refusal reasons, as ErrorInfo carries them: a client tells refusals
+// apart by these, never by the message.
+const (
+	ReasonUnauthenticated = "UNAUTHENTICATED"
+	ReasonScopeMissing    = "SCOPE_MISSING"
+	ReasonOwnerNotAllowed = "OWNER_NOT_PERMITTED"
+	ReasonActorNotAllowed = "ACTOR_NOT_PERMITTED"
+	ReasonMethodNotOpen   = "METHOD_NOT_OPEN"
+)
+
+// refusal is a refusal's status: its code and message, its reason as
+// google.rpc.ErrorInfo, and the call's request id as
+// google.rpc.RequestInfo (a trailers-only answer carries no header of
+// ours), on every refusal alike (issue 51: one carried a request id and
+// no reason, another neither).
+func refusal(ctx context.Context, code codes.Code, reason, msg string) error {
+	st := status.New(code, msg)
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
+	var d *status.Status
+	var err error
+	if id := requestid.FromContext(ctx); id != "" {
+		d, err = st.WithDetails(info, &errdetails.RequestInfo{RequestId: id})
+	} else {
+		d, err = st.WithDetails(info)
+	}
+	if err != nil {
+		return st.Err()
+	}
+	return d.Err()
 }
 
 // tappedKey marks a context whose caller the tap handle admitted.
@@ -203,7 +232,7 @@ func (a *Authorizer) admit(ctx context.Context, fullMethod string) (context.Cont
 	p, err := a.authenticate(ctx)
 	if err != nil {
 		a.refuse(ctx, fullMethod, "unauthenticated", err)
-		return nil, status.Error(codes.Unauthenticated, err.Error())
+		return nil, refusal(ctx, codes.Unauthenticated, ReasonUnauthenticated, err.Error())
 	}
 	ctx = auth.WithPrincipal(ctx, p)
 	if reflection {
@@ -212,7 +241,7 @@ func (a *Authorizer) admit(ctx context.Context, fullMethod string) (context.Cont
 	scopes, ok := MethodScopes[fullMethod]
 	if !ok {
 		a.log.Error("method has no scope rule; refused to everyone", zap.String("method", fullMethod))
-		return nil, status.Error(codes.PermissionDenied, "this method is not open to any scope")
+		return nil, refusal(ctx, codes.PermissionDenied, ReasonMethodNotOpen, "this method is not open to any scope")
 	}
 	for _, s := range scopes {
 		if p.Has(s) {
@@ -221,7 +250,7 @@ func (a *Authorizer) admit(ctx context.Context, fullMethod string) (context.Cont
 	}
 	err = errors.New("principal " + p.Name + " lacks the scope " + string(scopes[0]) + " this method needs")
 	a.refuse(ctx, fullMethod, "scope", err)
-	return nil, status.Error(codes.PermissionDenied, err.Error())
+	return nil, refusal(ctx, codes.PermissionDenied, ReasonScopeMissing, err.Error())
 }
 
 func (a *Authorizer) authenticate(ctx context.Context) (*auth.Principal, error) {
@@ -283,11 +312,11 @@ func (a *Authorizer) checkRequest(ctx context.Context, method string, msg any) e
 	if !p.Owners.Contains(owner) {
 		err := errors.New("principal " + p.Name + " may not act for this owner")
 		a.refuse(ctx, method, "owner", err)
-		return status.Error(codes.PermissionDenied, err.Error())
+		return refusal(ctx, codes.PermissionDenied, ReasonOwnerNotAllowed, err.Error())
 	}
 	if err := checkActors(p, owner, msg); err != nil {
 		a.refuse(ctx, method, "actor", err)
-		return status.Error(codes.PermissionDenied, err.Error())
+		return refusal(ctx, codes.PermissionDenied, ReasonActorNotAllowed, err.Error())
 	}
 	return nil
 }

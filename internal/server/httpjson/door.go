@@ -2,6 +2,7 @@ package httpjson
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +21,9 @@ import (
 	"connectrpc.com/connect"
 	"go.uber.org/zap"
 	"google.golang.org/genproto/googleapis/api/annotations"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -28,6 +31,8 @@ import (
 
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/fault"
+	"github.com/contentbackup/contentbackup/internal/server/authz"
+	"github.com/contentbackup/contentbackup/internal/server/requestid"
 )
 
 // Limits bounds what the HTTP/JSON listener lets a caller make it
@@ -123,7 +128,7 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	who, err := d.admit(r)
 	if err != nil {
-		refuse(w, http.StatusUnauthorized, "unauthenticated", err.Error())
+		refuseUnauthenticated(w, r, err.Error())
 		return
 	}
 	if who == "" {
@@ -408,6 +413,45 @@ func clientHost(addr string) string {
 func refuse(w http.ResponseWriter, status int, code, msg string) {
 	lastAnswer(w)
 	httpError(w, status, code, msg)
+}
+
+// refuseUnauthenticated is the door's 401, with what the gRPC listener's
+// refusal carries: the reason as google.rpc.ErrorInfo and the request id
+// as google.rpc.RequestInfo (in Connect's error details) and in the
+// response's x-request-id header (issue 51: a Connect caller got
+// neither).
+func refuseUnauthenticated(w http.ResponseWriter, r *http.Request, msg string) {
+	lastAnswer(w)
+	ctx := metadata.NewIncomingContext(r.Context(), metadata.Pairs(requestid.Header, r.Header.Get(requestid.Header)))
+	_, id := requestid.With(ctx)
+	w.Header().Set(requestid.Header, id)
+	details := make([]connectDetail, 0, 2)
+	for _, m := range []proto.Message{
+		&errdetails.ErrorInfo{Reason: authz.ReasonUnauthenticated, Domain: authz.ErrorDomain},
+		&errdetails.RequestInfo{RequestId: id},
+	} {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			continue
+		}
+		details = append(details, connectDetail{Type: string(m.ProtoReflect().Descriptor().FullName()), Value: base64.RawStdEncoding.EncodeToString(b)})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusUnauthorized)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // "<token>" as it reads, as every other answer
+	_ = enc.Encode(struct {
+		Code    string          `json:"code"`
+		Message string          `json:"message"`
+		Details []connectDetail `json:"details"`
+	}{"unauthenticated", msg, details})
+}
+
+// connectDetail is one error detail as the Connect protocol writes it in
+// JSON: the message's full name and its binary form in base64.
+type connectDetail struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
 }
 
 // refuse413 is tooLarge, answered as refuse answers.

@@ -21,6 +21,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/contentbackup/contentbackup/internal/records"
 
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -61,11 +62,11 @@ var ErrBad = errors.New("page_token: not a token this list issued for this reque
 func Size(n int32) (int, error) {
 	switch {
 	case n < 0:
-		return 0, fmt.Errorf("page_size: %d is negative", n)
+		return 0, &records.FieldError{Field: "page_size", Reason: fmt.Sprintf("%d is negative", n)}
 	case n == 0:
 		return DefaultSize, nil
 	case n > MaxSize:
-		return 0, fmt.Errorf("page_size: %d exceeds the limit of %d", n, MaxSize)
+		return 0, &records.FieldError{Field: "page_size", Reason: fmt.Sprintf("%d exceeds the limit of %d", n, MaxSize)}
 	}
 	return int(n), nil
 }
