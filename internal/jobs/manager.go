@@ -203,6 +203,9 @@ type Manager struct {
 	// keyWake asks the key worker for a pass now: an erasure has just
 	// noted a KEK to retire.
 	keyWake chan struct{}
+	// rotateErr is why the last rotation of the local KEK for erasures
+	// failed ("" when it did not): the key status says it.
+	rotateErr atomic.Value
 }
 
 // New returns a manager; Run starts its lease reaper.

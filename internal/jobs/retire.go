@@ -56,8 +56,15 @@ func (m *Manager) retireForErasures(ctx context.Context) error {
 			}
 			rotated, err := m.cfg.KEK.Rotate(current)
 			if err != nil {
-				return fmt.Errorf("rotate the key-encryption key for an erasure: %w", err)
+				// A key directory the server cannot write (a read-only
+				// mount, a bind-mounted file): the rest of the pass still
+				// runs, and the key status tells the operator what to do.
+				m.rotateErr.Store(err.Error())
+				m.cfg.Log.Warn("the key-encryption key could not be rotated for erasures: make --job-keys writable, or rotate it by hand (docs/erasure.md)",
+					zap.String("kek", current), zap.Strings("erasures", r.Jobs), zap.Error(err))
+				continue
 			}
+			m.rotateErr.Store("")
 			if rotated {
 				now, _ := m.cfg.KEK.Fingerprint()
 				m.cfg.Log.Info("audit: key-encryption key rotated for erasures", zap.String("audit", "kek.rotate"),
@@ -201,8 +208,13 @@ func (m *Manager) nextStep(r store.KEKRetirement, current string, counts store.K
 		return ""
 	case r.Retired.IsZero() && r.Fingerprint == current && !m.cfg.KEK.Rotatable():
 		return "the operator rotates it: point --job-key-keeper at a new KMS key and pass this one to --job-key-retiring"
-	case r.Retired.IsZero():
+	case r.Retired.IsZero() && r.Fingerprint == current:
+		if e, _ := m.rotateErr.Load().(string); e != "" {
+			return "the key worker could not rotate it (" + e + "): make --job-keys writable, or rotate it by hand with --job-key-retiring (docs/erasure.md)"
+		}
 		return "the key worker rotates it at its next pass"
+	case r.Retired.IsZero():
+		return "the key worker retires it at its next pass"
 	}
 	if n := counts.OwnerKeys[r.Fingerprint] + counts.LegacyBackups[r.Fingerprint]; n > 0 {
 		return fmt.Sprintf("the key worker rewraps the %d rows still under it", n)

@@ -470,3 +470,37 @@ func (n pgNode) files(t *testing.T) []liveFile {
 	}
 	return out
 }
+
+// TestErasureRotationInAReadOnlyKeyDirectory: a local KEK whose directory
+// the server cannot write (a read-only mount) cannot be rotated; the key
+// worker's pass still does the rest, and the key status says what the
+// operator does instead.
+func TestErasureRotationInAReadOnlyKeyDirectory(t *testing.T) {
+	st := enginetest.SQLite(t)
+	keys := t.TempDir()
+	kek, err := keyring.Open(t.Context(), "", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kek.Close() })
+	h := newHarness(t, st, func(c *Config) { c.KEK = kek })
+	owner := storetest.Owner("ro")
+	fill(t, st, owner, 1)
+	exportDone(t, h, exportReq(owner, "full"))
+	// A read-only mount cannot be made here, and root writes through mode
+	// bits: the rotation lock made a directory fails the rotation the way
+	// a read-only directory does, for root too.
+	if err := os.Mkdir(filepath.Join(keys, ".rotate.lock"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if j, _ := eraseDone(t, h, EraseRequest{Owner: owner}); j.State != store.JobSucceeded {
+		t.Fatalf("erasure: %s", j.ErrorMessage)
+	}
+	if _, err := h.m.MaintainKeys(t.Context(), nil); err != nil {
+		t.Fatalf("the key worker's pass failed with the rotation: %v", err)
+	}
+	status, err := h.m.KeyStatus(t.Context())
+	if err != nil || len(status.Retirements) != 1 || !strings.Contains(status.Retirements[0].NextStep, "could not rotate") {
+		t.Fatalf("key status: %+v, %v; want the rotation's failure and what to do", status.Retirements, err)
+	}
+}
