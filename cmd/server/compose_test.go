@@ -75,7 +75,10 @@ func TestComposeFleet(t *testing.T) {
 	}
 	doc := yamlDocs(t, "../../deploy/compose/docker-compose.yaml")[0]
 	services, _ := doc["services"].(map[string]any)
-	_, gwAddr := startGateway(t)
+	gw, gwAddr := startGateway(t)
+	if err := os.Mkdir(filepath.Join(gw.dir, "history"), 0o755); err != nil {
+		t.Fatal(err) // s3-bucket makes it in the compose file
+	}
 	url := storetest.NewPostgresDatabase(t)
 	migrate := exec.Command(bin, "migrate")
 	migrate.Env = append(os.Environ(), "DATABASE_URL="+url)
@@ -103,6 +106,13 @@ func TestComposeFleet(t *testing.T) {
 			t.Fatalf("compose: %s's JOB_BUCKETS %q does not name the s3 service", name, env["JOB_BUCKETS"])
 		}
 		env["JOB_BUCKETS"] = strings.ReplaceAll(env["JOB_BUCKETS"], "s3:7070", gwAddr)
+		// The HTTP/JSON listener and the history server the file serves,
+		// on free ports here, the history files in the gateway.
+		if env["HTTP_LISTEN_ADDR"] == "" || env["HISTORY_LISTEN_ADDR"] == "" || !strings.Contains(env["HISTORY_BUCKET"], "http://s3:7070") {
+			t.Fatalf("compose: %s serves no HTTP/JSON listener or history server on the shared bucket: %q %q %q", name, env["HTTP_LISTEN_ADDR"], env["HISTORY_LISTEN_ADDR"], env["HISTORY_BUCKET"])
+		}
+		env["HTTP_LISTEN_ADDR"], env["HISTORY_LISTEN_ADDR"] = "127.0.0.1:0", "127.0.0.1:0"
+		env["HISTORY_BUCKET"] = strings.ReplaceAll(env["HISTORY_BUCKET"], "s3:7070", gwAddr)
 		env["DATABASE_URL"] = url
 		env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = s3Access, s3Secret
 		env["LISTEN_ADDR"], env["METRICS_ADDR"], env["DATA_DIR"] = "127.0.0.1:0", "", t.TempDir()

@@ -43,7 +43,11 @@ func TestDeployFiles(t *testing.T) {
 	}
 	text := string(manifest)
 	for _, want := range []string{"runAsNonRoot: true", "runAsUser: 65532", "secretName: contentbackup-tls", "secretName: contentbackup-policy",
-		"TLS_CERT", "TLS_CLIENT_CA", "AUTH_POLICY", "PAGE_TOKEN_KEY_FILE", "path: /livez", "path: /readyz"} {
+		"TLS_CERT", "TLS_CLIENT_CA", "AUTH_POLICY", "PAGE_TOKEN_KEY_FILE", "path: /livez", "path: /readyz",
+		// Every door the README sells, served, in the Service and let
+		// through (issue 51), and HTTPS out for the buckets and the KMS.
+		"HTTP_LISTEN_ADDR", "HISTORY_LISTEN_ADDR", "HISTORY_BUCKET", "{name: http, port: 50052", "{name: history, port: 5558",
+		"{protocol: TCP, port: 50052}", "{protocol: TCP, port: 5558}", "{protocol: TCP, port: 443}"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("kubernetes: no %q", want)
 		}
