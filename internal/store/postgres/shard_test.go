@@ -59,7 +59,9 @@ var (
 // still names its owner.
 var fleetWide = map[string]string{
 	"SELECT DISTINCT owner FROM messages WHERE owner > $1 AND expires_at_ns <= $2 ORDER BY owner LIMIT $3":                                                            "the purge finds the next owners holding expired messages, in owner order",
+	"SELECT 1 FROM messages WHERE expires_at_ns <= $1 LIMIT 1":                                                                                                        "the purge's first look: is any message due at all, from the head of messages_due",
 	"SELECT min(expires_at_ns) FROM messages WHERE expires_at_ns <= $1":                                                                                               "the purge's lag: the oldest expired message left, whoever's",
+	"UPDATE holds SET hold_id = md5(owner || '/' || backup_id) WHERE hold_id = '';":                                                                                   "a migration (00019): each hold of the schema before gets its id, once, before the tables are distributed",
 	"SELECT DISTINCT kek_fingerprint FROM backups WHERE owner_key_id = '' ORDER BY kek_fingerprint LIMIT 64":                                                          "the KEK check at start: the fingerprints the catalog is wrapped under",
 	"SELECT wrapped_key FROM backups WHERE owner_key_id = '' AND kek_fingerprint = $1 LIMIT 1":                                                                        "the KEK check at start: one sample of each",
 	`SELECT kek_fingerprint, count(*) FROM backups WHERE owner_key_id = '' AND wrapped_key <> $1 GROUP BY kek_fingerprint`:                                            "the key status: legacy rows by KEK, on the backups_by_owner_key index",
