@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -18,6 +19,7 @@ import (
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
 	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/server/requestid"
 )
 
 // testPolicy: one principal per rule the table below exercises, each
@@ -103,13 +105,34 @@ func TestAuthorizerDecides(t *testing.T) {
 			var reasons []string
 			a := testAuthorizer(t, c.public, func(r string) { reasons = append(reasons, r) })
 			ran := false
-			_, err := a.Unary(c.ctx, c.req, &grpc.UnaryServerInfo{FullMethod: c.method}, func(context.Context, any) (any, error) {
+			ctx, id := requestid.With(c.ctx)
+			_, err := a.Unary(ctx, c.req, &grpc.UnaryServerInfo{FullMethod: c.method}, func(context.Context, any) (any, error) {
 				ran = true
 				return nil, nil
 			})
 			st := status.Convert(err)
 			if st.Code() != c.code || !strings.Contains(st.Message(), c.says) {
 				t.Fatalf("got %v %q; want %v saying %q", st.Code(), st.Message(), c.code, c.says)
+			}
+			// A refusal says its reason (ErrorInfo) and its call's request
+			// id (RequestInfo), however it was refused.
+			if c.code != codes.OK {
+				want := map[string]string{"unauthenticated": ReasonUnauthenticated, "scope": ReasonScopeMissing, "owner": ReasonOwnerNotAllowed,
+					"actor": ReasonActorNotAllowed, "": ReasonMethodNotOpen}[c.refused]
+				var reason, gotID string
+				for _, d := range st.Details() {
+					switch d := d.(type) {
+					case *errdetails.ErrorInfo:
+						if d.GetDomain() == ErrorDomain {
+							reason = d.GetReason()
+						}
+					case *errdetails.RequestInfo:
+						gotID = d.GetRequestId()
+					}
+				}
+				if reason != want || gotID != id {
+					t.Errorf("refusal details: reason %q, request id %q; want %q and %q", reason, gotID, want, id)
+				}
 			}
 			if ran != (c.code == codes.OK) {
 				t.Errorf("handler ran: %v, for %v", ran, c.code)
@@ -118,6 +141,26 @@ func TestAuthorizerDecides(t *testing.T) {
 				t.Errorf("refusals counted %v; want %q", reasons, want)
 			}
 		})
+	}
+}
+
+// A call that arrives with no request id gets one, and its refusal says
+// it, with its reason.
+func TestRefusalGetsARequestID(t *testing.T) {
+	a := testAuthorizer(t, false, nil)
+	_, err := a.Unary(withToken("reader"), &cb.GetGroupRequest{Owner: "bob"}, &grpc.UnaryServerInfo{FullMethod: cb.ConversationService_GetGroup_FullMethodName},
+		func(context.Context, any) (any, error) { return nil, nil })
+	var reason, id string
+	for _, d := range status.Convert(err).Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			reason = d.GetReason()
+		case *errdetails.RequestInfo:
+			id = d.GetRequestId()
+		}
+	}
+	if reason != ReasonOwnerNotAllowed || len(id) != 24 {
+		t.Fatalf("refusal: %v; want OWNER_NOT_PERMITTED and a request id of its own", err)
 	}
 }
 
