@@ -76,31 +76,32 @@ func (b *Buckets) S3Name(name string) string {
 // FreeBytes is what an unprivileged writer may still write on the
 // filesystem holding dir (its nearest existing ancestor).
 func FreeBytes(dir string) (uint64, error) {
-	var st unix.Statfs_t
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		err := unix.Statfs(d, &st)
-		if err == nil {
-			return st.Bavail * uint64(st.Bsize), nil
-		}
-		// A bucket directory is made on its first write: its nearest
-		// existing ancestor is on the filesystem it will be on.
-		if !errors.Is(err, unix.ENOENT) || d == filepath.Dir(d) {
-			return 0, fmt.Errorf("free space of %s: %w", dir, err)
-		}
+	st, err := statfs(dir)
+	if err != nil {
+		return 0, fmt.Errorf("free space of %s: %w", dir, err)
 	}
+	return st.Bavail * uint64(st.Bsize), nil
 }
 
 // DiskBytes is the size of the filesystem dir is on (or will be on, as
 // FreeBytes finds it).
 func DiskBytes(dir string) (uint64, error) {
+	st, err := statfs(dir)
+	if err != nil {
+		return 0, fmt.Errorf("size of the disk of %s: %w", dir, err)
+	}
+	return st.Blocks * uint64(st.Bsize), nil
+}
+
+// statfs describes the filesystem of dir's nearest existing ancestor: a
+// bucket directory is made on its first write, on the filesystem its
+// ancestor is on.
+func statfs(dir string) (unix.Statfs_t, error) {
 	var st unix.Statfs_t
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
 		err := unix.Statfs(d, &st)
-		if err == nil {
-			return st.Blocks * uint64(st.Bsize), nil
-		}
-		if !errors.Is(err, unix.ENOENT) || d == filepath.Dir(d) {
-			return 0, fmt.Errorf("size of the disk of %s: %w", dir, err)
+		if err == nil || !errors.Is(err, unix.ENOENT) || d == filepath.Dir(d) {
+			return st, err
 		}
 	}
 }

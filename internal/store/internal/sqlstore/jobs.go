@@ -142,16 +142,7 @@ func (s SQLStore) erasureFence(ctx context.Context, tx Conn, kind, owner, source
 func (s SQLStore) RunningJobsFor(ctx context.Context, owner string) ([]string, error) {
 	var ids []string
 	err := s.db.Read().Query(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND kind NOT IN (?, ?) AND (owner = ? OR source_owner = ?) ORDER BY id`),
-		[]any{store.JobRunning, store.JobErase, store.JobEraseDryRun, owner, owner}, func(rows Rows) error {
-			for rows.Next() {
-				var id string
-				if err := rows.Scan(&id); err != nil {
-					return err
-				}
-				ids = append(ids, id)
-			}
-			return rows.Err()
-		})
+		[]any{store.JobRunning, store.JobErase, store.JobEraseDryRun, owner, owner}, scanIDs(&ids))
 	if err != nil {
 		return nil, fmt.Errorf("%s: the owner's running jobs: %w", s.d.Name, err)
 	}
@@ -355,16 +346,7 @@ func (s SQLStore) ExpireJobs(ctx context.Context, now time.Time, maxAttempts int
 	var ids []string
 	err := s.db.Write(ctx, func(tx Conn) error {
 		ids = ids[:0]
-		err := tx.Query(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND lease_until_ns < ? AND attempt >= ?`+s.d.ForUpdate), []any{store.JobRunning, now.UnixNano(), maxAttempts}, func(rows Rows) error {
-			for rows.Next() {
-				var id string
-				if err := rows.Scan(&id); err != nil {
-					return err
-				}
-				ids = append(ids, id)
-			}
-			return rows.Err()
-		})
+		err := tx.Query(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND lease_until_ns < ? AND attempt >= ?`+s.d.ForUpdate), []any{store.JobRunning, now.UnixNano(), maxAttempts}, scanIDs(&ids))
 		if err != nil {
 			return fmt.Errorf("%s: expired jobs: %w", s.d.Name, err)
 		}
@@ -386,4 +368,18 @@ func (s SQLStore) DeleteFinishedJobs(ctx context.Context, before time.Time, limi
 		return 0, fmt.Errorf("%s: delete finished jobs: %w", s.d.Name, err)
 	}
 	return int(n), nil
+}
+
+// scanIDs appends each row's one text column to ids.
+func scanIDs(ids *[]string) func(Rows) error {
+	return func(rows Rows) error {
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			*ids = append(*ids, id)
+		}
+		return rows.Err()
+	}
 }
