@@ -435,12 +435,12 @@ func (c *serveCmd) Run() error {
 	// The KEK is checked against the catalog before anything serves: a
 	// missing, replaced or unreadable KEK stops the server here, naming
 	// the file and the fingerprint the catalog expects.
-	if err := jm.CheckKEK(ctx); err != nil {
+	if err := jm.Keys.CheckKEK(ctx); err != nil {
 		return err
 	}
 	// Rotations and the owner-key migration run in the background, on
 	// every replica: each rewrap is conditional on the row as read.
-	go jm.RunKeyWorker(ctx, c.KeyWorkerInterval, jobMetrics.KeyStatus)
+	go jm.Keys.RunKeyWorker(ctx, c.KeyWorkerInterval, jobMetrics.KeyStatus)
 	srv := server.New(cfg, log)
 	hist, closeHistory, err := c.history(ctx, c.DataDir, c.BucketReserve, st, cfg.Metrics, log)
 	if err != nil {

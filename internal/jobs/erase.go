@@ -203,7 +203,7 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 	// The KEKs that wrap what is destroyed next are noted first: the
 	// key worker retires them, which completes the erasure against the
 	// deleted rows the database files keep (retire.go).
-	if err := m.noteErasureKEKs(ctx, owner, r.job.ID); err != nil {
+	if err := m.Keys.noteErasureKEKs(ctx, owner, r.job.ID); err != nil {
 		return nil, fmt.Errorf("note the owner key's key-encryption key: %w", err)
 	}
 	if err := m.cfg.Store.DestroyOwnerKey(ctx, owner); err != nil {
@@ -251,7 +251,7 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 	if m.cfg.Freshness.OwnerErased != nil {
 		m.cfg.Freshness.OwnerErased(owner)
 	}
-	m.wakeKeyWorker()
+	m.Keys.wakeKeyWorker()
 	m.cfg.Log.Info("audit: owner erased", zap.String("audit", "owner.erase.done"), zap.String("principal", r.job.Principal),
 		zap.String("owner", owner), zap.String("job", r.job.ID), zap.Uint64("backups", result.Backups), zap.Uint64("objects", result.Objects))
 	return result, nil

@@ -123,7 +123,7 @@ func TestEraseOwnerLeavesNothingReadable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before, err := h.m.unwrap(ctx, dumpRow)
+			before, err := h.m.Keys.unwrap(ctx, dumpRow)
 			if err != nil || !opens(copyOf, before) {
 				t.Fatalf("before the erasure the backup opens: %v", err)
 			}
@@ -155,7 +155,7 @@ func TestEraseOwnerLeavesNothingReadable(t *testing.T) {
 			}
 
 			// Nothing the server holds opens the copy.
-			if _, err := h.m.unwrap(ctx, dumpRow); !errors.Is(err, ErrKeyUnavailable) {
+			if _, err := h.m.Keys.unwrap(ctx, dumpRow); !errors.Is(err, ErrKeyUnavailable) {
 				t.Errorf("the dump's catalog row after the erasure: %v, want ErrKeyUnavailable", err)
 			}
 			if _, err := h.m.cfg.KEK.Unwrap(ctx, dumpRow.WrappedKey); err == nil {
@@ -170,7 +170,7 @@ func TestEraseOwnerLeavesNothingReadable(t *testing.T) {
 			}
 			var keys [][]byte
 			for _, owner := range []string{alice, bob} {
-				k, _, err := h.m.ownerKey(ctx, owner, false)
+				k, _, err := h.m.Keys.ownerKey(ctx, owner, false)
 				if err != nil {
 					t.Fatal(err)
 				}

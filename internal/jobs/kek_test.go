@@ -40,7 +40,7 @@ func TestKEKCheckedAgainstTheCatalog(t *testing.T) {
 			path := filepath.Join(keys, keyring.KEKFile)
 			h := newHarness(t, st, func(c *Config) { c.KEK = localKEK(t, keys) })
 			// An empty catalog takes any KEK, even one not made yet.
-			if err := h.m.CheckKEK(t.Context()); err != nil {
+			if err := h.m.Keys.CheckKEK(t.Context()); err != nil {
 				t.Fatalf("empty catalog, no KEK yet: %v", err)
 			}
 			owner := storetest.Owner("o")
@@ -61,7 +61,7 @@ func TestKEKCheckedAgainstTheCatalog(t *testing.T) {
 				t.Fatalf("the owner key row records KEK %q; the server's is %q (%v, %v); the backup names owner key %q of %q",
 					ok.KEKFingerprint, want, err, kerr, bk.OwnerKeyID, ok.KeyID)
 			}
-			if err := h.m.CheckKEK(t.Context()); err != nil {
+			if err := h.m.Keys.CheckKEK(t.Context()); err != nil {
 				t.Fatalf("the KEK that wrapped the catalog: %v", err)
 			}
 			good, err := os.ReadFile(path)
@@ -85,7 +85,7 @@ func TestKEKCheckedAgainstTheCatalog(t *testing.T) {
 					// A fresh server on the same catalog: the KEK is read
 					// anew, as at a restart.
 					m := New(Config{Store: st, KEK: localKEK(t, keys), Buckets: h.m.cfg.Buckets, Pool: h.m.cfg.Pool, Import: h.m.cfg.Import})
-					err := m.CheckKEK(t.Context())
+					err := m.Keys.CheckKEK(t.Context())
 					if !errors.Is(err, ErrKEKMismatch) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), want) {
 						t.Fatalf("CheckKEK with the KEK %s: %v; want ErrKEKMismatch naming %s and fingerprint %s", c.name, err, path, want)
 					}
@@ -115,7 +115,7 @@ func TestKEKCheckedAgainstTheCatalog(t *testing.T) {
 			if err := st.CreateBackup(t.Context(), legacy); err != nil {
 				t.Fatal(err)
 			}
-			if err := h.m.CheckKEK(t.Context()); err != nil {
+			if err := h.m.Keys.CheckKEK(t.Context()); err != nil {
 				t.Errorf("a legacy row that unwraps: %v", err)
 			}
 			// One legacy row is sampled: a catalog whose legacy rows were
@@ -127,7 +127,7 @@ func TestKEKCheckedAgainstTheCatalog(t *testing.T) {
 			if err := st.CreateBackup(t.Context(), legacy); err != nil {
 				t.Fatal(err)
 			}
-			if err := h.m.CheckKEK(t.Context()); !errors.Is(err, ErrKEKMismatch) {
+			if err := h.m.Keys.CheckKEK(t.Context()); !errors.Is(err, ErrKEKMismatch) {
 				t.Errorf("a legacy row that does not unwrap: %v, want ErrKEKMismatch", err)
 			}
 		})

@@ -29,17 +29,17 @@ var ErrOwnerKeyErased = fmt.Errorf("the owner key that sealed this backup's data
 
 // kekFor is the KEK whose fingerprint is fp: the current one, or one
 // being retired (Config.RetiringKEKs). Any other is ErrKeyUnavailable.
-func (m *Manager) kekFor(fp string) (*keyring.KEK, error) {
-	current, err := m.cfg.KEK.Fingerprint()
+func (ks *Keys) kekFor(fp string) (*keyring.KEK, error) {
+	current, err := ks.cfg.KEK.Fingerprint()
 	if err == nil && (fp == current || fp == "") {
-		return m.cfg.KEK, nil
+		return ks.cfg.KEK, nil
 	}
-	for _, k := range m.cfg.RetiringKEKs {
+	for _, k := range ks.cfg.RetiringKEKs {
 		if f, ferr := k.Fingerprint(); ferr == nil && f == fp {
 			return k, nil
 		}
 	}
-	if g, gerr := m.cfg.KEK.Generation(fp); gerr == nil {
+	if g, gerr := ks.cfg.KEK.Generation(fp); gerr == nil {
 		return g, nil // a local KEK the server rotated away from (retire.go)
 	}
 	if err != nil {
@@ -50,10 +50,10 @@ func (m *Manager) kekFor(fp string) (*keyring.KEK, error) {
 
 // ownerKey returns owner's key and its id, making one (wrapped by the
 // current KEK) when the owner has none and create is set.
-func (m *Manager) ownerKey(ctx context.Context, owner string, create bool) ([]byte, string, error) {
-	row, err := m.cfg.Store.GetOwnerKey(ctx, owner)
+func (ks *Keys) ownerKey(ctx context.Context, owner string, create bool) ([]byte, string, error) {
+	row, err := ks.cfg.Store.GetOwnerKey(ctx, owner)
 	if errors.Is(err, store.ErrNotFound) && create {
-		row, err = m.createOwnerKey(ctx, owner)
+		row, err = ks.createOwnerKey(ctx, owner)
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, "", ErrOwnerKeyErased
@@ -61,13 +61,13 @@ func (m *Manager) ownerKey(ctx context.Context, owner string, create bool) ([]by
 	if err != nil {
 		return nil, "", err
 	}
-	kek, err := m.kekFor(row.KEKFingerprint)
+	kek, err := ks.kekFor(row.KEKFingerprint)
 	if err != nil {
 		// The row may have been rewrapped, and its old KEK destroyed,
 		// since it was read: read it once more.
-		if again, rerr := m.cfg.Store.GetOwnerKey(ctx, owner); rerr == nil && again.KEKFingerprint != row.KEKFingerprint {
+		if again, rerr := ks.cfg.Store.GetOwnerKey(ctx, owner); rerr == nil && again.KEKFingerprint != row.KEKFingerprint {
 			row = again
-			kek, err = m.kekFor(row.KEKFingerprint)
+			kek, err = ks.kekFor(row.KEKFingerprint)
 		}
 	}
 	if err != nil {
@@ -80,9 +80,9 @@ func (m *Manager) ownerKey(ctx context.Context, owner string, create bool) ([]by
 	return key, row.KeyID, nil
 }
 
-func (m *Manager) createOwnerKey(ctx context.Context, owner string) (store.OwnerKey, error) {
+func (ks *Keys) createOwnerKey(ctx context.Context, owner string) (store.OwnerKey, error) {
 	for attempt := 0; ; attempt++ {
-		k, err := m.createOwnerKeyOnce(ctx, owner)
+		k, err := ks.createOwnerKeyOnce(ctx, owner)
 		// Retired: the KEK was rotated between reading it and storing
 		// the row (by another replica sharing the key directory); the
 		// next read finds the new one.
@@ -92,12 +92,12 @@ func (m *Manager) createOwnerKey(ctx context.Context, owner string) (store.Owner
 	}
 }
 
-func (m *Manager) createOwnerKeyOnce(ctx context.Context, owner string) (store.OwnerKey, error) {
-	_, wrapped, err := m.cfg.KEK.NewDataKey(ctx)
+func (ks *Keys) createOwnerKeyOnce(ctx context.Context, owner string) (store.OwnerKey, error) {
+	_, wrapped, err := ks.cfg.KEK.NewDataKey(ctx)
 	if err != nil {
 		return store.OwnerKey{}, fmt.Errorf("owner key: %w", err)
 	}
-	fp, err := m.cfg.KEK.Fingerprint()
+	fp, err := ks.cfg.KEK.Fingerprint()
 	if err != nil {
 		return store.OwnerKey{}, fmt.Errorf("owner key: %w", err)
 	}
@@ -107,14 +107,14 @@ func (m *Manager) createOwnerKeyOnce(ctx context.Context, owner string) (store.O
 	}
 	// The key itself is read back through the stored row: when another
 	// replica stored one first, its key is the owner's.
-	return m.cfg.Store.CreateOwnerKey(ctx, store.OwnerKey{Owner: owner, KeyID: hex.EncodeToString(id[:]), Wrapped: wrapped,
+	return ks.cfg.Store.CreateOwnerKey(ctx, store.OwnerKey{Owner: owner, KeyID: hex.EncodeToString(id[:]), Wrapped: wrapped,
 		KEKFingerprint: fp, Created: time.Now()})
 }
 
 // newDataKey returns a fresh data key for owner's backup id, sealed by
 // the owner's key, and that key's id.
-func (m *Manager) newDataKey(ctx context.Context, owner, id string) (key, sealed []byte, ownerKeyID string, err error) {
-	ownerKey, ownerKeyID, err := m.ownerKey(ctx, owner, true)
+func (ks *Keys) newDataKey(ctx context.Context, owner, id string) (key, sealed []byte, ownerKeyID string, err error) {
+	ownerKey, ownerKeyID, err := ks.ownerKey(ctx, owner, true)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -132,19 +132,19 @@ func (m *Manager) newDataKey(ctx context.Context, owner, id string) (key, sealed
 // or wrapped under a KEK this server does not hold, is ErrKeyUnavailable
 // (the backup is intact, this server cannot open it); one that does not
 // open under the key that sealed it is ErrBackupDamaged.
-func (m *Manager) unwrap(ctx context.Context, b store.Backup) ([]byte, error) {
+func (ks *Keys) unwrap(ctx context.Context, b store.Backup) ([]byte, error) {
 	if b.OwnerKeyID == "" && len(b.WrappedKey) == 0 {
 		return nil, fmt.Errorf("backup %s: %w", b.ID, ErrOwnerKeyErased)
 	}
 	if b.OwnerKeyID == "" {
-		return m.unwrapLegacy(ctx, b)
+		return ks.unwrapLegacy(ctx, b)
 	}
-	ownerKey, keyID, err := m.ownerKey(ctx, b.Owner, false)
+	ownerKey, keyID, err := ks.ownerKey(ctx, b.Owner, false)
 	if err == nil && keyID != b.OwnerKeyID {
 		err = ErrOwnerKeyErased
 	}
 	if err != nil {
-		m.cfg.Log.Error("backup key unavailable", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
+		ks.cfg.Log.Error("backup key unavailable", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
 		if errors.Is(err, keyring.ErrUnwrap) {
 			return nil, fmt.Errorf("backup %s: its owner's key does not open under its key-encryption key: %w", b.ID, ErrBackupDamaged)
 		}
@@ -152,7 +152,7 @@ func (m *Manager) unwrap(ctx context.Context, b store.Backup) ([]byte, error) {
 	}
 	key, err := keyring.OpenDataKey(ownerKey, b.WrappedKey, b.Owner, b.ID)
 	if err != nil {
-		m.cfg.Log.Error("backup key does not open", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
+		ks.cfg.Log.Error("backup key does not open", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
 		return nil, fmt.Errorf("backup %s: its data key does not open under its owner's key: %w", b.ID, ErrBackupDamaged)
 	}
 	return key, nil
@@ -160,16 +160,16 @@ func (m *Manager) unwrap(ctx context.Context, b store.Backup) ([]byte, error) {
 
 // unwrapLegacy opens the data key of a row written before owner keys,
 // which a KEK wraps directly.
-func (m *Manager) unwrapLegacy(ctx context.Context, b store.Backup) ([]byte, error) {
-	kek, err := m.kekFor(b.KEKFingerprint)
+func (ks *Keys) unwrapLegacy(ctx context.Context, b store.Backup) ([]byte, error) {
+	kek, err := ks.kekFor(b.KEKFingerprint)
 	if err != nil {
-		m.cfg.Log.Error("backup key unavailable", zap.String("owner", b.Owner), zap.String("backup", b.ID),
+		ks.cfg.Log.Error("backup key unavailable", zap.String("owner", b.Owner), zap.String("backup", b.ID),
 			zap.String("wrapped_under", b.KEKFingerprint), zap.Error(err))
 		return nil, fmt.Errorf("backup %s: its data key is wrapped under key-encryption key %s: %w", b.ID, b.KEKFingerprint, ErrKeyUnavailable)
 	}
 	key, err := kek.Unwrap(ctx, b.WrappedKey)
 	if errors.Is(err, keyring.ErrUnwrap) {
-		m.cfg.Log.Error("backup key does not open", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
+		ks.cfg.Log.Error("backup key does not open", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
 		return nil, fmt.Errorf("backup %s: its data key does not open under this server's key-encryption key: %w", b.ID, ErrBackupDamaged)
 	}
 	return key, err
@@ -201,12 +201,12 @@ const keyBatch = 500
 // conditional on the row as read, so replicas running it at once, or a
 // pass cut short by a crash and run again, change each row once; progress,
 // when set, hears each batch.
-func (m *Manager) MaintainKeys(ctx context.Context, progress func(KeyPass)) (KeyPass, error) {
+func (ks *Keys) MaintainKeys(ctx context.Context, progress func(KeyPass)) (KeyPass, error) {
 	var pass KeyPass
-	if err := m.retireForErasures(ctx); err != nil {
+	if err := ks.retireForErasures(ctx); err != nil {
 		return pass, err
 	}
-	current, err := m.cfg.KEK.Fingerprint()
+	current, err := ks.cfg.KEK.Fingerprint()
 	if errors.Is(err, keyring.ErrNoKEK) {
 		// A local KEK not made yet wraps nothing: nothing to rotate to.
 		return pass, nil
@@ -216,17 +216,17 @@ func (m *Manager) MaintainKeys(ctx context.Context, progress func(KeyPass)) (Key
 	}
 	after := ""
 	for {
-		rows, err := m.cfg.Store.OwnerKeysNotUnder(ctx, current, after, keyBatch)
+		rows, err := ks.cfg.Store.OwnerKeysNotUnder(ctx, current, after, keyBatch)
 		if err != nil {
 			return pass, err
 		}
 		for _, row := range rows {
-			if err := m.rewrapOwnerKey(ctx, row, current); err != nil {
+			if err := ks.rewrapOwnerKey(ctx, row, current); err != nil {
 				if ctx.Err() != nil {
 					return pass, ctx.Err()
 				}
 				pass.Failed++
-				m.cfg.Log.Warn("owner key not rewrapped", zap.String("owner", row.Owner), zap.String("kek", row.KEKFingerprint), zap.Error(err))
+				ks.cfg.Log.Warn("owner key not rewrapped", zap.String("owner", row.Owner), zap.String("kek", row.KEKFingerprint), zap.Error(err))
 				continue
 			}
 			pass.Rotated++
@@ -241,17 +241,17 @@ func (m *Manager) MaintainKeys(ctx context.Context, progress func(KeyPass)) (Key
 	}
 	afterOwner, afterID := "", ""
 	for {
-		rows, err := m.cfg.Store.LegacyBackups(ctx, afterOwner, afterID, keyBatch)
+		rows, err := ks.cfg.Store.LegacyBackups(ctx, afterOwner, afterID, keyBatch)
 		if err != nil {
 			return pass, err
 		}
 		for _, b := range rows {
-			if err := m.migrateBackupKey(ctx, b); err != nil {
+			if err := ks.migrateBackupKey(ctx, b); err != nil {
 				if ctx.Err() != nil {
 					return pass, ctx.Err()
 				}
 				pass.Failed++
-				m.cfg.Log.Warn("backup key not resealed under its owner's key", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
+				ks.cfg.Log.Warn("backup key not resealed under its owner's key", zap.String("owner", b.Owner), zap.String("backup", b.ID), zap.Error(err))
 				continue
 			}
 			pass.Migrated++
@@ -264,13 +264,13 @@ func (m *Manager) MaintainKeys(ctx context.Context, progress func(KeyPass)) (Key
 		}
 		afterOwner, afterID = rows[len(rows)-1].Owner, rows[len(rows)-1].ID
 	}
-	destroyed, err := m.destroyRetired(ctx, current)
+	destroyed, err := ks.destroyRetired(ctx, current)
 	pass.Destroyed = destroyed
 	return pass, err
 }
 
-func (m *Manager) rewrapOwnerKey(ctx context.Context, row store.OwnerKey, current string) error {
-	from, err := m.kekFor(row.KEKFingerprint)
+func (ks *Keys) rewrapOwnerKey(ctx context.Context, row store.OwnerKey, current string) error {
+	from, err := ks.kekFor(row.KEKFingerprint)
 	if err != nil {
 		return err
 	}
@@ -278,23 +278,23 @@ func (m *Manager) rewrapOwnerKey(ctx context.Context, row store.OwnerKey, curren
 	if err != nil {
 		return err
 	}
-	wrapped, err := m.cfg.KEK.Wrap(ctx, key)
+	wrapped, err := ks.cfg.KEK.Wrap(ctx, key)
 	if err != nil {
 		return err
 	}
-	err = m.cfg.Store.RewrapOwnerKey(ctx, row, wrapped, current, time.Now())
+	err = ks.cfg.Store.RewrapOwnerKey(ctx, row, wrapped, current, time.Now())
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // rewrapped by another replica, or erased, meanwhile
 	}
 	return err
 }
 
-func (m *Manager) migrateBackupKey(ctx context.Context, b store.Backup) error {
-	key, err := m.unwrapLegacy(ctx, b)
+func (ks *Keys) migrateBackupKey(ctx context.Context, b store.Backup) error {
+	key, err := ks.unwrapLegacy(ctx, b)
 	if err != nil {
 		return err
 	}
-	ownerKey, keyID, err := m.ownerKey(ctx, b.Owner, true)
+	ownerKey, keyID, err := ks.ownerKey(ctx, b.Owner, true)
 	if err != nil {
 		return err
 	}
@@ -302,7 +302,7 @@ func (m *Manager) migrateBackupKey(ctx context.Context, b store.Backup) error {
 	if err != nil {
 		return err
 	}
-	err = m.cfg.Store.RewrapBackupKey(ctx, b.Owner, b.ID, b.WrappedKey, sealed, keyID)
+	err = ks.cfg.Store.RewrapBackupKey(ctx, b.Owner, b.ID, b.WrappedKey, sealed, keyID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // resealed by another replica, or erased, meanwhile
 	}
@@ -312,21 +312,21 @@ func (m *Manager) migrateBackupKey(ctx context.Context, b store.Backup) error {
 // RunKeyWorker runs MaintainKeys now and then every period until ctx
 // ends, logging what each pass did and telling status (when set) the
 // key status after it.
-func (m *Manager) RunKeyWorker(ctx context.Context, period time.Duration, status func(KeyStatus)) {
+func (ks *Keys) RunKeyWorker(ctx context.Context, period time.Duration, status func(KeyStatus)) {
 	for {
 		start := time.Now()
-		pass, err := m.MaintainKeys(ctx, func(p KeyPass) {
-			m.cfg.Log.Info("key worker progress", zap.Int("owner_keys_rewrapped", p.Rotated), zap.Int("backup_keys_resealed", p.Migrated), zap.Int("failed", p.Failed))
+		pass, err := ks.MaintainKeys(ctx, func(p KeyPass) {
+			ks.cfg.Log.Info("key worker progress", zap.Int("owner_keys_rewrapped", p.Rotated), zap.Int("backup_keys_resealed", p.Migrated), zap.Int("failed", p.Failed))
 		})
 		switch {
 		case err != nil && ctx.Err() == nil:
-			m.cfg.Log.Warn("key worker", zap.Error(err))
+			ks.cfg.Log.Warn("key worker", zap.Error(err))
 		case pass != KeyPass{}:
-			m.cfg.Log.Info("key worker pass", zap.Int("owner_keys_rewrapped", pass.Rotated), zap.Int("backup_keys_resealed", pass.Migrated),
+			ks.cfg.Log.Info("key worker pass", zap.Int("owner_keys_rewrapped", pass.Rotated), zap.Int("backup_keys_resealed", pass.Migrated),
 				zap.Int("failed", pass.Failed), zap.Int("keks_destroyed", pass.Destroyed), zap.Duration("took", time.Since(start)))
 		}
 		if status != nil {
-			if st, err := m.KeyStatus(ctx); err == nil {
+			if st, err := ks.KeyStatus(ctx); err == nil {
 				status(st)
 			}
 		}
@@ -334,7 +334,7 @@ func (m *Manager) RunKeyWorker(ctx context.Context, period time.Duration, status
 		case <-ctx.Done():
 			return
 		case <-time.After(period):
-		case <-m.keyWake:
+		case <-ks.keyWake:
 		}
 	}
 }
@@ -386,12 +386,12 @@ func (s KeyStatus) Retired() int64 {
 }
 
 // KeyStatus counts the rows under each KEK.
-func (m *Manager) KeyStatus(ctx context.Context) (KeyStatus, error) {
-	counts, err := m.cfg.Store.KeyCounts(ctx)
+func (ks *Keys) KeyStatus(ctx context.Context) (KeyStatus, error) {
+	counts, err := ks.cfg.Store.KeyCounts(ctx)
 	if err != nil {
 		return KeyStatus{}, err
 	}
-	current, _ := m.cfg.KEK.Fingerprint()
+	current, _ := ks.cfg.KEK.Fingerprint()
 	st := KeyStatus{Current: current}
 	uses := map[string]*KEKUse{}
 	use := func(fp string) *KEKUse {
@@ -402,7 +402,7 @@ func (m *Manager) KeyStatus(ctx context.Context) (KeyStatus, error) {
 			return u
 		}
 		u := &KEKUse{Fingerprint: fp, State: "unavailable"}
-		if _, err := m.kekFor(fp); err == nil {
+		if _, err := ks.kekFor(fp); err == nil {
 			u.State = "retiring"
 			if fp == current {
 				u.State = "current"
@@ -414,22 +414,22 @@ func (m *Manager) KeyStatus(ctx context.Context) (KeyStatus, error) {
 	if current != "" {
 		use(current)
 	}
-	for _, k := range m.cfg.RetiringKEKs {
+	for _, k := range ks.cfg.RetiringKEKs {
 		if fp, err := k.Fingerprint(); err == nil {
 			use(fp)
 		}
 	}
-	if gens, err := m.cfg.KEK.Generations(); err == nil {
+	if gens, err := ks.cfg.KEK.Generations(); err == nil {
 		for _, fp := range gens {
 			use(fp)
 		}
 	}
-	retirements, err := m.cfg.Store.ListKEKRetirements(ctx)
+	retirements, err := ks.cfg.Store.ListKEKRetirements(ctx)
 	if err != nil {
 		return KeyStatus{}, err
 	}
 	for _, r := range retirements {
-		st.Retirements = append(st.Retirements, Retirement{KEKRetirement: r, NextStep: m.nextStep(r, current, counts)})
+		st.Retirements = append(st.Retirements, Retirement{KEKRetirement: r, NextStep: ks.nextStep(r, current, counts)})
 	}
 	for fp, n := range counts.OwnerKeys {
 		use(fp).OwnerKeys += n

@@ -87,7 +87,7 @@ func TestKEKRotation(t *testing.T) {
 			if _, _, err := rot.m.cfg.KEK.NewDataKey(ctx); err != nil { // the new local KEK, made
 				t.Fatal(err)
 			}
-			if err := rot.m.CheckKEK(ctx); err != nil {
+			if err := rot.m.Keys.CheckKEK(ctx); err != nil {
 				t.Fatalf("CheckKEK with the old KEK retiring: %v", err)
 			}
 			newFP, _ := rot.m.cfg.KEK.Fingerprint()
@@ -115,16 +115,16 @@ func TestKEKRotation(t *testing.T) {
 					}
 				}()
 			}
-			pass, err := rot.m.MaintainKeys(cut, nil)
+			pass, err := rot.m.Keys.MaintainKeys(cut, nil)
 			if !errors.Is(err, context.Canceled) || pass.Rotated != 5 {
 				t.Fatalf("the cut-short pass: %+v, %v; want 5 rotated, then cancelled", pass, err)
 			}
-			mid, err := rot.m.KeyStatus(ctx)
+			mid, err := rot.m.Keys.KeyStatus(ctx)
 			if err != nil || mid.Retired() != int64(len(owners)-5) {
 				t.Fatalf("mid-rotation status: %+v, %v; want %d rows still retiring", mid, err, len(owners)-5)
 			}
 			stopped.n.Store(1 << 20)
-			pass, err = rot.m.MaintainKeys(ctx, nil)
+			pass, err = rot.m.Keys.MaintainKeys(ctx, nil)
 			if err != nil || pass.Rotated != len(owners)-5 || pass.Failed != 0 {
 				t.Fatalf("the resumed pass: %+v, %v", pass, err)
 			}
@@ -132,7 +132,7 @@ func TestKEKRotation(t *testing.T) {
 			if failed.Load() != 0 {
 				t.Fatalf("%d jobs failed during the rotation", failed.Load())
 			}
-			done, err := rot.m.KeyStatus(ctx)
+			done, err := rot.m.Keys.KeyStatus(ctx)
 			if err != nil || done.Retired() != 0 || done.Current != newFP || done.KEKs[0].OwnerKeys != int64(len(owners)) {
 				t.Fatalf("after the rotation: %+v, %v", done, err)
 			}
@@ -151,7 +151,7 @@ func TestKEKRotation(t *testing.T) {
 				t.Fatal(err)
 			}
 			after := newHarness(t, st, func(c *Config) { c.KEK, c.Buckets = localKEK(t, keys), h.m.cfg.Buckets })
-			if err := after.m.CheckKEK(ctx); err != nil {
+			if err := after.m.Keys.CheckKEK(ctx); err != nil {
 				t.Fatalf("CheckKEK after the old KEK's removal: %v", err)
 			}
 			for i, owner := range owners {
@@ -180,10 +180,10 @@ func TestKEKRemovedTooSoon(t *testing.T) {
 	if _, _, err := fresh.m.cfg.KEK.NewDataKey(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := fresh.m.CheckKEK(ctx); !errors.Is(err, ErrKEKMismatch) || !strings.Contains(err.Error(), oldFP) || !strings.Contains(err.Error(), "--job-key-retiring") {
+	if err := fresh.m.Keys.CheckKEK(ctx); !errors.Is(err, ErrKEKMismatch) || !strings.Contains(err.Error(), oldFP) || !strings.Contains(err.Error(), "--job-key-retiring") {
 		t.Fatalf("CheckKEK without the old KEK: %v", err)
 	}
-	st2, err := fresh.m.KeyStatus(ctx)
+	st2, err := fresh.m.Keys.KeyStatus(ctx)
 	if err != nil || st2.Retired() != 1 || st2.KEKs[len(st2.KEKs)-1].State != "unavailable" {
 		t.Fatalf("key status: %+v, %v", st2, err)
 	}
@@ -206,7 +206,7 @@ func TestLegacyBackupsMoveToOwnerKeys(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key, err := h.m.unwrap(ctx, b)
+			key, err := h.m.Keys.unwrap(ctx, b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,7 +225,7 @@ func TestLegacyBackupsMoveToOwnerKeys(t *testing.T) {
 			if got, err := h.m.BackupKey(ctx, "tester", owner, id); err != nil || string(got) != string(key) {
 				t.Fatalf("the legacy row opens under the KEK: %v", err)
 			}
-			status, _ := h.m.KeyStatus(ctx)
+			status, _ := h.m.Keys.KeyStatus(ctx)
 			if status.KEKs[0].LegacyBackups != 1 {
 				t.Fatalf("key status before the migration: %+v", status)
 			}
@@ -236,7 +236,7 @@ func TestLegacyBackupsMoveToOwnerKeys(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					p, err := m.MaintainKeys(ctx, nil)
+					p, err := m.Keys.MaintainKeys(ctx, nil)
 					if err != nil || p.Failed != 0 {
 						t.Errorf("MaintainKeys: %+v, %v", p, err)
 					}
@@ -256,7 +256,7 @@ func TestLegacyBackupsMoveToOwnerKeys(t *testing.T) {
 				t.Fatalf("the resealed row's key: %v", err)
 			}
 			importDone(t, h, storetest.Owner("restored"), owner, id)
-			if status, _ := h.m.KeyStatus(ctx); status.KEKs[0].LegacyBackups != 0 || status.KEKs[0].OwnerKeys != 1 {
+			if status, _ := h.m.Keys.KeyStatus(ctx); status.KEKs[0].LegacyBackups != 0 || status.KEKs[0].OwnerKeys != 1 {
 				t.Fatalf("key status after the migration: %+v", status)
 			}
 		})
@@ -300,14 +300,14 @@ func TestKEKRotationBetweenKeepers(t *testing.T) {
 	for _, s := range steps {
 		cur := s.current()
 		rot := newHarness(t, st, func(c *Config) { c.KEK, c.RetiringKEKs, c.Buckets = cur, []*keyring.KEK{s.retiring}, h.m.cfg.Buckets })
-		if err := rot.m.CheckKEK(ctx); err != nil {
+		if err := rot.m.Keys.CheckKEK(ctx); err != nil {
 			t.Fatalf("%s: CheckKEK: %v", s.name, err)
 		}
-		if p, err := rot.m.MaintainKeys(ctx, nil); err != nil || p.Rotated != 1 {
+		if p, err := rot.m.Keys.MaintainKeys(ctx, nil); err != nil || p.Rotated != 1 {
 			t.Fatalf("%s: %+v, %v", s.name, p, err)
 		}
 		alone := newHarness(t, st, func(c *Config) { c.KEK, c.Buckets = cur, h.m.cfg.Buckets })
-		if err := alone.m.CheckKEK(ctx); err != nil {
+		if err := alone.m.Keys.CheckKEK(ctx); err != nil {
 			t.Fatalf("%s: CheckKEK with the new KEK alone: %v", s.name, err)
 		}
 		if got, err := alone.m.BackupKey(ctx, "tester", owner, id); err != nil || !bytes.Equal(got, want) {

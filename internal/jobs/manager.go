@@ -37,7 +37,6 @@ import (
 	"io"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -196,12 +195,9 @@ type Manager struct {
 	// verifying counts the on-demand verifications running, by owner
 	// (under mu).
 	verifying map[string]int
-	// keyWake asks the key worker for a pass now: an erasure has just
-	// noted a KEK to retire.
-	keyWake chan struct{}
-	// rotateErr is why the last rotation of the local KEK for erasures
-	// failed ("" when it did not): the key status says it.
-	rotateErr atomic.Value
+	// Keys keeps the KEKs and owner keys: backups' data keys are sealed
+	// and opened through it, and its worker rewraps and retires.
+	Keys *Keys
 }
 
 // New returns a manager; Run starts its lease reaper.
@@ -250,9 +246,11 @@ func New(cfg Config) *Manager {
 		cfg.VerificationsPerOwner = 1
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Manager{cfg: cfg, ctx: ctx, stop: stop, running: map[string]*run{},
+	m := &Manager{cfg: cfg, ctx: ctx, stop: stop, running: map[string]*run{},
 		slots:     newSlots(cfg.MaxRunning, cfg.MaxRunningPerOwner, cfg.MaxQueuedPerOwner),
-		verifying: map[string]int{}, keyWake: make(chan struct{}, 1)}
+		verifying: map[string]int{}}
+	m.Keys = newKeys(&m.cfg)
+	return m
 }
 
 // Running is how many jobs this server runs now, not counting the queued.
@@ -472,7 +470,7 @@ func (m *Manager) startExport(ctx context.Context, principal string, req ExportR
 	}
 	now := time.Now()
 	id := NewID(now)
-	key, wrapped, ownerKeyID, err := m.newDataKey(ctx, owner, id)
+	key, wrapped, ownerKeyID, err := m.Keys.newDataKey(ctx, owner, id)
 	if err != nil {
 		return store.Job{}, fmt.Errorf("data key: %w", err)
 	}
@@ -573,78 +571,11 @@ func (m *Manager) openBackup(ctx context.Context, owner, id string) (store.Backu
 	if b.State != store.BackupComplete {
 		return store.Backup{}, nil, fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
 	}
-	key, err := m.unwrap(ctx, b)
+	key, err := m.Keys.unwrap(ctx, b)
 	if err != nil {
 		return store.Backup{}, nil, err
 	}
 	return b, key, nil
-}
-
-// CheckKEK compares the server's key-encryption keys with the catalog's,
-// before the server runs any job: every KEK an owner key or a legacy
-// backup row is wrapped under must be the current KEK or one of the
-// retiring ones. A KEK that cannot be read, or a row under one the server
-// does not hold, is ErrKEKMismatch naming the file and the fingerprints
-// the catalog expects, rather than a server that reads every old backup
-// as damaged and wraps new keys under a second KEK. A catalog that holds
-// no wrapped key takes any KEK (a local one is made on first use).
-func (m *Manager) CheckKEK(ctx context.Context) error {
-	uses, err := m.cfg.Store.WrappingKEKs(ctx)
-	if err != nil {
-		return fmt.Errorf("check the key-encryption key: %w", err)
-	}
-	counts, err := m.cfg.Store.KeyCounts(ctx)
-	if err != nil {
-		return fmt.Errorf("check the key-encryption key: %w", err)
-	}
-	for fp := range counts.OwnerKeys {
-		if !slices.ContainsFunc(uses, func(u store.WrappingKEK) bool { return u.Fingerprint == fp }) {
-			uses = append(uses, store.WrappingKEK{Fingerprint: fp})
-		}
-	}
-	if len(uses) == 0 {
-		return nil
-	}
-	where := "the key keeper (--job-key-keeper)"
-	if p := m.cfg.KEK.Path(); p != "" {
-		where = p
-	}
-	var expected []string
-	for _, u := range uses {
-		if u.Fingerprint != "" {
-			expected = append(expected, u.Fingerprint)
-		}
-	}
-	slices.Sort(expected)
-	want := strings.Join(expected, ", ")
-	if want == "" {
-		want = "(rows written before fingerprints)"
-	}
-	if len(m.cfg.RetiringKEKs) > 0 {
-		// A rotation asked for: its new local KEK is made now, so the
-		// check below compares the catalog with it.
-		if err := m.cfg.KEK.Make(); err != nil {
-			return fmt.Errorf("%w: the new key-encryption key %s: %w", ErrKEKMismatch, where, err)
-		}
-	}
-	current, err := m.cfg.KEK.Fingerprint()
-	if err != nil {
-		return fmt.Errorf("%w: %s cannot be read (%w), and the catalog holds keys it wrapped: fingerprint %s; restore that file or keeper",
-			ErrKEKMismatch, where, err, want)
-	}
-	for _, u := range uses {
-		if u.Fingerprint == "" {
-			if _, err := m.cfg.KEK.Unwrap(ctx, u.Sample); err != nil {
-				return fmt.Errorf("%w: backups written before fingerprints do not open under %s (fingerprint %s): %w", ErrKEKMismatch, where, current, err)
-			}
-			continue
-		}
-		if _, err := m.kekFor(u.Fingerprint); err != nil {
-			return fmt.Errorf("%w: %s has fingerprint %s; the catalog holds keys wrapped under %s: restore that key, or point the server at it (--job-key-retiring while rotating away from it)",
-				ErrKEKMismatch, where, current, want)
-		}
-	}
-	return nil
 }
 
 // Backup returns one of owner's backups. An id of the wrong form is

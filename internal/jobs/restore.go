@@ -88,7 +88,7 @@ func (m *Manager) openChain(ctx context.Context, owner string, chain []store.Bac
 	}()
 	members := make([]backup.ChainMember, 0, len(chain))
 	for _, b := range chain {
-		key, err := m.unwrap(ctx, b)
+		key, err := m.Keys.unwrap(ctx, b)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -37,8 +37,8 @@ import (
 // burst cost one rotation.
 
 // retireForErasures is step 2.
-func (m *Manager) retireForErasures(ctx context.Context) error {
-	due, err := m.cfg.Store.ListKEKRetirements(ctx)
+func (ks *Keys) retireForErasures(ctx context.Context) error {
+	due, err := ks.cfg.Store.ListKEKRetirements(ctx)
 	if err != nil {
 		return err
 	}
@@ -46,32 +46,32 @@ func (m *Manager) retireForErasures(ctx context.Context) error {
 		if !r.Retired.IsZero() {
 			continue
 		}
-		current, err := m.cfg.KEK.Fingerprint()
+		current, err := ks.cfg.KEK.Fingerprint()
 		if err != nil && !errors.Is(err, keyring.ErrNoKEK) {
 			return err
 		}
 		if r.Fingerprint == current {
-			if !m.cfg.KEK.Rotatable() {
+			if !ks.cfg.KEK.Rotatable() {
 				continue // a KMS key: the operator rotates it (docs/erasure.md)
 			}
-			rotated, err := m.cfg.KEK.Rotate(current)
+			rotated, err := ks.cfg.KEK.Rotate(current)
 			if err != nil {
 				// A key directory the server cannot write (a read-only
 				// mount, a bind-mounted file): the rest of the pass still
 				// runs, and the key status tells the operator what to do.
-				m.rotateErr.Store(err.Error())
-				m.cfg.Log.Warn("the key-encryption key could not be rotated for erasures: make --job-keys writable, or rotate it by hand (docs/erasure.md)",
+				ks.rotateErr.Store(err.Error())
+				ks.cfg.Log.Warn("the key-encryption key could not be rotated for erasures: make --job-keys writable, or rotate it by hand (docs/erasure.md)",
 					zap.String("kek", current), zap.Strings("erasures", r.Jobs), zap.Error(err))
 				continue
 			}
-			m.rotateErr.Store("")
+			ks.rotateErr.Store("")
 			if rotated {
-				now, _ := m.cfg.KEK.Fingerprint()
-				m.cfg.Log.Info("audit: key-encryption key rotated for erasures", zap.String("audit", "kek.rotate"),
+				now, _ := ks.cfg.KEK.Fingerprint()
+				ks.cfg.Log.Info("audit: key-encryption key rotated for erasures", zap.String("audit", "kek.rotate"),
 					zap.String("from", current), zap.String("to", now), zap.Strings("erasures", r.Jobs))
 			}
 		}
-		if err := m.cfg.Store.RetireKEK(ctx, r.Fingerprint, time.Now()); err != nil {
+		if err := ks.cfg.Store.RetireKEK(ctx, r.Fingerprint, time.Now()); err != nil {
 			return err
 		}
 	}
@@ -80,8 +80,8 @@ func (m *Manager) retireForErasures(ctx context.Context) error {
 
 // destroyRetired is step 4: every retired KEK nothing is under any more
 // is destroyed, or recorded gone, and counted.
-func (m *Manager) destroyRetired(ctx context.Context, current string) (int, error) {
-	retired, err := m.cfg.Store.ListKEKRetirements(ctx)
+func (ks *Keys) destroyRetired(ctx context.Context, current string) (int, error) {
+	retired, err := ks.cfg.Store.ListKEKRetirements(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -92,33 +92,33 @@ func (m *Manager) destroyRetired(ctx context.Context, current string) (int, erro
 			continue
 		}
 		if counts.OwnerKeys == nil {
-			if counts, err = m.cfg.Store.KeyCounts(ctx); err != nil {
+			if counts, err = ks.cfg.Store.KeyCounts(ctx); err != nil {
 				return n, err
 			}
 		}
 		if counts.OwnerKeys[r.Fingerprint]+counts.LegacyBackups[r.Fingerprint] > 0 {
 			continue // rows left to rewrap
 		}
-		if err := m.cfg.KEK.DestroyGeneration(r.Fingerprint); err != nil {
+		if err := ks.cfg.KEK.DestroyGeneration(r.Fingerprint); err != nil {
 			return n, err
 		}
-		if m.holdsRetiring(r.Fingerprint) {
+		if ks.holdsRetiring(r.Fingerprint) {
 			// A KMS key or a file the operator passed as retiring: the
 			// server holds it until it is dropped from the flag.
 			continue
 		}
-		if err := m.cfg.Store.KEKDestroyed(ctx, r.Fingerprint, time.Now()); err != nil {
+		if err := ks.cfg.Store.KEKDestroyed(ctx, r.Fingerprint, time.Now()); err != nil {
 			return n, err
 		}
 		n++
-		m.cfg.Log.Info("audit: key-encryption key destroyed; the erasures that waited on it are complete", zap.String("audit", "kek.destroy"),
+		ks.cfg.Log.Info("audit: key-encryption key destroyed; the erasures that waited on it are complete", zap.String("audit", "kek.destroy"),
 			zap.String("kek", r.Fingerprint), zap.Strings("erasures", r.Jobs))
 	}
 	return n, nil
 }
 
-func (m *Manager) holdsRetiring(fp string) bool {
-	for _, k := range m.cfg.RetiringKEKs {
+func (ks *Keys) holdsRetiring(fp string) bool {
+	for _, k := range ks.cfg.RetiringKEKs {
 		if f, err := k.Fingerprint(); err == nil && f == fp {
 			return true
 		}
@@ -128,19 +128,19 @@ func (m *Manager) holdsRetiring(fp string) bool {
 
 // noteErasureKEKs is step 1 for owner's erasure job: the KEKs that wrap
 // its owner key and any backup key of its written before owner keys.
-func (m *Manager) noteErasureKEKs(ctx context.Context, owner, job string) error {
+func (ks *Keys) noteErasureKEKs(ctx context.Context, owner, job string) error {
 	fps := map[string]bool{}
-	k, err := m.cfg.Store.GetOwnerKey(ctx, owner)
+	k, err := ks.cfg.Store.GetOwnerKey(ctx, owner)
 	switch {
 	case err == nil:
 		fps[k.KEKFingerprint] = true
 	case !errors.Is(err, store.ErrNotFound):
 		return err
 	}
-	current, _ := m.cfg.KEK.Fingerprint()
+	current, _ := ks.cfg.KEK.Fingerprint()
 	before := ""
 	for {
-		page, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Before: before, Limit: 500})
+		page, err := ks.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Before: before, Limit: 500})
 		if err != nil {
 			return err
 		}
@@ -163,7 +163,7 @@ func (m *Manager) noteErasureKEKs(ctx context.Context, owner, job string) error 
 		if fp == "" {
 			continue
 		}
-		if err := m.cfg.Store.NoteErasure(ctx, fp, job, now); err != nil {
+		if err := ks.cfg.Store.NoteErasure(ctx, fp, job, now); err != nil {
 			return err
 		}
 	}
@@ -171,9 +171,9 @@ func (m *Manager) noteErasureKEKs(ctx context.Context, owner, job string) error 
 }
 
 // wakeKeyWorker asks for a key worker pass now (RunKeyWorker).
-func (m *Manager) wakeKeyWorker() {
+func (ks *Keys) wakeKeyWorker() {
 	select {
-	case m.keyWake <- struct{}{}:
+	case ks.keyWake <- struct{}{}:
 	default:
 	}
 }
@@ -183,8 +183,8 @@ func (m *Manager) wakeKeyWorker() {
 // holds opens anything of the owner (the latest destruction among them),
 // or waiting on the KEKs listed. An erasure that destroyed no key (the
 // owner never had one) is complete when it ends: ok with a zero time.
-func (m *Manager) ErasureCompletion(ctx context.Context, job string) (complete bool, since time.Time, waiting []string, err error) {
-	keks, err := m.cfg.Store.ErasureKEKs(ctx, job)
+func (ks *Keys) ErasureCompletion(ctx context.Context, job string) (complete bool, since time.Time, waiting []string, err error) {
+	keks, err := ks.cfg.Store.ErasureKEKs(ctx, job)
 	if err != nil {
 		return false, time.Time{}, nil, err
 	}
@@ -202,14 +202,14 @@ func (m *Manager) ErasureCompletion(ctx context.Context, job string) (complete b
 }
 
 // nextStep says what retirement r waits on.
-func (m *Manager) nextStep(r store.KEKRetirement, current string, counts store.KeyCounts) string {
+func (ks *Keys) nextStep(r store.KEKRetirement, current string, counts store.KeyCounts) string {
 	switch {
 	case !r.Destroyed.IsZero():
 		return ""
-	case r.Retired.IsZero() && r.Fingerprint == current && !m.cfg.KEK.Rotatable():
+	case r.Retired.IsZero() && r.Fingerprint == current && !ks.cfg.KEK.Rotatable():
 		return "the operator rotates it: point --job-key-keeper at a new KMS key and pass this one to --job-key-retiring"
 	case r.Retired.IsZero() && r.Fingerprint == current:
-		if e, _ := m.rotateErr.Load().(string); e != "" {
+		if e, _ := ks.rotateErr.Load().(string); e != "" {
 			return "the key worker could not rotate it (" + e + "): make --job-keys writable, or rotate it by hand with --job-key-retiring (docs/erasure.md)"
 		}
 		return "the key worker rotates it at its next pass"
@@ -219,7 +219,7 @@ func (m *Manager) nextStep(r store.KEKRetirement, current string, counts store.K
 	if n := counts.OwnerKeys[r.Fingerprint] + counts.LegacyBackups[r.Fingerprint]; n > 0 {
 		return fmt.Sprintf("the key worker rewraps the %d rows still under it", n)
 	}
-	if m.holdsRetiring(r.Fingerprint) {
+	if ks.holdsRetiring(r.Fingerprint) {
 		return "nothing is under it: drop it from --job-key-retiring, restart, then disable or delete it in the KMS"
 	}
 	return "the key worker destroys it at its next pass"

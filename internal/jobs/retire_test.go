@@ -181,14 +181,14 @@ func TestErasureReachesItsCompletionPoint(t *testing.T) {
 			if j.State != store.JobSucceeded {
 				t.Fatalf("erasure ended %s: %s", j.State, j.ErrorMessage)
 			}
-			complete, _, waiting, err := h.m.ErasureCompletion(ctx, j.ID)
+			complete, _, waiting, err := h.m.Keys.ErasureCompletion(ctx, j.ID)
 			if err != nil || complete || len(waiting) != 1 || waiting[0] != first {
 				t.Fatalf("before the key worker: complete %v, waiting on %v (%v); want waiting on %s", complete, waiting, err, first)
 			}
 			t.Logf("after the erasure, before the completion point, the live files open alice's backup: %v",
 				opensAny(recoverKeys(t, live(), heldKEKs(t, keys)), []store.Backup{sealed}))
 
-			pass, err := h.m.MaintainKeys(ctx, nil)
+			pass, err := h.m.Keys.MaintainKeys(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -202,7 +202,7 @@ func TestErasureReachesItsCompletionPoint(t *testing.T) {
 			if gens, _ := kek.Generations(); len(gens) != 0 {
 				t.Fatalf("generations left on disk: %v", gens)
 			}
-			complete, since, waiting, err := h.m.ErasureCompletion(ctx, j.ID)
+			complete, since, waiting, err := h.m.Keys.ErasureCompletion(ctx, j.ID)
 			if err != nil || !complete || since.IsZero() || len(waiting) != 0 {
 				t.Fatalf("after the key worker: complete %v since %v, waiting %v (%v)", complete, since, waiting, err)
 			}
@@ -214,7 +214,7 @@ func TestErasureReachesItsCompletionPoint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key, err := h.m.unwrap(ctx, bobRow)
+			key, err := h.m.Keys.unwrap(ctx, bobRow)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -222,13 +222,13 @@ func TestErasureReachesItsCompletionPoint(t *testing.T) {
 			if err != nil || !opens(body, key) {
 				t.Fatalf("bob's backup does not open after the rotation: %v", err)
 			}
-			st2, err := h.m.KeyStatus(ctx)
+			st2, err := h.m.Keys.KeyStatus(ctx)
 			if err != nil || len(st2.Retirements) != 1 || st2.Retirements[0].Destroyed.IsZero() || st2.Retirements[0].NextStep != "" {
 				t.Fatalf("key status: %+v, %v", st2.Retirements, err)
 			}
 			// A new owner's key is made under the new KEK.
 			fill(t, st, storetest.Owner("carol"), 1)
-			if _, err := h.m.MaintainKeys(ctx, nil); err != nil {
+			if _, err := h.m.Keys.MaintainKeys(ctx, nil); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -266,7 +266,7 @@ func TestErasureRotationFollowedByReplicas(t *testing.T) {
 			if j, _ := eraseDone(t, a, EraseRequest{Owner: gone}); j.State != store.JobSucceeded {
 				t.Fatalf("erasure: %s", j.ErrorMessage)
 			}
-			if _, err := a.m.MaintainKeys(ctx, nil); err != nil {
+			if _, err := a.m.Keys.MaintainKeys(ctx, nil); err != nil {
 				t.Fatal(err)
 			}
 			newFP, _ := kekA.Fingerprint()
@@ -286,7 +286,7 @@ func TestErasureRotationFollowedByReplicas(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.m.unwrap(ctx, row); err != nil {
+			if _, err := b.m.Keys.unwrap(ctx, row); err != nil {
 				t.Fatalf("replica B opens a row A rewrapped: %v", err)
 			}
 			counts, err := st.KeyCounts(ctx)
@@ -315,15 +315,15 @@ func TestErasureWaitsForTheOperatorsKMSRotation(t *testing.T) {
 	fill(t, st, other, 2)
 	otherBackup := exportDone(t, h, exportReq(other, "full"))
 	j, _ := eraseDone(t, h, EraseRequest{Owner: owner})
-	if _, err := h.m.MaintainKeys(ctx, nil); err != nil {
+	if _, err := h.m.Keys.MaintainKeys(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	status, err := h.m.KeyStatus(ctx)
+	status, err := h.m.Keys.KeyStatus(ctx)
 	if err != nil || len(status.Retirements) != 1 || !status.Retirements[0].Retired.IsZero() ||
 		!strings.Contains(status.Retirements[0].NextStep, "--job-key-retiring") {
 		t.Fatalf("key status with a KMS key: %+v (%v); want the operator's step", status.Retirements, err)
 	}
-	if complete, _, _, _ := h.m.ErasureCompletion(ctx, j.ID); complete {
+	if complete, _, _, _ := h.m.Keys.ErasureCompletion(ctx, j.ID); complete {
 		t.Fatal("complete while the server still holds the KMS key")
 	}
 	h.m.Close(ctx)
@@ -335,27 +335,27 @@ func TestErasureWaitsForTheOperatorsKMSRotation(t *testing.T) {
 	}
 	t.Cleanup(func() { newKEK.Close() })
 	rotating := newHarness(t, st, func(c *Config) { c.KEK, c.RetiringKEKs = newKEK, []*keyring.KEK{oldKEK} })
-	if _, err := rotating.m.MaintainKeys(ctx, nil); err != nil {
+	if _, err := rotating.m.Keys.MaintainKeys(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	status, _ = rotating.m.KeyStatus(ctx)
+	status, _ = rotating.m.Keys.KeyStatus(ctx)
 	if len(status.Retirements) != 1 || status.Retirements[0].Retired.IsZero() || !strings.Contains(status.Retirements[0].NextStep, "drop it") {
 		t.Fatalf("after the rotation: %+v; want retired, waiting to be dropped", status.Retirements)
 	}
 	rotating.m.Close(ctx)
 
 	done := newHarness(t, st, func(c *Config) { c.KEK = newKEK })
-	if _, err := done.m.MaintainKeys(ctx, nil); err != nil {
+	if _, err := done.m.Keys.MaintainKeys(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if complete, since, _, err := done.m.ErasureCompletion(ctx, j.ID); !complete || since.IsZero() || err != nil {
+	if complete, since, _, err := done.m.Keys.ErasureCompletion(ctx, j.ID); !complete || since.IsZero() || err != nil {
 		t.Fatalf("after the old key was dropped: complete %v since %v (%v)", complete, since, err)
 	}
 	row, err := st.GetBackup(ctx, other, otherBackup.GetBackup())
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := done.m.unwrap(ctx, row)
+	key, err := done.m.Keys.unwrap(ctx, row)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,10 +496,10 @@ func TestErasureRotationInAReadOnlyKeyDirectory(t *testing.T) {
 	if j, _ := eraseDone(t, h, EraseRequest{Owner: owner}); j.State != store.JobSucceeded {
 		t.Fatalf("erasure: %s", j.ErrorMessage)
 	}
-	if _, err := h.m.MaintainKeys(t.Context(), nil); err != nil {
+	if _, err := h.m.Keys.MaintainKeys(t.Context(), nil); err != nil {
 		t.Fatalf("the key worker's pass failed with the rotation: %v", err)
 	}
-	status, err := h.m.KeyStatus(t.Context())
+	status, err := h.m.Keys.KeyStatus(t.Context())
 	if err != nil || len(status.Retirements) != 1 || !strings.Contains(status.Retirements[0].NextStep, "could not rotate") {
 		t.Fatalf("key status: %+v, %v; want the rotation's failure and what to do", status.Retirements, err)
 	}

@@ -108,7 +108,7 @@ func rotateOnce(b *testing.B) {
 	for i := range synthetic {
 		owner := fmt.Sprintf("bench-%04d", i/perOwner)
 		id := NewID(now.Add(time.Duration(i)))
-		key, sealed, keyID, err := before.newDataKey(ctx, owner, id)
+		key, sealed, keyID, err := before.Keys.newDataKey(ctx, owner, id)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -175,7 +175,7 @@ func rotateOnce(b *testing.B) {
 		b.Fatal(err)
 	}
 	rot := newManager(openKEK(""), openKEK(old))
-	if err := rot.CheckKEK(ctx); err != nil {
+	if err := rot.Keys.CheckKEK(ctx); err != nil {
 		b.Fatal(err)
 	}
 	var during []time.Duration
@@ -195,7 +195,7 @@ func rotateOnce(b *testing.B) {
 	}()
 	b.StartTimer()
 	t0 := time.Now()
-	pass, err := rot.MaintainKeys(ctx, nil)
+	pass, err := rot.Keys.MaintainKeys(ctx, nil)
 	elapsed := time.Since(t0)
 	b.StopTimer()
 	close(stop)
@@ -212,10 +212,10 @@ func rotateOnce(b *testing.B) {
 		b.Fatal(err)
 	}
 	after := newManager(openKEK(""))
-	if err := after.CheckKEK(ctx); err != nil {
+	if err := after.Keys.CheckKEK(ctx); err != nil {
 		b.Fatal(err)
 	}
-	if st, err := after.KeyStatus(ctx); err != nil || st.Retired() != 0 {
+	if st, err := after.Keys.KeyStatus(ctx); err != nil || st.Retired() != 0 {
 		b.Fatalf("after the rotation: %+v, %v", st, err)
 	}
 	for _, r := range all {

@@ -181,7 +181,7 @@ func (m *Manager) exportAgain(ctx context.Context, j store.Job, backupID string)
 	if b.State != store.BackupWriting || b.JobID != j.ID {
 		return prepared{}, fmt.Errorf("job %s: backup %s is no longer this job's to write: %w", j.ID, b.ID, ErrBackupDamaged)
 	}
-	key, err := m.unwrap(ctx, b)
+	key, err := m.Keys.unwrap(ctx, b)
 	if err != nil {
 		return prepared{}, err
 	}

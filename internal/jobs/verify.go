@@ -136,7 +136,7 @@ func (m *Manager) readBack(ctx context.Context, b store.Backup) (string, error) 
 	if b.State != store.BackupComplete {
 		return "", fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
 	}
-	key, err := m.unwrap(ctx, b)
+	key, err := m.Keys.unwrap(ctx, b)
 	if errors.Is(err, ErrBackupDamaged) {
 		return "its key does not unwrap under the key-encryption key that wrapped it", nil
 	}

@@ -256,7 +256,7 @@ func (s *BackupService) ListLegalHolds(ctx context.Context, req *cb.ListLegalHol
 }
 
 func (s *BackupService) GetKeyStatus(ctx context.Context, _ *cb.GetKeyStatusRequest) (*cb.KeyStatus, error) {
-	st, err := s.jobs.KeyStatus(ctx)
+	st, err := s.jobs.Keys.KeyStatus(ctx)
 	if err != nil {
 		return nil, jobStatus(err, "")
 	}
@@ -403,7 +403,7 @@ func (s *OperationsService) describe(ctx context.Context, j store.Job) (*longrun
 	if err := op.GetResponse().UnmarshalTo(result); err != nil {
 		return nil, hide(codes.Internal, msgInternal, err)
 	}
-	complete, since, waiting, err := s.jobs.ErasureCompletion(ctx, j.ID)
+	complete, since, waiting, err := s.jobs.Keys.ErasureCompletion(ctx, j.ID)
 	if err != nil {
 		return nil, statusOf(err)
 	}

@@ -168,7 +168,7 @@ func TestEraseOwnerOverTCP(t *testing.T) {
 			if got := eraseResultOf(t, dpo, erase.GetName()); got.GetUnreadableSince() != nil || len(got.GetWaitingOnKeks()) != 1 || got.GetWaitingOnKeks()[0] != st.GetCurrent() {
 				t.Fatalf("the erasure before the key worker's pass: %v; want it waiting on KEK %s", got, st.GetCurrent())
 			}
-			if _, err := p.jobs.MaintainKeys(ctx, nil); err != nil {
+			if _, err := p.jobs.Keys.MaintainKeys(ctx, nil); err != nil {
 				t.Fatal(err)
 			}
 			if got := eraseResultOf(t, dpo, erase.GetName()); got.GetUnreadableSince() == nil || len(got.GetWaitingOnKeks()) != 0 {
