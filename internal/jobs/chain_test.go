@@ -122,17 +122,17 @@ func TestChainRestoresTheOwner(t *testing.T) {
 			}
 
 			// A base an increment needs stays until the increment goes.
-			err := h.m.DeleteBackup(ctx, "tester", src, inc2.GetBackup())
+			err := h.m.Catalog.DeleteBackup(ctx, "tester", src, inc2.GetBackup())
 			if !errors.Is(err, ErrBaseNeeded) || fault.Of(err) != fault.FailedPrecondition {
 				t.Errorf("delete a base: %v, want ErrBaseNeeded", err)
 			}
 			if _, err := st.GetBackup(ctx, src, inc2.GetBackup()); err != nil {
 				t.Errorf("the refused delete removed the base: %v", err)
 			}
-			if err := h.m.DeleteBackup(ctx, "tester", src, inc3.GetBackup()); err != nil {
+			if err := h.m.Catalog.DeleteBackup(ctx, "tester", src, inc3.GetBackup()); err != nil {
 				t.Errorf("delete the newest increment: %v", err)
 			}
-			if err := h.m.DeleteBackup(ctx, "tester", src, inc2.GetBackup()); err != nil {
+			if err := h.m.Catalog.DeleteBackup(ctx, "tester", src, inc2.GetBackup()); err != nil {
 				t.Errorf("delete a base no increment needs any more: %v", err)
 			}
 		})
@@ -302,7 +302,7 @@ func TestScheduleChainBases(t *testing.T) {
 	}
 	next := func() string {
 		t.Helper()
-		id, err := h.m.nextBase(t.Context(), s, owner)
+		id, err := h.m.Catalog.nextBase(t.Context(), s, owner)
 		if err != nil {
 			t.Fatal(err)
 		}

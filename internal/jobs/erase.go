@@ -219,7 +219,7 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 			return nil, err
 		}
 		for _, b := range page {
-			n, err := m.deleteBackupCounting(ctx, b)
+			n, err := m.Catalog.deleteBackupCounting(ctx, b)
 			if errors.Is(err, store.ErrNotFound) {
 				n, err = 0, nil // gone since the page was read
 			}
@@ -285,7 +285,7 @@ func (m *Manager) erasureRecords(ctx context.Context, owner string) (int64, erro
 // schedule's prefix never reaches another owner's objects under it.
 func (m *Manager) sweepOwnerObjects(ctx context.Context, owner string, dryRun bool) (uint64, error) {
 	prefixes := []string{""}
-	if p := m.schedules.Load(); p != nil {
+	if p := m.Catalog.schedules.Load(); p != nil {
 		for _, s := range p.Schedules {
 			if !slices.Contains(prefixes, s.Prefix) {
 				prefixes = append(prefixes, s.Prefix)

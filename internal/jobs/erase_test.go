@@ -105,7 +105,7 @@ func TestEraseOwnerLeavesNothingReadable(t *testing.T) {
 			fill(t, st, bob, 9)
 			bobInc := exportDone(t, h, ExportRequest{Owner: bob, Since: bobFull.GetBackup()})
 			// Another owner's hold stops nothing here.
-			if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: bob, Reason: "another owner's case"}); err != nil {
+			if _, err := h.m.Catalog.SetHold(ctx, "legal", store.Hold{Owner: bob, Reason: "another owner's case"}); err != nil {
 				t.Fatal(err)
 			}
 
@@ -184,7 +184,7 @@ func TestEraseOwnerLeavesNothingReadable(t *testing.T) {
 				if b == newAlice.GetBackup() {
 					owner = alice
 				}
-				k, err := h.m.BackupKey(ctx, "tester", owner, b)
+				k, err := h.m.Catalog.BackupKey(ctx, "tester", owner, b)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -201,7 +201,7 @@ func TestEraseOwnerLeavesNothingReadable(t *testing.T) {
 			if err := st.CreateBackup(ctx, dumpRow); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := h.m.BackupKey(ctx, "tester", alice, dumpRow.ID); !errors.Is(err, ErrKeyUnavailable) {
+			if _, err := h.m.Catalog.BackupKey(ctx, "tester", alice, dumpRow.ID); !errors.Is(err, ErrKeyUnavailable) {
 				t.Errorf("the old row restored into the catalog: %v, want ErrKeyUnavailable", err)
 			}
 			if err := st.DeleteBackup(ctx, alice, dumpRow.ID); err != nil {
@@ -262,7 +262,7 @@ func TestEraseRefusedUnderHold(t *testing.T) {
 	fill(t, st, owner, 3)
 	b := exportDone(t, h, exportReq(owner, "evidence"))
 	for _, hold := range []store.Hold{{Owner: owner, Reason: "case 7"}, {Owner: owner, Backup: b.GetBackup(), Reason: "case 8"}} {
-		if _, err := h.m.SetHold(ctx, "legal", hold); err != nil {
+		if _, err := h.m.Catalog.SetHold(ctx, "legal", hold); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := h.m.StartErase(ctx, "dpo", EraseRequest{Owner: owner}); !errors.Is(err, ErrHeld) {
@@ -271,11 +271,11 @@ func TestEraseRefusedUnderHold(t *testing.T) {
 		if _, err := st.GetOwnerKey(ctx, owner); err != nil {
 			t.Fatalf("a refused erasure touched the owner key: %v", err)
 		}
-		if _, err := h.m.ReleaseHold(ctx, "legal", owner, hold.Backup, ""); err != nil {
+		if _, err := h.m.Catalog.ReleaseHold(ctx, "legal", owner, hold.Backup, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Reason: "lapsing", Until: time.Now().Add(150 * time.Millisecond)}); err != nil {
+	if _, err := h.m.Catalog.SetHold(ctx, "legal", store.Hold{Owner: owner, Reason: "lapsing", Until: time.Now().Add(150 * time.Millisecond)}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -347,7 +347,7 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := policy.Schedules[0]
-	h.m.schedules.Store(policy)
+	h.m.Catalog.schedules.Store(policy)
 	var ids []string
 	for i := range 3 {
 		j, err := h.m.startExport(ctx, "schedule:nightly", ExportRequest{Owner: owner, Bucket: "local", Label: fmt.Sprint(i)}, s)
@@ -358,7 +358,7 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 		md, _ := Progress(done)
 		ids = append(ids, md.GetBackup())
 		if i == 0 {
-			if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Backup: ids[0], Reason: "case 12"}); err != nil {
+			if _, err := h.m.Catalog.SetHold(ctx, "legal", store.Hold{Owner: owner, Backup: ids[0], Reason: "case 12"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -373,20 +373,20 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 	if list[1].ID != ids[0] || list[0].ID != ids[2] {
 		t.Fatalf("after three runs keeping 1 with the first held: %s and %s, want %s and %s", list[0].ID, list[1].ID, ids[2], ids[0])
 	}
-	plan, err := h.m.PlanRetention(ctx, owner, "nightly", nil)
+	plan, err := h.m.Catalog.PlanRetention(ctx, owner, "nightly", nil)
 	if err != nil || len(plan.Keep) != 2 || plan.Keep[1].Backup.ID != ids[0] || plan.Keep[1].Rules[0] != "hold" {
 		t.Fatalf("the plan: %+v, %v; want the held backup kept by \"hold\"", plan.Keep, err)
 	}
-	if err := h.m.DeleteBackup(ctx, "tester", owner, ids[0]); !errors.Is(err, ErrHeld) {
+	if err := h.m.Catalog.DeleteBackup(ctx, "tester", owner, ids[0]); !errors.Is(err, ErrHeld) {
 		t.Fatalf("DeleteBackup of a held backup: %v, want ErrHeld", err)
 	}
-	if b, err := h.m.VerifyBackup(ctx, "tester", owner, ids[0]); err != nil || b.Verified.IsZero() || b.VerifyProblem != "" {
+	if b, err := h.m.Verifier.VerifyBackup(ctx, "tester", owner, ids[0]); err != nil || b.Verified.IsZero() || b.VerifyProblem != "" {
 		t.Fatalf("verifying a held backup: %v %q", err, b.VerifyProblem)
 	}
-	if _, err := h.m.ReleaseHold(ctx, "legal", owner, ids[0], ""); err != nil {
+	if _, err := h.m.Catalog.ReleaseHold(ctx, "legal", owner, ids[0], ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.m.Prune(ctx, s, owner); err != nil {
+	if err := h.m.Catalog.Prune(ctx, s, owner); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.GetBackup(ctx, owner, ids[0]); !errors.Is(err, store.ErrNotFound) {
@@ -395,7 +395,7 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 
 	// A hold on the owner keeps every backup of it through retention,
 	// and refuses its erasure; released, the next retention proceeds.
-	if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Reason: "case 13"}); err != nil {
+	if _, err := h.m.Catalog.SetHold(ctx, "legal", store.Hold{Owner: owner, Reason: "case 13"}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
@@ -405,7 +405,7 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 		}
 		waitDone(t, h.m, j.ID)
 	}
-	if err := h.m.Prune(ctx, s, owner); err != nil {
+	if err := h.m.Catalog.Prune(ctx, s, owner); err != nil {
 		t.Fatal(err)
 	}
 	if list, _ := st.ListBackups(ctx, store.BackupQuery{Owner: owner, Limit: 10}); len(list) != 3 {
@@ -414,10 +414,10 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 	if _, err := h.m.StartErase(ctx, "dpo", EraseRequest{Owner: owner}); !errors.Is(err, ErrHeld) {
 		t.Fatalf("erasing a held owner: %v", err)
 	}
-	if _, err := h.m.ReleaseHold(ctx, "legal", owner, "", ""); err != nil {
+	if _, err := h.m.Catalog.ReleaseHold(ctx, "legal", owner, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.m.Prune(ctx, s, owner); err != nil {
+	if err := h.m.Catalog.Prune(ctx, s, owner); err != nil {
 		t.Fatal(err)
 	}
 	if list, _ := st.ListBackups(ctx, store.BackupQuery{Owner: owner, Limit: 10}); len(list) != 1 {
@@ -492,7 +492,7 @@ func TestEraseEveryBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.m.schedules.Store(policy)
+	h.m.Catalog.schedules.Store(policy)
 	exportDone(t, h, exportReq(owner, "local"))
 	exportDone(t, h, ExportRequest{Owner: owner, Bucket: "second", Label: "second"})
 	sj, err := h.m.startExport(ctx, "schedule:nightly", ExportRequest{Owner: bob, Bucket: "second"}, policy.Schedules[0])
@@ -747,43 +747,43 @@ func TestHoldsAreRecords(t *testing.T) {
 			owner := storetest.Owner("held")
 			fill(t, st, owner, 2)
 			b := exportDone(t, h, exportReq(owner, "evidence")).GetBackup()
-			first, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Backup: b, Reason: "matter A"})
+			first, err := h.m.Catalog.SetHold(ctx, "legal", store.Hold{Owner: owner, Backup: b, Reason: "matter A"})
 			if err != nil || len(first.ID) != 32 {
 				t.Fatalf("SetHold: %+v, %v", first, err)
 			}
-			second, err := h.m.SetHold(ctx, "regulator", store.Hold{Owner: owner, Backup: b, Reason: "matter B", Until: time.Now().Add(100 * time.Millisecond)})
+			second, err := h.m.Catalog.SetHold(ctx, "regulator", store.Hold{Owner: owner, Backup: b, Reason: "matter B", Until: time.Now().Add(100 * time.Millisecond)})
 			if err != nil || second.ID == first.ID {
 				t.Fatalf("a second holder's hold: %+v, %v; want a hold of its own", second, err)
 			}
 			time.Sleep(150 * time.Millisecond) // the second lapses
-			if err := h.m.DeleteBackup(ctx, "tester", owner, b); !errors.Is(err, ErrHeld) {
+			if err := h.m.Catalog.DeleteBackup(ctx, "tester", owner, b); !errors.Is(err, ErrHeld) {
 				t.Fatalf("DeleteBackup once the second hold lapsed: %v; the first still holds", err)
 			}
-			third, err := h.m.SetHold(ctx, "regulator", store.Hold{Owner: owner, Backup: b, Reason: "matter C"})
+			third, err := h.m.Catalog.SetHold(ctx, "regulator", store.Hold{Owner: owner, Backup: b, Reason: "matter C"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := h.m.ReleaseHold(ctx, "legal", owner, b, ""); !errors.Is(err, ErrHoldAmbiguous) {
+			if _, err := h.m.Catalog.ReleaseHold(ctx, "legal", owner, b, ""); !errors.Is(err, ErrHoldAmbiguous) {
 				t.Fatalf("a release that names no hold among three: %v, want ErrHoldAmbiguous", err)
 			}
-			if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, ID: first.ID, Reason: "moved to the owner"}); !errors.Is(err, ErrHoldNotFound) {
+			if _, err := h.m.Catalog.SetHold(ctx, "legal", store.Hold{Owner: owner, ID: first.ID, Reason: "moved to the owner"}); !errors.Is(err, ErrHoldNotFound) {
 				t.Fatalf("changing a backup's hold into an owner hold: %v, want ErrHoldNotFound", err)
 			}
-			if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Backup: b, ID: "0123", Reason: "x"}); !errors.Is(err, ErrInvalid) {
+			if _, err := h.m.Catalog.SetHold(ctx, "legal", store.Hold{Owner: owner, Backup: b, ID: "0123", Reason: "x"}); !errors.Is(err, ErrInvalid) {
 				t.Fatalf("a malformed hold id: %v, want ErrInvalid", err)
 			}
-			changed, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Backup: b, ID: first.ID, Reason: "matter A, widened"})
+			changed, err := h.m.Catalog.SetHold(ctx, "legal", store.Hold{Owner: owner, Backup: b, ID: first.ID, Reason: "matter A, widened"})
 			if err != nil || changed.ID != first.ID || !changed.Created.Equal(first.Created) {
 				t.Fatalf("changing a hold: %+v, %v", changed, err)
 			}
-			released, err := h.m.ReleaseHold(ctx, "regulator", owner, b, third.ID)
+			released, err := h.m.Catalog.ReleaseHold(ctx, "regulator", owner, b, third.ID)
 			if err != nil || released.Reason != "matter C" {
 				t.Fatalf("releasing matter C: %+v, %v", released, err)
 			}
-			if err := h.m.DeleteBackup(ctx, "tester", owner, b); !errors.Is(err, ErrHeld) {
+			if err := h.m.Catalog.DeleteBackup(ctx, "tester", owner, b); !errors.Is(err, ErrHeld) {
 				t.Fatalf("DeleteBackup after matter C's release: %v; matter A still holds", err)
 			}
-			holds, err := h.m.Holds(ctx, owner)
+			holds, err := h.m.Catalog.Holds(ctx, owner)
 			if err != nil || len(holds) != 2 {
 				t.Fatalf("holds: %+v, %v; want A (changed) and B (lapsed)", holds, err)
 			}
@@ -792,13 +792,13 @@ func TestHoldsAreRecords(t *testing.T) {
 					t.Fatalf("matter A's hold: %+v", x)
 				}
 			}
-			if _, err := h.m.ReleaseHold(ctx, "legal", owner, b, first.ID); err != nil {
+			if _, err := h.m.Catalog.ReleaseHold(ctx, "legal", owner, b, first.ID); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := h.m.ReleaseHold(ctx, "legal", owner, b, ""); err != nil {
+			if _, err := h.m.Catalog.ReleaseHold(ctx, "legal", owner, b, ""); err != nil {
 				t.Fatalf("releasing the one hold left (lapsed) without its id: %v", err)
 			}
-			if err := h.m.DeleteBackup(ctx, "tester", owner, b); err != nil {
+			if err := h.m.Catalog.DeleteBackup(ctx, "tester", owner, b); err != nil {
 				t.Fatalf("DeleteBackup with no hold left: %v", err)
 			}
 		})
@@ -818,10 +818,10 @@ func TestHoldsPerOwnerBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, Reason: "one more"}); !errors.Is(err, ErrTooManyHolds) {
+	if _, err := h.m.Catalog.SetHold(ctx, "legal", store.Hold{Owner: owner, Reason: "one more"}); !errors.Is(err, ErrTooManyHolds) {
 		t.Fatalf("hold %d: %v, want ErrTooManyHolds", MaxHoldsPerOwner+1, err)
 	}
-	if _, err := h.m.SetHold(ctx, "legal", store.Hold{Owner: owner, ID: fmt.Sprintf("%032x", 7), Reason: "changed"}); err != nil {
+	if _, err := h.m.Catalog.SetHold(ctx, "legal", store.Hold{Owner: owner, ID: fmt.Sprintf("%032x", 7), Reason: "changed"}); err != nil {
 		t.Fatalf("changing a hold at the bound: %v", err)
 	}
 }

@@ -186,7 +186,7 @@ func TestExportThenImportJob(t *testing.T) {
 				b.Summary.Length != sum.GetArchiveBytes() || !bytes.Equal(b.Summary.SHA256, sum.GetSha256()) || b.Summary.Messages != 100 {
 				t.Errorf("catalog row %+v does not match the summary %v", b, sum)
 			}
-			testKey, err := h.m.BackupKey(t.Context(), "tester", src, b.ID)
+			testKey, err := h.m.Catalog.BackupKey(t.Context(), "tester", src, b.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -495,7 +495,7 @@ func TestDamagedBackupIsPermanent(t *testing.T) {
 			t.Errorf("%s: %v, want ErrBackupDamaged", name, err)
 		}
 	}
-	if _, err := h.m.BackupKey(t.Context(), "tester", owner, b2.ID); !errors.Is(err, ErrBackupDamaged) {
+	if _, err := h.m.Catalog.BackupKey(t.Context(), "tester", owner, b2.ID); !errors.Is(err, ErrBackupDamaged) {
 		t.Errorf("BackupKey of a foreign key: %v, want ErrBackupDamaged", err)
 	}
 }
@@ -540,7 +540,7 @@ func TestDeleteBackupWhileWriting(t *testing.T) {
 	st, h, owner, j := startGated(t, 5, "held")
 	id := objectOf(t, j).GetKey()
 	md, _ := Progress(j)
-	if err := h.m.DeleteBackup(t.Context(), "tester", owner, md.GetBackup()); !errors.Is(err, ErrBackupNotComplete) {
+	if err := h.m.Catalog.DeleteBackup(t.Context(), "tester", owner, md.GetBackup()); !errors.Is(err, ErrBackupNotComplete) {
 		t.Errorf("delete of a backup being written: %v, want ErrBackupNotComplete (%s)", err, id)
 	}
 	close(st.gate)
@@ -551,7 +551,7 @@ func TestDeleteBackupWhileWriting(t *testing.T) {
 	if err := st.CreateBackup(t.Context(), left); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.m.DeleteBackup(t.Context(), "tester", owner, left.ID); err != nil {
+	if err := h.m.Catalog.DeleteBackup(t.Context(), "tester", owner, left.ID); err != nil {
 		t.Errorf("delete of a WRITING row whose job ended: %v", err)
 	}
 }

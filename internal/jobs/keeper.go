@@ -94,4 +94,3 @@ func (ks *Keys) CheckKEK(ctx context.Context) error {
 	}
 	return nil
 }
-

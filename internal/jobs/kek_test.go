@@ -96,13 +96,13 @@ func TestKEKCheckedAgainstTheCatalog(t *testing.T) {
 					}
 					// The backup is intact: its key is unavailable here,
 					// not damaged.
-					if _, err := m.BackupKey(t.Context(), "tester", owner, bk.ID); !errors.Is(err, ErrKeyUnavailable) || errors.Is(err, ErrBackupDamaged) {
+					if _, err := m.Catalog.BackupKey(t.Context(), "tester", owner, bk.ID); !errors.Is(err, ErrKeyUnavailable) || errors.Is(err, ErrBackupDamaged) {
 						t.Errorf("the backup's key under the KEK %s: %v; want ErrKeyUnavailable", c.name, err)
 					}
 				})
 			}
 			// Restored, the KEK opens the backup again.
-			if _, err := h.m.BackupKey(t.Context(), "tester", owner, bk.ID); err != nil {
+			if _, err := h.m.Catalog.BackupKey(t.Context(), "tester", owner, bk.ID); err != nil {
 				t.Errorf("the backup's key once the KEK is back: %v", err)
 			}
 			// Rows written before fingerprints are checked by unwrapping.

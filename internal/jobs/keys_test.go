@@ -222,7 +222,7 @@ func TestLegacyBackupsMoveToOwnerKeys(t *testing.T) {
 			if err := st.CreateBackup(ctx, legacy); err != nil {
 				t.Fatal(err)
 			}
-			if got, err := h.m.BackupKey(ctx, "tester", owner, id); err != nil || string(got) != string(key) {
+			if got, err := h.m.Catalog.BackupKey(ctx, "tester", owner, id); err != nil || string(got) != string(key) {
 				t.Fatalf("the legacy row opens under the KEK: %v", err)
 			}
 			status, _ := h.m.Keys.KeyStatus(ctx)
@@ -252,7 +252,7 @@ func TestLegacyBackupsMoveToOwnerKeys(t *testing.T) {
 			if err != nil || kerr != nil || b.OwnerKeyID != ok.KeyID || b.KEKFingerprint != "" {
 				t.Fatalf("the resealed row: owner key %q of %q (%v, %v)", b.OwnerKeyID, ok.KeyID, err, kerr)
 			}
-			if got, err := h.m.BackupKey(ctx, "tester", owner, id); err != nil || string(got) != string(key) {
+			if got, err := h.m.Catalog.BackupKey(ctx, "tester", owner, id); err != nil || string(got) != string(key) {
 				t.Fatalf("the resealed row's key: %v", err)
 			}
 			importDone(t, h, storetest.Owner("restored"), owner, id)
@@ -275,7 +275,7 @@ func TestKEKRotationBetweenKeepers(t *testing.T) {
 	owner := storetest.Owner("kms")
 	fill(t, st, owner, 2)
 	id := exportDone(t, h, exportReq(owner, "under a keeper")).GetBackup()
-	want, err := h.m.BackupKey(ctx, "tester", owner, id)
+	want, err := h.m.Catalog.BackupKey(ctx, "tester", owner, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestKEKRotationBetweenKeepers(t *testing.T) {
 		if err := alone.m.Keys.CheckKEK(ctx); err != nil {
 			t.Fatalf("%s: CheckKEK with the new KEK alone: %v", s.name, err)
 		}
-		if got, err := alone.m.BackupKey(ctx, "tester", owner, id); err != nil || !bytes.Equal(got, want) {
+		if got, err := alone.m.Catalog.BackupKey(ctx, "tester", owner, id); err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("%s: the backup's key under the new KEK alone: %v", s.name, err)
 		}
 	}

@@ -189,15 +189,14 @@ type Manager struct {
 	mu      sync.Mutex
 	running map[string]*run // started here and not ended: queued or running
 	closed  bool
-	// schedules is the policy this server's scheduler runs (nil: none),
-	// for PlanRetention.
-	schedules atomic.Pointer[SchedulePolicy]
-	// verifying counts the on-demand verifications running, by owner
-	// (under mu).
-	verifying map[string]int
 	// Keys keeps the KEKs and owner keys: backups' data keys are sealed
 	// and opened through it, and its worker rewraps and retires.
 	Keys *Keys
+	// Catalog is the owners' backups: read, listed, held, pruned and
+	// deleted through it.
+	Catalog *Catalog
+	// Verifier reads backups back, on demand and on schedules.
+	Verifier *Verifier
 }
 
 // New returns a manager; Run starts its lease reaper.
@@ -247,9 +246,10 @@ func New(cfg Config) *Manager {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	m := &Manager{cfg: cfg, ctx: ctx, stop: stop, running: map[string]*run{},
-		slots:     newSlots(cfg.MaxRunning, cfg.MaxRunningPerOwner, cfg.MaxQueuedPerOwner),
-		verifying: map[string]int{}}
+		slots: newSlots(cfg.MaxRunning, cfg.MaxRunningPerOwner, cfg.MaxQueuedPerOwner)}
 	m.Keys = newKeys(&m.cfg)
+	m.Catalog = &Catalog{cfg: &m.cfg, keys: m.Keys}
+	m.Verifier = &Verifier{cfg: &m.cfg, keys: m.Keys, catalog: m.Catalog, verifying: map[string]int{}}
 	return m
 }
 
@@ -318,7 +318,7 @@ func (m *Manager) forgetDeadBackup(ctx context.Context, jobID string) {
 	if err != nil || b.State != store.BackupWriting {
 		return
 	}
-	if err := m.deleteBackup(ctx, b); err != nil {
+	if err := m.Catalog.deleteBackup(ctx, b); err != nil {
 		m.cfg.Log.Warn("dead export's catalog row not deleted", zap.String("job", jobID), zap.String("backup", b.ID), zap.Error(err))
 	}
 }
@@ -405,16 +405,6 @@ type prepared struct {
 	changedAfter *int64
 }
 
-// openBucket opens a configured bucket; an unknown name is invalid, and
-// the error does not list the configured ones.
-func (m *Manager) openBucket(ctx context.Context, name string) (*blob.Bucket, error) {
-	bucket, err := m.cfg.Buckets.Open(ctx, name)
-	if errors.Is(err, ErrUnknownBucket) {
-		return nil, invalid(fmt.Errorf("bucket %.64q: %w", name, ErrUnknownBucket))
-	}
-	return bucket, err
-}
-
 // StartExport starts an export job for principal: a new backup of the
 // owner in the bucket it names, at a key the server chooses.
 func (m *Manager) StartExport(ctx context.Context, principal string, req ExportRequest) (store.Job, error) {
@@ -457,11 +447,11 @@ func (m *Manager) startExport(ctx context.Context, principal string, req ExportR
 	if bucketName == "" {
 		bucketName = m.cfg.Buckets.Default()
 	}
-	bucket, err := m.openBucket(ctx, bucketName)
+	bucket, err := m.Catalog.openBucket(ctx, bucketName)
 	if err != nil {
 		return store.Job{}, err
 	}
-	if _, err := m.admitSpace(ctx, owner, bucketName); err != nil {
+	if _, err := m.Catalog.admitSpace(ctx, owner, bucketName); err != nil {
 		return store.Job{}, err
 	}
 	options, err := proto.Marshal(req.Options)
@@ -490,7 +480,7 @@ func (m *Manager) startExport(ctx context.Context, principal string, req ExportR
 // given none it takes them, given others it is refused, since a chain
 // whose members select differently restores to neither selection.
 func (m *Manager) chainBase(ctx context.Context, owner, id string, opts *dsb.ArchiveOptions) (store.Backup, *dsb.ArchiveOptions, error) {
-	base, err := m.Backup(ctx, owner, id)
+	base, err := m.Catalog.Backup(ctx, owner, id)
 	if err != nil {
 		return store.Backup{}, nil, fmt.Errorf("since_backup: %w", err)
 	}
@@ -540,7 +530,7 @@ func (m *Manager) StartImport(ctx context.Context, principal string, req ImportR
 	if req.Replace && req.ValidateOnly {
 		return store.Job{}, invalid(errors.New("validate_only: not with mode IMPORT_MODE_REPLACE"))
 	}
-	b, key, err := m.openBackup(ctx, source, req.Backup)
+	b, key, err := m.Catalog.openBackup(ctx, source, req.Backup)
 	if err != nil {
 		return store.Job{}, err
 	}
@@ -550,133 +540,16 @@ func (m *Manager) StartImport(ctx context.Context, principal string, req ImportR
 	}
 	// An increment restores as its whole chain: every member must be
 	// there before the job starts.
-	chain, err := m.chainOf(ctx, source, b)
+	chain, err := m.Catalog.chainOf(ctx, source, b)
 	if err != nil {
 		return store.Job{}, err
 	}
 	for _, member := range chain {
-		if err := m.checkObject(ctx, member); err != nil {
+		if err := m.Catalog.checkObject(ctx, member); err != nil {
 			return store.Job{}, err
 		}
 	}
 	return m.start(ctx, store.JobImport, principal, req, prepared{key: key, bucket: bucket, backup: b, total: chainLength(chain), sourceOwner: source})
-}
-
-// openBackup reads a complete backup of owner and unwraps its key.
-func (m *Manager) openBackup(ctx context.Context, owner, id string) (store.Backup, []byte, error) {
-	b, err := m.Backup(ctx, owner, id)
-	if err != nil {
-		return store.Backup{}, nil, err
-	}
-	if b.State != store.BackupComplete {
-		return store.Backup{}, nil, fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
-	}
-	key, err := m.Keys.unwrap(ctx, b)
-	if err != nil {
-		return store.Backup{}, nil, err
-	}
-	return b, key, nil
-}
-
-// Backup returns one of owner's backups. An id of the wrong form is
-// ErrInvalid; a missing backup, and so another owner's, ErrBackupNotFound.
-func (m *Manager) Backup(ctx context.Context, owner, id string) (store.Backup, error) {
-	if err := CheckBackupID(id); err != nil {
-		return store.Backup{}, invalid(err)
-	}
-	b, err := m.cfg.Store.GetBackup(ctx, owner, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Backup{}, fmt.Errorf("backup %s: %w", id, ErrBackupNotFound)
-	}
-	return b, err
-}
-
-// ListBackups returns a page of owner's backups, newest first.
-func (m *Manager) ListBackups(ctx context.Context, owner, before string, limit int) ([]store.Backup, error) {
-	return m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Before: before, Limit: limit})
-}
-
-// BackupKey returns a complete backup's archive key, and logs the
-// handing out as an audit event.
-func (m *Manager) BackupKey(ctx context.Context, principal, owner, id string) ([]byte, error) {
-	b, key, err := m.openBackup(ctx, owner, id)
-	if err != nil {
-		return nil, err
-	}
-	m.cfg.Log.Info("audit: backup key handed out", zap.String("audit", "backup.key"),
-		zap.String("principal", principal), zap.String("owner", owner), zap.String("backup", b.ID))
-	return key, nil
-}
-
-// DeleteBackup deletes a backup: its sidecar, its object, then its
-// catalog row, so a failure part-way leaves a row that a retry finishes.
-// A backup whose export still runs is ErrBackupNotComplete.
-func (m *Manager) DeleteBackup(ctx context.Context, principal, owner, id string) error {
-	b, err := m.Backup(ctx, owner, id)
-	if err != nil {
-		return err
-	}
-	if b.State != store.BackupComplete {
-		// A WRITING row is refused while its export runs; once its job
-		// has ended (a row a crash left behind), it is deleted like any.
-		if j, err := m.cfg.Store.GetJob(ctx, b.JobID); err == nil && j.State == store.JobRunning {
-			return fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
-		}
-	}
-	if err := m.deleteBackup(ctx, b); err != nil {
-		return err
-	}
-	m.cfg.Log.Info("audit: backup deleted", zap.String("audit", "backup.delete"),
-		zap.String("principal", principal), zap.String("owner", owner), zap.String("backup", b.ID))
-	return nil
-}
-
-// deleteBackup deletes b in three steps: the catalog marks it deleting
-// (under its row's lock, refused when an increment is built on it, and
-// from then on no increment can start on it), its objects go, then its
-// row. A failure part-way leaves a row marked deleting that a retry
-// finishes.
-func (m *Manager) deleteBackup(ctx context.Context, b store.Backup) error {
-	_, err := m.deleteBackupCounting(ctx, b)
-	return err
-}
-
-// deleteBackupCounting is deleteBackup, also counting the objects it
-// deleted (an erasure reports them).
-func (m *Manager) deleteBackupCounting(ctx context.Context, b store.Backup) (objects uint64, err error) {
-	b, err = m.cfg.Store.MarkBackupDeleting(ctx, b.Owner, b.ID)
-	if errors.Is(err, store.ErrFailedPrecondition) && !errors.Is(err, ErrBaseNeeded) {
-		// Its export started again after the caller read the row.
-		return 0, fmt.Errorf("%w: %w", ErrBackupNotComplete, err)
-	}
-	if err != nil {
-		return 0, err
-	}
-	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
-	if err != nil {
-		return 0, fmt.Errorf("backup %s: %w", b.ID, err)
-	}
-	if b.Completed.IsZero() {
-		// Never completed: any attempt may have left an object.
-		n, err := m.deleteAttempts(ctx, bucket, b.ObjectKey, 1, m.cfg.MaxAttempts)
-		objects += n
-		if err != nil {
-			return objects, fmt.Errorf("backup %s: %w", b.ID, err)
-		}
-	} else {
-		for _, k := range []string{b.ObjectKey + SidecarSuffix, b.ObjectKey} {
-			err := bucket.Delete(ctx, k)
-			if err == nil {
-				objects++
-			} else if gcerrors.Code(err) != gcerrors.NotFound {
-				return objects, fmt.Errorf("backup %s: delete object: %w", b.ID, err)
-			}
-		}
-	}
-	if err := m.cfg.Store.DeleteBackup(ctx, b.Owner, b.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return objects, err
-	}
-	return objects, nil
 }
 
 // request is an ExportRequest or an ImportRequest.
@@ -928,7 +801,7 @@ func (m *Manager) execute(ctx context.Context, r *run, req request, p prepared) 
 	if end.State == store.JobSucceeded && p.schedule != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		err := m.Prune(sctx, p.schedule, p.backup.Owner)
+		err := m.Catalog.Prune(sctx, p.schedule, p.backup.Owner)
 		if err != nil {
 			log.Warn("retention", zap.String("schedule", p.schedule.Name), zap.String("owner", p.backup.Owner), zap.Error(err))
 		}
@@ -1105,7 +978,7 @@ func (m *Manager) export(ctx context.Context, r *run, req ExportRequest, p prepa
 	// its lease and does not know it yet) can neither overwrite nor, in
 	// its cleanup, delete what a later attempt committed.
 	dest := &pv.ObjectLocation{Bucket: p.backup.Bucket, Key: AttemptKey(p.backup.ObjectKey, r.job.Attempt)}
-	space, err := m.admitSpace(ctx, p.backup.Owner, p.backup.Bucket)
+	space, err := m.Catalog.admitSpace(ctx, p.backup.Owner, p.backup.Bucket)
 	if err != nil {
 		return nil, err
 	}
@@ -1168,7 +1041,7 @@ func (m *Manager) export(ctx context.Context, r *run, req ExportRequest, p prepa
 		// takeover cleared them.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		_, _ = m.deleteAttempts(dctx, p.bucket, p.backup.ObjectKey, 1, r.job.Attempt-1)
+		_, _ = m.Catalog.deleteAttempts(dctx, p.bucket, p.backup.ObjectKey, 1, r.job.Attempt-1)
 	}
 	// Tombstones at or below the owner's oldest backup serve no restore
 	// (store.Tombstones). One export job runs per owner at a time, so no
@@ -1187,28 +1060,6 @@ func AttemptKey(key string, attempt int) string {
 		return key
 	}
 	return strings.TrimSuffix(key, ArchiveSuffix) + fmt.Sprintf(".attempt-%d", attempt) + ArchiveSuffix
-}
-
-// deleteAttempts deletes the objects and sidecars attempts from..to
-// wrote for a backup created at key; what is missing is no error, and
-// what fails is logged (an object no catalog row names is no backup).
-func (m *Manager) deleteAttempts(ctx context.Context, bucket *blob.Bucket, key string, from, to int) (deleted uint64, first error) {
-	for a := from; a <= to; a++ {
-		k := AttemptKey(key, a)
-		for _, obj := range []string{k + SidecarSuffix, k} {
-			err := bucket.Delete(ctx, obj)
-			if err == nil {
-				deleted++
-			}
-			if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-				m.cfg.Log.Warn("an attempt's object not deleted", zap.String("key", obj), zap.Error(err))
-				if first == nil {
-					first = fmt.Errorf("delete object: %w", err)
-				}
-			}
-		}
-	}
-	return deleted, first
 }
 
 // importCounts is an import's result as its job keeps it.
@@ -1281,7 +1132,7 @@ func (m *Manager) importArchive(ctx context.Context, r *run, req ImportRequest, 
 	}
 	if p.backup.Base != "" {
 		// An increment: its chain read as one snapshot (restore.go).
-		c, closeChain, err := m.readChain(ctx, p.sourceOwner, p.backup, &r.bytes)
+		c, closeChain, err := m.Catalog.readChain(ctx, p.sourceOwner, p.backup, &r.bytes)
 		if err != nil {
 			return nil, err
 		}

@@ -74,19 +74,19 @@ schedules:
 		return keep, remove
 	}
 	// The schedule's own rules keep its four.
-	p, err := h.m.PlanRetention(t.Context(), owner, "nightly", nil)
+	p, err := h.m.Catalog.PlanRetention(t.Context(), owner, "nightly", nil)
 	if err != nil || p.Rules != (Retention{Last: 10}) || len(p.Keep) != 4 || len(p.Remove) != 0 {
 		t.Fatalf("the schedule's plan: %+v, %v", p, err)
 	}
 	// last 1 over the schedule: the newest increment and its base stay.
-	p, err = h.m.PlanRetention(t.Context(), owner, "nightly", &Retention{Last: 1})
+	p, err = h.m.Catalog.PlanRetention(t.Context(), owner, "nightly", &Retention{Last: 1})
 	keep, remove := decided(p)
 	wantKeep := []string{ids[3] + ":[last]", ids[2] + ":[chain]"}
 	if err != nil || !slices.Equal(keep, wantKeep) || !slices.Equal(remove, []string{ids[1], ids[0]}) {
 		t.Errorf("last 1 over the schedule: keep %v, remove %v, %v; want keep %v", keep, remove, err, wantKeep)
 	}
 	// last 1 over every backup of the owner: the manual one is newest.
-	p, err = h.m.PlanRetention(t.Context(), owner, "", &Retention{Last: 1})
+	p, err = h.m.Catalog.PlanRetention(t.Context(), owner, "", &Retention{Last: 1})
 	keep, remove = decided(p)
 	if err != nil || !slices.Equal(keep, []string{manualID + ":[last]"}) || len(remove) != 4 {
 		t.Errorf("last 1 over every backup: keep %v, remove %v, %v", keep, remove, err)
@@ -102,7 +102,7 @@ schedules:
 		"rules keep nothing": {"", &Retention{}, ErrInvalid},
 		"a count below -1":   {"nightly", &Retention{Last: -2}, ErrInvalid},
 	} {
-		if _, err := h.m.PlanRetention(t.Context(), owner, c.schedule, c.rules); !errors.Is(err, c.is) {
+		if _, err := h.m.Catalog.PlanRetention(t.Context(), owner, c.schedule, c.rules); !errors.Is(err, c.is) {
 			t.Errorf("%s: %v; want %v", name, err, c.is)
 		}
 	}
@@ -111,8 +111,8 @@ schedules:
 	// (issue 47, finding 8: its rules came back, an unknown name was
 	// NOT_FOUND, an oracle for other tenants' schedule names).
 	other := storetest.Owner("plan-other")
-	_, foreign := h.m.PlanRetention(t.Context(), other, "nightly", nil)
-	_, unknown := h.m.PlanRetention(t.Context(), other, "nighty", nil)
+	_, foreign := h.m.Catalog.PlanRetention(t.Context(), other, "nightly", nil)
+	_, unknown := h.m.Catalog.PlanRetention(t.Context(), other, "nighty", nil)
 	if !errors.Is(foreign, ErrNoSuchSchedule) || strings.Replace(foreign.Error(), "nightly", "nighty", 1) != unknown.Error() {
 		t.Errorf("another owner's schedule: %v; an unknown one: %v; want the same answer", foreign, unknown)
 	}

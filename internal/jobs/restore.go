@@ -30,13 +30,13 @@ const maxChainMembers = 1000
 // chainOf returns the backups a restore of b reads, oldest first: b alone
 // when it is a full backup, else the full backup its chain starts at and
 // every increment up to b, each a complete backup of owner.
-func (m *Manager) chainOf(ctx context.Context, owner string, b store.Backup) ([]store.Backup, error) {
+func (cat *Catalog) chainOf(ctx context.Context, owner string, b store.Backup) ([]store.Backup, error) {
 	chain := []store.Backup{b}
 	for cur := b; cur.Base != ""; {
 		if len(chain) >= maxChainMembers {
 			return nil, fmt.Errorf("backup %s: its chain does not end in a full backup within %d members: %w", b.ID, maxChainMembers, ErrBackupDamaged)
 		}
-		base, err := m.Backup(ctx, owner, cur.Base)
+		base, err := cat.Backup(ctx, owner, cur.Base)
 		if err != nil {
 			return nil, fmt.Errorf("backup %s: its base %s: %w", cur.ID, cur.Base, err)
 		}
@@ -52,8 +52,8 @@ func (m *Manager) chainOf(ctx context.Context, owner string, b store.Backup) ([]
 
 // checkObject checks that b's object is there at the length the catalog
 // records, before a job that reads it starts.
-func (m *Manager) checkObject(ctx context.Context, b store.Backup) error {
-	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
+func (cat *Catalog) checkObject(ctx context.Context, b store.Backup) error {
+	bucket, err := cat.cfg.Buckets.Open(ctx, b.Bucket)
 	if err != nil {
 		return fmt.Errorf("backup %s: %w", b.ID, err)
 	}
@@ -74,7 +74,7 @@ func (m *Manager) checkObject(ctx context.Context, b store.Backup) error {
 // for reading as one snapshot. Each member's reader is charged to a
 // budget of its own, from the server's pool; the bytes read are counted
 // in read. close releases them all.
-func (m *Manager) openChain(ctx context.Context, owner string, chain []store.Backup, read *atomic.Uint64) (c *backup.Chain, close func(), err error) {
+func (cat *Catalog) openChain(ctx context.Context, owner string, chain []store.Backup, read *atomic.Uint64) (c *backup.Chain, close func(), err error) {
 	var closers []func()
 	close = func() {
 		for _, f := range slices.Backward(closers) {
@@ -88,11 +88,11 @@ func (m *Manager) openChain(ctx context.Context, owner string, chain []store.Bac
 	}()
 	members := make([]backup.ChainMember, 0, len(chain))
 	for _, b := range chain {
-		key, err := m.Keys.unwrap(ctx, b)
+		key, err := cat.keys.unwrap(ctx, b)
 		if err != nil {
 			return nil, nil, err
 		}
-		bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
+		bucket, err := cat.cfg.Buckets.Open(ctx, b.Bucket)
 		if err != nil {
 			return nil, nil, fmt.Errorf("backup %s: %w", b.ID, err)
 		}
@@ -101,9 +101,9 @@ func (m *Manager) openChain(ctx context.Context, owner string, chain []store.Bac
 			return nil, nil, fmt.Errorf("backup %s: open object: %w", b.ID, err)
 		}
 		closers = append(closers, func() { obj.Close() })
-		meter := m.cfg.Pool.NewCall("restore chain reader", backup.ReaderReservation(m.cfg.Import.Reader))
+		meter := cat.cfg.Pool.NewCall("restore chain reader", backup.ReaderReservation(cat.cfg.Import.Reader))
 		closers = append(closers, meter.Close)
-		opts := m.cfg.Import.Reader
+		opts := cat.cfg.Import.Reader
 		opts.Meter = meter
 		ar, err := archive.NewReader(&countingReader{r: obj, n: read}, key, opts)
 		if err != nil {
@@ -112,7 +112,7 @@ func (m *Manager) openChain(ctx context.Context, owner string, chain []store.Bac
 		closers = append(closers, ar.Close)
 		members = append(members, backup.ChainMember{Archive: ar, ChangeSeq: b.Summary.ChangeSeq})
 	}
-	c, err = backup.NewChain(ctx, m.cfg.Store, owner, members)
+	c, err = backup.NewChain(ctx, cat.cfg.Store, owner, members)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -121,12 +121,12 @@ func (m *Manager) openChain(ctx context.Context, owner string, chain []store.Bac
 
 // readChain opens the chain of owner's backup b (b alone when it is a
 // full backup) as one snapshot, the bytes it reads counted in read.
-func (m *Manager) readChain(ctx context.Context, owner string, b store.Backup, read *atomic.Uint64) (*backup.Chain, func(), error) {
-	chain, err := m.chainOf(ctx, owner, b)
+func (cat *Catalog) readChain(ctx context.Context, owner string, b store.Backup, read *atomic.Uint64) (*backup.Chain, func(), error) {
+	chain, err := cat.chainOf(ctx, owner, b)
 	if err != nil {
 		return nil, nil, err
 	}
-	return m.openChain(ctx, owner, chain, read)
+	return cat.openChain(ctx, owner, chain, read)
 }
 
 // chainLength is the bytes a restore of chain reads.
@@ -148,7 +148,7 @@ func (m *Manager) replace(ctx context.Context, r *run, req ImportRequest, p prep
 	if err != nil {
 		return nil, err
 	}
-	c, closeChain, err := m.readChain(ctx, p.sourceOwner, p.backup, &r.bytes)
+	c, closeChain, err := m.Catalog.readChain(ctx, p.sourceOwner, p.backup, &r.bytes)
 	if err != nil {
 		return nil, err
 	}

@@ -148,14 +148,14 @@ func TestRestoreIsTheSnapshot_ARCH013_ARCH014_ARCH016(t *testing.T) {
 func synthesized(t *testing.T, h *harness, owner, id string) []*ds.BackupElement {
 	t.Helper()
 	res := exportDone(t, h, ExportRequest{Owner: owner, From: id})
-	src, err := h.m.Backup(t.Context(), owner, id)
+	src, err := h.m.Catalog.Backup(t.Context(), owner, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.GetSummary().GetExportedAtNs() != src.Summary.ExportedAtNs {
 		t.Errorf("synthetic full of %s exported at %d, want the backup's %d", id, res.GetSummary().GetExportedAtNs(), src.Summary.ExportedAtNs)
 	}
-	key, err := h.m.BackupKey(t.Context(), "tester", owner, res.GetBackup())
+	key, err := h.m.Catalog.BackupKey(t.Context(), "tester", owner, res.GetBackup())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestReplaceStartsAFreshChain(t *testing.T) {
 			owner := storetest.Owner("replace-floor")
 			fill(t, st, owner, 3)
 			full := exportDone(t, h, exportReq(owner, "full"))
-			if base, err := h.m.nextBase(ctx, &Schedule{FullEvery: 7}, owner); err != nil || base != full.GetBackup() {
+			if base, err := h.m.Catalog.nextBase(ctx, &Schedule{FullEvery: 7}, owner); err != nil || base != full.GetBackup() {
 				t.Fatalf("before the replace a schedule builds on %q (%v), want the full", base, err)
 			}
 			if _, err := h.m.StartImport(ctx, "tester", ImportRequest{Owner: owner, Backup: full.GetBackup(), Replace: true, ValidateOnly: true}); !errors.Is(err, ErrInvalid) {
@@ -257,7 +257,7 @@ func TestReplaceStartsAFreshChain(t *testing.T) {
 			if _, err := h.m.StartExport(ctx, "tester", ExportRequest{Owner: owner, Since: full.GetBackup()}); !errors.Is(err, ErrBaseBeforeReplace) {
 				t.Errorf("an increment of a backup taken before the replace: %v, want ErrBaseBeforeReplace", err)
 			}
-			base, err := h.m.nextBase(ctx, &Schedule{FullEvery: 7}, owner)
+			base, err := h.m.Catalog.nextBase(ctx, &Schedule{FullEvery: 7}, owner)
 			if err != nil || base != "" {
 				t.Errorf("a schedule's next backup after a replace builds on %q (%v), want a full one", base, err)
 			}

@@ -152,7 +152,7 @@ type Plan struct {
 // as this server runs it (over that schedule's complete backups), or the
 // rules given (replacing the schedule's, or, without a schedule, over
 // every complete backup of the owner). It deletes nothing.
-func (m *Manager) PlanRetention(ctx context.Context, owner, schedule string, rules *Retention) (Plan, error) {
+func (cat *Catalog) PlanRetention(ctx context.Context, owner, schedule string, rules *Retention) (Plan, error) {
 	if err := records.CheckOwner(owner); err != nil {
 		return Plan{}, invalid(err)
 	}
@@ -167,9 +167,9 @@ func (m *Manager) PlanRetention(ctx context.Context, owner, schedule string, rul
 		// A schedule that neither covers the owner nor wrote any of its
 		// backups answers as an unknown one: its rules and its name are
 		// no other tenant's to learn.
-		s := m.schedule(schedule)
+		s := cat.schedule(schedule)
 		if s != nil && !slices.Contains(s.Owners, owner) {
-			if written, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: schedule, State: store.BackupComplete, Limit: 1}); err != nil {
+			if written, err := cat.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: schedule, State: store.BackupComplete, Limit: 1}); err != nil {
 				return Plan{}, err
 			} else if len(written) == 0 {
 				s = nil
@@ -185,11 +185,11 @@ func (m *Manager) PlanRetention(ctx context.Context, owner, schedule string, rul
 	if rules != nil {
 		plan.Rules = *rules
 	}
-	backups, err := m.completeBackups(ctx, owner, schedule, MaxPlanBackups)
+	backups, err := cat.completeBackups(ctx, owner, schedule, MaxPlanBackups)
 	if err != nil {
 		return Plan{}, err
 	}
-	held, err := m.heldTest(ctx, owner)
+	held, err := cat.heldTest(ctx, owner)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -198,8 +198,8 @@ func (m *Manager) PlanRetention(ctx context.Context, owner, schedule string, rul
 }
 
 // schedule is the named schedule of the policy this server runs, or nil.
-func (m *Manager) schedule(name string) *Schedule {
-	p := m.schedules.Load()
+func (cat *Catalog) schedule(name string) *Schedule {
+	p := cat.schedules.Load()
 	if p == nil {
 		return nil
 	}
@@ -214,11 +214,11 @@ func (m *Manager) schedule(name string) *Schedule {
 // completeBackups is every complete backup of owner, of one schedule when
 // schedule is set, newest first, read from the catalog a page at a time;
 // more than limit (when not 0) is ErrPlanTooLarge.
-func (m *Manager) completeBackups(ctx context.Context, owner, schedule string, limit int) ([]store.Backup, error) {
+func (cat *Catalog) completeBackups(ctx context.Context, owner, schedule string, limit int) ([]store.Backup, error) {
 	var all []store.Backup
 	before := ""
 	for {
-		page, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: schedule, State: store.BackupComplete, Before: before, Limit: 500})
+		page, err := cat.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: schedule, State: store.BackupComplete, Before: before, Limit: 500})
 		if err != nil {
 			return nil, fmt.Errorf("list backups: %w", err)
 		}

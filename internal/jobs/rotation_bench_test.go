@@ -219,7 +219,7 @@ func rotateOnce(b *testing.B) {
 		b.Fatalf("after the rotation: %+v, %v", st, err)
 	}
 	for _, r := range all {
-		key, err := after.BackupKey(ctx, "bench", r.owner, r.id)
+		key, err := after.Catalog.BackupKey(ctx, "bench", r.owner, r.id)
 		if err != nil {
 			b.Fatalf("backup %s/%s: %v", r.owner, r.id, err)
 		}

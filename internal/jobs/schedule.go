@@ -213,7 +213,7 @@ func NewScheduler(ctx context.Context, m *Manager, p *SchedulePolicy) (*Schedule
 		}
 	}
 	sc.announce(ctx)
-	m.schedules.Store(p)
+	m.Catalog.schedules.Store(p)
 	c := cron.New(cron.WithLocation(time.UTC))
 	sc.cron = c
 	for _, s := range p.Schedules {
@@ -293,7 +293,7 @@ func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []stri
 			}
 		}
 		req := ExportRequest{Owner: owner, Bucket: s.Bucket, Label: s.Name + " " + at.UTC().Format(time.RFC3339)}
-		since, err := sc.m.nextBase(ctx, s, owner)
+		since, err := sc.m.Catalog.nextBase(ctx, s, owner)
 		if err != nil {
 			// A full backup is never wrong: take one.
 			sc.log.Warn("schedule's chain unreadable: taking a full backup", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
@@ -336,7 +336,7 @@ func (sc *Scheduler) FireVerify(ctx context.Context, s *Schedule, at time.Time) 
 			}
 			continue
 		}
-		r, f, err := sc.m.VerifyOwner(ctx, s.Name, owner, s.Verify.Sample)
+		r, f, err := sc.m.Verifier.VerifyOwner(ctx, s.Name, owner, s.Verify.Sample)
 		read, failed = read+r, failed+f
 		if err != nil {
 			sc.log.Warn("verification incomplete", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
@@ -388,11 +388,11 @@ func (s *Schedule) Policy() Retention {
 // nextBase is what s's next backup of owner builds on: "" for a full
 // backup, or the id of the owner's newest backup of s when s.FullEvery
 // leaves room in its chain for another increment.
-func (m *Manager) nextBase(ctx context.Context, s *Schedule, owner string) (string, error) {
+func (cat *Catalog) nextBase(ctx context.Context, s *Schedule, owner string) (string, error) {
 	if s.FullEvery <= 1 {
 		return "", nil
 	}
-	page, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: s.Name, State: store.BackupComplete, Limit: s.FullEvery})
+	page, err := cat.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Schedule: s.Name, State: store.BackupComplete, Limit: s.FullEvery})
 	if err != nil || len(page) == 0 {
 		return "", err
 	}
@@ -401,7 +401,7 @@ func (m *Manager) nextBase(ctx context.Context, s *Schedule, owner string) (stri
 		return "", nil
 	}
 	// A replace since the newest: its chain cannot go on.
-	if floor, err := m.cfg.Store.BaseFloor(ctx, owner); err != nil || newest.Summary.ChangeSeq < floor {
+	if floor, err := cat.cfg.Store.BaseFloor(ctx, owner); err != nil || newest.Summary.ChangeSeq < floor {
 		return "", err
 	}
 	// The chain's length so far: the newest and the increments below it,
@@ -429,27 +429,27 @@ func (m *Manager) nextBase(ctx context.Context, s *Schedule, owner string) (stri
 // retention does not keep, as the catalog lists them: an object in the
 // prefix that the catalog does not hold (another writer's, or one left by
 // hand) is never counted nor deleted.
-func (m *Manager) Prune(ctx context.Context, s *Schedule, owner string) error {
-	complete, err := m.completeBackups(ctx, owner, s.Name, 0)
+func (cat *Catalog) Prune(ctx context.Context, s *Schedule, owner string) error {
+	complete, err := cat.completeBackups(ctx, owner, s.Name, 0)
 	if err != nil {
 		return err
 	}
-	held, err := m.heldTest(ctx, owner)
+	held, err := cat.heldTest(ctx, owner)
 	if err != nil {
 		return err
 	}
 	_, remove := s.Policy().ApplyHolding(complete, held)
 	for _, b := range remove {
-		err := m.deleteBackup(ctx, b)
+		err := cat.deleteBackup(ctx, b)
 		if errors.Is(err, store.ErrHeld) {
 			// Held since the holds were read: the store refused the delete.
-			m.cfg.Log.Info("backup kept by a legal hold", zap.String("schedule", s.Name), zap.String("owner", owner), zap.String("backup", b.ID))
+			cat.cfg.Log.Info("backup kept by a legal hold", zap.String("schedule", s.Name), zap.String("owner", owner), zap.String("backup", b.ID))
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		m.cfg.Log.Info("backup deleted by retention", zap.String("schedule", s.Name), zap.String("owner", owner), zap.String("backup", b.ID), zap.String("key", b.ObjectKey))
+		cat.cfg.Log.Info("backup deleted by retention", zap.String("schedule", s.Name), zap.String("owner", owner), zap.String("backup", b.ID), zap.String("key", b.ObjectKey))
 	}
 	return nil
 }

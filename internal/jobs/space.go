@@ -118,16 +118,16 @@ type spaceGuard struct {
 
 // admitSpace checks, before an export writes, that owner may add to its
 // backups and that the bucket has room above its reserve.
-func (m *Manager) admitSpace(ctx context.Context, owner, bucket string) (*spaceGuard, error) {
-	g := &spaceGuard{quotaLeft: -1, quota: m.cfg.OwnerQuota, reserve: m.cfg.BucketReserve, dir: m.cfg.Buckets.LocalDir(bucket)}
-	if m.cfg.OwnerQuota > 0 {
-		used, err := m.cfg.Store.OwnerBackupBytes(ctx, owner)
+func (cat *Catalog) admitSpace(ctx context.Context, owner, bucket string) (*spaceGuard, error) {
+	g := &spaceGuard{quotaLeft: -1, quota: cat.cfg.OwnerQuota, reserve: cat.cfg.BucketReserve, dir: cat.cfg.Buckets.LocalDir(bucket)}
+	if cat.cfg.OwnerQuota > 0 {
+		used, err := cat.cfg.Store.OwnerBackupBytes(ctx, owner)
 		if err != nil {
 			return nil, err
 		}
-		g.quotaLeft = m.cfg.OwnerQuota - int64(min(used, uint64(m.cfg.OwnerQuota)))
+		g.quotaLeft = cat.cfg.OwnerQuota - int64(min(used, uint64(cat.cfg.OwnerQuota)))
 		if g.quotaLeft <= 0 {
-			return nil, fmt.Errorf("%w: its backups hold %d bytes, the quota (--owner-backup-quota) is %d: delete backups it no longer needs", ErrOwnerQuota, used, m.cfg.OwnerQuota)
+			return nil, fmt.Errorf("%w: its backups hold %d bytes, the quota (--owner-backup-quota) is %d: delete backups it no longer needs", ErrOwnerQuota, used, cat.cfg.OwnerQuota)
 		}
 	}
 	if err := g.checkReserve(); err != nil {

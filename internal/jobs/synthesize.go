@@ -29,19 +29,19 @@ func (m *Manager) synthesisSource(ctx context.Context, owner string, req ExportR
 	if req.Since != "" {
 		return nil, invalid(fmt.Errorf("from_backup: a synthetic full is a full backup; since_backup makes an increment"))
 	}
-	src, err := m.Backup(ctx, owner, req.From)
+	src, err := m.Catalog.Backup(ctx, owner, req.From)
 	if err != nil {
 		return nil, fmt.Errorf("from_backup: %w", err)
 	}
 	if src.State != store.BackupComplete {
 		return nil, fmt.Errorf("from_backup %s: %w", src.ID, ErrBackupNotComplete)
 	}
-	chain, err := m.chainOf(ctx, owner, src)
+	chain, err := m.Catalog.chainOf(ctx, owner, src)
 	if err != nil {
 		return nil, err
 	}
 	for _, b := range chain {
-		if err := m.checkObject(ctx, b); err != nil {
+		if err := m.Catalog.checkObject(ctx, b); err != nil {
 			return nil, err
 		}
 	}
@@ -86,12 +86,12 @@ func (m *Manager) writeArchive(ctx context.Context, r *run, req ExportRequest, p
 			backup.ExportConfig{Nonconforming: req.Nonconforming, Written: &r.records, ChangedAfter: p.changedAfter})
 		return exportedAt, counts, err
 	}
-	src, err := m.Backup(ctx, req.Owner, req.From)
+	src, err := m.Catalog.Backup(ctx, req.Owner, req.From)
 	if err != nil {
 		return 0, backup.Counts{}, fmt.Errorf("from_backup: %w", err)
 	}
 	// The bytes read are not the job's: it reports what it wrote.
-	c, closeChain, err := m.readChain(ctx, req.Owner, src, new(atomic.Uint64))
+	c, closeChain, err := m.Catalog.readChain(ctx, req.Owner, src, new(atomic.Uint64))
 	if err != nil {
 		return 0, backup.Counts{}, err
 	}

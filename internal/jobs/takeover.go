@@ -147,7 +147,7 @@ func (m *Manager) prepareAgain(ctx context.Context, j store.Job) (*pv.JobProgres
 		if source == "" {
 			source = req.Owner
 		}
-		b, key, err := m.openBackup(ctx, source, req.Backup)
+		b, key, err := m.Catalog.openBackup(ctx, source, req.Backup)
 		if err != nil {
 			return nil, nil, prepared{}, err
 		}
@@ -155,7 +155,7 @@ func (m *Manager) prepareAgain(ctx context.Context, j store.Job) (*pv.JobProgres
 		if err != nil {
 			return nil, nil, prepared{}, fmt.Errorf("backup %s: %w", b.ID, err)
 		}
-		chain, err := m.chainOf(ctx, source, b)
+		chain, err := m.Catalog.chainOf(ctx, source, b)
 		if err != nil {
 			return nil, nil, prepared{}, err
 		}
@@ -189,7 +189,7 @@ func (m *Manager) exportAgain(ctx context.Context, j store.Job, backupID string)
 	if err != nil {
 		return prepared{}, fmt.Errorf("backup %s: %w", b.ID, err)
 	}
-	if _, err := m.deleteAttempts(ctx, bucket, b.ObjectKey, 1, j.Attempt-1); err != nil {
+	if _, err := m.Catalog.deleteAttempts(ctx, bucket, b.ObjectKey, 1, j.Attempt-1); err != nil {
 		return prepared{}, fmt.Errorf("backup %s: clear the earlier attempts' objects: %w", b.ID, err)
 	}
 	p := prepared{key: key, bucket: bucket, backup: b}

@@ -122,7 +122,7 @@ func TestJobsOutliveTheirReplica(t *testing.T) {
 			if err != nil || bk.State != store.BackupComplete || bk.JobID != j.ID || bk.Summary.Messages != 100 {
 				t.Fatalf("backup after takeover: %+v, %v", bk, err)
 			}
-			key, err := b.m.BackupKey(t.Context(), "tester", owner, bk.ID)
+			key, err := b.m.Catalog.BackupKey(t.Context(), "tester", owner, bk.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -291,7 +291,7 @@ func TestStaleAttemptLeavesTheCommittedBackup(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(a.dir, bk.ObjectKey+SidecarSuffix)); err != nil {
 				t.Errorf("the committed backup's sidecar: %v", err)
 			}
-			key, err := b.m.BackupKey(t.Context(), "tester", owner, bk.ID)
+			key, err := b.m.Catalog.BackupKey(t.Context(), "tester", owner, bk.ID)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,6 +56,19 @@ type VerifyPolicy struct {
 	Sample int `yaml:"sample"`
 }
 
+// Verifier reads backups back from their buckets (Verify), on demand
+// (VerifyBackup, bounded per owner and per server) and for schedules
+// (VerifyOwner), and records what it found in the catalog.
+type Verifier struct {
+	cfg     *Config
+	keys    *Keys
+	catalog *Catalog
+	mu      sync.Mutex
+	// verifying counts the on-demand verifications running, by owner
+	// (under mu).
+	verifying map[string]int
+}
+
 // Verify reads complete backup b back from its bucket: the object's
 // length and SHA-256 against the catalog, every record authenticated
 // under the backup's key, and the counts of groups, messages and consent
@@ -62,20 +76,20 @@ type VerifyPolicy struct {
 // (Freshness.BackupVerified), and returns the problem found ("" when none); err is
 // a failure to verify at all (the store or the bucket unreachable), when
 // nothing is recorded.
-func (m *Manager) Verify(ctx context.Context, b store.Backup) (problem string, err error) {
-	problem, err = m.readBack(ctx, b)
+func (v *Verifier) Verify(ctx context.Context, b store.Backup) (problem string, err error) {
+	problem, err = v.readBack(ctx, b)
 	if err != nil {
 		return "", err
 	}
-	if err := m.cfg.Store.RecordVerification(ctx, b.Owner, b.ID, time.Now(), problem); err != nil {
+	if err := v.cfg.Store.RecordVerification(ctx, b.Owner, b.ID, time.Now(), problem); err != nil {
 		return "", err
 	}
 	if problem != "" {
-		m.cfg.Log.Error("backup verification failed", zap.String("owner", b.Owner), zap.String("backup", b.ID),
+		v.cfg.Log.Error("backup verification failed", zap.String("owner", b.Owner), zap.String("backup", b.ID),
 			zap.String("schedule", b.Schedule), zap.String("key", b.ObjectKey), zap.String("problem", problem))
 	}
-	if m.cfg.Freshness.BackupVerified != nil {
-		m.cfg.Freshness.BackupVerified(b.Schedule, b.Owner, time.Now(), problem == "")
+	if v.cfg.Freshness.BackupVerified != nil {
+		v.cfg.Freshness.BackupVerified(b.Schedule, b.Owner, time.Now(), problem == "")
 	}
 	return problem, nil
 }
@@ -84,23 +98,23 @@ func (m *Manager) Verify(ctx context.Context, b store.Backup) (problem string, e
 // schedule's verification would (Verify), and returns its catalog row as
 // it stands after: Verified and VerifyProblem set. The reading is logged
 // with the principal who asked.
-func (m *Manager) VerifyBackup(ctx context.Context, principal, owner, id string) (store.Backup, error) {
-	b, err := m.Backup(ctx, owner, id)
+func (v *Verifier) VerifyBackup(ctx context.Context, principal, owner, id string) (store.Backup, error) {
+	b, err := v.catalog.Backup(ctx, owner, id)
 	if err != nil {
 		return store.Backup{}, err
 	}
-	release, err := m.takeVerification(owner)
+	release, err := v.takeVerification(owner)
 	if err != nil {
 		return store.Backup{}, err
 	}
 	defer release()
-	problem, err := m.Verify(ctx, b)
+	problem, err := v.Verify(ctx, b)
 	if err != nil {
 		return store.Backup{}, err
 	}
-	m.cfg.Log.Info("backup verified on demand", zap.String("principal", principal), zap.String("owner", owner),
+	v.cfg.Log.Info("backup verified on demand", zap.String("principal", principal), zap.String("owner", owner),
 		zap.String("backup", id), zap.Bool("sound", problem == ""))
-	return m.Backup(ctx, owner, id)
+	return v.catalog.Backup(ctx, owner, id)
 }
 
 // ErrVerifyBusy: as many verifications run as may, of the owner or on
@@ -112,31 +126,31 @@ var ErrVerifyBusy = fault.New(fault.Exhausted, "as many verifications run as may
 
 // takeVerification takes a place for an on-demand verification of
 // owner's backup, or fails ErrVerifyBusy.
-func (m *Manager) takeVerification(owner string) (release func(), err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (v *Verifier) takeVerification(owner string) (release func(), err error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	total := 0
-	for _, n := range m.verifying {
+	for _, n := range v.verifying {
 		total += n
 	}
-	if m.verifying[owner] >= m.cfg.VerificationsPerOwner || total >= m.cfg.VerificationsAtOnce {
+	if v.verifying[owner] >= v.cfg.VerificationsPerOwner || total >= v.cfg.VerificationsAtOnce {
 		return nil, ErrVerifyBusy
 	}
-	m.verifying[owner]++
+	v.verifying[owner]++
 	return func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if m.verifying[owner]--; m.verifying[owner] <= 0 {
-			delete(m.verifying, owner)
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.verifying[owner]--; v.verifying[owner] <= 0 {
+			delete(v.verifying, owner)
 		}
 	}, nil
 }
 
-func (m *Manager) readBack(ctx context.Context, b store.Backup) (string, error) {
+func (v *Verifier) readBack(ctx context.Context, b store.Backup) (string, error) {
 	if b.State != store.BackupComplete {
 		return "", fmt.Errorf("backup %s: %w", b.ID, ErrBackupNotComplete)
 	}
-	key, err := m.Keys.unwrap(ctx, b)
+	key, err := v.keys.unwrap(ctx, b)
 	if errors.Is(err, ErrBackupDamaged) {
 		return "its key does not unwrap under the key-encryption key that wrapped it", nil
 	}
@@ -149,7 +163,7 @@ func (m *Manager) readBack(ctx context.Context, b store.Backup) (string, error) 
 		// The KMS did not answer: nothing is known about the backup.
 		return "", fmt.Errorf("backup %s: unwrap key: %w", b.ID, err)
 	}
-	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
+	bucket, err := v.cfg.Buckets.Open(ctx, b.Bucket)
 	if err != nil {
 		return "", fmt.Errorf("backup %s: %w", b.ID, err)
 	}
@@ -161,9 +175,9 @@ func (m *Manager) readBack(ctx context.Context, b store.Backup) (string, error) 
 		return "", fmt.Errorf("backup %s: open object: %w", b.ID, err)
 	}
 	defer obj.Close()
-	readerBudget := m.cfg.Pool.NewCall("verify reader", backup.ReaderReservation(m.cfg.Import.Reader))
+	readerBudget := v.cfg.Pool.NewCall("verify reader", backup.ReaderReservation(v.cfg.Import.Reader))
 	defer readerBudget.Close()
-	opts := m.cfg.Import.Reader
+	opts := v.cfg.Import.Reader
 	opts.Meter = readerBudget
 	digest := sha256.New()
 	source := &readFailure{r: obj}
@@ -223,8 +237,8 @@ func (f *readFailure) Read(p []byte) (int, error) {
 // VerifyOwner verifies up to sample (0: all) of owner's complete backups
 // that schedule wrote, those verified longest ago first, and returns how
 // many it read and how many had a problem.
-func (m *Manager) VerifyOwner(ctx context.Context, schedule, owner string, sample int) (read, failed int, err error) {
-	complete, err := m.completeBackups(ctx, owner, schedule, 0)
+func (v *Verifier) VerifyOwner(ctx context.Context, schedule, owner string, sample int) (read, failed int, err error) {
+	complete, err := v.catalog.completeBackups(ctx, owner, schedule, 0)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -234,7 +248,7 @@ func (m *Manager) VerifyOwner(ctx context.Context, schedule, owner string, sampl
 	}
 	var errs []error
 	for _, b := range complete {
-		problem, err := m.Verify(ctx, b)
+		problem, err := v.Verify(ctx, b)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -208,7 +208,7 @@ func TestVerificationUnderLoadRecordsNoDamage(t *testing.T) {
 			if err := hog.Charge(256<<20 - 64<<10); err != nil {
 				t.Fatal(err)
 			}
-			_, err := h.m.VerifyBackup(t.Context(), "tester", owner, res.GetBackup())
+			_, err := h.m.Verifier.VerifyBackup(t.Context(), "tester", owner, res.GetBackup())
 			if fault.Of(err) != fault.Exhausted {
 				t.Fatalf("verification without memory: %v, want an Exhausted failure", err)
 			}
@@ -217,7 +217,7 @@ func TestVerificationUnderLoadRecordsNoDamage(t *testing.T) {
 				t.Fatalf("a verification the load stopped recorded %q at %v (%v); want nothing", b.VerifyProblem, b.Verified, err)
 			}
 			hog.Close()
-			if b, err = h.m.VerifyBackup(t.Context(), "tester", owner, res.GetBackup()); err != nil || b.VerifyProblem != "" || b.Verified.IsZero() {
+			if b, err = h.m.Verifier.VerifyBackup(t.Context(), "tester", owner, res.GetBackup()); err != nil || b.VerifyProblem != "" || b.Verified.IsZero() {
 				t.Fatalf("verification with memory back: %q at %v (%v), want sound", b.VerifyProblem, b.Verified, err)
 			}
 		})
@@ -257,13 +257,13 @@ func TestVerificationsBounded(t *testing.T) {
 	st.armed.Store(true)
 	done := make(chan error, 2)
 	for _, o := range []string{alice, bob} {
-		go func() { _, err := h.m.VerifyBackup(t.Context(), "tester", o, ids[o]); done <- err }()
+		go func() { _, err := h.m.Verifier.VerifyBackup(t.Context(), "tester", o, ids[o]); done <- err }()
 		<-st.entered // holding its place
 	}
-	if _, err := h.m.VerifyBackup(t.Context(), "tester", alice, ids[alice]); !errors.Is(err, ErrVerifyBusy) || fault.Of(err) != fault.Exhausted {
+	if _, err := h.m.Verifier.VerifyBackup(t.Context(), "tester", alice, ids[alice]); !errors.Is(err, ErrVerifyBusy) || fault.Of(err) != fault.Exhausted {
 		t.Errorf("a second verification of one owner at once: %v, want ErrVerifyBusy (Exhausted)", err)
 	}
-	if _, err := h.m.VerifyBackup(t.Context(), "tester", carol, ids[carol]); !errors.Is(err, ErrVerifyBusy) {
+	if _, err := h.m.Verifier.VerifyBackup(t.Context(), "tester", carol, ids[carol]); !errors.Is(err, ErrVerifyBusy) {
 		t.Errorf("a third verification on a server that runs two: %v, want ErrVerifyBusy", err)
 	}
 	st.armed.Store(false)
@@ -279,7 +279,7 @@ func TestVerificationsBounded(t *testing.T) {
 			t.Errorf("%s's backup after the refusals: problem %q, %v", o, b.VerifyProblem, err)
 		}
 	}
-	if b, err := h.m.VerifyBackup(t.Context(), "tester", carol, ids[carol]); err != nil || b.VerifyProblem != "" || b.Verified.IsZero() {
+	if b, err := h.m.Verifier.VerifyBackup(t.Context(), "tester", carol, ids[carol]); err != nil || b.VerifyProblem != "" || b.Verified.IsZero() {
 		t.Errorf("carol's verification once the places are free: %q, %v", b.VerifyProblem, err)
 	}
 }

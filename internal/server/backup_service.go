@@ -121,11 +121,11 @@ func (s *BackupService) ListBackups(ctx context.Context, req *cb.ListBackupsRequ
 		}
 		before = string(cursor)
 	}
-	page, err := s.jobs.ListBackups(ctx, req.GetOwner(), before, size)
+	page, err := s.jobs.Catalog.ListBackups(ctx, req.GetOwner(), before, size)
 	if err != nil {
 		return nil, jobStatus(err, "")
 	}
-	holds, err := s.jobs.Holds(ctx, req.GetOwner())
+	holds, err := s.jobs.Catalog.Holds(ctx, req.GetOwner())
 	if err != nil {
 		return nil, jobStatus(err, "")
 	}
@@ -141,11 +141,11 @@ func (s *BackupService) ListBackups(ctx context.Context, req *cb.ListBackupsRequ
 }
 
 func (s *BackupService) GetBackup(ctx context.Context, req *cb.GetBackupRequest) (*cb.Backup, error) {
-	b, err := s.jobs.Backup(ctx, req.GetOwner(), req.GetBackup())
+	b, err := s.jobs.Catalog.Backup(ctx, req.GetOwner(), req.GetBackup())
 	if err != nil {
 		return nil, jobStatus(err, req.GetBackup())
 	}
-	holds, err := s.jobs.Holds(ctx, req.GetOwner())
+	holds, err := s.jobs.Catalog.Holds(ctx, req.GetOwner())
 	if err != nil {
 		return nil, jobStatus(err, "")
 	}
@@ -222,7 +222,7 @@ func (s *BackupService) SetLegalHold(ctx context.Context, req *cb.SetLegalHoldRe
 			return nil, status.Error(codes.InvalidArgument, "end_time: 0001-01-01 is no end; omit end_time for a hold that lasts until released")
 		}
 	}
-	h, err := s.jobs.SetHold(ctx, principalName(ctx), h)
+	h, err := s.jobs.Catalog.SetHold(ctx, principalName(ctx), h)
 	if err != nil {
 		return nil, jobStatus(err, req.GetBackup())
 	}
@@ -230,7 +230,7 @@ func (s *BackupService) SetLegalHold(ctx context.Context, req *cb.SetLegalHoldRe
 }
 
 func (s *BackupService) ReleaseLegalHold(ctx context.Context, req *cb.ReleaseLegalHoldRequest) (*emptypb.Empty, error) {
-	if _, err := s.jobs.ReleaseHold(ctx, principalName(ctx), req.GetOwner(), req.GetBackup(), req.GetHoldId()); err != nil {
+	if _, err := s.jobs.Catalog.ReleaseHold(ctx, principalName(ctx), req.GetOwner(), req.GetBackup(), req.GetHoldId()); err != nil {
 		if errors.Is(err, jobs.ErrHoldNotFound) {
 			return nil, status.Error(codes.NotFound, "hold: not found")
 		}
@@ -243,7 +243,7 @@ func (s *BackupService) ListLegalHolds(ctx context.Context, req *cb.ListLegalHol
 	if err := records.CheckOwner(req.GetOwner()); err != nil {
 		return nil, statusOf(err)
 	}
-	holds, err := s.jobs.Holds(ctx, req.GetOwner())
+	holds, err := s.jobs.Catalog.Holds(ctx, req.GetOwner())
 	if err != nil {
 		return nil, jobStatus(err, "")
 	}
@@ -276,14 +276,14 @@ func (s *BackupService) GetKeyStatus(ctx context.Context, _ *cb.GetKeyStatusRequ
 }
 
 func (s *BackupService) DeleteBackup(ctx context.Context, req *cb.DeleteBackupRequest) (*emptypb.Empty, error) {
-	if err := s.jobs.DeleteBackup(ctx, principalName(ctx), req.GetOwner(), req.GetBackup()); err != nil {
+	if err := s.jobs.Catalog.DeleteBackup(ctx, principalName(ctx), req.GetOwner(), req.GetBackup()); err != nil {
 		return nil, jobStatus(err, req.GetBackup())
 	}
 	return &emptypb.Empty{}, nil
 }
 
 func (s *BackupService) GetBackupKey(ctx context.Context, req *cb.GetBackupKeyRequest) (*cb.GetBackupKeyResponse, error) {
-	key, err := s.jobs.BackupKey(ctx, principalName(ctx), req.GetOwner(), req.GetBackup())
+	key, err := s.jobs.Catalog.BackupKey(ctx, principalName(ctx), req.GetOwner(), req.GetBackup())
 	if err != nil {
 		return nil, jobStatus(err, req.GetBackup())
 	}
@@ -291,7 +291,7 @@ func (s *BackupService) GetBackupKey(ctx context.Context, req *cb.GetBackupKeyRe
 }
 
 func (s *BackupService) VerifyBackup(ctx context.Context, req *cb.VerifyBackupRequest) (*cb.Backup, error) {
-	b, err := s.jobs.VerifyBackup(ctx, principalName(ctx), req.GetOwner(), req.GetBackup())
+	b, err := s.jobs.Verifier.VerifyBackup(ctx, principalName(ctx), req.GetOwner(), req.GetBackup())
 	if err != nil {
 		return nil, jobStatus(err, req.GetBackup())
 	}
@@ -303,7 +303,7 @@ func (s *BackupService) PlanRetention(ctx context.Context, req *cb.PlanRetention
 	if r := req.GetRules(); r != nil {
 		rules = &jobs.Retention{Last: int(r.GetLast()), Daily: int(r.GetDaily()), Weekly: int(r.GetWeekly()), Monthly: int(r.GetMonthly()), Yearly: int(r.GetYearly())}
 	}
-	plan, err := s.jobs.PlanRetention(ctx, req.GetOwner(), req.GetSchedule(), rules)
+	plan, err := s.jobs.Catalog.PlanRetention(ctx, req.GetOwner(), req.GetSchedule(), rules)
 	if err != nil {
 		return nil, jobStatus(err, "")
 	}
