@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/contentbackup/contentbackup/internal/store"
 	"go.uber.org/zap"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
+
+	"github.com/contentbackup/contentbackup/internal/store"
 )
 
 // Catalog is the owners' backups as this server keeps them: the catalog

@@ -15,7 +15,7 @@ import (
 // (RELIABILITY.md's limits table), and a set one is kept.
 func TestConfigDefaults(t *testing.T) {
 	m := New(Config{})
-	defer m.stop()
+	defer m.Runner.stop()
 	c := m.cfg
 	host, _ := os.Hostname()
 	for name, ok := range map[string]bool{
@@ -36,12 +36,12 @@ func TestConfigDefaults(t *testing.T) {
 		}
 	}
 	set := New(Config{MaxRunning: 7, Lease: time.Minute, Renew: 3 * time.Second, Replica: "r1"})
-	defer set.stop()
+	defer set.Runner.stop()
 	if s := set.cfg; s.MaxRunning != 7 || s.MaxRunningPerOwner != 3 || s.Lease != time.Minute || s.Renew != 3*time.Second || s.Replica != "r1" {
 		t.Errorf("set values: %+v; want them kept, per-owner half of max-jobs", s)
 	}
 	one := New(Config{MaxRunning: 1})
-	defer one.stop()
+	defer one.Runner.stop()
 	if one.cfg.MaxRunningPerOwner != 1 {
 		t.Errorf("max-jobs 1: per owner %d, want 1", one.cfg.MaxRunningPerOwner)
 	}
@@ -62,7 +62,7 @@ func TestRunningCountsOnlyRunning(t *testing.T) {
 	if _, err := h.m.StartExport(t.Context(), "tester", exportReq(b, "")); err != nil {
 		t.Fatal(err)
 	}
-	if r, q := h.m.Running(), h.m.Queued(); r != 1 || q != 1 {
+	if r, q := h.m.Runner.Running(), h.m.Runner.Queued(); r != 1 || q != 1 {
 		t.Errorf("running %d, queued %d; want 1 and 1", r, q)
 	}
 	close(st.gate)

@@ -59,11 +59,55 @@ func (req EraseRequest) kind() string {
 	return store.JobErase
 }
 
+// erasures is the erasure kind, its dry run included.
+type erasures struct{ kindDeps }
+
+// eraseTask is one erasure.
+type eraseTask struct {
+	taskHooks
+	er  *erasures
+	req EraseRequest
+}
+
+func (t *eraseTask) kind() string          { return t.req.kind() }
+func (t *eraseTask) owner() string         { return t.req.Owner }
+func (t *eraseTask) requestID() string     { return t.req.RequestID }
+func (t *eraseTask) spec() ([]byte, error) { return t.req.spec() }
+
+func (t *eraseTask) describe(md *pv.JobProgress, _ *store.Job) {
+	md.Kind = pv.JobKind_JOB_KIND_ERASE
+	md.ValidateOnly = t.req.DryRun
+}
+
+func (t *eraseTask) run(ctx context.Context, a *Attempt) (proto.Message, error) {
+	return t.er.run(ctx, a, t.req)
+}
+
+// again reads erasure job j back from its spec: an erasure prepares
+// nothing, and each run of it finds less to do.
+func (er *erasures) again(_ context.Context, j store.Job) (task, error) {
+	spec := &pv.EraseSpec{}
+	if err := proto.Unmarshal(j.Spec, spec); err != nil {
+		return nil, fmt.Errorf("job %s: spec: %w", j.ID, err)
+	}
+	return &eraseTask{er: er, req: EraseRequest{Owner: j.Owner, DryRun: spec.GetDryRun(), RequestID: spec.GetRequestId()}}, nil
+}
+
+// leftBehind: what an erasure erased stays erased; a dry run erases
+// nothing.
+func (*erasures) leftBehind(dryRun bool) string {
+	if dryRun {
+		return "; a dry run erases nothing"
+	}
+	return "; what it erased stays erased (the owner's key first), and starting the erasure again finishes it"
+}
+
+// expired: an erasure leaves nothing to clean up; run again, it finishes.
+func (*erasures) expired(context.Context, store.Job) {}
+
 // IsErasure reports a job kind that is an erasure or its dry run.
 func IsErasure(kind string) bool { return kind == store.JobErase || kind == store.JobEraseDryRun }
 
-func (req EraseRequest) owner() string     { return req.Owner }
-func (req EraseRequest) requestID() string { return req.RequestID }
 func (req EraseRequest) spec() ([]byte, error) {
 	return proto.Marshal(&pv.EraseSpec{Owner: req.Owner, DryRun: req.DryRun, RequestId: req.RequestID})
 }
@@ -76,28 +120,28 @@ var ErrOwnerErasing = store.ErrOwnerErasing
 // and imports of the owner, and imports from its backups, running when
 // it starts are cancelled, and waited for, before anything is erased;
 // none starts after it (the store's fence).
-func (m *Manager) StartErase(ctx context.Context, principal string, req EraseRequest) (store.Job, error) {
+func (er *erasures) start(ctx context.Context, principal string, req EraseRequest) (store.Job, error) {
 	if err := records.CheckOwner(req.Owner); err != nil {
 		return store.Job{}, invalid(err)
 	}
 	kind := req.kind()
-	if j, seen, err := m.seen(ctx, req.Owner, kind, req.RequestID); seen || err != nil {
+	if j, seen, err := er.runner.seen(ctx, req.Owner, kind, req.RequestID); seen || err != nil {
 		return j, err
 	}
-	if err := m.erasable(ctx, req.Owner); err != nil {
+	if err := er.erasable(ctx, req.Owner); err != nil {
 		return store.Job{}, err
 	}
-	j, err := m.start(ctx, kind, principal, req, prepared{})
+	j, err := er.runner.start(ctx, principal, &eraseTask{er: er, req: req})
 	if err == nil {
-		m.cfg.Log.Info("audit: owner erasure started", zap.String("audit", "owner.erase"), zap.String("principal", principal),
+		er.cfg.Log.Info("audit: owner erasure started", zap.String("audit", "owner.erase"), zap.String("principal", principal),
 			zap.String("owner", req.Owner), zap.String("job", j.ID), zap.Bool("dry_run", req.DryRun))
 	}
 	return j, err
 }
 
 // erasable refuses an owner a hold in force keeps.
-func (m *Manager) erasable(ctx context.Context, owner string) error {
-	holds, err := m.cfg.Store.ListHolds(ctx, owner)
+func (er *erasures) erasable(ctx context.Context, owner string) error {
+	holds, err := er.cfg.Store.ListHolds(ctx, owner)
 	if err != nil {
 		return err
 	}
@@ -121,11 +165,11 @@ func (m *Manager) erasable(ctx context.Context, owner string) error {
 // store lets none start once the erasure is stored, so the list only
 // shrinks; a job of a replica that died ends when its lease runs out and
 // a takeover finds it cancelled. It returns how many it cancelled.
-func (m *Manager) stopOwnerJobs(ctx context.Context, r *run, owner string) (uint64, error) {
+func (er *erasures) stopOwnerJobs(ctx context.Context, a *Attempt, owner string) (uint64, error) {
 	asked := map[string]bool{}
 	lastLog := time.Time{}
 	for {
-		ids, err := m.cfg.Store.RunningJobsFor(ctx, owner)
+		ids, err := er.cfg.Store.RunningJobsFor(ctx, owner)
 		if err != nil {
 			return uint64(len(asked)), err
 		}
@@ -136,16 +180,16 @@ func (m *Manager) stopOwnerJobs(ctx context.Context, r *run, owner string) (uint
 			if asked[id] {
 				continue
 			}
-			if _, err := m.Cancel(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrFailedPrecondition) {
+			if _, err := er.runner.Cancel(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrFailedPrecondition) {
 				return uint64(len(asked)), fmt.Errorf("cancel job %s of the owner: %w", id, err)
 			}
 			asked[id] = true
-			m.cfg.Log.Info("audit: job cancelled by an erasure", zap.String("audit", "owner.erase.cancel"), zap.String("erasure", r.job.ID),
+			er.cfg.Log.Info("audit: job cancelled by an erasure", zap.String("audit", "owner.erase.cancel"), zap.String("erasure", a.job.ID),
 				zap.String("owner", owner), zap.String("job", id))
 		}
 		if time.Since(lastLog) > 30*time.Second {
 			lastLog = time.Now()
-			m.cfg.Log.Info("erasure waits for the owner's jobs to stop", zap.String("erasure", r.job.ID), zap.String("owner", owner), zap.Strings("jobs", ids))
+			er.cfg.Log.Info("erasure waits for the owner's jobs to stop", zap.String("erasure", a.job.ID), zap.String("owner", owner), zap.Strings("jobs", ids))
 		}
 		select {
 		case <-ctx.Done():
@@ -155,47 +199,24 @@ func (m *Manager) stopOwnerJobs(ctx context.Context, r *run, owner string) (uint
 	}
 }
 
-func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Message, error) {
+// run is an erasure's body, in the order above; a dry run counts.
+func (er *erasures) run(ctx context.Context, a *Attempt, req EraseRequest) (proto.Message, error) {
 	owner := req.Owner
-	if err := m.erasable(ctx, owner); err != nil {
+	if err := er.erasable(ctx, owner); err != nil {
 		return nil, err
 	}
-	r.phase.Store(int32(pv.JobPhase_JOB_PHASE_TRANSFERRING))
-	result := &pv.EraseJobResult{DryRun: req.DryRun}
+	a.SetPhase(pv.JobPhase_JOB_PHASE_TRANSFERRING)
 	if req.DryRun {
-		running, err := m.cfg.Store.RunningJobsFor(ctx, owner)
-		if err != nil {
-			return nil, err
-		}
-		result.JobsCancelled = uint64(len(running))
-		counts, err := m.cfg.Store.CountOwnerRows(ctx, owner)
-		if err != nil {
-			return nil, err
-		}
-		// What an erasure would delete: not this dry run (it counted
-		// itself, "2 jobs" for one, finding 11) nor the erasure records
-		// it keeps.
-		kept, err := m.erasureRecords(ctx, owner)
-		if err != nil {
-			return nil, err
-		}
-		counts["jobs"] = max(0, counts["jobs"]-1-kept)
-		result.Rows = tableRows(counts)
-		result.Backups = uint64(counts["backups"])
-		n, err := m.sweepOwnerObjects(ctx, owner, true)
-		if err != nil {
-			return nil, err
-		}
-		result.Objects = n
-		return result, nil
+		return er.count(ctx, owner)
 	}
+	result := &pv.EraseJobResult{}
 	// The name is erased from here on: schedules that still list it skip
 	// it until an operator re-enables it (ReenableOwner), so a device
 	// still writing under the name starts no new backups (finding 6).
-	if err := m.cfg.Store.MarkOwnerErased(ctx, owner, r.job.ID, time.Now()); err != nil {
+	if err := er.cfg.Store.MarkOwnerErased(ctx, owner, a.job.ID, time.Now()); err != nil {
 		return nil, err
 	}
-	cancelled, err := m.stopOwnerJobs(ctx, r, owner)
+	cancelled, err := er.stopOwnerJobs(ctx, a, owner)
 	result.JobsCancelled = cancelled
 	if err != nil {
 		return nil, err
@@ -203,23 +224,23 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 	// The KEKs that wrap what is destroyed next are noted first: the
 	// key worker retires them, which completes the erasure against the
 	// deleted rows the database files keep (retire.go).
-	if err := m.Keys.noteErasureKEKs(ctx, owner, r.job.ID); err != nil {
+	if err := er.keys.noteErasureKEKs(ctx, owner, a.job.ID); err != nil {
 		return nil, fmt.Errorf("note the owner key's key-encryption key: %w", err)
 	}
-	if err := m.cfg.Store.DestroyOwnerKey(ctx, owner); err != nil {
+	if err := er.cfg.Store.DestroyOwnerKey(ctx, owner); err != nil {
 		return nil, fmt.Errorf("destroy the owner's key: %w", err)
 	}
 	result.KeyDestroyed = true
-	m.cfg.Log.Info("audit: owner key destroyed", zap.String("audit", "owner.erase.key"), zap.String("principal", r.job.Principal),
-		zap.String("owner", owner), zap.String("job", r.job.ID))
+	er.cfg.Log.Info("audit: owner key destroyed", zap.String("audit", "owner.erase.key"), zap.String("principal", a.job.Principal),
+		zap.String("owner", owner), zap.String("job", a.job.ID))
 	for {
 		// Newest first: an increment goes before the base it needs.
-		page, err := m.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Limit: 100})
+		page, err := er.cfg.Store.ListBackups(ctx, store.BackupQuery{Owner: owner, Limit: 100})
 		if err != nil {
 			return nil, err
 		}
 		for _, b := range page {
-			n, err := m.Catalog.deleteBackupCounting(ctx, b)
+			n, err := er.catalog.deleteBackupCounting(ctx, b)
 			if errors.Is(err, store.ErrNotFound) {
 				n, err = 0, nil // gone since the page was read
 			}
@@ -228,41 +249,72 @@ func (m *Manager) erase(ctx context.Context, r *run, req EraseRequest) (proto.Me
 			}
 			result.Backups++
 			result.Objects += n
-			r.records.Add(1)
+			a.Records().Add(1)
 		}
 		if len(page) < 100 {
 			break
 		}
 	}
-	n, err := m.sweepOwnerObjects(ctx, owner, false)
+	n, err := er.sweepOwnerObjects(ctx, owner, false)
 	if err != nil {
 		return nil, err
 	}
 	result.Objects += n
-	counts, err := m.cfg.Store.EraseOwnerRows(ctx, owner, r.job.ID)
+	counts, err := er.cfg.Store.EraseOwnerRows(ctx, owner, a.job.ID)
 	if err != nil {
 		return nil, err
 	}
 	counts["backups"] += int64(result.Backups)
 	result.Rows = tableRows(counts)
-	if err := m.cfg.Store.ScrubFreed(ctx); err != nil {
+	if err := er.cfg.Store.ScrubFreed(ctx); err != nil {
 		return nil, err
 	}
-	if m.cfg.Freshness.OwnerErased != nil {
-		m.cfg.Freshness.OwnerErased(owner)
+	if er.cfg.Freshness.OwnerErased != nil {
+		er.cfg.Freshness.OwnerErased(owner)
 	}
-	m.Keys.wakeKeyWorker()
-	m.cfg.Log.Info("audit: owner erased", zap.String("audit", "owner.erase.done"), zap.String("principal", r.job.Principal),
-		zap.String("owner", owner), zap.String("job", r.job.ID), zap.Uint64("backups", result.Backups), zap.Uint64("objects", result.Objects))
+	er.keys.wakeKeyWorker()
+	er.cfg.Log.Info("audit: owner erased", zap.String("audit", "owner.erase.done"), zap.String("principal", a.job.Principal),
+		zap.String("owner", owner), zap.String("job", a.job.ID), zap.Uint64("backups", result.Backups), zap.Uint64("objects", result.Objects))
+	return result, nil
+}
+
+// count is a dry run's body: what an erasure of owner would cancel and
+// delete, counted, with nothing changed.
+func (er *erasures) count(ctx context.Context, owner string) (proto.Message, error) {
+	result := &pv.EraseJobResult{DryRun: true}
+	running, err := er.cfg.Store.RunningJobsFor(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	result.JobsCancelled = uint64(len(running))
+	counts, err := er.cfg.Store.CountOwnerRows(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	// What an erasure would delete: not this dry run (it counted
+	// itself, "2 jobs" for one, finding 11) nor the erasure records
+	// it keeps.
+	kept, err := er.erasureRecords(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	counts["jobs"] = max(0, counts["jobs"]-1-kept)
+	result.Rows = tableRows(counts)
+	result.Backups = uint64(counts["backups"])
+	n, err := er.sweepOwnerObjects(ctx, owner, true)
+	if err != nil {
+		return nil, err
+	}
+	result.Objects = n
 	return result, nil
 }
 
 // erasureRecords counts the owner's erasure jobs, which an erasure keeps.
-func (m *Manager) erasureRecords(ctx context.Context, owner string) (int64, error) {
+func (er *erasures) erasureRecords(ctx context.Context, owner string) (int64, error) {
 	var n int64
 	after := ""
 	for {
-		page, err := m.cfg.Store.ListJobs(ctx, store.JobQuery{Owner: owner, After: after, Limit: 500})
+		page, err := er.cfg.Store.ListJobs(ctx, store.JobQuery{Owner: owner, After: after, Limit: 500})
 		if err != nil {
 			return 0, err
 		}
@@ -283,9 +335,9 @@ func (m *Manager) erasureRecords(ctx context.Context, owner string) (int64, erro
 // this server writes under ("" and each schedule's). Only direct
 // children are listed (delimiter "/"): an owner whose name is a
 // schedule's prefix never reaches another owner's objects under it.
-func (m *Manager) sweepOwnerObjects(ctx context.Context, owner string, dryRun bool) (uint64, error) {
+func (er *erasures) sweepOwnerObjects(ctx context.Context, owner string, dryRun bool) (uint64, error) {
 	prefixes := []string{""}
-	if p := m.Catalog.schedules.Load(); p != nil {
+	if p := er.catalog.schedules.Load(); p != nil {
 		for _, s := range p.Schedules {
 			if !slices.Contains(prefixes, s.Prefix) {
 				prefixes = append(prefixes, s.Prefix)
@@ -293,8 +345,8 @@ func (m *Manager) sweepOwnerObjects(ctx context.Context, owner string, dryRun bo
 		}
 	}
 	var n uint64
-	for _, name := range m.cfg.Buckets.Names() {
-		bucket, err := m.cfg.Buckets.Open(ctx, name)
+	for _, name := range er.cfg.Buckets.Names() {
+		bucket, err := er.cfg.Buckets.Open(ctx, name)
 		if err != nil {
 			return n, err
 		}
@@ -319,12 +371,12 @@ func (m *Manager) sweepOwnerObjects(ctx context.Context, owner string, dryRun bo
 				}
 				n++
 			}
-			aborted, err := m.abortOwnerUploads(ctx, name, bucket, dir, dryRun)
+			aborted, err := er.abortOwnerUploads(ctx, name, bucket, dir, dryRun)
 			n += aborted
 			if err != nil {
 				return n, err
 			}
-			if local := m.cfg.Buckets.LocalDir(name); local != "" && !dryRun {
+			if local := er.cfg.Buckets.LocalDir(name); local != "" && !dryRun {
 				// A file bucket's directory of the owner, emptied: its
 				// name is the owner's (finding 11). Remove fails on a
 				// directory that is not empty (another prefix's owner
@@ -339,11 +391,11 @@ func (m *Manager) sweepOwnerObjects(ctx context.Context, owner string, dryRun bo
 // abortOwnerUploads aborts (or, for a dry run, counts) the incomplete
 // multipart uploads directly under dir in bucket name, with the
 // binary's Config.AbortUploads (the S3 SDK's; nil links none).
-func (m *Manager) abortOwnerUploads(ctx context.Context, name string, bucket *blob.Bucket, dir string, dryRun bool) (uint64, error) {
-	if m.cfg.AbortUploads == nil {
+func (er *erasures) abortOwnerUploads(ctx context.Context, name string, bucket *blob.Bucket, dir string, dryRun bool) (uint64, error) {
+	if er.cfg.AbortUploads == nil {
 		return 0, nil
 	}
-	n, err := m.cfg.AbortUploads(ctx, bucket, m.cfg.Buckets.S3Name(name), dir, dryRun)
+	n, err := er.cfg.AbortUploads(ctx, bucket, er.cfg.Buckets.S3Name(name), dir, dryRun)
 	if err != nil {
 		return n, fmt.Errorf("bucket %s: the owner's incomplete uploads: %w", name, err)
 	}

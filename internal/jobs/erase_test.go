@@ -350,7 +350,7 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 	h.m.Catalog.schedules.Store(policy)
 	var ids []string
 	for i := range 3 {
-		j, err := h.m.startExport(ctx, "schedule:nightly", ExportRequest{Owner: owner, Bucket: "local", Label: fmt.Sprint(i)}, s)
+		j, err := h.m.exports.start(ctx, "schedule:nightly", ExportRequest{Owner: owner, Bucket: "local", Label: fmt.Sprint(i)}, s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -399,7 +399,7 @@ func TestHeldBackupsSurviveRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		j, err := h.m.startExport(ctx, "schedule:nightly", ExportRequest{Owner: owner, Bucket: "local", Label: fmt.Sprint("held ", i)}, s)
+		j, err := h.m.exports.start(ctx, "schedule:nightly", ExportRequest{Owner: owner, Bucket: "local", Label: fmt.Sprint("held ", i)}, s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -451,7 +451,7 @@ func TestEraseTakenOver(t *testing.T) {
 			if err := st.DestroyOwnerKey(ctx, owner); err != nil {
 				t.Fatal(err)
 			}
-			go h.m.Run(ctx)
+			go h.m.Runner.Run(ctx)
 			done := waitDone(t, h.m, j.ID)
 			if done.State != store.JobSucceeded || done.Attempt != 2 {
 				t.Fatalf("the taken-over erasure: %s at attempt %d: %s", done.State, done.Attempt, done.ErrorMessage)
@@ -495,7 +495,7 @@ func TestEraseEveryBucket(t *testing.T) {
 	h.m.Catalog.schedules.Store(policy)
 	exportDone(t, h, exportReq(owner, "local"))
 	exportDone(t, h, ExportRequest{Owner: owner, Bucket: "second", Label: "second"})
-	sj, err := h.m.startExport(ctx, "schedule:nightly", ExportRequest{Owner: bob, Bucket: "second"}, policy.Schedules[0])
+	sj, err := h.m.exports.start(ctx, "schedule:nightly", ExportRequest{Owner: bob, Bucket: "second"}, policy.Schedules[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +554,7 @@ func TestEraseDryRunIsAnOrdinaryJob(t *testing.T) {
 	if _, err := st.GetJob(t.Context(), real.ID); err != nil {
 		t.Errorf("the erasure's record: %v", err)
 	}
-	if got := ended(store.JobEraseDryRun, "cancelled"); strings.Contains(got, "import") || !strings.Contains(got, "erases nothing") {
+	if got := "cancelled" + h.m.Runner.kinds[store.JobEraseDryRun].leftBehind(true); strings.Contains(got, "import") || !strings.Contains(got, "erases nothing") {
 		t.Errorf("a dry run's end: %q", got)
 	}
 }
@@ -725,7 +725,7 @@ schedules:
 			if ids := fire(4); len(ids) != 1 {
 				t.Fatalf("after the second erasure the tick started %d exports, want 1", len(ids))
 			}
-			if n, err := h.m.erasureRecords(ctx, gone); err != nil || n != 2 {
+			if n, err := h.m.erasures.erasureRecords(ctx, gone); err != nil || n != 2 {
 				t.Fatalf("erasure records kept: %d, %v; want both", n, err)
 			}
 		})

@@ -50,25 +50,9 @@ var ErrHoldAmbiguous = fault.New(fault.FailedPrecondition, "several legal holds 
 // record: several may stand on one target, and setting one never
 // changes another. Audited (hold.set, hold.change).
 func (cat *Catalog) SetHold(ctx context.Context, principal string, h store.Hold) (store.Hold, error) {
-	if err := records.CheckOwner(h.Owner); err != nil {
-		return store.Hold{}, invalid(err)
-	}
-	if err := checkReason(h.Reason, maxHoldReason, "the case or request the hold is for"); err != nil {
-		return store.Hold{}, invalid(err)
-	}
 	now := time.Now()
-	if !h.Until.IsZero() && !h.Until.After(now) {
-		return store.Hold{}, invalid(errors.New("end_time: in the past; omit it for a hold that lasts until released"))
-	}
-	if h.Until.After(MaxHoldEnd) {
-		// Stored as nanoseconds since the epoch: a later time would wrap
-		// to the past and the "held" backup be deleted.
-		return store.Hold{}, invalid(fmt.Errorf("end_time: after %s, the latest the store holds; omit it for a hold that lasts until released", MaxHoldEnd.Format(time.RFC3339)))
-	}
-	if h.ID != "" {
-		if err := checkHoldID(h.ID); err != nil {
-			return store.Hold{}, invalid(err)
-		}
+	if err := checkHold(h, now); err != nil {
+		return store.Hold{}, invalid(err)
 	}
 	if h.Backup != "" {
 		if _, err := cat.Backup(ctx, h.Owner, h.Backup); err != nil {
@@ -129,6 +113,28 @@ func (cat *Catalog) SetHold(ctx context.Context, principal string, h store.Hold)
 	}
 	cat.cfg.Log.Info(msg, append(fields, zap.String("audit", audit))...)
 	return h, nil
+}
+
+// checkHold checks the hold a caller asks for, at now.
+func checkHold(h store.Hold, now time.Time) error {
+	if err := records.CheckOwner(h.Owner); err != nil {
+		return err
+	}
+	if err := checkReason(h.Reason, maxHoldReason, "the case or request the hold is for"); err != nil {
+		return err
+	}
+	if !h.Until.IsZero() && !h.Until.After(now) {
+		return errors.New("end_time: in the past; omit it for a hold that lasts until released")
+	}
+	if h.Until.After(MaxHoldEnd) {
+		// Stored as nanoseconds since the epoch: a later time would wrap
+		// to the past and the "held" backup be deleted.
+		return fmt.Errorf("end_time: after %s, the latest the store holds; omit it for a hold that lasts until released", MaxHoldEnd.Format(time.RFC3339))
+	}
+	if h.ID != "" {
+		return checkHoldID(h.ID)
+	}
+	return nil
 }
 
 // checkHoldID checks the form of a hold id a caller names.

@@ -68,7 +68,7 @@ func newHarness(t *testing.T, st store.Store, tune ...func(*Config)) *harness {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		m.Close(ctx)
+		m.Runner.Close(ctx)
 	})
 	bk, err := buckets.Open(ctx, "local")
 	if err != nil {
@@ -97,7 +97,7 @@ func waitDone(t *testing.T, m *Manager, id string) store.Job {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	j, err := m.Wait(ctx, id, 20*time.Millisecond)
+	j, err := m.Runner.Wait(ctx, id, 20*time.Millisecond)
 	if err != nil {
 		t.Fatalf("wait for job %s: %v", id, err)
 	}
@@ -305,7 +305,7 @@ func TestCancelLeavesNoObject(t *testing.T) {
 	if _, err := h.m.StartExport(t.Context(), "tester", exportReq(owner, "b.xmtpbak")); !errors.Is(err, store.ErrJobConflict) {
 		t.Errorf("second export of a running owner: %v, want ErrJobConflict", err)
 	}
-	if _, err := h.m.Cancel(t.Context(), j.ID); err != nil {
+	if _, err := h.m.Runner.Cancel(t.Context(), j.ID); err != nil {
 		t.Fatal(err)
 	}
 	j = waitDone(t, h.m, j.ID)
@@ -523,7 +523,7 @@ func TestDeadServersJobsFail(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	go h.m.Run(ctx)
+	go h.m.Runner.Run(ctx)
 	j := waitDone(t, h.m, dead.ID)
 	if j.State != store.JobFailed || j.ErrorCode != int32(codes.Unavailable) || !strings.Contains(j.ErrorMessage, "stopped") {
 		t.Errorf("dead job: %s, %d %s", j.State, j.ErrorCode, j.ErrorMessage)
@@ -676,7 +676,7 @@ func TestShutdownFailsRunningJobs(t *testing.T) {
 	st, h, owner, j := startGated(t, 5, "a.xmtpbak")
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	h.m.Close(ctx)
+	h.m.Runner.Close(ctx)
 	j, err := st.GetJob(t.Context(), j.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -766,7 +766,7 @@ func TestFinishedJobsExpire(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	go h.m.Run(ctx)
+	go h.m.Runner.Run(ctx)
 	var jobs []store.Job
 	eventually.True(t, 10*time.Second, func() bool {
 		var err error

@@ -7,9 +7,7 @@ import (
 	"sync/atomic"
 
 	"gocloud.dev/gcerrors"
-	"google.golang.org/protobuf/proto"
 
-	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
 	"github.com/contentbackup/contentbackup/internal/archive"
 	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -136,41 +134,4 @@ func chainLength(chain []store.Backup) uint64 {
 		n += b.Summary.Length
 	}
 	return n
-}
-
-// replace is an import job in replace mode: a point-in-time restore of
-// the backup's snapshot into the owner (backup.Replace). It raises the
-// owner's base floor before its first write and after its last, so no
-// backup taken before it ends can be the base of an increment: a chain
-// across a replace would restore what the replace deleted.
-func (m *Manager) replace(ctx context.Context, r *run, req ImportRequest, p prepared) (proto.Message, error) {
-	opts, err := optionsOf(p.backup)
-	if err != nil {
-		return nil, err
-	}
-	c, closeChain, err := m.Catalog.readChain(ctx, p.sourceOwner, p.backup, &r.bytes)
-	if err != nil {
-		return nil, err
-	}
-	defer closeChain()
-	if _, err := m.cfg.Store.RaiseBaseFloor(ctx, req.Owner); err != nil {
-		return nil, err
-	}
-	r.phase.Store(int32(pv.JobPhase_JOB_PHASE_TRANSFERRING))
-	res, err := backup.Replace(ctx, m.cfg.Store, req.Owner, c, opts, &r.records)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := m.cfg.Store.RaiseBaseFloor(ctx, req.Owner); err != nil {
-		return nil, err
-	}
-	meta, _ := c.Metadata()
-	kinds := func(k backup.KindCounts) *pv.KindCounts {
-		return &pv.KindCounts{Groups: k.Groups, Messages: k.Messages, Consent: k.Consent}
-	}
-	return &pv.ImportJobResult{
-		Counts: &pv.ImportCounts{Metadata: meta, Records: res.Records},
-		Replaced: &pv.ReplaceCounts{Written: kinds(res.Written), Deleted: kinds(res.Deleted), Unchanged: kinds(res.Unchanged),
-			Expired: res.Expired, Conflicts: res.Conflicts},
-	}, nil
 }

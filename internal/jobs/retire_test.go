@@ -326,7 +326,7 @@ func TestErasureWaitsForTheOperatorsKMSRotation(t *testing.T) {
 	if complete, _, _, _ := h.m.Keys.ErasureCompletion(ctx, j.ID); complete {
 		t.Fatal("complete while the server still holds the KMS key")
 	}
-	h.m.Close(ctx)
+	h.m.Runner.Close(ctx)
 
 	oldKEK := h.m.cfg.KEK
 	newKEK, err := keyring.Open(ctx, "base64key://"+strings.Repeat("AQID", 10)+"AQI=", "")
@@ -342,7 +342,7 @@ func TestErasureWaitsForTheOperatorsKMSRotation(t *testing.T) {
 	if len(status.Retirements) != 1 || status.Retirements[0].Retired.IsZero() || !strings.Contains(status.Retirements[0].NextStep, "drop it") {
 		t.Fatalf("after the rotation: %+v; want retired, waiting to be dropped", status.Retirements)
 	}
-	rotating.m.Close(ctx)
+	rotating.m.Runner.Close(ctx)
 
 	done := newHarness(t, st, func(c *Config) { c.KEK = newKEK })
 	if _, err := done.m.Keys.MaintainKeys(ctx, nil); err != nil {

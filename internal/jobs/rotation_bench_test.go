@@ -56,7 +56,7 @@ func rotateOnce(b *testing.B) {
 		b.Cleanup(func() {
 			c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			m.Close(c)
+			m.Runner.Close(c)
 		})
 		return m
 	}
@@ -96,7 +96,7 @@ func rotateOnce(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if j, err = before.Wait(ctx, j.ID, 5*time.Millisecond); err != nil || j.State != store.JobSucceeded {
+		if j, err = before.Runner.Wait(ctx, j.ID, 5*time.Millisecond); err != nil || j.State != store.JobSucceeded {
 			b.Fatalf("export: %v %s", err, j.ErrorMessage)
 		}
 		md, _ := Progress(j)
@@ -150,7 +150,7 @@ func rotateOnce(b *testing.B) {
 			t0 := time.Now()
 			j, err := start()
 			if err == nil {
-				j, err = m.Wait(ctx, j.ID, 5*time.Millisecond)
+				j, err = m.Runner.Wait(ctx, j.ID, 5*time.Millisecond)
 			}
 			if err != nil || j.State != store.JobSucceeded {
 				failed.Add(1)

@@ -217,9 +217,9 @@ func NewScheduler(ctx context.Context, m *Manager, p *SchedulePolicy) (*Schedule
 	c := cron.New(cron.WithLocation(time.UTC))
 	sc.cron = c
 	for _, s := range p.Schedules {
-		c.Schedule(s.spec, cron.FuncJob(func() { sc.Fire(m.ctx, s, m.cfg.ScheduleClock()) }))
+		c.Schedule(s.spec, cron.FuncJob(func() { sc.Fire(m.Runner.ctx, s, m.cfg.ScheduleClock()) }))
 		if s.Verify != nil {
-			c.Schedule(s.verifySpec, cron.FuncJob(func() { sc.FireVerify(m.ctx, s, m.cfg.ScheduleClock()) }))
+			c.Schedule(s.verifySpec, cron.FuncJob(func() { sc.FireVerify(m.Runner.ctx, s, m.cfg.ScheduleClock()) }))
 		}
 	}
 	return sc, nil
@@ -299,7 +299,7 @@ func (sc *Scheduler) Fire(ctx context.Context, s *Schedule, at time.Time) []stri
 			sc.log.Warn("schedule's chain unreadable: taking a full backup", zap.String("schedule", s.Name), zap.String("owner", owner), zap.Error(err))
 		}
 		req.Since = since
-		j, err := sc.m.startExport(ctx, "schedule:"+s.Name, req, s)
+		j, err := sc.m.exports.start(ctx, "schedule:"+s.Name, req, s)
 		if err != nil {
 			sc.m.scheduleRun(s.Name, "skipped")
 			level := sc.log.Warn

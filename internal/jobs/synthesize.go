@@ -25,23 +25,23 @@ import (
 // synthesisSource checks the backup a synthetic full is made from: a
 // complete backup of owner whose chain is whole, and options that are
 // its own. It returns the options the new backup takes.
-func (m *Manager) synthesisSource(ctx context.Context, owner string, req ExportRequest) (*dsb.ArchiveOptions, error) {
+func (ex *exports) synthesisSource(ctx context.Context, owner string, req ExportRequest) (*dsb.ArchiveOptions, error) {
 	if req.Since != "" {
 		return nil, invalid(fmt.Errorf("from_backup: a synthetic full is a full backup; since_backup makes an increment"))
 	}
-	src, err := m.Catalog.Backup(ctx, owner, req.From)
+	src, err := ex.catalog.Backup(ctx, owner, req.From)
 	if err != nil {
 		return nil, fmt.Errorf("from_backup: %w", err)
 	}
 	if src.State != store.BackupComplete {
 		return nil, fmt.Errorf("from_backup %s: %w", src.ID, ErrBackupNotComplete)
 	}
-	chain, err := m.Catalog.chainOf(ctx, owner, src)
+	chain, err := ex.catalog.chainOf(ctx, owner, src)
 	if err != nil {
 		return nil, err
 	}
 	for _, b := range chain {
-		if err := m.Catalog.checkObject(ctx, b); err != nil {
+		if err := ex.catalog.checkObject(ctx, b); err != nil {
 			return nil, err
 		}
 	}
@@ -79,25 +79,25 @@ func sameOptions(a, b *dsb.ArchiveOptions) bool {
 // writeArchive writes an export job's archive to out: the owner's records
 // as they stand now, or, for a synthetic full, req.From's snapshot. It
 // returns the archive's export time and what it holds.
-func (m *Manager) writeArchive(ctx context.Context, r *run, req ExportRequest, p prepared, out io.Writer) (int64, backup.Counts, error) {
+func (ex *exports) writeArchive(ctx context.Context, a *Attempt, req ExportRequest, p prepared, out io.Writer) (int64, backup.Counts, error) {
 	if req.From == "" {
 		exportedAt := time.Now().UnixNano()
-		counts, err := backup.Export(ctx, m.cfg.Store, req.Owner, p.key, req.Options, exportedAt, out,
-			backup.ExportConfig{Nonconforming: req.Nonconforming, Written: &r.records, ChangedAfter: p.changedAfter})
+		counts, err := backup.Export(ctx, ex.cfg.Store, req.Owner, p.key, req.Options, exportedAt, out,
+			backup.ExportConfig{Nonconforming: req.Nonconforming, Written: a.Records(), ChangedAfter: p.changedAfter})
 		return exportedAt, counts, err
 	}
-	src, err := m.Catalog.Backup(ctx, req.Owner, req.From)
+	src, err := ex.catalog.Backup(ctx, req.Owner, req.From)
 	if err != nil {
 		return 0, backup.Counts{}, fmt.Errorf("from_backup: %w", err)
 	}
 	// The bytes read are not the job's: it reports what it wrote.
-	c, closeChain, err := m.Catalog.readChain(ctx, req.Owner, src, new(atomic.Uint64))
+	c, closeChain, err := ex.catalog.readChain(ctx, req.Owner, src, new(atomic.Uint64))
 	if err != nil {
 		return 0, backup.Counts{}, err
 	}
 	defer closeChain()
 	meta, _ := c.Metadata()
-	counts, err := backup.Synthesize(c, out, p.key, &r.records)
+	counts, err := backup.Synthesize(c, out, p.key, a.Records())
 	counts.ChangeSeq = -1
 	return meta.GetExportedAtNs(), counts, err
 }

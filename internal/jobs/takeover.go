@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
 	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
-	"github.com/contentbackup/contentbackup/internal/backup"
 	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
@@ -39,41 +37,41 @@ import (
 
 // takeOver claims jobs whose server stopped, one at a time while this
 // server has a slot free, and runs each again.
-func (m *Manager) takeOver(ctx context.Context) {
-	for m.hasFreeSlot() {
+func (rn *Runner) takeOver(ctx context.Context) {
+	for rn.hasFreeSlot() {
 		now := time.Now()
-		j, err := m.cfg.Store.ClaimJob(ctx, now, now.Add(m.cfg.Lease), m.cfg.MaxAttempts)
+		j, err := rn.cfg.Store.ClaimJob(ctx, now, now.Add(rn.cfg.Lease), rn.cfg.MaxAttempts)
 		if errors.Is(err, store.ErrNotFound) {
 			return
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				m.cfg.Log.Warn("claim job", zap.Error(err))
+				rn.cfg.Log.Warn("claim job", zap.Error(err))
 			}
 			return
 		}
-		m.resume(ctx, j)
+		rn.resume(ctx, j)
 	}
 }
 
 // hasFreeSlot: this server runs fewer jobs than it may, and none waits.
-func (m *Manager) hasFreeSlot() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return !m.closed && len(m.running) < m.cfg.MaxRunning
+func (rn *Runner) hasFreeSlot() bool {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	return !rn.closed && len(rn.running) < rn.cfg.MaxRunning
 }
 
 // resume runs claimed job j again, or ends it failed when it cannot run
 // (its backup or key is gone, its spec unreadable).
-func (m *Manager) resume(ctx context.Context, j store.Job) {
-	log := m.cfg.Log.With(zap.String("job", j.ID), zap.String("kind", j.Kind), zap.Int("attempt", j.Attempt))
-	md, req, p, err := m.prepareAgain(ctx, j)
+func (rn *Runner) resume(ctx context.Context, j store.Job) {
+	log := rn.cfg.Log.With(zap.String("job", j.ID), zap.String("kind", j.Kind), zap.Int("attempt", j.Attempt))
+	md, t, err := rn.prepareAgain(ctx, j)
 	var tk *ticket
 	if err == nil {
-		tk, err = m.slots.take(j.Owner)
+		tk, err = rn.slots.take(j.Owner)
 	}
 	if err != nil {
-		m.endClaimed(ctx, j, err, log)
+		rn.endClaimed(ctx, j, err, log)
 		return
 	}
 	md.Phase = pv.JobPhase_JOB_PHASE_QUEUED
@@ -81,134 +79,60 @@ func (m *Manager) resume(ctx context.Context, j store.Job) {
 		md.Phase = pv.JobPhase_JOB_PHASE_STARTING
 	}
 	md.BytesDone, md.RecordsDone = 0, 0
-	r := &run{ticket: tk, job: j, meta: md}
-	r.phase.Store(int32(md.Phase))
-	runCtx, cancel := context.WithCancelCause(m.ctx)
+	r := &run{ticket: tk, attempt: newAttempt(j, md)}
+	runCtx, cancel := context.WithCancelCause(rn.ctx)
 	r.cancel = cancel
-	m.mu.Lock()
-	if m.closed {
+	rn.mu.Lock()
+	if rn.closed {
 		// Shutting down: the claim's lease runs out again, and another
 		// replica takes the job.
-		m.mu.Unlock()
+		rn.mu.Unlock()
 		cancel(errShutdown)
-		m.slots.giveUp(tk)
+		rn.slots.giveUp(tk)
 		return
 	}
-	m.running[j.ID] = r
-	m.wg.Add(1)
-	m.mu.Unlock()
+	rn.running[j.ID] = r
+	rn.wg.Add(1)
+	rn.mu.Unlock()
 	log.Warn("job taken over: its server stopped; running it again")
-	if m.cfg.TakenOver != nil {
-		m.cfg.TakenOver(j.Kind)
+	if rn.cfg.TakenOver != nil {
+		rn.cfg.TakenOver(j.Kind)
 	}
-	go m.execute(runCtx, r, req, p)
+	go rn.execute(runCtx, r, t)
 }
 
-// endClaimed fails a claimed job that cannot run again. An export's
-// WRITING catalog row goes with it, as a failed export's does.
-func (m *Manager) endClaimed(ctx context.Context, j store.Job, cause error, log *zap.Logger) {
-	code, msg := m.describe(ctx, j.Kind, cause, log)
+// endClaimed fails a claimed job that cannot run again, and lets its
+// kind clean up as after any job that failed for good.
+func (rn *Runner) endClaimed(ctx context.Context, j store.Job, cause error, log *zap.Logger) {
+	md, _ := Progress(j)
+	code, msg := rn.describe(ctx, j.Kind, md.GetValidateOnly(), cause, log)
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	end := store.JobEnd{State: store.JobFailed, Progress: j.Progress, ErrorCode: code, ErrorMessage: msg, At: time.Now()}
-	if err := m.cfg.Store.FinishJob(fctx, j.ID, j.Attempt, end); err != nil {
+	if err := rn.cfg.Store.FinishJob(fctx, j.ID, j.Attempt, end); err != nil {
 		log.Warn("job end not recorded", zap.Error(err))
 		return
 	}
 	log.Warn("taken-over job could not run again", zap.Error(cause))
-	m.forgetDeadBackup(fctx, j.ID)
+	if k, ok := rn.kinds[j.Kind]; ok {
+		k.expired(fctx, j)
+	}
 }
 
-// prepareAgain reads what claimed job j needs to run again: its request
-// from its spec, and its backup, key and bucket as a start finds them.
-func (m *Manager) prepareAgain(ctx context.Context, j store.Job) (*pv.JobProgress, request, prepared, error) {
+// prepareAgain reads what claimed job j needs to run again, through its
+// kind.
+func (rn *Runner) prepareAgain(ctx context.Context, j store.Job) (*pv.JobProgress, task, error) {
 	md, err := Progress(j)
 	if err != nil {
-		return nil, nil, prepared{}, err
+		return nil, nil, err
 	}
-	switch j.Kind {
-	case store.JobExport:
-		spec := &pv.ExportSpec{}
-		if err := proto.Unmarshal(j.Spec, spec); err != nil {
-			return nil, nil, prepared{}, fmt.Errorf("job %s: spec: %w", j.ID, err)
-		}
-		req := ExportRequest{Owner: j.Owner, Bucket: spec.GetBucket(), Label: spec.GetLabel(), Options: spec.GetOptions(),
-			Nonconforming: nonconformingOf(spec.GetNonconforming()), RequestID: spec.GetRequestId(), Since: spec.GetSinceBackup(), From: spec.GetFromBackup()}
-		p, err := m.exportAgain(ctx, j, md.GetBackup())
-		return md, req, p, err
-	case store.JobImport:
-		spec := &pv.ImportSpec{}
-		if err := proto.Unmarshal(j.Spec, spec); err != nil {
-			return nil, nil, prepared{}, fmt.Errorf("job %s: spec: %w", j.ID, err)
-		}
-		req := ImportRequest{Owner: j.Owner, SourceOwner: spec.GetSourceOwner(), Backup: spec.GetBackup(), RequestID: spec.GetRequestId(),
-			ValidateOnly: spec.GetValidateOnly(), Replace: spec.GetMode() == pv.ImportMode_IMPORT_MODE_REPLACE}
-		source := req.SourceOwner
-		if source == "" {
-			source = req.Owner
-		}
-		b, key, err := m.Catalog.openBackup(ctx, source, req.Backup)
-		if err != nil {
-			return nil, nil, prepared{}, err
-		}
-		bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
-		if err != nil {
-			return nil, nil, prepared{}, fmt.Errorf("backup %s: %w", b.ID, err)
-		}
-		chain, err := m.Catalog.chainOf(ctx, source, b)
-		if err != nil {
-			return nil, nil, prepared{}, err
-		}
-		return md, req, prepared{key: key, bucket: bucket, backup: b, total: chainLength(chain), sourceOwner: source}, nil
-	case store.JobErase, store.JobEraseDryRun:
-		spec := &pv.EraseSpec{}
-		if err := proto.Unmarshal(j.Spec, spec); err != nil {
-			return nil, nil, prepared{}, fmt.Errorf("job %s: spec: %w", j.ID, err)
-		}
-		return md, EraseRequest{Owner: j.Owner, DryRun: spec.GetDryRun(), RequestID: spec.GetRequestId()}, prepared{}, nil
+	k, ok := rn.kinds[j.Kind]
+	if !ok {
+		return nil, nil, fmt.Errorf("job %s: kind %q: %w", j.ID, j.Kind, fault.New(fault.Internal, "unknown job kind"))
 	}
-	return nil, nil, prepared{}, fmt.Errorf("job %s: kind %q: %w", j.ID, j.Kind, fault.New(fault.Internal, "unknown job kind"))
-}
-
-// exportAgain prepares export job j's backup row for another attempt.
-// Whatever earlier attempts committed (one may have died between its
-// commit and the catalog's) is no backup: it goes.
-func (m *Manager) exportAgain(ctx context.Context, j store.Job, backupID string) (prepared, error) {
-	b, err := m.cfg.Store.GetBackup(ctx, j.Owner, backupID)
+	t, err := k.again(ctx, j)
 	if err != nil {
-		return prepared{}, fmt.Errorf("job %s: backup %s: %w", j.ID, backupID, err)
+		return nil, nil, err
 	}
-	if b.State != store.BackupWriting || b.JobID != j.ID {
-		return prepared{}, fmt.Errorf("job %s: backup %s is no longer this job's to write: %w", j.ID, b.ID, ErrBackupDamaged)
-	}
-	key, err := m.Keys.unwrap(ctx, b)
-	if err != nil {
-		return prepared{}, err
-	}
-	bucket, err := m.cfg.Buckets.Open(ctx, b.Bucket)
-	if err != nil {
-		return prepared{}, fmt.Errorf("backup %s: %w", b.ID, err)
-	}
-	if _, err := m.Catalog.deleteAttempts(ctx, bucket, b.ObjectKey, 1, j.Attempt-1); err != nil {
-		return prepared{}, fmt.Errorf("backup %s: clear the earlier attempts' objects: %w", b.ID, err)
-	}
-	p := prepared{key: key, bucket: bucket, backup: b}
-	if b.Base != "" {
-		base, err := m.cfg.Store.GetBackup(ctx, j.Owner, b.Base)
-		if err != nil {
-			return prepared{}, fmt.Errorf("backup %s: its base %s: %w", b.ID, b.Base, err)
-		}
-		p.changedAfter = &base.Summary.ChangeSeq
-	}
-	return p, nil
-}
-
-// nonconformingOf reads a spec's export rule back.
-func nonconformingOf(n pv.NonconformingRecords) backup.Nonconforming {
-	for rule, row := range nonconformingRows {
-		if row == n {
-			return rule
-		}
-	}
-	return backup.FailNonconforming
+	return md, t, nil
 }

@@ -109,13 +109,13 @@ func TestJobsOutliveTheirReplica(t *testing.T) {
 			b := replicaOn(t, a, base)
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			go b.m.Run(ctx)
+			go b.m.Runner.Run(ctx)
 			done := waitDone(t, b.m, j.ID)
 			if done.State != store.JobSucceeded || done.Attempt != 2 {
 				t.Fatalf("taken-over export: %s at attempt %d (%d %s), want succeeded at attempt 2", done.State, done.Attempt, done.ErrorCode, done.ErrorMessage)
 			}
 			// Replica a stopped by itself (its own run ended) and ended nothing.
-			eventually.True(t, 10*time.Second, func() bool { return a.m.Running() == 0 }, func() string { return "the replica that lost the job still runs it" })
+			eventually.True(t, 10*time.Second, func() bool { return a.m.Runner.Running() == 0 }, func() string { return "the replica that lost the job still runs it" })
 			close(gated.gate)
 			md, _ := Progress(done)
 			bk, err := base.GetBackup(t.Context(), owner, md.GetBackup())
@@ -172,7 +172,7 @@ func TestImportTakenOverRunsAgain(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	go h.m.Run(ctx)
+	go h.m.Runner.Run(ctx)
 	j := waitDone(t, h.m, dead.ID)
 	if j.State != store.JobSucceeded || j.Attempt != 2 {
 		t.Fatalf("taken-over import: %s at attempt %d (%d %s)", j.State, j.Attempt, j.ErrorCode, j.ErrorMessage)
@@ -206,7 +206,7 @@ func TestTakenOverJobThatCannotRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	go h.m.Run(ctx)
+	go h.m.Runner.Run(ctx)
 	j := waitDone(t, h.m, dead.ID)
 	if j.State != store.JobFailed || j.Attempt != 2 || j.ErrorMessage == "" {
 		t.Errorf("claimed job without its backup: %s at attempt %d: %d %q", j.State, j.Attempt, j.ErrorCode, j.ErrorMessage)
@@ -268,13 +268,13 @@ func TestStaleAttemptLeavesTheCommittedBackup(t *testing.T) {
 			b := replicaOn(t, a, base)
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			go b.m.Run(ctx)
+			go b.m.Runner.Run(ctx)
 			done := waitDone(t, b.m, j.ID)
 			if done.State != store.JobSucceeded || done.Attempt != 2 {
 				t.Fatalf("taken-over export: %s at attempt %d (%d %s)", done.State, done.Attempt, done.ErrorCode, done.ErrorMessage)
 			}
 			close(stall.release) // a resumes
-			eventually.True(t, 10*time.Second, func() bool { return a.m.Running() == 0 }, func() string { return "the stale replica still runs the job" })
+			eventually.True(t, 10*time.Second, func() bool { return a.m.Runner.Running() == 0 }, func() string { return "the stale replica still runs the job" })
 
 			md, _ := Progress(done)
 			bk, err := base.GetBackup(t.Context(), owner, md.GetBackup())
@@ -374,7 +374,7 @@ func TestRunnerStopsWhenItsRenewalSaysTakenOver(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the runner went on after its renewal said the job was taken over")
 	}
-	eventually.True(t, 30*time.Second, func() bool { return h.m.Running() == 0 }, func() string { return "the stale runner still runs" })
+	eventually.True(t, 30*time.Second, func() bool { return h.m.Runner.Running() == 0 }, func() string { return "the stale runner still runs" })
 	got, err := st.Store.GetJob(t.Context(), j.ID)
 	if err != nil || got.State != store.JobRunning || got.Attempt != 2 {
 		t.Errorf("job after the stale runner stopped: %+v, %v; want it running at attempt 2, the taker's", got, err)

@@ -463,7 +463,7 @@ func (s *OperationsService) WaitOperation(ctx context.Context, req *longrunningp
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	ended, err := s.jobs.Wait(wctx, j.ID, 0)
+	ended, err := s.jobs.Runner.Wait(wctx, j.ID, 0)
 	switch {
 	case ctx.Err() != nil:
 		return nil, status.FromContextError(ctx.Err()).Err()
@@ -495,7 +495,7 @@ func (s *OperationsService) CancelOperation(ctx context.Context, req *longrunnin
 	case store.JobSucceeded, store.JobFailed:
 		return nil, status.Errorf(codes.FailedPrecondition, "operation %s already ended %s", req.GetName(), j.State)
 	}
-	if _, err := s.jobs.Cancel(ctx, j.ID); err != nil {
+	if _, err := s.jobs.Runner.Cancel(ctx, j.ID); err != nil {
 		return nil, statusOf(err)
 	}
 	return &emptypb.Empty{}, nil

@@ -392,7 +392,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 	go func() { errc <- s.grpc.Serve(lis) }()
 	go s.watchStore(ctx)
 	if s.jobs != nil {
-		go s.jobs.Run(ctx)
+		go s.jobs.Runner.Run(ctx)
 	}
 	select {
 	case err := <-errc:
@@ -414,7 +414,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 		// Jobs still running end failed (UNAVAILABLE, nothing committed)
 		// rather than hold the process past its grace.
 		jctx, cancel := context.WithTimeout(context.Background(), grace)
-		s.jobs.Close(jctx)
+		s.jobs.Runner.Close(jctx)
 		cancel()
 	}
 	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {

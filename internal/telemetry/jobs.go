@@ -170,11 +170,11 @@ func (m *JobMetrics) Watch(jm *jobs.Manager) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "contentbackup_jobs_running",
 		Help: "Backup jobs this server is running.",
-	}, func() float64 { return float64(jm.Running()) }))
+	}, func() float64 { return float64(jm.Runner.Running()) }))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "contentbackup_jobs_queued",
 		Help: "Backup jobs waiting on this server for a slot.",
-	}, func() float64 { return float64(jm.Queued()) }))
+	}, func() float64 { return float64(jm.Runner.Queued()) }))
 }
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

@@ -79,7 +79,7 @@ func run(dbURL string, n int, share float64, rounds, restores int) error {
 	m := jobs.New(jobs.Config{Store: st, KEK: kek, Buckets: buckets, Pool: budget.NewPool(1 << 30),
 		Import: backup.ImportOptions{ReadAheadBytes: 64 << 20, Reader: archive.ReaderOptions{MaxRecordSize: 17 << 20, MaxWindow: 8 << 20}},
 		Lease:  time.Minute, Renew: 10 * time.Second})
-	defer m.Close(ctx)
+	defer m.Runner.Close(ctx)
 
 	owner := fmt.Sprintf("chainbench-%d", time.Now().UnixNano())
 	group := []byte(owner)[:16]
@@ -198,7 +198,7 @@ func ended(ctx context.Context, m *jobs.Manager, j store.Job, err error) (store.
 	if err != nil {
 		return j, err
 	}
-	if j, err = m.Wait(ctx, j.ID, 20*time.Millisecond); err != nil {
+	if j, err = m.Runner.Wait(ctx, j.ID, 20*time.Millisecond); err != nil {
 		return j, err
 	}
 	if j.State != store.JobSucceeded {
