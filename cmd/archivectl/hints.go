@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/alecthomas/kong"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/contentbackup/contentbackup/internal/archive"
 )
 
 // mistake is a common mistake an error shows: match tells it from the
@@ -27,10 +31,38 @@ func codeOf(err error) codes.Code {
 	return codes.Unknown
 }
 
-var (
-	laterVersion = regexp.MustCompile(`container version (\d+) is later than (\d+)`)
-	stoppedAt    = regexp.MustCompile(`(?:import stopped at record|import: record) (\d+)`)
-)
+// reasonOf is the reason the server gave err (its google.rpc.ErrorInfo)
+// and the metadata with it; "" for an error that carries none. Hints
+// read reasons and metadata, never the server's prose, which may change.
+func reasonOf(err error) (string, map[string]string) {
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) {
+		return "", nil
+	}
+	for _, d := range se.GRPCStatus().Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
+			return info.GetReason(), info.GetMetadata()
+		}
+	}
+	return "", nil
+}
+
+// errorDomain is the ErrorInfo domain the server's reasons are in.
+const errorDomain = "contentbackup.v1"
+
+// versionOf is the container version an archive was refused for, and the
+// one the reader knows: from the server's metadata, or from a local
+// read's error.
+func versionOf(err error) (version, supported string, ok bool) {
+	if r, md := reasonOf(err); r == "UNSUPPORTED_VERSION" && md["version"] != "" {
+		return md["version"], md["supported"], true
+	}
+	var ve *archive.VersionError
+	if errors.As(err, &ve) {
+		return strconv.Itoa(int(ve.Version)), strconv.Itoa(archive.Version), true
+	}
+	return "", "", false
+}
 
 // mistakes are the ones new users make most (issue 36), each with the
 // hint restic or pgBackRest would give: what is wrong, and what to do.
@@ -65,7 +97,8 @@ var mistakes = []mistake{
 	},
 	{ // the wrong key
 		match: func(err error, _ *cli, _ string) bool {
-			return strings.Contains(err.Error(), "fails authentication")
+			r, _ := reasonOf(err)
+			return r == "AUTHENTICATION_FAILED" || errors.Is(err, archive.ErrAuthentication)
 		},
 		hint: func(error, *cli) string {
 			return "wrong key? an archive opens only under the key it was exported with, given by --key-file; a backup job's key comes from archivectl backups key"
@@ -73,17 +106,20 @@ var mistakes = []mistake{
 	},
 	{ // a file that is not an archive
 		match: func(err error, _ *cli, _ string) bool {
-			m := laterVersion.FindStringSubmatch(err.Error())
-			return m != nil && len(m[1]) > 2
+			// A version past 99 is no archive's: its first two bytes are
+			// text.
+			v, _, ok := versionOf(err)
+			return ok && len(v) > 2
 		},
 		hint: func(err error, _ *cli) string {
-			m := laterVersion.FindStringSubmatch(err.Error())
-			return "is this file an archive? its first two bytes read as version " + m[1] + "; this tool reads versions up to " + m[2]
+			v, supported, _ := versionOf(err)
+			return "is this file an archive? its first two bytes read as version " + v + "; this tool reads versions up to " + supported
 		},
 	},
 	{ // another owner's backup, restored without --source-owner
 		match: func(err error, c *cli, command string) bool {
-			return codeOf(err) == codes.NotFound && strings.HasPrefix(command, "restore") && c.Restore.SourceOwner == ""
+			r, _ := reasonOf(err)
+			return r == "BACKUP_NOT_FOUND" && strings.HasPrefix(command, "restore") && c.Restore.SourceOwner == ""
 		},
 		hint: func(_ error, c *cli) string {
 			return "if the backup is another owner's, name that owner with --source-owner; restoring it into " + c.Restore.Owner + " needs the scope archive.migrate"
@@ -91,10 +127,12 @@ var mistakes = []mistake{
 	},
 	{ // an import that stopped part-way
 		match: func(err error, _ *cli, _ string) bool {
-			return stoppedAt.MatchString(err.Error())
+			_, md := reasonOf(err)
+			return md["record"] != ""
 		},
 		hint: func(err error, _ *cli) string {
-			n := stoppedAt.FindStringSubmatch(err.Error())[1]
+			_, md := reasonOf(err)
+			n := md["record"]
 			return "every record before record " + n + " is applied and none from it on; once the archive is whole, the same import again applies the rest and leaves what is there as it is"
 		},
 	},

@@ -41,19 +41,19 @@ var (
 	ErrKeySize = fault.New(fault.Invalid, "archive: key must be exactly 32 bytes")
 	// ErrTruncated: the input ended inside the header, a length prefix or
 	// a record, or inside the zstd stream (ARCH-018).
-	ErrTruncated = fault.New(fault.Invalid, "archive: truncated")
+	ErrTruncated = fault.NewReason(fault.Invalid, fault.ReasonTruncated, "archive: truncated")
 	// ErrAuthentication: a record opens under neither its counter nonce
 	// nor the legacy retry (ARCH-002): a wrong key, or damage.
-	ErrAuthentication = fault.New(fault.Invalid, "archive: record fails authentication under its nonce and the legacy retry")
+	ErrAuthentication = fault.NewReason(fault.Invalid, fault.ReasonAuthenticationFailed, "archive: record fails authentication under its nonce and the legacy retry")
 	// ErrNotMetadata: record 0 is not a metadata element (ARCH-006).
-	ErrNotMetadata = fault.New(fault.Invalid, "archive: record 0 is not a metadata element")
+	ErrNotMetadata = fault.NewReason(fault.Invalid, fault.ReasonMalformedArchive, "archive: record 0 is not a metadata element")
 	// ErrRecordSize: a record length under the 16-byte tag or over the
 	// reader's limit (ARCH-018).
-	ErrRecordSize = fault.New(fault.Invalid, "archive: record length out of bounds")
+	ErrRecordSize = fault.NewReason(fault.Invalid, fault.ReasonMalformedArchive, "archive: record length out of bounds")
 	// ErrCompression: the zstd stream is invalid (ARCH-018).
-	ErrCompression = fault.New(fault.Invalid, "archive: invalid zstd stream")
+	ErrCompression = fault.NewReason(fault.Invalid, fault.ReasonMalformedArchive, "archive: invalid zstd stream")
 	// ErrElement: a record decrypts but is not a BackupElement.
-	ErrElement = fault.New(fault.Invalid, "archive: record is not a BackupElement")
+	ErrElement = fault.NewReason(fault.Invalid, fault.ReasonMalformedArchive, "archive: record is not a BackupElement")
 )
 
 // VersionError is a header naming a container version this package does
@@ -62,6 +62,9 @@ type VersionError struct{ Version uint16 }
 
 // FaultKind: an archive of a later version is the caller's to convert.
 func (e *VersionError) FaultKind() fault.Kind { return fault.Invalid }
+
+// FaultReason: the archive is too new for this reader.
+func (e *VersionError) FaultReason() fault.Reason { return fault.ReasonUnsupportedVersion }
 
 func (e *VersionError) Error() string {
 	return fmt.Sprintf("archive: container version %d is later than %d, the only one this reader knows", e.Version, Version)

@@ -106,7 +106,7 @@ func (e *ImportError) Unwrap() error { return e.Err }
 
 // ErrMissingGroup: a message names a group that neither the store nor an
 // earlier record of the archive holds (ARCH-007, ARCH-021).
-var ErrMissingGroup = fault.New(fault.FailedPrecondition, "the message's group is neither stored nor earlier in the archive")
+var ErrMissingGroup = fault.NewReason(fault.FailedPrecondition, fault.ReasonMissingGroup, "the message's group is neither stored nor earlier in the archive")
 
 // Import reads an archive from r under key and applies it to the owner's
 // store as it goes, in bounded memory:

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/records"
 )
 
@@ -14,21 +15,21 @@ import (
 // not a valid element or exceeds a limit). Such an error is safe to show
 // its caller: it speaks of records, never of the database. ArchiveService
 // and the backup jobs both classify by it.
-func ArchiveProblem(err error) (reason string, ok bool) {
+func ArchiveProblem(err error) (reason fault.Reason, ok bool) {
 	var (
 		ve *archive.VersionError
 		fe *records.FieldError
 	)
 	switch {
 	case errors.As(err, &ve):
-		return "UNSUPPORTED_VERSION", true
+		return fault.ReasonUnsupportedVersion, true
 	case errors.Is(err, archive.ErrAuthentication):
-		return "AUTHENTICATION_FAILED", true
+		return fault.ReasonAuthenticationFailed, true
 	case errors.Is(err, archive.ErrTruncated):
-		return "TRUNCATED", true
+		return fault.ReasonTruncated, true
 	case errors.Is(err, archive.ErrNotMetadata), errors.Is(err, archive.ErrRecordSize),
 		errors.Is(err, archive.ErrCompression), errors.Is(err, archive.ErrElement), errors.As(err, &fe):
-		return "MALFORMED_ARCHIVE", true
+		return fault.ReasonMalformedArchive, true
 	}
 	return "", false
 }

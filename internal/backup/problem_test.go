@@ -31,7 +31,7 @@ func TestArchiveProblem(t *testing.T) {
 		{errors.New("database is down"), ""},
 	} {
 		reason, ok := ArchiveProblem(tc.err)
-		if reason != tc.reason || ok != (tc.reason != "") {
+		if string(reason) != tc.reason || ok != (tc.reason != "") {
 			t.Errorf("%v: %q %v, want %q", tc.err, reason, ok, tc.reason)
 		}
 	}

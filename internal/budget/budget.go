@@ -21,6 +21,9 @@ import (
 // FaultKind: a budget is a limit.
 func (e *ExceededError) FaultKind() fault.Kind { return fault.Exhausted }
 
+// FaultReason: a budget's refusal names its limit in the status.
+func (e *ExceededError) FaultReason() fault.Reason { return fault.ReasonBudgetExceeded }
+
 type ExceededError struct {
 	// Limit names the limit: "per-call <what>" or "server memory".
 	Limit string

@@ -57,16 +57,16 @@ var (
 	// ErrInvalid: the request is malformed; the wrapping error says how.
 	ErrInvalid = fault.New(fault.Invalid, "invalid job request")
 	// ErrObjectExists: an export would replace an object.
-	ErrObjectExists = fault.New(fault.AlreadyExists, "the object exists; exports never replace an object")
+	ErrObjectExists = fault.NewReason(fault.AlreadyExists, fault.ReasonAlreadyExists, "the object exists; exports never replace an object")
 	// ErrBackupNotFound: the owner has no such backup. Another owner's
 	// backup reads the same, so the error tells nothing of what the
 	// caller may not see.
-	ErrBackupNotFound = fault.New(fault.NotFound, "no such backup")
+	ErrBackupNotFound = fault.NewReason(fault.NotFound, fault.ReasonBackupNotFound, "no such backup")
 	// ErrBackupNotComplete: the backup's export has not finished.
-	ErrBackupNotComplete = fault.New(fault.FailedPrecondition, "the backup is still being written")
+	ErrBackupNotComplete = fault.NewReason(fault.FailedPrecondition, fault.ReasonBackupNotComplete, "the backup is still being written")
 	// ErrBackupDamaged: the backup's object or key no longer matches its
 	// catalog row; no retry helps.
-	ErrBackupDamaged = fault.New(fault.FailedPrecondition, "the backup's object or key does not match the catalog")
+	ErrBackupDamaged = fault.NewReason(fault.FailedPrecondition, fault.ReasonBackupDamaged, "the backup's object or key does not match the catalog")
 	// ErrNoChangeSequence: an increment names a base written before the
 	// store tracked changes, so what changed since it is unknown.
 	ErrNoChangeSequence = fault.New(fault.FailedPrecondition, "the backup was written before changes were tracked; take a full backup to build increments on")
@@ -85,10 +85,10 @@ var (
 	// ErrKeyUnavailable: the key-encryption key that wrapped the backup's
 	// data key is not this server's (another KEK, or its file is gone):
 	// the backup is intact, but this server cannot open it.
-	ErrKeyUnavailable = fault.New(fault.FailedPrecondition, "the key-encryption key that wrapped this backup is not available to this server")
+	ErrKeyUnavailable = fault.NewReason(fault.FailedPrecondition, fault.ReasonKeyUnavailable, "the key-encryption key that wrapped this backup is not available to this server")
 	// ErrKEKMismatch: the server's key-encryption key does not match the
 	// catalog's; the server runs no job until it does.
-	ErrKEKMismatch = fault.New(fault.FailedPrecondition, "the key-encryption key does not match the catalog")
+	ErrKEKMismatch = fault.NewReason(fault.FailedPrecondition, fault.ReasonKeyUnavailable, "the key-encryption key does not match the catalog")
 	// ErrShuttingDown: the server is stopping and starts no job.
 	ErrShuttingDown = fault.New(fault.Unavailable, "the server is shutting down")
 )

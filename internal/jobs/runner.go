@@ -278,8 +278,12 @@ func (rn *Runner) execute(ctx context.Context, r *run, t task) {
 	}
 	if err != nil {
 		end.State, end.Result = store.JobFailed, nil
-		end.ErrorCode, end.ErrorMessage = rn.describe(ctx, a.job.Kind, a.validateOnly(), err, log)
-		if end.ErrorCode == int32(fault.Canceled) {
+		f := rn.describe(ctx, a.job.Kind, a.validateOnly(), err, log)
+		end.ErrorCode, end.ErrorMessage = int32(f.kind), f.msg
+		// The body and the renewals have stopped: the progress is this
+		// goroutine's alone from here.
+		a.meta.ErrorReason = string(f.reason)
+		if f.kind == fault.Canceled {
 			end.State = store.JobCancelled
 		}
 	}

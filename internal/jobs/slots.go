@@ -9,7 +9,7 @@ import (
 )
 
 // ErrQueueFull: the owner already has as many jobs waiting as it may.
-var ErrQueueFull = fault.New(fault.Exhausted, "the owner has as many jobs waiting for a slot as it may; retry when one has started")
+var ErrQueueFull = fault.NewReason(fault.Exhausted, fault.ReasonQueueFull, "the owner has as many jobs waiting for a slot as it may; retry when one has started")
 
 // slots shares a server's job slots fairly among owners: an owner runs at
 // most perOwner jobs at once, a job that finds no slot it may take waits

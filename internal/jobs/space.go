@@ -29,11 +29,11 @@ import (
 // commits nothing.
 
 // ErrOwnerQuota: the owner's backups would pass its quota.
-var ErrOwnerQuota = fault.New(fault.Exhausted, "the owner's backups would pass its quota")
+var ErrOwnerQuota = fault.NewReason(fault.Exhausted, fault.ReasonOwnerQuota, "the owner's backups would pass its quota")
 
 // ErrBucketReserve: the bucket's filesystem would pass its free-space
 // reserve.
-var ErrBucketReserve = fault.New(fault.Exhausted, "the bucket's disk would pass its free-space reserve")
+var ErrBucketReserve = fault.NewReason(fault.Exhausted, fault.ReasonBucketFull, "the bucket's disk would pass its free-space reserve")
 
 // Defaults of Config.OwnerQuota and Config.BucketReserve.
 const (

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	pv "github.com/contentbackup/contentbackup/api/contentbackup/persistence/v1"
 	"github.com/contentbackup/contentbackup/internal/fault"
@@ -104,11 +105,18 @@ func (rn *Runner) resume(ctx context.Context, j store.Job) {
 // endClaimed fails a claimed job that cannot run again, and lets its
 // kind clean up as after any job that failed for good.
 func (rn *Runner) endClaimed(ctx context.Context, j store.Job, cause error, log *zap.Logger) {
-	md, _ := Progress(j)
-	code, msg := rn.describe(ctx, j.Kind, md.GetValidateOnly(), cause, log)
+	md, perr := Progress(j)
+	f := rn.describe(ctx, j.Kind, md.GetValidateOnly(), cause, log)
+	progress := j.Progress
+	if perr == nil {
+		md.ErrorReason = string(f.reason)
+		if b, err := proto.Marshal(md); err == nil {
+			progress = b
+		}
+	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	end := store.JobEnd{State: store.JobFailed, Progress: j.Progress, ErrorCode: code, ErrorMessage: msg, At: time.Now()}
+	end := store.JobEnd{State: store.JobFailed, Progress: progress, ErrorCode: int32(f.kind), ErrorMessage: f.msg, At: time.Now()}
 	if err := rn.cfg.Store.FinishJob(fctx, j.ID, j.Attempt, end); err != nil {
 		log.Warn("job end not recorded", zap.Error(err))
 		return

@@ -42,15 +42,15 @@ import (
 
 // ErrUnwrap: a wrapped data key does not open under the KEK (another
 // KEK, a damaged row, a KEK file replaced). Retrying never helps.
-var ErrUnwrap = fault.New(fault.FailedPrecondition, "the backup's data key does not open under this server's key-encryption key")
+var ErrUnwrap = fault.NewReason(fault.FailedPrecondition, fault.ReasonBackupDamaged, "the backup's data key does not open under this server's key-encryption key")
 
 // ErrNoKEK: the local KEK file is missing, so no backup sealed under it
 // can be opened. Retrying never helps.
-var ErrNoKEK = fault.New(fault.FailedPrecondition, "the key-encryption key file is missing")
+var ErrNoKEK = fault.NewReason(fault.FailedPrecondition, fault.ReasonKeyUnavailable, "the key-encryption key file is missing")
 
 // ErrBadKEK: the local KEK file is not a key (a file replaced by
 // something else). Retrying never helps.
-var ErrBadKEK = fault.New(fault.FailedPrecondition, "the key-encryption key file does not hold a 32-byte key")
+var ErrBadKEK = fault.NewReason(fault.FailedPrecondition, fault.ReasonKeyUnavailable, "the key-encryption key file does not hold a 32-byte key")
 
 // KEKFile is the local KEK's file name in its directory.
 const KEKFile = "kek.key"

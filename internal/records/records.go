@@ -412,10 +412,10 @@ func TypeOf(m *mb.GroupMessageSave) codec.TypeID {
 // Deletion refusals, told apart with errors.Is.
 var (
 	// ErrNotDeletable: CTYPE-018 forbids deleting the target, whoever asks.
-	ErrNotDeletable = fault.New(fault.FailedPrecondition, "not deletable")
+	ErrNotDeletable = fault.NewReason(fault.FailedPrecondition, fault.ReasonNotDeletable, "not deletable")
 	// ErrNotAuthorized: PROC-037: the actor is neither the target's sender
 	// nor a current super admin of its group.
-	ErrNotAuthorized = fault.New(fault.PermissionDenied, "not authorized to delete")
+	ErrNotAuthorized = fault.NewReason(fault.PermissionDenied, fault.ReasonNotSenderOrSuperAdmin, "not authorized to delete")
 )
 
 // CheckDeletion decides whether actor may delete target in group.

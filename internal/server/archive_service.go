@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -270,27 +268,6 @@ var recordKinds = map[string]cb.RecordKind{
 	"group": cb.RecordKind_RECORD_KIND_GROUP, "message": cb.RecordKind_RECORD_KIND_MESSAGE, "consent": cb.RecordKind_RECORD_KIND_CONSENT,
 }
 
-// exportFailure is the status of an export that ended, after n bytes,
-// without its summary: not a complete backup.
-func exportFailure(ctx context.Context, err error, n uint64) error {
-	if backup.IsOptionsError(err) {
-		// Refused before a byte was written.
-		return status.Error(codes.InvalidArgument, clip(err.Error()))
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return status.FromContextError(ctxErr).Err()
-	}
-	msg := fmt.Sprintf("export failed after %d bytes; the partial output is not an archive", n)
-	var ue *backup.UnexportableError
-	if errors.As(err, &ue) {
-		return status.Error(codes.FailedPrecondition, clip(msg+": "+ue.Error()))
-	}
-	if store.Unavailable(err) {
-		return hide(codes.Unavailable, msg+": "+msgUnavailable, err)
-	}
-	return hide(codes.Internal, msg, err)
-}
-
 // chunkWriter turns the archive's writes into stream messages of
 // exportChunkSize bytes, counting what it sends.
 type chunkWriter struct {
@@ -519,66 +496,4 @@ func (s *ArchiveService) Verify(stream grpc.ClientStreamingServer[cb.VerifyReque
 		}
 	}
 	return stream.SendAndClose(resp)
-}
-
-func recvStatus(err error, want string) error {
-	if errors.Is(err, io.EOF) {
-		return status.Errorf(codes.InvalidArgument, "the stream ended before %s", want)
-	}
-	return err
-}
-
-// archiveStatus maps what reading or importing an archive returned: a
-// problem with the archive is INVALID_ARGUMENT naming the record (with an
-// ErrorInfo carrying it), a group the store lacks FAILED_PRECONDITION, a
-// store failure ABORTED (what was applied stays; retry from the start).
-func archiveStatus(ctx context.Context, err error, op string) error {
-	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
-		return st.Err() // from the client's stream itself (an idle timeout, a broken stream)
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return status.FromContextError(ctxErr).Err()
-	}
-	var be *budget.ExceededError
-	if errors.As(err, &be) {
-		return budgetStatus(be, op)
-	}
-	var (
-		re *archive.RecordError
-		ie *backup.ImportError
-	)
-	record := ""
-	switch {
-	case errors.As(err, &ie):
-		record = strconv.FormatUint(ie.Record, 10)
-	case errors.As(err, &re):
-		record = strconv.FormatUint(re.Record, 10)
-	}
-	code, reason := codes.Aborted, "STORE_FAILED"
-	if problem, ok := backup.ArchiveProblem(err); ok {
-		code, reason = codes.InvalidArgument, problem
-	} else if errors.Is(err, backup.ErrMissingGroup) {
-		code, reason = codes.FailedPrecondition, "MISSING_GROUP"
-	}
-	info := &errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}
-	if record != "" {
-		info.Metadata = map[string]string{"record": record}
-	}
-	if code == codes.Aborted {
-		// The store failed: say where to resume, not what the database said.
-		msg := op + " stopped"
-		if record != "" {
-			msg += " at record " + record
-		}
-		if store.Unavailable(err) {
-			info.Reason = "STORE_UNAVAILABLE"
-			return hide(codes.Unavailable, msg+": "+msgUnavailable+"; the records before it are applied, and a retry from the start completes the rest", err, info)
-		}
-		return hide(codes.Aborted, msg+": the store failed; the records before it are applied, and a retry from the start completes the rest", err, info)
-	}
-	st := status.New(code, clip(op+": "+err.Error()))
-	if d, derr := st.WithDetails(info); derr == nil {
-		st = d
-	}
-	return st.Err()
 }

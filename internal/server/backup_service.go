@@ -19,6 +19,7 @@ import (
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	dsb "github.com/contentbackup/contentbackup/api/xmtp/device_sync"
 	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/server/authz"
@@ -36,32 +37,6 @@ type BackupService struct {
 
 // principalName is the proven principal's name in ctx, or "".
 func principalName(ctx context.Context) string { return authz.PrincipalName(ctx) }
-
-// msgBackupNotFound answers for a backup the caller cannot see, whether
-// it is missing or another owner's: one code and one message, naming
-// only the id the caller sent.
-const msgBackupNotFound = "backup %.40s: not found"
-
-// jobStatus maps the jobs layer's errors to the status the caller gets.
-func jobStatus(err error, backupID string) error {
-	switch {
-	case errors.Is(err, jobs.ErrInvalid):
-		return status.Error(codes.InvalidArgument, clip(strings.TrimPrefix(err.Error(), jobs.ErrInvalid.Error()+": ")))
-	case errors.Is(err, jobs.ErrBackupNotFound):
-		return status.Errorf(codes.NotFound, msgBackupNotFound, backupID)
-	case errors.Is(err, jobs.ErrObjectExists), errors.Is(err, store.ErrJobConflict):
-		return status.Error(codes.AlreadyExists, clip(err.Error()))
-	case errors.Is(err, jobs.ErrBackupNotComplete):
-		return status.Error(codes.FailedPrecondition, clip(err.Error()))
-	case errors.Is(err, jobs.ErrBackupDamaged):
-		return hide(codes.FailedPrecondition, "backup "+backupID+": its object or key no longer matches the catalog; it cannot be read", err)
-	case errors.Is(err, jobs.ErrQueueFull):
-		return status.Error(codes.ResourceExhausted, clip(err.Error()))
-	case errors.Is(err, jobs.ErrShuttingDown):
-		return status.Error(codes.Unavailable, clip(err.Error()))
-	}
-	return statusOf(err)
-}
 
 func (s *BackupService) StartExport(ctx context.Context, req *cb.StartExportRequest) (*longrunningpb.Operation, error) {
 	if err := checkNonconforming(req.GetNonconforming()); err != nil {
@@ -353,7 +328,7 @@ func backupOf(b store.Backup) *cb.Backup {
 func operationOf(j store.Job) (*longrunningpb.Operation, error) {
 	op, err := operation(j)
 	if err != nil {
-		return nil, hide(codes.Internal, msgInternal, err)
+		return nil, hide(codes.Internal, fault.ReasonInternal, msgInternal, err, nil)
 	}
 	return op, nil
 }
@@ -401,7 +376,7 @@ func (s *OperationsService) describe(ctx context.Context, j store.Job) (*longrun
 	}
 	result := &cb.EraseOwnerResult{}
 	if err := op.GetResponse().UnmarshalTo(result); err != nil {
-		return nil, hide(codes.Internal, msgInternal, err)
+		return nil, hide(codes.Internal, fault.ReasonInternal, msgInternal, err, nil)
 	}
 	complete, since, waiting, err := s.jobs.Keys.ErasureCompletion(ctx, j.ID)
 	if err != nil {
@@ -417,7 +392,7 @@ func (s *OperationsService) describe(ctx context.Context, j store.Job) (*longrun
 	}
 	a, err := anypb.New(result)
 	if err != nil {
-		return nil, hide(codes.Internal, msgInternal, err)
+		return nil, hide(codes.Internal, fault.ReasonInternal, msgInternal, err, nil)
 	}
 	op.Result = &longrunningpb.Operation_Response{Response: a}
 	return op, nil

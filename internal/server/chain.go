@@ -24,7 +24,11 @@ import (
 //     logged with their final code.
 //  3. metrics: counts and times the handler's own work, with the code
 //     recovery turned a panic into.
-//  4. recovery: innermost, so a panicking handler becomes INTERNAL
+//  4. reasons: a status the handler (or recovery) returned without a
+//     google.rpc.ErrorInfo gets its code's reason (status.go), so every
+//     error a caller reads names its reason, and logging and metrics see
+//     the status the caller gets.
+//  5. recovery: innermost, so a panicking handler becomes INTERNAL
 //     before logging and metrics see the call end, and the server lives.
 type stage struct {
 	name   string
@@ -41,6 +45,7 @@ func chain(authorizer *authz.Authorizer, log logging.Logger, logOpts []logging.O
 	if metrics != nil {
 		stages = append(stages, stage{"metrics", metrics.UnaryServerInterceptor(), metrics.StreamServerInterceptor()})
 	}
+	stages = append(stages, stage{"reasons", reasonsUnary, reasonsStream})
 	return append(stages, stage{"recovery", recovery.UnaryServerInterceptor(panicHandler), recovery.StreamServerInterceptor(panicHandler)})
 }
 

@@ -20,9 +20,11 @@ import (
 )
 
 // TestInterceptorChainOrder: the chain is authz, logging, metrics,
-// recovery, outermost first (chain.go says why), and the order does what
-// it is for: a handler's panic is turned into INTERNAL inside metrics and
-// logging, which both record the call with that code, and never escapes.
+// reasons, recovery, outermost first (chain.go says why), and the order
+// does what it is for: a handler's panic is turned into INTERNAL inside
+// metrics and logging, which both record the call with that code, never
+// escapes, and reaches the caller with its reason (reasons is outside
+// recovery).
 func TestInterceptorChainOrder(t *testing.T) {
 	authorizer := authz.New(authz.Config{})
 	panicHandler := recovery.WithRecoveryHandlerContext(func(context.Context, any) error { return status.Error(codes.Internal, "internal error") })
@@ -33,7 +35,7 @@ func TestInterceptorChainOrder(t *testing.T) {
 		}
 		return out
 	}
-	if got := names(chain(authorizer, interceptorLogger(zap.NewNop()), nil, nil, panicHandler)); !slices.Equal(got, []string{"authz", "logging", "recovery"}) {
+	if got := names(chain(authorizer, interceptorLogger(zap.NewNop()), nil, nil, panicHandler)); !slices.Equal(got, []string{"authz", "logging", "reasons", "recovery"}) {
 		t.Fatalf("the chain without metrics: %v", got)
 	}
 	reg := prometheus.NewRegistry()
@@ -41,7 +43,7 @@ func TestInterceptorChainOrder(t *testing.T) {
 	reg.MustRegister(metrics)
 	core, logs := observer.New(zap.DebugLevel)
 	stages := chain(authorizer, interceptorLogger(zap.New(core)), []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}, metrics, panicHandler)
-	if got := names(stages); !slices.Equal(got, []string{"authz", "logging", "metrics", "recovery"}) {
+	if got := names(stages); !slices.Equal(got, []string{"authz", "logging", "metrics", "reasons", "recovery"}) {
 		t.Fatalf("the chain: %v", got)
 	}
 	// Below authz (which needs a caller), the rest as gRPC runs them.
@@ -55,6 +57,9 @@ func TestInterceptorChainOrder(t *testing.T) {
 	_, err := h(t.Context(), nil)
 	if status.Code(err) != codes.Internal {
 		t.Fatalf("a panicking handler: %v, want INTERNAL", err)
+	}
+	if got := reason(err); got != "INTERNAL" {
+		t.Errorf("a panicking handler's reason: %q, want INTERNAL", got)
 	}
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"strconv"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -16,6 +15,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/contentapi"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/preview"
 )
 
@@ -235,30 +235,11 @@ func (s *ContentService) DecryptAttachment(_ context.Context, req *cb.DecryptAtt
 	att, err := codec.DecryptAttachment(req.GetPayload(), ra)
 	switch {
 	case errors.Is(err, codec.ErrDigestMismatch):
-		return nil, withReason(codes.InvalidArgument, "DIGEST_MISMATCH", "payload: "+err.Error())
+		return nil, withReason(codes.InvalidArgument, fault.ReasonDigestMismatch, "payload: "+err.Error())
 	case errors.Is(err, codec.ErrAuthentication):
-		return nil, withReason(codes.InvalidArgument, "AUTHENTICATION_FAILED", "payload: "+err.Error())
+		return nil, withReason(codes.InvalidArgument, fault.ReasonAuthenticationFailed, "payload: "+err.Error())
 	case err != nil:
 		return nil, invalidArgument("payload", err)
 	}
 	return &cb.DecryptAttachmentResponse{Attachment: contentapi.AttachmentMessage(att)}, nil
-}
-
-// invalidArgument maps a codec error to INVALID_ARGUMENT; the codec's
-// message names the member that was wrong.
-func invalidArgument(field string, err error) error {
-	if field == "" {
-		return status.Error(codes.InvalidArgument, clip(err.Error()))
-	}
-	return status.Error(codes.InvalidArgument, clip(field+": "+err.Error()))
-}
-
-// withReason attaches an ErrorInfo so that callers can tell failures with
-// the same code apart without parsing messages.
-func withReason(code codes.Code, reason, msg string) error {
-	st := status.New(code, clip(msg))
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}); err == nil {
-		st = d
-	}
-	return st.Err()
 }

@@ -7,12 +7,14 @@ import (
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/backup"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/store"
 )
 
@@ -63,6 +65,10 @@ func operation(j store.Job) (*longrunningpb.Operation, error) {
 	if err != nil {
 		return nil, err
 	}
+	var failure *spb.Status
+	if j.State == store.JobFailed || j.State == store.JobCancelled {
+		failure = jobError(j, md)
+	}
 	mdAny, err := anypb.New(md)
 	if err != nil {
 		return nil, err
@@ -86,9 +92,22 @@ func operation(j store.Job) (*longrunningpb.Operation, error) {
 		}
 		op.Result = &longrunningpb.Operation_Response{Response: a}
 	case store.JobFailed, store.JobCancelled:
-		op.Result = &longrunningpb.Operation_Error{Error: &spb.Status{Code: j.ErrorCode, Message: j.ErrorMessage}}
+		op.Result = &longrunningpb.Operation_Error{Error: failure}
 	}
 	return op, nil
+}
+
+// jobError is a failed job's error as its operation shows it: its code
+// and message, and its reason as a google.rpc.ErrorInfo, as an RPC's
+// status carries it (a job that ended before reasons were recorded gets
+// its code's).
+func jobError(j store.Job, md *cb.JobMetadata) *spb.Status {
+	r := fault.Reason(md.GetErrorReason())
+	if r == "" {
+		r = fault.KindReason(fault.Kind(j.ErrorCode))
+		md.ErrorReason = string(r)
+	}
+	return newStatus(codes.Code(j.ErrorCode), r, j.ErrorMessage, nil).Proto()
 }
 
 // timestamp is t for a JobMetadata field; nil for the zero time.

@@ -216,8 +216,13 @@ func serverOptions(cfg Config, limits Limits, pool *budget.Pool, log *zap.Logger
 			Name: "contentbackup_auth_refusals_total",
 			Help: "Calls refused before their handler ran, by reason: unauthenticated, scope, owner, actor or malformed (a request that is not valid protobuf).",
 		}, []string{"reason"})
-		cfg.Metrics.MustRegister(refused)
+		proved := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "contentbackup_auth_credentials_verified_total",
+			Help: "Credentials verified (a JWT's signature, a policy token's digest, a client certificate), by where: tap (a gRPC call's headers), http (the HTTP/JSON door) or call (a call the tap did not see). Each call is verified once.",
+		}, []string{"where"})
+		cfg.Metrics.MustRegister(refused, proved)
 		authzCfg.Denied = func(reason string) { refused.WithLabelValues(reason).Inc() }
+		authzCfg.Proved = func(where string) { proved.WithLabelValues(where).Inc() }
 	}
 	authorizer := authz.New(authzCfg)
 	var metrics *grpcprom.ServerMetrics

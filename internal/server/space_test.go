@@ -32,6 +32,11 @@ func TestE2EOwnerQuotaOverTCP(t *testing.T) {
 	if first.GetError().GetCode() != int32(codes.ResourceExhausted) || !strings.Contains(first.GetError().GetMessage(), "quota") {
 		t.Fatalf("an export past the quota: %v, want RESOURCE_EXHAUSTED naming it", first.GetError())
 	}
+	// Its reason, for programs: in the operation's error and its metadata.
+	md := &cb.JobMetadata{}
+	if got := reason(status.ErrorProto(first.GetError())); got != "OWNER_QUOTA" || first.GetMetadata().UnmarshalTo(md) != nil || md.GetErrorReason() != got {
+		t.Errorf("the failed export's reason: %q, metadata %q; want OWNER_QUOTA in both", got, md.GetErrorReason())
+	}
 	list, err := bs.ListBackups(t.Context(), &cb.ListBackupsRequest{Owner: "alice"})
 	if err != nil || len(list.GetBackups()) != 0 {
 		t.Fatalf("the refused export left %d backups (%v)", len(list.GetBackups()), err)

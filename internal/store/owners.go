@@ -141,11 +141,11 @@ type Hold struct {
 func (h Hold) InForce(now time.Time) bool { return h.Until.IsZero() || now.Before(h.Until) }
 
 // ErrHeld: a legal hold keeps the backup or the owner.
-var ErrHeld = fault.New(fault.FailedPrecondition, "under a legal hold")
+var ErrHeld = fault.NewReason(fault.FailedPrecondition, fault.ReasonHeld, "under a legal hold")
 
 // ErrOwnerErasing: an erasure of the owner is running, and nothing may
 // start for it (or read its backups) until it ends.
-var ErrOwnerErasing = fault.New(fault.FailedPrecondition, "the owner is being erased")
+var ErrOwnerErasing = fault.NewReason(fault.FailedPrecondition, fault.ReasonOwnerErasing, "the owner is being erased")
 
 // Erasure removes one owner from every table.
 type Erasure interface {

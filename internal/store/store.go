@@ -52,7 +52,7 @@ var (
 	ErrFailedPrecondition = fault.New(fault.FailedPrecondition, "failed precondition")
 	// ErrUnavailable: the database cannot be reached or is shutting down;
 	// the same call may succeed later.
-	ErrUnavailable = fault.New(fault.Unavailable, "the store is unavailable")
+	ErrUnavailable = fault.NewReason(fault.Unavailable, fault.ReasonStoreUnavailable, "the store is unavailable")
 )
 
 // FullError: the engine ran out of space (disk full, or SQLite's page
@@ -72,6 +72,9 @@ func (e *FullError) Unwrap() error { return e.Err }
 
 // FaultKind: the store's space is a limit like any other.
 func (e *FullError) FaultKind() fault.Kind { return fault.Exhausted }
+
+// FaultReason: the store's own space, not the caller's budget.
+func (e *FullError) FaultReason() fault.Reason { return fault.ReasonStoreFull }
 
 // SpaceWatch remembers that an engine ran out of space, from the first
 // write refused for it until a probe write that needs new room succeeds,

@@ -2547,7 +2547,12 @@ type JobMetadata struct {
 	Attempt uint32 `protobuf:"varint,16,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The job is a dry run (StartImportRequest.validate_only,
 	// EraseOwnerRequest.dry_run): it applies nothing.
-	ValidateOnly  bool `protobuf:"varint,17,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	ValidateOnly bool `protobuf:"varint,17,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	// Why a failed job failed, for programs: the reason its operation's
+	// error carries in its google.rpc.ErrorInfo (an ErrorReason name
+	// without its prefix, as BACKUP_DAMAGED). Empty while the job runs or
+	// when it succeeded.
+	ErrorReason   string `protobuf:"bytes,18,opt,name=error_reason,json=errorReason,proto3" json:"error_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2699,6 +2704,13 @@ func (x *JobMetadata) GetValidateOnly() bool {
 		return x.ValidateOnly
 	}
 	return false
+}
+
+func (x *JobMetadata) GetErrorReason() string {
+	if x != nil {
+		return x.ErrorReason
+	}
+	return ""
 }
 
 // ExportJobResult is a finished export job's response.
@@ -3140,7 +3152,7 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
 	"\x06backup\x18\x02 \x01(\tR\x06backup\"(\n" +
 	"\x14GetBackupKeyResponse\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\fR\x03key\"\xc7\x05\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\"\xea\x05\n" +
 	"\vJobMetadata\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.contentbackup.v1.JobKindR\x04kind\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1c\n" +
@@ -3163,7 +3175,8 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\x06backup\x18\x0e \x01(\tR\x06backup\x12!\n" +
 	"\fsource_owner\x18\x0f \x01(\tR\vsourceOwner\x12\x18\n" +
 	"\aattempt\x18\x10 \x01(\rR\aattempt\x12#\n" +
-	"\rvalidate_only\x18\x11 \x01(\bR\fvalidateOnly\"\xdc\x01\n" +
+	"\rvalidate_only\x18\x11 \x01(\bR\fvalidateOnly\x12!\n" +
+	"\ferror_reason\x18\x12 \x01(\tR\verrorReason\"\xdc\x01\n" +
 	"\x0fExportJobResult\x129\n" +
 	"\asummary\x18\x01 \x01(\v2\x1f.contentbackup.v1.ExportSummaryR\asummary\x12:\n" +
 	"\aarchive\x18\x02 \x01(\v2 .contentbackup.v1.ObjectLocationR\aarchive\x12:\n" +

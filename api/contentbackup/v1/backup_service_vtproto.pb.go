@@ -1981,6 +1981,15 @@ func (m *JobMetadata) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.ErrorReason) > 0 {
+		i -= len(m.ErrorReason)
+		copy(dAtA[i:], m.ErrorReason)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.ErrorReason)))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x92
+	}
 	if m.ValidateOnly {
 		i--
 		if m.ValidateOnly {
@@ -3198,6 +3207,10 @@ func (m *JobMetadata) SizeVT() (n int) {
 	}
 	if m.ValidateOnly {
 		n += 3
+	}
+	l = len(m.ErrorReason)
+	if l > 0 {
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n

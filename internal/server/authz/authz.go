@@ -31,6 +31,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/auth"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/server/requestid"
 )
 
@@ -117,6 +118,7 @@ type Authorizer struct {
 	publicReflection bool
 	log              *zap.Logger
 	denied           func(reason string)
+	proved           func(where string)
 	// malformed takes back a request the codec could not parse; every
 	// message is checked against it before anything else reads it.
 	malformed func(msg any) error
@@ -131,6 +133,11 @@ type Config struct {
 	Log              *zap.Logger
 	// Denied, when set, counts each refusal by its reason.
 	Denied func(reason string)
+	// Proved, when set, counts each credential verified, by where: "tap"
+	// (a gRPC call's headers), "http" (the HTTP/JSON door) or "call" (a
+	// call the tap did not see). A call is proven once, wherever it came
+	// in.
+	Proved func(where string)
 	// Malformed returns the parse error the codec recorded against a
 	// request message, or nil (see the server's request codec).
 	Malformed func(msg any) error
@@ -144,7 +151,10 @@ func New(cfg Config) *Authorizer {
 	if cfg.Malformed == nil {
 		cfg.Malformed = func(any) error { return nil }
 	}
-	return &Authorizer{authn: cfg.Authn, publicReflection: cfg.PublicReflection, log: cfg.Log, denied: cfg.Denied, malformed: cfg.Malformed}
+	if cfg.Proved == nil {
+		cfg.Proved = func(string) {}
+	}
+	return &Authorizer{authn: cfg.Authn, publicReflection: cfg.PublicReflection, log: cfg.Log, denied: cfg.Denied, proved: cfg.Proved, malformed: cfg.Malformed}
 }
 
 // ServiceOf is the service of a full method name (or an RPC path).
@@ -171,7 +181,7 @@ func ServiceOf(fullMethod string) string {
 func (a *Authorizer) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	ctx = metadata.NewIncomingContext(ctx, info.Header)
 	ctx, _ = requestid.With(ctx) // a refusal carries it (refusal)
-	ctx, err := a.admit(ctx, info.FullMethodName)
+	ctx, err := a.admit(context.WithValue(ctx, whereKey{}, "tap"), info.FullMethodName)
 	if err != nil {
 		return nil, err
 	}
@@ -184,11 +194,11 @@ const ErrorDomain = "contentbackup.v1"
 // Refusal reasons, as ErrorInfo carries them: a client tells refusals
 // apart by these, never by the message.
 const (
-	ReasonUnauthenticated = "UNAUTHENTICATED"
-	ReasonScopeMissing    = "SCOPE_MISSING"
-	ReasonOwnerNotAllowed = "OWNER_NOT_PERMITTED"
-	ReasonActorNotAllowed = "ACTOR_NOT_PERMITTED"
-	ReasonMethodNotOpen   = "METHOD_NOT_OPEN"
+	ReasonUnauthenticated = string(fault.ReasonUnauthenticated)
+	ReasonScopeMissing    = string(fault.ReasonScopeMissing)
+	ReasonOwnerNotAllowed = string(fault.ReasonOwnerNotPermitted)
+	ReasonActorNotAllowed = string(fault.ReasonActorNotPermitted)
+	ReasonMethodNotOpen   = string(fault.ReasonMethodNotOpen)
 )
 
 // refusal is a refusal's status: its code and message, its reason as
@@ -253,7 +263,18 @@ func (a *Authorizer) admit(ctx context.Context, fullMethod string) (context.Cont
 	return nil, refusal(ctx, codes.PermissionDenied, ReasonScopeMissing, err.Error())
 }
 
+// provenKey carries the principal the HTTP/JSON door proved (AdmitHTTP)
+// in the request's context, which the transcoded gRPC call inherits; a
+// client cannot set a context value.
+type provenKey struct{}
+
+// whereKey says where a call is being proven, for Proved.
+type whereKey struct{}
+
 func (a *Authorizer) authenticate(ctx context.Context) (*auth.Principal, error) {
+	if p, ok := ctx.Value(provenKey{}).(*auth.Principal); ok {
+		return p, nil // proven at the HTTP/JSON door
+	}
 	if a.authn == nil {
 		return nil, errors.New("no authentication is configured")
 	}
@@ -266,7 +287,15 @@ func (a *Authorizer) authenticate(ctx context.Context) (*auth.Principal, error) 
 	if len(values) == 1 {
 		header = values[0]
 	}
-	return a.authn.Authenticate(ctx, header, verifiedLeaf(ctx))
+	p, err := a.authn.Authenticate(ctx, header, verifiedLeaf(ctx))
+	if err == nil {
+		where, _ := ctx.Value(whereKey{}).(string)
+		if where == "" {
+			where = "call"
+		}
+		a.proved(where)
+	}
+	return p, err
 }
 
 // verifiedLeaf is the client certificate the TLS handshake verified
@@ -441,17 +470,17 @@ func (s *authorizedStream) RecvMsg(m any) error {
 // one (the Authorization header, or the client certificate TLS
 // verified), before the listener reads its body; health, and reflection
 // where it is public, are open.
-func (a *Authorizer) AdmitHTTP(r *http.Request) (string, error) {
+func (a *Authorizer) AdmitHTTP(r *http.Request) (*http.Request, string, error) {
 	svc := ServiceOf(r.URL.Path)
 	if svc == HealthService || a.publicReflection && (svc == reflectionV1 || svc == reflectionV1Alpha) {
-		return "", nil
+		return r, "", nil
 	}
 	if a.authn == nil {
-		return "", errors.New("no authentication is configured")
+		return nil, "", errors.New("no authentication is configured")
 	}
 	values := r.Header.Values("Authorization")
 	if len(values) > 1 {
-		return "", errors.New("credentials not valid: more than one authorization header")
+		return nil, "", errors.New("credentials not valid: more than one authorization header")
 	}
 	header := ""
 	if len(values) == 1 {
@@ -464,9 +493,13 @@ func (a *Authorizer) AdmitHTTP(r *http.Request) (string, error) {
 	p, err := a.authn.Authenticate(r.Context(), header, leaf)
 	if err != nil {
 		a.refuse(r.Context(), r.URL.Path, "unauthenticated", err)
-		return "", err
+		return nil, "", err
 	}
-	return p.Name, nil
+	a.proved("http")
+	// The call behind the door checks this principal's scope and owners
+	// as any call's, without verifying its credentials again (a JWT's
+	// signature, a policy digest).
+	return r.WithContext(context.WithValue(r.Context(), provenKey{}, p)), p.Name, nil
 }
 
 // PrincipalName is the proven principal's name in ctx, or "".

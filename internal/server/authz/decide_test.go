@@ -219,9 +219,17 @@ func TestAdmitHTTP(t *testing.T) {
 		{"an empty verified chain", emptyChain, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			who, err := testAuthorizer(t, c.public, nil).AdmitHTTP(c.r)
+			admitted, who, err := testAuthorizer(t, c.public, nil).AdmitHTTP(c.r)
 			if (err == nil) != c.ok {
 				t.Errorf("admitted: %v (%v); want %v", err == nil, err, c.ok)
+			}
+			// The request served carries the principal the door proved
+			// (or, on an open path, nothing), so the call behind it is
+			// not proven again.
+			if c.ok && who != "" {
+				if p, ok := admitted.Context().Value(provenKey{}).(*auth.Principal); !ok || p.Name != who {
+					t.Errorf("the admitted request carries %v, want principal %q", admitted.Context().Value(provenKey{}), who)
+				}
 			}
 			// A proven caller is named, so the door can bound each one's
 			// places; an open path names nobody.
@@ -230,7 +238,7 @@ func TestAdmitHTTP(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(Config{}).AdmitHTTP(req(cb.ContentService_Decode_FullMethodName, "reader", nil)); err == nil || !strings.Contains(err.Error(), "no authentication is configured") {
+	if _, _, err := New(Config{}).AdmitHTTP(req(cb.ContentService_Decode_FullMethodName, "reader", nil)); err == nil || !strings.Contains(err.Error(), "no authentication is configured") {
 		t.Errorf("no authenticator: %v", err)
 	}
 }

@@ -61,12 +61,6 @@ type Limits struct {
 // the listener's follows unless told otherwise.
 const DefaultMaxRecvBytes = 32 << 20
 
-// Admit proves a request's caller before its body is read and names it
-// (a principal; "" on the paths open to anyone, health, which are
-// Admit's to decide): nil admits it, an error (its message safe to show)
-// refuses it 401.
-type Admit func(r *http.Request) (who string, err error)
-
 // DefaultLimits are the listener's defaults.
 var DefaultLimits = Limits{
 	MaxRecvBytes: DefaultMaxRecvBytes, BodyGrace: 10 * time.Second, MinBodyRate: 64 << 10, MaxBodies: 64,
@@ -121,14 +115,12 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusBadRequest, "invalid_argument", "the request's path or query is not valid UTF-8")
 		return
 	}
-	who, err := d.admit(r)
+	admitted, who, err := d.admit(r)
 	if err != nil {
 		refuseUnauthenticated(w, r, err.Error())
 		return
 	}
-	if who == "" {
-		who = "address " + clientHost(r.RemoteAddr)
-	}
+	r, who = admitted, callerKey(who, admitted)
 	if field, ok := d.overridesPath(r); ok {
 		refuse(w, http.StatusBadRequest, "invalid_argument", "query parameter "+field+" names a field the path binds; the path's value is the one used")
 		return

@@ -30,6 +30,23 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
+// Admit proves a request's caller before its body is read and names it
+// (a principal; "" on the paths open to anyone, health, which are
+// Admit's to decide): nil admits it, an error (its message safe to show)
+// refuses it 401. The request it returns is the one served: its context
+// carries what Admit proved, so the call is not proven a second time
+// behind the door.
+type Admit func(r *http.Request) (admitted *http.Request, who string, err error)
+
+// callerKey is who a request's places are counted against: its principal,
+// or on the open paths its client address.
+func callerKey(who string, r *http.Request) string {
+	if who == "" {
+		return "address " + clientHost(r.RemoteAddr)
+	}
+	return who
+}
+
 // New serves g's services to callers without gRPC: the
 // Connect protocol (JSON or binary protobuf; unary calls and server
 // streams), gRPC-Web, and REST paths where the API declares them

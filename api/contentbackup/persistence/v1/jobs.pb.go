@@ -507,18 +507,21 @@ func (x *EraseSpec) GetRequestId() string {
 // without the fields the row's own columns hold: state, times, the
 // cancel request and the attempt, which the edge adds).
 type JobProgress struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          JobKind                `protobuf:"varint,1,opt,name=kind,proto3,enum=contentbackup.persistence.v1.JobKind" json:"kind,omitempty"`
-	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	Principal     string                 `protobuf:"bytes,3,opt,name=principal,proto3" json:"principal,omitempty"`
-	Phase         JobPhase               `protobuf:"varint,5,opt,name=phase,proto3,enum=contentbackup.persistence.v1.JobPhase" json:"phase,omitempty"`
-	Object        *ObjectLocation        `protobuf:"bytes,6,opt,name=object,proto3" json:"object,omitempty"`
-	RecordsDone   uint64                 `protobuf:"varint,7,opt,name=records_done,json=recordsDone,proto3" json:"records_done,omitempty"`
-	BytesDone     uint64                 `protobuf:"varint,8,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
-	BytesTotal    uint64                 `protobuf:"varint,9,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
-	Backup        string                 `protobuf:"bytes,14,opt,name=backup,proto3" json:"backup,omitempty"`
-	SourceOwner   string                 `protobuf:"bytes,15,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
-	ValidateOnly  bool                   `protobuf:"varint,17,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Kind         JobKind                `protobuf:"varint,1,opt,name=kind,proto3,enum=contentbackup.persistence.v1.JobKind" json:"kind,omitempty"`
+	Owner        string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Principal    string                 `protobuf:"bytes,3,opt,name=principal,proto3" json:"principal,omitempty"`
+	Phase        JobPhase               `protobuf:"varint,5,opt,name=phase,proto3,enum=contentbackup.persistence.v1.JobPhase" json:"phase,omitempty"`
+	Object       *ObjectLocation        `protobuf:"bytes,6,opt,name=object,proto3" json:"object,omitempty"`
+	RecordsDone  uint64                 `protobuf:"varint,7,opt,name=records_done,json=recordsDone,proto3" json:"records_done,omitempty"`
+	BytesDone    uint64                 `protobuf:"varint,8,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
+	BytesTotal   uint64                 `protobuf:"varint,9,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	Backup       string                 `protobuf:"bytes,14,opt,name=backup,proto3" json:"backup,omitempty"`
+	SourceOwner  string                 `protobuf:"bytes,15,opt,name=source_owner,json=sourceOwner,proto3" json:"source_owner,omitempty"`
+	ValidateOnly bool                   `protobuf:"varint,17,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	// Why the job failed (contentbackup.v1.ErrorReason's name without its
+	// prefix), written with its end.
+	ErrorReason   string `protobuf:"bytes,18,opt,name=error_reason,json=errorReason,proto3" json:"error_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -628,6 +631,13 @@ func (x *JobProgress) GetValidateOnly() bool {
 		return x.ValidateOnly
 	}
 	return false
+}
+
+func (x *JobProgress) GetErrorReason() string {
+	if x != nil {
+		return x.ErrorReason
+	}
+	return ""
 }
 
 // ObjectLocation is an object in a configured bucket.
@@ -1370,7 +1380,7 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"\xad\x04\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"\xd0\x04\n" +
 	"\vJobProgress\x129\n" +
 	"\x04kind\x18\x01 \x01(\x0e2%.contentbackup.persistence.v1.JobKindR\x04kind\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1c\n" +
@@ -1384,7 +1394,8 @@ const file_contentbackup_persistence_v1_jobs_proto_rawDesc = "" +
 	"bytesTotal\x12\x16\n" +
 	"\x06backup\x18\x0e \x01(\tR\x06backup\x12!\n" +
 	"\fsource_owner\x18\x0f \x01(\tR\vsourceOwner\x12#\n" +
-	"\rvalidate_only\x18\x11 \x01(\bR\fvalidateOnlyJ\x04\b\x04\x10\x05J\x04\b\n" +
+	"\rvalidate_only\x18\x11 \x01(\bR\fvalidateOnly\x12!\n" +
+	"\ferror_reason\x18\x12 \x01(\tR\verrorReasonJ\x04\b\x04\x10\x05J\x04\b\n" +
 	"\x10\vJ\x04\b\v\x10\fJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11R\x05stateR\vcreate_timeR\vupdate_timeR\bend_timeR\x10cancel_requestedR\aattempt\":\n" +
 	"\x0eObjectLocation\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
