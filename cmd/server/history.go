@@ -2,11 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"path/filepath"
 	"time"
 
@@ -15,9 +11,7 @@ import (
 
 	"github.com/contentbackup/contentbackup/internal/history"
 	"github.com/contentbackup/contentbackup/internal/jobs"
-	"github.com/contentbackup/contentbackup/internal/server/httpjson"
 	"github.com/contentbackup/contentbackup/internal/store"
-	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
 // historyFlags configure the history server for XMTP device sync
@@ -124,38 +118,4 @@ func historyMetrics(reg prometheus.Registerer) history.Metrics {
 		Stored:     func(bytes, n int64) { stored.Set(float64(bytes)); files.Set(float64(n)) },
 		MaxTotal:   func(n int64) { limit.Set(float64(n)) },
 	}
-}
-
-// serveHistory serves svc on lis until stop: the HTTP/JSON listener's
-// bounds on headers and idle connections, its TLS when it has one.
-func serveHistory(lis net.Listener, svc *history.Service, tlsConfig *tls.Config, log *zap.Logger) (stop func()) {
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	hs := &http.Server{Handler: svc, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		MaxHeaderBytes: httpjson.MaxHeaderBytes, Protocols: protocols, TLSConfig: tlsConfig}
-	serve := func() error { return hs.Serve(lis) }
-	if tlsConfig != nil {
-		protocols.SetHTTP2(true)
-		serve = func() error { return hs.ServeTLS(lis, "", "") }
-	}
-	go func() {
-		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("history server", zap.Error(err))
-		}
-	}()
-	log.Info("serving the device-sync history server", zap.String("addr", lis.Addr().String()), zap.Bool("tls", tlsConfig != nil))
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(ctx)
-	}
-}
-
-// checkHistoryListen refuses plaintext off loopback, as the HTTP/JSON
-// listener does.
-func (f historyFlags) checkHistoryListen(tlsCert string, insecure bool) error {
-	if f.HistoryListen != "" && tlsCert == "" && !transport.IsLoopback(f.HistoryListen) && !insecure {
-		return fmt.Errorf("--history-listen %s: plaintext off loopback needs --insecure (a proxy that terminates TLS)", f.HistoryListen)
-	}
-	return nil
 }

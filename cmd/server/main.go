@@ -3,11 +3,8 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -18,12 +15,9 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-
-	"github.com/contentbackup/contentbackup/internal/server/httpjson"
 
 	"github.com/contentbackup/contentbackup/internal/auth"
 	"github.com/contentbackup/contentbackup/internal/buildinfo"
@@ -31,14 +25,12 @@ import (
 	"github.com/contentbackup/contentbackup/internal/expiry"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/keyring"
-	"github.com/contentbackup/contentbackup/internal/preview"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/server"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/postgres"
 	"github.com/contentbackup/contentbackup/internal/store/sqlite"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
-	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
 type cli struct {
@@ -150,15 +142,15 @@ type expiryFlags struct {
 	ExpiryPurgeMax      int64         `name:"expiry-purge-max" env:"EXPIRY_PURGE_MAX" default:"100000" help:"Expired messages one purge run deletes at most; the next run goes on from the owner it reached."`
 }
 
-// startPurge runs the expiry purge until ctx is done, with its metrics
-// on reg when set.
-func (f expiryFlags) startPurge(ctx context.Context, st store.Store, reg prometheus.Registerer, log *zap.Logger, sweeps ...func(context.Context, time.Time) error) {
+// purge is the expiry purge the flags configure, with its metrics on reg
+// when set; nil when it is off.
+func (f expiryFlags) purge(st store.Store, reg prometheus.Registerer, log *zap.Logger, sweeps ...func(context.Context, time.Time) error) *expiry.Worker {
 	if f.ExpiryPurgeInterval <= 0 {
 		log.Warn("the purge of expired messages is off: they stay stored, though never listed nor exported")
 		if len(sweeps) > 0 {
 			log.Warn("the expiry worker is off: history files are not deleted past their retention (downloads of them are 404)")
 		}
-		return
+		return nil
 	}
 	cfg := expiry.Config{Store: st, Interval: f.ExpiryPurgeInterval, PerOwner: f.ExpiryPurgeBatch, MaxPerRun: f.ExpiryPurgeMax, Log: log.Named("expiry"), Sweeps: sweeps}
 	if reg != nil {
@@ -174,7 +166,7 @@ func (f expiryFlags) startPurge(ctx context.Context, st store.Store, reg prometh
 		cfg.Purged = func(n int64) { purged.Add(float64(n)) }
 		cfg.Lag = func(d time.Duration) { lag.Set(d.Seconds()) }
 	}
-	go expiry.New(cfg).Run(ctx)
+	return expiry.New(cfg)
 }
 
 // jobFlags configure server-side jobs (BackupService): where archives may
@@ -302,181 +294,6 @@ func (m *migrateCmd) Run() error {
 	return s.Close()
 }
 
-// Run serves until SIGINT or SIGTERM.
-func (c *serveCmd) Run() error {
-	log, err := newLogger(c.LogLevel, c.LogFormat)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = log.Sync() }()
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	tracing, err := telemetry.New(ctx, telemetry.Config{
-		Endpoint: c.OTLPEndpoint, Insecure: c.OTLPInsecure, SampleRatio: c.TraceSampleRatio,
-		Service: "contentbackup", Version: version(),
-	})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tracing.Shutdown(sctx)
-	}()
-	if c.OTLPEndpoint != "" {
-		log.Info("tracing", zap.String("otlp_endpoint", c.OTLPEndpoint), zap.Float64("sample_ratio", c.TraceSampleRatio))
-	}
-
-	// What can be checked is checked, and every address bound, before
-	// anything is written: a port in use or a bad file stops the server
-	// without a data directory, a database or a migration to show for it.
-	var policy *jobs.SchedulePolicy
-	if c.Schedule != "" {
-		if policy, err = jobs.LoadSchedules(c.Schedule); err != nil {
-			return err
-		}
-	}
-	var words *preview.Words
-	if c.PreviewWords != "" {
-		b, err := os.ReadFile(c.PreviewWords)
-		if err != nil {
-			return err
-		}
-		if words, err = preview.Load(b); err != nil {
-			return fmt.Errorf("--preview-words %s: %w", c.PreviewWords, err)
-		}
-	}
-	httpAddr := c.httpAddr()
-	if httpAddr != "" && c.TLSCert == "" && !transport.IsLoopback(httpAddr) && !c.Insecure {
-		return fmt.Errorf("--http-listen %s: plaintext off loopback needs --insecure (a mesh that terminates mTLS)", httpAddr)
-	}
-	if err := c.checkHistoryListen(c.TLSCert, c.Insecure); err != nil {
-		return err
-	}
-	lis, err := net.Listen("tcp", c.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", c.Listen, err)
-	}
-	defer lis.Close()
-	var historyLis net.Listener
-	if c.HistoryListen != "" {
-		if historyLis, err = net.Listen("tcp", c.HistoryListen); err != nil {
-			return fmt.Errorf("history: listen on %s: %w", c.HistoryListen, err)
-		}
-		defer historyLis.Close()
-	}
-	var httpLis, metricsLis net.Listener
-	if httpAddr != "" {
-		if httpLis, err = net.Listen("tcp", httpAddr); err != nil {
-			return fmt.Errorf("http: listen on %s: %w", httpAddr, err)
-		}
-		defer httpLis.Close()
-	}
-	if c.MetricsListen != "" {
-		if metricsLis, err = net.Listen("tcp", c.MetricsListen); err != nil {
-			return fmt.Errorf("metrics: listen on %s: %w", c.MetricsListen, err)
-		}
-		defer metricsLis.Close()
-	}
-
-	perimeter, err := c.perimeter(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer perimeter.stop()
-
-	st, err := openStore(ctx, c.storeFlags, c.Migrate, log, tracing)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
-	jobsCfg, closeJobs, err := c.jobs(ctx, c.DataDir)
-	if err != nil {
-		return err
-	}
-	defer closeJobs()
-	if !jobsCfg.KEK.KMS() {
-		log.Warn("backup data keys are wrapped by a local key file: set --job-key-keeper to a KMS key in production")
-	}
-	cfg := server.Config{
-		PreviewWords:       words,
-		Auth:               perimeter.auth,
-		Credentials:        perimeter.creds,
-		PublicReflection:   c.PublicReflection,
-		PageTokenKey:       perimeter.pageTokenKey,
-		MaxRecvBytes:       c.MaxRecvBytes,
-		MaxDecodeBatch:     c.MaxDecodeBatch,
-		MaxNestingDepth:    c.MaxNestingDepth,
-		MaxBatchExpanded:   c.MaxBatchExpanded,
-		MaxAppendBatch:     c.MaxAppendBatch,
-		Store:              st,
-		Limits:             c.limits(c.MaxBatchExpanded),
-		Tracing:            tracing,
-		StoreCheckInterval: c.StoreCheckInterval,
-	}
-	var reg *prometheus.Registry
-	if c.MetricsListen != "" {
-		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		registerStoreMetrics(reg, st)
-		registerPolicyMetrics(reg, perimeter.policy)
-		cfg.Metrics = reg
-	}
-	// The jobs manager: its metrics here, its budget and limits the
-	// server's.
-	jobsCfg.Log = log.Named("jobs")
-	jobMetrics := telemetry.NewJobMetrics(cfg.Metrics)
-	jobMetrics.Instrument(jobsCfg)
-	jm := server.AttachJobs(&cfg, *jobsCfg)
-	jobMetrics.Watch(jm)
-	// The KEK is checked against the catalog before anything serves: a
-	// missing, replaced or unreadable KEK stops the server here, naming
-	// the file and the fingerprint the catalog expects.
-	if err := jm.Keys.CheckKEK(ctx); err != nil {
-		return err
-	}
-	// Rotations and the owner-key migration run in the background, on
-	// every replica: each rewrap is conditional on the row as read.
-	go jm.Keys.RunKeyWorker(ctx, c.KeyWorkerInterval, jobMetrics.KeyStatus)
-	srv := server.New(cfg, log)
-	hist, closeHistory, err := c.history(ctx, c.DataDir, c.BucketReserve, st, cfg.Metrics, log)
-	if err != nil {
-		return err
-	}
-	defer closeHistory()
-	var sweeps []func(context.Context, time.Time) error
-	if hist != nil {
-		sweeps = append(sweeps, hist.Sweep)
-		defer serveHistory(historyLis, hist, perimeter.httpTLS, log)()
-	}
-	c.startPurge(ctx, st, cfg.Metrics, log, sweeps...)
-	if reg != nil {
-		defer serveMetrics(metricsLis, reg, srv, perimeter.policy, c.PProf, log)()
-	}
-	if httpLis != nil {
-		stopHTTP, err := serveHTTP(httpLis, srv, cfg.MaxRecvBytes, perimeter.httpTLS, log)
-		if err != nil {
-			return err
-		}
-		defer stopHTTP()
-	}
-	if policy != nil {
-		sc, err := jobs.NewScheduler(ctx, srv.Jobs(), policy)
-		if err != nil {
-			return err
-		}
-		sc.Start()
-		defer sc.Stop()
-		log.Info("schedules", zap.Int("count", len(policy.Schedules)))
-	}
-	log.Info("serving", zap.String("addr", lis.Addr().String()), zap.String("version", version()),
-		zap.Strings("job_buckets", srv.Jobs().Buckets().Names()))
-	return srv.Serve(ctx, lis, c.ShutdownGrace)
-}
-
 // openStore opens Postgres when a database URL is set, the embedded store
 // otherwise, applying pending migrations when migrate is set.
 func openStore(ctx context.Context, f storeFlags, migrate bool, log *zap.Logger, tracing *telemetry.Tracing) (store.Store, error) {
@@ -541,65 +358,6 @@ func (c *serveCmd) httpAddr() string {
 		return "127.0.0.1:50052"
 	}
 	return c.HTTPListen
-}
-
-// serveHTTP serves the services over HTTP/1.1 and unencrypted HTTP/2 (for
-// Connect's streams) on a listener of its own: sharing the gRPC port
-// would move native gRPC onto net/http's HTTP/2 server, measured slower
-// (BENCHMARKS.md, "HTTP/JSON"). It serves plaintext only, where the gRPC
-// listener may: with the gRPC listener's TLS (the same certificates,
-// rotation and client verification) when it has TLS, and in plaintext
-// only on loopback or with --insecure otherwise.
-func serveHTTP(lis net.Listener, srv *server.Server, maxRecv int, tlsConfig *tls.Config, log *zap.Logger) (stop func(), err error) {
-	h, err := srv.HTTPHandler(maxRecv)
-	if err != nil {
-		return nil, err
-	}
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	// IdleTimeout: a keep-alive connection that sends nothing is closed,
-	// as gRPC's connection age closes one, rather than held for ever.
-	// MaxHeaderBytes: the request line and headers (a long JWT fits);
-	// net/http's default is 1 MiB, all of it a query string an error
-	// about a parameter's value may quote.
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		MaxHeaderBytes: httpjson.MaxHeaderBytes, Protocols: protocols, TLSConfig: tlsConfig}
-	serve := func() error { return hs.Serve(lis) }
-	if tlsConfig != nil {
-		protocols.SetUnencryptedHTTP2(false)
-		protocols.SetHTTP2(true)
-		serve = func() error { return hs.ServeTLS(lis, "", "") } // the certificates come from tlsConfig
-	}
-	go func() {
-		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server", zap.Error(err))
-		}
-	}()
-	log.Info("serving HTTP/JSON (Connect, gRPC-Web)", zap.String("addr", lis.Addr().String()), zap.Bool("tls", tlsConfig != nil))
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(ctx)
-	}, nil
-}
-
-// serveMetrics serves /metrics, and the probes /livez and /readyz, on addr
-// until the returned stop is called. The probes are plain HTTP because
-// Kubernetes' gRPC probes cannot speak TLS.
-func serveMetrics(lis net.Listener, reg *prometheus.Registry, srv *server.Server, policy *auth.PolicySource, profiles bool, log *zap.Logger) (stop func()) {
-	hs := &http.Server{Handler: metricsMux(reg, srv, policy, profiles), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server", zap.Error(err))
-		}
-	}()
-	log.Info("serving metrics", zap.String("addr", lis.Addr().String()))
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(ctx)
-	}
 }
 
 // metricsMux routes the metrics address: /metrics, the probes and, with

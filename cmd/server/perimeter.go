@@ -65,7 +65,7 @@ func (c *serveCmd) perimeter(ctx context.Context, log *zap.Logger) (*perimeter, 
 	case c.TLSClientCA != "":
 		return nil, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
 	case !loopback && !c.Insecure:
-		return nil, fmt.Errorf("refusing to serve plaintext on %s, which is not loopback: set --tls-cert and --tls-key, or --insecure behind a mesh that encrypts", c.Listen)
+		return nil, plaintextOffLoopback("--listen", c.Listen, false, false)
 	case !loopback:
 		log.Warn("serving PLAINTEXT on a non-loopback address (--insecure): credentials and archive keys cross the network in clear unless a mesh encrypts them", zap.String("addr", c.Listen))
 	}

@@ -38,7 +38,7 @@ func TestBinaryChecksBeforeItWrites(t *testing.T) {
 		{"HTTP port in use", []string{"LISTEN_ADDR=127.0.0.1:0", "HTTP_LISTEN_ADDR=" + busy, "METRICS_ADDR="}, "http: listen on " + busy},
 		{"metrics port in use", []string{"LISTEN_ADDR=127.0.0.1:0", "HTTP_LISTEN_ADDR=", "METRICS_ADDR=" + busy}, "metrics: listen on " + busy},
 		{"history port in use", []string{"LISTEN_ADDR=127.0.0.1:0", "HTTP_LISTEN_ADDR=", "METRICS_ADDR=", "HISTORY_LISTEN_ADDR=" + busy}, "history: listen on " + busy},
-		{"history in plaintext off loopback", []string{"LISTEN_ADDR=127.0.0.1:0", "HTTP_LISTEN_ADDR=", "METRICS_ADDR=", "HISTORY_LISTEN_ADDR=0.0.0.0:0"}, "--history-listen 0.0.0.0:0: plaintext off loopback needs --insecure"},
+		{"history in plaintext off loopback", []string{"LISTEN_ADDR=127.0.0.1:0", "HTTP_LISTEN_ADDR=", "METRICS_ADDR=", "HISTORY_LISTEN_ADDR=0.0.0.0:0"}, "--history-listen 0.0.0.0:0: refusing to serve plaintext off loopback"},
 		{"schedule that does not load", []string{"LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "SCHEDULE=" + badSchedule}, "schedule"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
