@@ -7,6 +7,7 @@ import (
 	"crypto/x509/pkix"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
@@ -240,5 +242,62 @@ func TestAdmitHTTP(t *testing.T) {
 	}
 	if _, _, err := New(Config{}).AdmitHTTP(req(cb.ContentService_Decode_FullMethodName, "reader", nil)); err == nil || !strings.Contains(err.Error(), "no authentication is configured") {
 		t.Errorf("no authenticator: %v", err)
+	}
+}
+
+// TestCredentialsProvedOncePerCall (issue 48): each way in verifies a
+// call's credentials once and says where (Proved): a gRPC call's on its
+// headers (the tap), whose interceptor then verifies nothing; an
+// HTTP/JSON call's at the door, whose call behind it verifies nothing; a
+// call the tap did not see, in the interceptor ("call"). A refused
+// credential is counted as a refusal, not as proved.
+func TestCredentialsProvedOncePerCall(t *testing.T) {
+	var proved []string
+	a := testAuthorizer(t, false, nil)
+	a.proved = func(where string) { proved = append(proved, where) }
+	method := cb.ConversationService_GetGroup_FullMethodName
+	req := &cb.GetGroupRequest{Owner: "alice"}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	info := &grpc.UnaryServerInfo{FullMethod: method}
+
+	// The tap, then the interceptor on the stream's context.
+	tapped, err := a.Tap(context.Background(), &tap.Info{FullMethodName: method, Header: metadata.Pairs("authorization", "Bearer reader")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Unary(tapped, req, info, handler); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(proved, []string{"tap"}) {
+		t.Errorf("a tapped gRPC call: proved %v, want [tap]", proved)
+	}
+
+	// The door, then the interceptor on the admitted request's context
+	// (the transcoded call inherits it).
+	proved = nil
+	r := httptest.NewRequest(http.MethodPost, method, nil)
+	r.Header.Set("Authorization", "Bearer reader")
+	admitted, _, err := a.AdmitHTTP(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind := metadata.NewIncomingContext(admitted.Context(), metadata.Pairs("authorization", "Bearer reader"))
+	if _, err := a.Unary(behind, req, info, handler); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(proved, []string{"http"}) {
+		t.Errorf("an HTTP/JSON call: proved %v, want [http]", proved)
+	}
+
+	// A call no tap saw, and one with credentials that do not verify.
+	proved = nil
+	if _, err := a.Unary(withToken("reader"), req, info, handler); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Unary(withToken("nobody"), req, info, handler); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("an unknown token: %v", err)
+	}
+	if !slices.Equal(proved, []string{"call"}) {
+		t.Errorf("an untapped call and a refused one: proved %v, want [call]", proved)
 	}
 }
