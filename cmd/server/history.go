@@ -12,6 +12,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/history"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
 
 // historyFlags configure the history server for XMTP device sync
@@ -54,7 +55,7 @@ func (f historyFlags) history(ctx context.Context, dataDir string, diskReserve i
 	cfg := history.Config{Store: st, Bucket: bucket, MaxUpload: f.HistoryMaxUpload, MaxTotal: f.HistoryMaxTotal,
 		Retention: f.HistoryRetention, OneTime: f.HistoryOneTime, UploadsPerMinute: f.HistoryUploadsPerMinute,
 		UploadBurst: f.HistoryUploadBurst, UploadsPerClient: f.HistoryUploadsPerClient, UploadsAtOnce: f.HistoryUploadsAtOnce,
-		CORSOrigins: f.HistoryCORSOrigins, Log: log.Named("history"), Metrics: historyMetrics(reg)}
+		CORSOrigins: f.HistoryCORSOrigins, Log: log.Named("history"), Metrics: telemetry.HistoryMetrics(reg)}
 	// A file bucket keeps --bucket-reserve free on its disk, as the job
 	// buckets do: in the default layout it is the store's disk, which the
 	// start log says.
@@ -87,35 +88,3 @@ func (f historyFlags) history(ctx context.Context, dataDir string, diskReserve i
 // historyDiskShare: by default history files together hold at most one
 // part in this many of a file bucket's disk.
 const historyDiskShare = 4
-
-// historyMetrics registers the history server's figures with reg.
-func historyMetrics(reg prometheus.Registerer) history.Metrics {
-	if reg == nil {
-		return history.Metrics{}
-	}
-	uploads := prometheus.NewCounter(prometheus.CounterOpts{Name: "contentbackup_history_uploads_total", Help: "History files uploaded whole."})
-	uploadBytes := prometheus.NewCounter(prometheus.CounterOpts{Name: "contentbackup_history_upload_bytes_total", Help: "Bytes of the history files uploaded whole."})
-	downloads := prometheus.NewCounter(prometheus.CounterOpts{Name: "contentbackup_history_downloads_total", Help: "History files downloaded whole."})
-	downloadBytes := prometheus.NewCounter(prometheus.CounterOpts{Name: "contentbackup_history_download_bytes_total", Help: "Bytes of the history files downloaded whole."})
-	expired := prometheus.NewCounter(prometheus.CounterOpts{Name: "contentbackup_history_expired_files_total", Help: "History files deleted past their retention, or evicted when the total was full."})
-	reg.MustRegister(uploads, uploadBytes, downloads, downloadBytes, expired)
-	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "contentbackup_history_refusals_total",
-		Help: "History requests refused, by reason: too_large (413), rate and client_concurrency (429), busy (503), full (507), stalled (408), not_found (404).",
-	}, []string{"reason"})
-	stored := prometheus.NewGauge(prometheus.GaugeOpts{Name: "contentbackup_history_stored_bytes", Help: "Bytes every history file holds, after the last sweep."})
-	files := prometheus.NewGauge(prometheus.GaugeOpts{Name: "contentbackup_history_files", Help: "History files stored, after the last sweep."})
-	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "contentbackup_history_max_total_bytes", Help: "--history-max-total: the alert rules read the stored bytes against it."})
-	reg.MustRegister(refused, stored, files, limit)
-	for _, r := range []string{history.RefusedTooLarge, history.RefusedRate, history.RefusedClient, history.RefusedBusy, history.RefusedFull, history.RefusedStalled, history.RefusedNotFound} {
-		refused.WithLabelValues(r)
-	}
-	return history.Metrics{
-		Uploaded:   func(n int64) { uploads.Inc(); uploadBytes.Add(float64(n)) },
-		Downloaded: func(n int64) { downloads.Inc(); downloadBytes.Add(float64(n)) },
-		Expired:    func(n int, _ int64) { expired.Add(float64(n)) },
-		Refused:    func(reason string) { refused.WithLabelValues(reason).Inc() },
-		Stored:     func(bytes, n int64) { stored.Set(float64(bytes)); files.Set(float64(n)) },
-		MaxTotal:   func(n int64) { limit.Set(float64(n)) },
-	}
-}

@@ -20,13 +20,14 @@ import (
 	"github.com/contentbackup/contentbackup/internal/history"
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/store/enginetest"
+	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
 
 // TestHistoryMetrics (issue 38): every figure the alert rules and
 // docs/history-server.md name is registered, and counts what it says.
 func TestHistoryMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := historyMetrics(reg)
+	m := telemetry.HistoryMetrics(reg)
 	m.Uploaded(100)
 	m.Uploaded(50)
 	m.Downloaded(100)

@@ -153,19 +153,7 @@ func (f expiryFlags) purge(st store.Store, reg prometheus.Registerer, log *zap.L
 		return nil
 	}
 	cfg := expiry.Config{Store: st, Interval: f.ExpiryPurgeInterval, PerOwner: f.ExpiryPurgeBatch, MaxPerRun: f.ExpiryPurgeMax, Log: log.Named("expiry"), Sweeps: sweeps}
-	if reg != nil {
-		purged := prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "contentbackup_expired_messages_purged_total",
-			Help: "Messages deleted from the store because their expires_at_ns had passed (META-051).",
-		})
-		lag := prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "contentbackup_expired_messages_lag_seconds",
-			Help: "How long the oldest expired message still stored is past its deadline, after the last purge run (0: none is).",
-		})
-		reg.MustRegister(purged, lag)
-		cfg.Purged = func(n int64) { purged.Add(float64(n)) }
-		cfg.Lag = func(d time.Duration) { lag.Set(d.Seconds()) }
-	}
+	telemetry.InstrumentExpiry(reg, &cfg)
 	return expiry.New(cfg)
 }
 
@@ -321,34 +309,6 @@ func openStore(ctx context.Context, f storeFlags, migrate bool, log *zap.Logger,
 	}
 	log.Info("store", zap.String("engine", "sqlite"), zap.String("path", filepath.Join(f.DataDir, sqlite.FileName)), zap.Bool("migrated", migrate))
 	return s, nil
-}
-
-// registerPolicyMetrics exports the policy file's loads, so a refused
-// reload (a revocation that did not take effect) alerts rather than only
-// logs.
-func registerPolicyMetrics(reg prometheus.Registerer, policy *auth.PolicySource) {
-	if policy == nil {
-		return
-	}
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "contentbackup_auth_policy_loaded_timestamp_seconds",
-			Help: "When the auth policy in force was loaded (unix seconds).",
-		}, func() float64 { return float64(policy.Status().LoadedAt.UnixNano()) / 1e9 }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "contentbackup_auth_policy_reload_failures_total",
-			Help: "Auth policy reloads refused (the file did not parse or validate; the previous policy stayed in force).",
-		}, func() float64 { return float64(policy.Status().Failures) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "contentbackup_auth_policy_stale",
-			Help: "1 when the latest reload of the auth policy file was refused, so the file on disk is not in force.",
-		}, func() float64 {
-			if policy.Status().Failing != "" {
-				return 1
-			}
-			return 0
-		}),
-	)
 }
 
 // httpAddr is where HTTP/JSON is served: --http-listen, or beside the

@@ -212,8 +212,8 @@ func (c *serveCmd) assemble(ctx context.Context, words *preview.Words, tracing *
 	if c.MetricsListen != "" {
 		a.registry = prometheus.NewRegistry()
 		a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		registerStoreMetrics(a.registry, a.store)
-		registerPolicyMetrics(a.registry, a.perimeter.policy)
+		telemetry.RegisterStoreMetrics(a.registry, a.store)
+		telemetry.RegisterPolicyMetrics(a.registry, a.perimeter.policy)
 		a.cfg.Metrics = a.registry
 	}
 	// The jobs manager: its metrics here, its budget and limits the

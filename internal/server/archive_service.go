@@ -20,6 +20,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
 
 // exportChunkSize is the payload of one Export message: large enough that
@@ -38,7 +39,7 @@ type ArchiveService struct {
 	limits  Limits
 	pool    *budget.Pool
 	streams *streamLimiter
-	metrics *domainMetrics
+	metrics *telemetry.ServiceMetrics
 }
 
 // NewArchiveService returns the service over s, holding its streams to
@@ -131,7 +132,7 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	counts, err := backup.Export(ctx, s.store, req.GetOwner(), req.GetKey(), req.GetOptions(), exportedAt, out,
 		backup.ExportConfig{Nonconforming: nonconformingOf(req.GetNonconforming())})
 	defer func() {
-		s.metrics.archive("export", out.n, counts.Groups, counts.Messages, counts.Consent, time.Since(started), err)
+		s.metrics.Archive("export", out.n, counts.Groups, counts.Messages, counts.Consent, time.Since(started), err)
 	}()
 	if err == nil {
 		err = out.Flush()
@@ -383,7 +384,7 @@ func (s *ArchiveService) Import(stream grpc.ClientStreamingServer[cb.ImportReque
 	})
 
 	applied := func(c backup.ElementCounts) uint64 { return c.Inserted + c.Updated + c.Unchanged }
-	s.metrics.archive("import", in.n, applied(res.Groups), applied(res.Messages), applied(res.Consent), time.Since(started), err)
+	s.metrics.Archive("import", in.n, applied(res.Groups), applied(res.Messages), applied(res.Consent), time.Since(started), err)
 	if err != nil {
 		return archiveStatus(stream.Context(), err, "import")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/contentapi"
 	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/preview"
+	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
 
 // deterministic output: the same request always gives the same bytes.
@@ -33,7 +34,7 @@ type ContentService struct {
 	maxBatch   int
 	callBudget int64
 	pool       *budget.Pool
-	metrics    *domainMetrics
+	metrics    *telemetry.ServiceMetrics
 	// words are the previews' (preview.Defaults when New was given none).
 	words *preview.Words
 }
@@ -117,7 +118,7 @@ func (s *ContentService) Decode(ctx context.Context, req *cb.DecodeRequest) (*cb
 	if err != nil {
 		return nil, decodeBudgetStatus(err, "encoded_content")
 	}
-	s.metrics.decoded(resp)
+	s.metrics.Decoded(resp)
 	return resp, nil
 }
 
@@ -146,7 +147,7 @@ func (s *ContentService) DecodeBatch(ctx context.Context, req *cb.DecodeBatchReq
 		out[i] = resp
 	}
 	for _, r := range out {
-		s.metrics.decoded(r)
+		s.metrics.Decoded(r)
 	}
 	return &cb.DecodeBatchResponse{Results: out}, nil
 }
@@ -167,7 +168,7 @@ func (s *ContentService) Preview(ctx context.Context, req *cb.PreviewRequest) (*
 	if err != nil {
 		return nil, decodeBudgetStatus(err, "encoded_content")
 	}
-	s.metrics.decoded(resp)
+	s.metrics.Decoded(resp)
 	return &cb.PreviewResponse{Preview: resp.GetPreview(), ContentType: resp.GetContentType()}, nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/records"
 	"github.com/contentbackup/contentbackup/internal/server/pagetoken"
 	"github.com/contentbackup/contentbackup/internal/store"
+	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
 
 // DefaultMaxAppendBatch is how many messages one AppendMessages call takes.
@@ -40,7 +41,7 @@ type ConversationService struct {
 	tokens    *pagetoken.Sealer
 	limits    Limits
 	pool      *budget.Pool
-	metrics   *domainMetrics
+	metrics   *telemetry.ServiceMetrics
 	streams   *streamLimiter // StreamMessages calls open at once
 }
 
@@ -323,7 +324,7 @@ func (s *ConversationService) messagePage(ctx context.Context, owner string, q s
 				return messagePage{}, decodeBudgetStatus(err, "messages")
 			}
 			pageBytes += size
-			s.metrics.decoded(decoded)
+			s.metrics.Decoded(decoded)
 			sm := &stored[j]
 			sm.Message, sm.Decoded = m, decoded
 			msgs = append(msgs, sm)

@@ -184,12 +184,8 @@ func New(cfg Config, log *zap.Logger) *Server {
 	if srv.storeInterval <= 0 {
 		srv.storeInterval = 2 * time.Second
 	}
-	if cfg.Metrics != nil && cfg.Store != nil {
-		srv.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "contentbackup_store_up",
-			Help: "1 while the store answers health pings, 0 while it does not.",
-		})
-		cfg.Metrics.MustRegister(srv.storeUp)
+	if cfg.Store != nil {
+		srv.storeUp = telemetry.NewStoreUp(cfg.Metrics)
 	}
 	return srv
 }
@@ -211,18 +207,8 @@ func serverOptions(cfg Config, limits Limits, pool *budget.Pool, log *zap.Logger
 	inflate := newGunzipBudget(pool, int64(cfg.MaxRecvBytes))
 	reqCodec := newRequestCodec(inflate)
 	authzCfg := authz.Config{Authn: cfg.Auth, PublicReflection: cfg.PublicReflection, Log: log, Malformed: reqCodec.malformed}
-	if cfg.Metrics != nil {
-		refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "contentbackup_auth_refusals_total",
-			Help: "Calls refused before their handler ran, by reason: unauthenticated, scope, owner, actor or malformed (a request that is not valid protobuf).",
-		}, []string{"reason"})
-		proved := prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "contentbackup_auth_credentials_verified_total",
-			Help: "Credentials verified (a JWT's signature, a policy token's digest, a client certificate), by where: tap (a gRPC call's headers), http (the HTTP/JSON door) or call (a call the tap did not see). Each call is verified once.",
-		}, []string{"where"})
-		cfg.Metrics.MustRegister(refused, proved)
-		authzCfg.Denied = func(reason string) { refused.WithLabelValues(reason).Inc() }
-		authzCfg.Proved = func(where string) { proved.WithLabelValues(where).Inc() }
+	if am := telemetry.NewAuthMetrics(cfg.Metrics); am != nil {
+		authzCfg.Denied, authzCfg.Proved = am.Refused, am.Proved
 	}
 	authorizer := authz.New(authzCfg)
 	var metrics *grpcprom.ServerMetrics
@@ -288,7 +274,7 @@ func registerServices(g *grpc.Server, cfg Config, limits Limits, pool *budget.Po
 		opts = append(opts, codec.WithMaxNestingDepth(cfg.MaxNestingDepth))
 	}
 	reg := codec.NewRegistry(opts...)
-	dm := newDomainMetrics(cfg.Metrics)
+	dm := telemetry.NewServiceMetrics(cfg.Metrics)
 	content := NewContentService(reg, cfg.MaxDecodeBatch, limits.CallExpandBytes, pool)
 	content.words = cfg.PreviewWords
 	if content.words == nil {

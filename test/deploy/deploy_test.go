@@ -37,6 +37,11 @@ func defined(t *testing.T) map[string]bool {
 				return err
 			}
 			for _, m := range definedName.FindAllStringSubmatch(string(b), -1) {
+				// One room for every definition (issue 48): a dashboard,
+				// an alert and a reader of the code find them all there.
+				if rel, _ := filepath.Rel(root, path); filepath.Dir(rel) != filepath.Join("internal", "telemetry") {
+					t.Errorf("%s defines the metric %s: metrics are defined in internal/telemetry", rel, m[1])
+				}
 				names[m[1]] = true
 				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
 					names[m[1]+suffix] = true

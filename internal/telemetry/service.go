@@ -1,4 +1,4 @@
-package server
+package telemetry
 
 import (
 	"strconv"
@@ -11,22 +11,23 @@ import (
 	"github.com/contentbackup/contentbackup/internal/codec"
 )
 
-// domainMetrics are the service's own figures beside the per-RPC ones:
+// ServiceMetrics are the services' own figures beside the per-RPC ones:
 // what archives moved, and how content decoded (the jobs' are
-// telemetry.JobMetrics). A nil *domainMetrics
-// records nothing.
-type domainMetrics struct {
+// JobMetrics). A nil *ServiceMetrics records nothing.
+type ServiceMetrics struct {
 	archiveBytes    *prometheus.CounterVec
 	archiveRecords  *prometheus.CounterVec
 	archiveDuration *prometheus.HistogramVec
 	decodes         *prometheus.CounterVec
 }
 
-func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
+// NewServiceMetrics registers the services' metrics with reg; nil when
+// reg is.
+func NewServiceMetrics(reg prometheus.Registerer) *ServiceMetrics {
 	if reg == nil {
 		return nil
 	}
-	m := &domainMetrics{
+	m := &ServiceMetrics{
 		archiveBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "contentbackup_archive_bytes_total",
 			Help: "Archive bytes sent by Export and received by Import.",
@@ -49,7 +50,9 @@ func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
 	return m
 }
 
-func (m *domainMetrics) archive(direction string, bytes uint64, groups, messages, consent uint64, took time.Duration, err error) {
+// Archive counts one export or import (direction) that moved bytes and
+// records, and how long it took.
+func (m *ServiceMetrics) Archive(direction string, bytes uint64, groups, messages, consent uint64, took time.Duration, err error) {
 	if m == nil {
 		return
 	}
@@ -73,9 +76,9 @@ var catalogueTypes = func() map[string]bool {
 	return m
 }()
 
-// decoded counts one decode outcome. Content types outside the catalogue
+// Decoded counts one decode outcome. Content types outside the catalogue
 // share one label value, so a caller cannot grow the series without end.
-func (m *domainMetrics) decoded(resp *cb.DecodeResponse) {
+func (m *ServiceMetrics) Decoded(resp *cb.DecodeResponse) {
 	if m == nil || resp == nil {
 		return
 	}
@@ -96,4 +99,58 @@ func (m *domainMetrics) decoded(resp *cb.DecodeResponse) {
 		}
 	}
 	m.decodes.WithLabelValues(typ, outcome).Inc()
+}
+
+// AuthMetrics are the authorizer's counters: calls refused before their
+// handler ran, by reason, and credentials verified, by where. Its
+// methods are authz.Config's Denied and Proved; a nil *AuthMetrics
+// records nothing.
+type AuthMetrics struct{ refused, proved *prometheus.CounterVec }
+
+// NewAuthMetrics registers the authorizer's counters with reg; nil when
+// reg is.
+func NewAuthMetrics(reg prometheus.Registerer) *AuthMetrics {
+	if reg == nil {
+		return nil
+	}
+	m := &AuthMetrics{
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "contentbackup_auth_refusals_total",
+			Help: "Calls refused before their handler ran, by reason: unauthenticated, scope, owner, actor or malformed (a request that is not valid protobuf).",
+		}, []string{"reason"}),
+		proved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "contentbackup_auth_credentials_verified_total",
+			Help: "Credentials verified (a JWT's signature, a policy token's digest, a client certificate), by where: tap (a gRPC call's headers), http (the HTTP/JSON door) or call (a call the tap did not see). Each call is verified once.",
+		}, []string{"where"}),
+	}
+	reg.MustRegister(m.refused, m.proved)
+	return m
+}
+
+// Refused counts a refusal for reason.
+func (m *AuthMetrics) Refused(reason string) {
+	if m != nil {
+		m.refused.WithLabelValues(reason).Inc()
+	}
+}
+
+// Proved counts a credential verified where.
+func (m *AuthMetrics) Proved(where string) {
+	if m != nil {
+		m.proved.WithLabelValues(where).Inc()
+	}
+}
+
+// NewStoreUp registers the store's health gauge with reg: 1 while the
+// store answers health pings, 0 while it does not. Nil when reg is.
+func NewStoreUp(reg prometheus.Registerer) prometheus.Gauge {
+	if reg == nil {
+		return nil
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "contentbackup_store_up",
+		Help: "1 while the store answers health pings, 0 while it does not.",
+	})
+	reg.MustRegister(g)
+	return g
 }

@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -10,11 +10,11 @@ import (
 	"github.com/contentbackup/contentbackup/internal/store/sqlite"
 )
 
-// registerStoreMetrics exports the engine's connection statistics: the
+// RegisterStoreMetrics exports the engine's connection statistics: the
 // pgx pool's for Postgres, and for the embedded store its single writer's
 // (how often and how long writes waited for it), as database/sql reports
 // them.
-func registerStoreMetrics(reg *prometheus.Registry, st store.Store) {
+func RegisterStoreMetrics(reg prometheus.Registerer, st store.Store) {
 	switch s := st.(type) {
 	case *postgres.Store:
 		reg.MustRegister(pgxPoolCollector{pool: s.Pool()})
