@@ -77,10 +77,11 @@ type securityFlags struct {
 }
 
 type serveCmd struct {
-	Listen           string        `default:"127.0.0.1:50051" env:"LISTEN_ADDR" group:"serving" help:"Address to serve gRPC on."`
-	HTTPListen       string        `name:"http-listen" group:"serving" env:"HTTP_LISTEN_ADDR" help:"Address to serve the same services over HTTP on (Connect protocol with JSON, gRPC-Web), for callers without gRPC. Unset: 127.0.0.1:50052 when --listen is its default, else off. With the gRPC listener's TLS when it has TLS; plaintext only on loopback or with --insecure."`
-	PreviewWords     string        `group:"serving" name:"preview-words" type:"existingfile" env:"PREVIEW_WORDS" help:"A YAML file of notification preview words per locale and content type, replacing the built-in entries it gives (docs/previews.md)."`
-	ShutdownGrace    time.Duration `group:"serving" default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
+	Config           kong.ConfigFlag `group:"serving" name:"config" env:"CONFIG_FILE" type:"existingfile" help:"A JSON file of flags for the long tail ({\"max-archive-streams\": 32}); the command line and the environment win over it, and a key that names no flag is an error."`
+	Listen           string          `default:"127.0.0.1:50051" env:"LISTEN_ADDR" group:"serving" help:"Address to serve gRPC on."`
+	HTTPListen       string          `name:"http-listen" group:"serving" env:"HTTP_LISTEN_ADDR" help:"Address to serve the same services over HTTP on (Connect protocol with JSON, gRPC-Web), for callers without gRPC. Unset: 127.0.0.1:50052 when --listen is its default, else off. With the gRPC listener's TLS when it has TLS; plaintext only on loopback or with --insecure."`
+	PreviewWords     string          `group:"serving" name:"preview-words" type:"existingfile" env:"PREVIEW_WORDS" help:"A YAML file of notification preview words per locale and content type, replacing the built-in entries it gives (docs/previews.md)."`
+	ShutdownGrace    time.Duration   `group:"serving" default:"10s" env:"SHUTDOWN_GRACE" help:"How long in-flight calls may run after SIGINT or SIGTERM."`
 	securityFlags    `group:"security"`
 	storeFlags       `group:"store"`
 	Migrate          bool `group:"store" default:"true" negatable:"" env:"MIGRATE" help:"Apply pending schema migrations at start (--no-migrate to require an up-to-date schema)."`
@@ -250,6 +251,7 @@ func main() {
 		kong.Description("The contentbackup gRPC service: XMTP content encode/decode and conversation backups."),
 		kong.Vars{"version": version()},
 		helpGroups,
+		kong.Configuration(configFile(serveFlagNames())),
 	)
 	if c.CheckPolicy != "" {
 		disabled, err := auth.CheckPolicyFile(c.CheckPolicy)
