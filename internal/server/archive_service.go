@@ -19,6 +19,8 @@ import (
 	"github.com/contentbackup/contentbackup/internal/budget"
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/records"
+	"github.com/contentbackup/contentbackup/internal/server/callbudget"
+	"github.com/contentbackup/contentbackup/internal/server/streams"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
@@ -38,7 +40,7 @@ type ArchiveService struct {
 	now     func() time.Time
 	limits  Limits
 	pool    *budget.Pool
-	streams *streamLimiter
+	streams *streams.Limiter
 	metrics *telemetry.ServiceMetrics
 }
 
@@ -47,7 +49,7 @@ type ArchiveService struct {
 func NewArchiveService(s store.Store, limits Limits, pool *budget.Pool) *ArchiveService {
 	limits = limits.withDefaults()
 	return &ArchiveService{store: s, now: time.Now, limits: limits, pool: pool,
-		streams: newStreamLimiter("archive", limits.MaxArchiveStreams, limits.MaxArchiveStreamsPerOwner)}
+		streams: streams.NewLimiter("archive", limits.MaxArchiveStreams, limits.MaxArchiveStreamsPerOwner)}
 }
 
 // readerOptions are the archive reader's limits on this server: records no
@@ -94,7 +96,7 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	if err := checkNonconforming(req.GetNonconforming()); err != nil {
 		return err
 	}
-	leave, err := s.streams.enterFor("owner:"+req.GetOwner(), "owner")
+	leave, err := s.streams.EnterFor("owner:"+req.GetOwner(), "owner")
 	if err != nil {
 		return err
 	}
@@ -103,7 +105,7 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	// buffers, the chunks waiting to be sent, and a record or two of the
 	// largest size being read and encoded. Reserved up front, so exports
 	// past the server's budget are refused rather than let in.
-	reserve, done := callBudget(stream.Context(), s.pool, "export", s.exportReservation())
+	reserve, done := callbudget.Start(stream.Context(), s.pool, "export", s.exportReservation())
 	defer done()
 	if err := reserve.Charge(s.exportReservation()); err != nil {
 		return statusOf(err)
@@ -116,13 +118,13 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	digest := sha256.New()
 	// A client that stops reading holds the export's snapshot (a database
 	// transaction) open; past the idle timeout the export ends instead.
-	sender := startSender(ctx, cancel, sendAhead, s.limits.StreamIdleTimeout, func(c []byte) error {
+	sender := streams.StartSender(ctx, cancel, sendAhead, s.limits.StreamIdleTimeout, func(c []byte) error {
 		digest.Write(c)
 		return stream.Send(&cb.ExportResponse{Payload: &cb.ExportResponse_Chunk{Chunk: c}})
 	}, nil)
 	out := &chunkWriter{send: func(b []byte) error {
-		err := sender.put(b)
-		if errors.Is(err, errStalled) {
+		err := sender.Put(b)
+		if errors.Is(err, streams.ErrStalled) {
 			return errExportStalled
 		}
 		return err
@@ -137,8 +139,8 @@ func (s *ArchiveService) Export(req *cb.ExportRequest, stream grpc.ServerStreami
 	if err == nil {
 		err = out.Flush()
 	}
-	serr := sender.finish()
-	if sender.stalled {
+	serr := sender.Finish()
+	if sender.Stalled() {
 		return status.Error(codes.DeadlineExceeded, status.Convert(serr).Message()+"; the partial output is not an archive")
 	}
 	if err == nil {
@@ -163,12 +165,12 @@ func (s *ArchiveService) EstimateExport(ctx context.Context, req *cb.EstimateExp
 	if err := checkNonconforming(req.GetNonconforming()); err != nil {
 		return nil, err
 	}
-	leave, err := s.streams.enterFor("owner:"+req.GetOwner(), "owner")
+	leave, err := s.streams.EnterFor("owner:"+req.GetOwner(), "owner")
 	if err != nil {
 		return nil, err
 	}
 	defer leave()
-	reserve, done := callBudget(ctx, s.pool, "estimate export", s.exportReservation())
+	reserve, done := callbudget.Start(ctx, s.pool, "estimate export", s.exportReservation())
 	defer done()
 	if err := reserve.Charge(s.exportReservation()); err != nil {
 		return nil, statusOf(err)
@@ -214,7 +216,7 @@ func (s *ArchiveService) Lint(req *cb.LintRequest, stream grpc.ServerStreamingSe
 	if err := records.CheckOwner(req.GetOwner()); err != nil {
 		return statusOf(err)
 	}
-	leave, err := s.streams.enterFor("owner:"+req.GetOwner(), "owner")
+	leave, err := s.streams.EnterFor("owner:"+req.GetOwner(), "owner")
 	if err != nil {
 		return err
 	}
@@ -225,7 +227,7 @@ func (s *ArchiveService) Lint(req *cb.LintRequest, stream grpc.ServerStreamingSe
 	// than hold the snapshot open.
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	sender := startSender(ctx, cancel, 2, s.limits.StreamIdleTimeout, func(b []*cb.LintFinding) error {
+	sender := streams.StartSender(ctx, cancel, 2, s.limits.StreamIdleTimeout, func(b []*cb.LintFinding) error {
 		return stream.Send(&cb.LintResponse{Findings: b})
 	}, nil)
 	var batch []*cb.LintFinding
@@ -233,7 +235,7 @@ func (s *ArchiveService) Lint(req *cb.LintRequest, stream grpc.ServerStreamingSe
 		if len(batch) == 0 {
 			return nil
 		}
-		err := sender.put(batch)
+		err := sender.Put(batch)
 		batch = nil
 		return err
 	}
@@ -248,8 +250,8 @@ func (s *ArchiveService) Lint(req *cb.LintRequest, stream grpc.ServerStreamingSe
 	if err == nil {
 		err = send()
 	}
-	serr := sender.finish()
-	if sender.stalled {
+	serr := sender.Finish()
+	if sender.Stalled() {
 		return serr
 	}
 	if err == nil {
@@ -338,12 +340,12 @@ var errExportStalled = errors.New("the client stopped reading")
 var errNotChunk = status.Error(codes.InvalidArgument, "payload: every message after the first must be a chunk")
 
 func (s *ArchiveService) Import(stream grpc.ClientStreamingServer[cb.ImportRequest, cb.ImportResponse]) error {
-	leave, err := s.streams.enter()
+	leave, err := s.streams.Enter()
 	if err != nil {
 		return err
 	}
 	defer leave()
-	recv := idleRecv(stream.Context(), stream.Recv, s.limits.StreamIdleTimeout)
+	recv := streams.IdleRecv(stream.Context(), stream.Recv, s.limits.StreamIdleTimeout)
 	first, err := recv()
 	if err != nil {
 		return recvStatus(err, "a first message naming owner and key")
@@ -358,7 +360,7 @@ func (s *ArchiveService) Import(stream grpc.ClientStreamingServer[cb.ImportReque
 	if err := checkKey("start.key", start.GetKey()); err != nil {
 		return err
 	}
-	leaveOwner, err := s.streams.enterKey("owner:"+start.GetOwner(), "owner")
+	leaveOwner, err := s.streams.EnterKey("owner:"+start.GetOwner(), "owner")
 	if err != nil {
 		return err
 	}
@@ -427,7 +429,7 @@ func (k keyedStream[T]) open() ([]byte, io.Reader, error) {
 // enterKeyed takes the slots of a stream that names no owner: one of the
 // server's and one of its principal's.
 func (s *ArchiveService) enterKeyed(ctx context.Context) (leave func(), err error) {
-	return s.streams.enterFor("principal:"+principalName(ctx), "principal")
+	return s.streams.EnterFor("principal:"+principalName(ctx), "principal")
 }
 
 func (s *ArchiveService) ReadMetadata(stream grpc.ClientStreamingServer[cb.ReadMetadataRequest, cb.ReadMetadataResponse]) error {
@@ -436,7 +438,7 @@ func (s *ArchiveService) ReadMetadata(stream grpc.ClientStreamingServer[cb.ReadM
 		return err
 	}
 	defer leave()
-	key, in, err := keyedStream[*cb.ReadMetadataRequest]{recv: idleRecv(stream.Context(), stream.Recv, s.limits.StreamIdleTimeout)}.open()
+	key, in, err := keyedStream[*cb.ReadMetadataRequest]{recv: streams.IdleRecv(stream.Context(), stream.Recv, s.limits.StreamIdleTimeout)}.open()
 	if err != nil {
 		return err
 	}
@@ -465,7 +467,7 @@ func (s *ArchiveService) Verify(stream grpc.ClientStreamingServer[cb.VerifyReque
 		return err
 	}
 	defer leave()
-	key, in, err := keyedStream[*cb.VerifyRequest]{recv: idleRecv(stream.Context(), stream.Recv, s.limits.StreamIdleTimeout)}.open()
+	key, in, err := keyedStream[*cb.VerifyRequest]{recv: streams.IdleRecv(stream.Context(), stream.Recv, s.limits.StreamIdleTimeout)}.open()
 	if err != nil {
 		return err
 	}

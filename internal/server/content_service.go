@@ -17,6 +17,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/contentapi"
 	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/preview"
+	"github.com/contentbackup/contentbackup/internal/server/callbudget"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
 
@@ -69,7 +70,7 @@ func (s *ContentService) Encode(ctx context.Context, req *cb.EncodeRequest) (*cb
 			return nil, invalidArgument("content", err)
 		}
 	case *cb.EncodeRequest_Custom:
-		call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
+		call, done := callbudget.Start(ctx, s.pool, "decode", s.callBudget)
 		ec, err = in.Custom, s.registry.CheckPublishable(in.Custom, call)
 		done()
 		var be *codec.BudgetError
@@ -105,7 +106,7 @@ func (s *ContentService) Encode(ctx context.Context, req *cb.EncodeRequest) (*cb
 }
 
 func (s *ContentService) Decode(ctx context.Context, req *cb.DecodeRequest) (*cb.DecodeResponse, error) {
-	call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
+	call, done := callbudget.Start(ctx, s.pool, "decode", s.callBudget)
 	defer done()
 	opts, err := s.decodeOptions(call, req.GetPreview())
 	if err != nil {
@@ -129,7 +130,7 @@ func (s *ContentService) DecodeBatch(ctx context.Context, req *cb.DecodeBatchReq
 	}
 	// One budget for the whole batch, charged by failed decodes too, so a
 	// batch of bombs stops as soon as it has cost what one call may.
-	call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
+	call, done := callbudget.Start(ctx, s.pool, "decode", s.callBudget)
 	defer done()
 	out := make([]*cb.DecodeResponse, len(in))
 	opts, err := s.decodeOptions(call, req.GetPreview())
@@ -154,7 +155,7 @@ func (s *ContentService) DecodeBatch(ctx context.Context, req *cb.DecodeBatchReq
 
 // Preview is Decode's preview alone: the same budget, the same outcome.
 func (s *ContentService) Preview(ctx context.Context, req *cb.PreviewRequest) (*cb.PreviewResponse, error) {
-	call, done := callBudget(ctx, s.pool, "decode", s.callBudget)
+	call, done := callbudget.Start(ctx, s.pool, "decode", s.callBudget)
 	defer done()
 	opts := req.GetOptions()
 	if opts == nil {

@@ -19,7 +19,9 @@ import (
 	"github.com/contentbackup/contentbackup/internal/codec"
 	"github.com/contentbackup/contentbackup/internal/contentapi"
 	"github.com/contentbackup/contentbackup/internal/records"
+	"github.com/contentbackup/contentbackup/internal/server/callbudget"
 	"github.com/contentbackup/contentbackup/internal/server/pagetoken"
+	"github.com/contentbackup/contentbackup/internal/server/streams"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
@@ -42,7 +44,7 @@ type ConversationService struct {
 	limits    Limits
 	pool      *budget.Pool
 	metrics   *telemetry.ServiceMetrics
-	streams   *streamLimiter // StreamMessages calls open at once
+	streams   *streams.Limiter // StreamMessages calls open at once
 }
 
 // ConversationOptions configure the service; zero values take defaults.
@@ -67,7 +69,7 @@ func NewConversationService(s store.Store, reg *codec.Registry, o ConversationOp
 		o.Pool = budget.NewPool(o.Limits.MemoryBytes)
 	}
 	return &ConversationService{store: s, registry: reg, maxAppend: o.MaxAppend, tokens: o.Tokens, limits: o.Limits, pool: o.Pool,
-		streams: newStreamLimiter("message", o.Limits.MaxMessageStreams, o.Limits.MaxMessageStreamsPerOwner)}
+		streams: streams.NewLimiter("message", o.Limits.MaxMessageStreams, o.Limits.MaxMessageStreamsPerOwner)}
 }
 
 func (s *ConversationService) PutGroup(ctx context.Context, req *cb.PutGroupRequest) (*cb.PutGroupResponse, error) {
@@ -136,7 +138,7 @@ func (s *ConversationService) AppendMessages(ctx context.Context, req *cb.Append
 	}
 	// The store driver encodes the batch again (statement arguments, COPY
 	// rows): reserve that much of the server's budget for the call.
-	call, done := callBudget(ctx, s.pool, "append", 2*int64(s.limits.Records.MessageRecordBytes())*int64(s.maxAppend))
+	call, done := callbudget.Start(ctx, s.pool, "append", 2*int64(s.limits.Records.MessageRecordBytes())*int64(s.maxAppend))
 	defer done()
 	if err := call.Charge(2 * int64(proto.Size(req))); err != nil {
 		return nil, statusOf(err)
@@ -164,7 +166,7 @@ func (s *ConversationService) ListMessages(ctx context.Context, req *cb.ListMess
 		return nil, err
 	}
 	// Decoding is charged to the call's and the server's budgets.
-	call, done := callBudget(ctx, s.pool, "list decode", s.limits.CallExpandBytes)
+	call, done := callbudget.Start(ctx, s.pool, "list decode", s.limits.CallExpandBytes)
 	defer done()
 	page, err := s.messagePage(ctx, req.GetOwner(), q, call, true)
 	if err != nil {
@@ -182,14 +184,14 @@ func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stre
 	if err != nil {
 		return err
 	}
-	leave, err := s.streams.enterFor("owner:"+req.GetOwner(), "owner")
+	leave, err := s.streams.EnterFor("owner:"+req.GetOwner(), "owner")
 	if err != nil {
 		return err
 	}
 	defer leave()
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	sender := startSender(ctx, cancel, 1, s.limits.StreamIdleTimeout,
+	sender := streams.StartSender(ctx, cancel, 1, s.limits.StreamIdleTimeout,
 		func(p sendablePage) error { return stream.Send(p.resp) },
 		func(p sendablePage) { p.call.Close() })
 	err = func() error {
@@ -206,7 +208,7 @@ func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stre
 				return nil
 			}
 			p := sendablePage{&cb.StreamMessagesResponse{Messages: page.messages, ResumeToken: page.next}, call}
-			if err := sender.put(p); err != nil {
+			if err := sender.Put(p); err != nil {
 				p.call.Close()
 				return err
 			}
@@ -216,7 +218,7 @@ func (s *ConversationService) StreamMessages(req *cb.StreamMessagesRequest, stre
 			q.After = &page.cursor
 		}
 	}()
-	if serr := sender.finish(); serr != nil {
+	if serr := sender.Finish(); serr != nil {
 		// A stalled client, or a failed send that cancelled the reading:
 		// it is the cause.
 		if status.Code(serr) == codes.DeadlineExceeded {

@@ -38,6 +38,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/jobs"
 	"github.com/contentbackup/contentbackup/internal/preview"
 	"github.com/contentbackup/contentbackup/internal/server/authz"
+	"github.com/contentbackup/contentbackup/internal/server/callbudget"
 	"github.com/contentbackup/contentbackup/internal/server/pagetoken"
 	"github.com/contentbackup/contentbackup/internal/server/requestid"
 	"github.com/contentbackup/contentbackup/internal/store"
@@ -230,7 +231,7 @@ func serverOptions(cfg Config, limits Limits, pool *budget.Pool, log *zap.Logger
 		// handler runs; bounding the calls one connection may have open
 		// bounds what one client can make it buffer.
 		grpc.MaxConcurrentStreams(64),
-		grpc.StatsHandler(budgetStats{}),
+		grpc.StatsHandler(callbudget.Stats{}),
 		// Clients may ping idle connections, but not more than every 10 s.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Connections end after MaxConnectionAge (calls in flight get the

@@ -1,4 +1,9 @@
-package server
+// Package streams holds a stream's limits at the gRPC edge: how many
+// streams of a kind are open at once, in all and per owner (Limiter), how
+// long a client stream may send nothing (IdleRecv), and how far a server
+// stream's sends may run ahead of the client (Sender), so that a slow or
+// hostile client holds a bounded slot for a bounded time.
+package streams
 
 import (
 	"context"
@@ -11,14 +16,14 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// streamLimiter bounds the streams of one kind open at once: the archive
+// Limiter bounds the streams of one kind open at once: the archive
 // streams (Export, Import, ReadMetadata, Verify) or the message streams
 // (StreamMessages), in all and per owner (or, for streams that name none,
 // per principal). A stream past either limit is refused with
 // RESOURCE_EXHAUSTED at once rather than queued: a client that retries
 // with backoff gets in as others finish, and a held-open hostile stream
 // cannot make honest ones wait behind it.
-type streamLimiter struct {
+type Limiter struct {
 	kind                string // "archive", "message": named in refusals
 	maxTotal, maxPerKey int
 
@@ -27,12 +32,12 @@ type streamLimiter struct {
 	byKey map[string]int
 }
 
-func newStreamLimiter(kind string, maxTotal, maxPerKey int) *streamLimiter {
-	return &streamLimiter{kind: kind, maxTotal: maxTotal, maxPerKey: maxPerKey, byKey: map[string]int{}}
+func NewLimiter(kind string, maxTotal, maxPerKey int) *Limiter {
+	return &Limiter{kind: kind, maxTotal: maxTotal, maxPerKey: maxPerKey, byKey: map[string]int{}}
 }
 
-// enter takes a server-wide slot; leave gives it back.
-func (l *streamLimiter) enter() (leave func(), err error) {
+// Enter takes a server-wide slot; leave gives it back.
+func (l *Limiter) Enter() (leave func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.total >= l.maxTotal {
@@ -49,9 +54,9 @@ func (l *streamLimiter) enter() (leave func(), err error) {
 	}, nil
 }
 
-// enterKey takes one of key's slots; what names the key in the refusal
+// EnterKey takes one of key's slots; what names the key in the refusal
 // ("owner", "principal") without repeating it.
-func (l *streamLimiter) enterKey(key, what string) (leave func(), err error) {
+func (l *Limiter) EnterKey(key, what string) (leave func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byKey[key] >= l.maxPerKey {
@@ -70,14 +75,14 @@ func (l *streamLimiter) enterKey(key, what string) (leave func(), err error) {
 	}, nil
 }
 
-// enterFor takes a server-wide slot and one of key's, or neither: what
+// EnterFor takes a server-wide slot and one of key's, or neither: what
 // names the key in a refusal ("owner", "principal").
-func (l *streamLimiter) enterFor(key, what string) (leave func(), err error) {
-	leaveAll, err := l.enter()
+func (l *Limiter) EnterFor(key, what string) (leave func(), err error) {
+	leaveAll, err := l.Enter()
 	if err != nil {
 		return nil, err
 	}
-	leaveKey, err := l.enterKey(key, what)
+	leaveKey, err := l.EnterKey(key, what)
 	if err != nil {
 		leaveAll()
 		return nil, err
@@ -85,12 +90,12 @@ func (l *streamLimiter) enterFor(key, what string) (leave func(), err error) {
 	return func() { leaveKey(); leaveAll() }, nil
 }
 
-// idleRecv wraps a client stream's recv so that a client that sends
+// IdleRecv wraps a client stream's recv so that a client that sends
 // nothing for idle is cut off with DEADLINE_EXCEEDED, instead of holding
 // its stream, its slot and its buffers for as long as it likes. recv runs
 // in a goroutine of its own (the one place a blocked receive can be
 // abandoned); it ends when the call does.
-func idleRecv[T any](ctx context.Context, recv func() (T, error), idle time.Duration) func() (T, error) {
+func IdleRecv[T any](ctx context.Context, recv func() (T, error), idle time.Duration) func() (T, error) {
 	type result struct {
 		m   T
 		err error
@@ -132,14 +137,14 @@ func idleRecv[T any](ctx context.Context, recv func() (T, error), idle time.Dura
 	}
 }
 
-// errStalled: the goroutine sending a server stream took nothing for the
+// ErrStalled: the goroutine sending a server stream took nothing for the
 // stream idle timeout; its client is not reading.
-var errStalled = errors.New("the client read nothing for the stream idle timeout")
+var ErrStalled = errors.New("the client read nothing for the stream idle timeout")
 
-// handOver gives v to a server stream's sending goroutine through ch,
-// waiting at most idle for it to be taken: errStalled past that, the
+// HandOver gives v to a server stream's sending goroutine through ch,
+// waiting at most idle for it to be taken: ErrStalled past that, the
 // context's error if it ends first.
-func handOver[T any](ctx context.Context, ch chan<- T, v T, idle time.Duration) error {
+func HandOver[T any](ctx context.Context, ch chan<- T, v T, idle time.Duration) error {
 	select {
 	case ch <- v:
 		return nil
@@ -153,30 +158,30 @@ func handOver[T any](ctx context.Context, ch chan<- T, v T, idle time.Duration) 
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
-		return errStalled
+		return ErrStalled
 	}
 }
 
-// streamSender sends a server stream's messages from a goroutine of its
+// Sender sends a server stream's messages from a goroutine of its
 // own, so that producing them (reading the store, building an archive)
 // and sending overlap, at most `ahead` waiting between the two. A client
-// that takes nothing for the idle timeout is a stalled client: put
-// returns errStalled, and the producer ends instead of holding what it
+// that takes nothing for the idle timeout is a stalled client: Put
+// returns ErrStalled, and the producer ends instead of holding what it
 // reads (a database snapshot) open. A failed send cancels the producer's
 // context: nobody is reading.
-type streamSender[T any] struct {
+type Sender[T any] struct {
 	ctx     context.Context
 	queue   chan T
 	sent    chan error
 	idle    time.Duration
-	stalled bool
+	stalled bool // under the producer alone
 }
 
-// startSender starts the sending goroutine: send sends one value; done,
+// StartSender starts the sending goroutine: send sends one value; done,
 // when set, is called for each value taken, sent or not (to release what
 // it holds).
-func startSender[T any](ctx context.Context, cancel context.CancelFunc, ahead int, idle time.Duration, send func(T) error, done func(T)) *streamSender[T] {
-	s := &streamSender[T]{ctx: ctx, queue: make(chan T, ahead), sent: make(chan error, 1), idle: idle}
+func StartSender[T any](ctx context.Context, cancel context.CancelFunc, ahead int, idle time.Duration, send func(T) error, done func(T)) *Sender[T] {
+	s := &Sender[T]{ctx: ctx, queue: make(chan T, ahead), sent: make(chan error, 1), idle: idle}
 	go func() {
 		var err error
 		for v := range s.queue {
@@ -194,19 +199,22 @@ func startSender[T any](ctx context.Context, cancel context.CancelFunc, ahead in
 	return s
 }
 
-// put hands v to the sender, waiting at most the idle timeout.
-func (s *streamSender[T]) put(v T) error {
-	err := handOver(s.ctx, s.queue, v, s.idle)
-	if errors.Is(err, errStalled) {
+// Put hands v to the sender, waiting at most the idle timeout.
+func (s *Sender[T]) Put(v T) error {
+	err := HandOver(s.ctx, s.queue, v, s.idle)
+	if errors.Is(err, ErrStalled) {
 		s.stalled = true
 	}
 	return err
 }
 
-// finish ends the queue. A stalled client's call ends at once with
+// Stalled reports that the client stalled: a Put returned ErrStalled.
+func (s *Sender[T]) Stalled() bool { return s.stalled }
+
+// Finish ends the queue. A stalled client's call ends at once with
 // DEADLINE_EXCEEDED (the sender, blocked on it, ends with the call);
-// otherwise finish waits for the sender and returns its error.
-func (s *streamSender[T]) finish() error {
+// otherwise Finish waits for the sender and returns its error.
+func (s *Sender[T]) Finish() error {
 	close(s.queue)
 	if s.stalled {
 		return status.Errorf(codes.DeadlineExceeded, "the client read nothing for %s, the stream idle timeout", s.idle)
