@@ -41,6 +41,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/server/callbudget"
 	"github.com/contentbackup/contentbackup/internal/server/pagetoken"
 	"github.com/contentbackup/contentbackup/internal/server/requestid"
+	"github.com/contentbackup/contentbackup/internal/server/wirecodec"
 	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/telemetry"
 )
@@ -205,9 +206,9 @@ func serverOptions(cfg Config, limits Limits, pool *budget.Pool, log *zap.Logger
 		log.Error("panic in handler", zap.Any("panic", p), zap.Stack("stack"))
 		return status.Error(codes.Internal, "internal error")
 	})
-	inflate := newGunzipBudget(pool, int64(cfg.MaxRecvBytes))
-	reqCodec := newRequestCodec(inflate)
-	authzCfg := authz.Config{Authn: cfg.Auth, PublicReflection: cfg.PublicReflection, Log: log, Malformed: reqCodec.malformed}
+	inflate := wirecodec.NewGunzip(pool, int64(cfg.MaxRecvBytes))
+	reqCodec := wirecodec.NewCodec(inflate)
+	authzCfg := authz.Config{Authn: cfg.Auth, PublicReflection: cfg.PublicReflection, Log: log, Malformed: reqCodec.Malformed}
 	if am := telemetry.NewAuthMetrics(cfg.Metrics); am != nil {
 		authzCfg.Denied, authzCfg.Proved = am.Refused, am.Proved
 	}
@@ -224,7 +225,7 @@ func serverOptions(cfg Config, limits Limits, pool *budget.Pool, log *zap.Logger
 		grpc.InTapHandle(authorizer.Tap),
 		grpc.ForceServerCodecV2(reqCodec),
 		// A compressed request is inflated under the memory budget, before
-		// any interceptor (see gunzipBudget).
+		// any interceptor (see wirecodec.Gunzip).
 		//lint:ignore SA1019 the one way to give a server, not the process, a decompressor of its own
 		grpc.RPCDecompressor(inflate),
 		// gRPC buffers a whole request (up to MaxRecvBytes) before any

@@ -27,7 +27,7 @@ var floors = map[string]int{
 	// API's mapping onto the codecs, and the services.
 	"internal/auth": 6, "internal/auth/authtest": 6, "internal/transport": 6, "internal/telemetry": 6, "internal/contentapi": 6, "internal/server": 6,
 	"internal/server/pagetoken": 6, "internal/server/httpjson": 6, "internal/server/authz": 6, "internal/server/requestid": 6,
-	"internal/server/callbudget": 6, "internal/server/streams": 6,
+	"internal/server/callbudget": 6, "internal/server/streams": 6, "internal/server/wirecodec": 6,
 	"cmd/server": 7, "cmd/archivectl": 7,
 }
 

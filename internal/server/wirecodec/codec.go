@@ -1,4 +1,15 @@
-package server
+// Package wirecodec is the gRPC listener's codec and gzip decompressor:
+// how a request's bytes become a message before any interceptor runs, and
+// how responses are written.
+//
+// A compressed request is inflated under the server-wide memory budget
+// (Gunzip), never past the message limit; a request that does not parse
+// is recorded against its message rather than failed as grpc-go's
+// INTERNAL, and the authorizer, the first interceptor of every call,
+// takes the refusal back (Codec.Malformed) before anything reads the
+// message. Responses are marshalled by the code vtprotobuf generated, an
+// Export chunk without a copy.
+package wirecodec
 
 import (
 	"fmt"
@@ -13,13 +24,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/fault"
 	"github.com/contentbackup/contentbackup/internal/wire"
 
 	// Registers the "proto" codec this one wraps.
 	_ "google.golang.org/grpc/encoding/proto"
 )
 
-// requestCodec is grpc-go's proto codec, except that a request that does
+// Codec is grpc-go's proto codec, except that a request that does
 // not parse (invalid UTF-8 in a string, nesting past protobuf's depth
 // limit, a truncated field) is INVALID_ARGUMENT rather than the INTERNAL
 // grpc-go makes of every decode failure, and reaches the interceptors, so
@@ -30,19 +42,19 @@ import (
 // records it against the message and reports success, and the authorizer,
 // the first interceptor of every call and every received stream message,
 // takes it back (malformed) before anything reads the message.
-type requestCodec struct {
+type Codec struct {
 	proto encoding.CodecV2
 	bad   sync.Map // message pointer → parse error, or *status.Status
 	// inflated is the listener's gzip decompressor, whose charge for a
-	// message the codec releases once it is parsed (see gunzipBudget).
-	inflated *gunzipBudget
+	// message the codec releases once it is parsed (see Gunzip).
+	inflated *Gunzip
 }
 
-func newRequestCodec(inflated *gunzipBudget) *requestCodec {
-	return &requestCodec{proto: encoding.GetCodecV2("proto"), inflated: inflated}
+func NewCodec(inflated *Gunzip) *Codec {
+	return &Codec{proto: encoding.GetCodecV2("proto"), inflated: inflated}
 }
 
-func (c *requestCodec) Name() string { return "proto" }
+func (c *Codec) Name() string { return "proto" }
 
 // Marshal writes a response. An Export chunk goes out without a copy: its
 // field header, then the chunk's own bytes (the proto codec would clear a
@@ -51,7 +63,7 @@ func (c *requestCodec) Name() string { return "proto" }
 // marshalled by the code vtprotobuf generated for it, without protobuf's
 // reflection, which was a sixth of a ListMessages call's CPU; anything
 // else goes to the proto codec.
-func (c *requestCodec) Marshal(v any) (mem.BufferSlice, error) {
+func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 	if hdr, chunk, ok := exportChunk(v); ok {
 		return mem.BufferSlice{mem.SliceBuffer(hdr), mem.SliceBuffer(chunk)}, nil
 	}
@@ -108,7 +120,7 @@ func exportChunk(v any) (hdr, chunk []byte, ok bool) {
 	return protowire.AppendVarint(hdr, uint64(len(c.Chunk))), c.Chunk, true
 }
 
-func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	charge, refused := c.inflated.claim(data)
 	if refused != nil {
 		c.bad.Store(v, refused)
@@ -130,9 +142,9 @@ func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-// malformed returns, once, the parse error recorded for msg, as the
+// Malformed returns, once, the parse error recorded for msg, as the
 // status the caller gets.
-func (c *requestCodec) malformed(msg any) error {
+func (c *Codec) Malformed(msg any) error {
 	if c == nil {
 		return nil
 	}
@@ -143,5 +155,5 @@ func (c *requestCodec) malformed(msg any) error {
 	if st, refused := err.(*status.Status); refused {
 		return st.Err()
 	}
-	return status.Error(codes.InvalidArgument, clip("the request is not a valid protobuf message: "+err.(error).Error()))
+	return status.Error(codes.InvalidArgument, fault.Clip("the request is not a valid protobuf message: "+err.(error).Error(), 1024, "… (truncated)"))
 }

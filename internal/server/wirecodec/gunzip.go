@@ -1,4 +1,4 @@
-package server
+package wirecodec
 
 import (
 	"compress/gzip"
@@ -16,7 +16,7 @@ import (
 	"github.com/contentbackup/contentbackup/internal/budget"
 )
 
-// gunzipBudget is the native gRPC listener's gzip decompressor (grpc-go
+// Gunzip is the native gRPC listener's gzip decompressor (grpc-go
 // prefers a server's own, set with grpc.RPCDecompressor, over the one
 // registered process-wide). A proven caller's compressed request is
 // inflated by grpc-go before any interceptor runs, up to the message
@@ -34,18 +34,18 @@ import (
 // one-byte marker that the codec records against the message as the
 // refusal's own status, which the authorizer returns before anything
 // reads the message.
-type gunzipBudget struct {
+type Gunzip struct {
 	pool  *budget.Pool
 	limit int64 // the message limit, in decompressed bytes
 
 	held sync.Map // uintptr (the output's first byte) → *budget.Call or *status.Status
 }
 
-func newGunzipBudget(pool *budget.Pool, limit int64) *gunzipBudget {
-	return &gunzipBudget{pool: pool, limit: limit}
+func NewGunzip(pool *budget.Pool, limit int64) *Gunzip {
+	return &Gunzip{pool: pool, limit: limit}
 }
 
-func (*gunzipBudget) Type() string { return "gzip" }
+func (*Gunzip) Type() string { return "gzip" }
 
 // gunzipFirstBuffer is the first buffer an inflation allocates; each next
 // one doubles it.
@@ -54,7 +54,7 @@ const gunzipFirstBuffer = 32 << 10
 // Do inflates r whole, charging the budget for each buffer before it is
 // allocated. The charges of buffers outgrown are released once copied:
 // at any moment the charge covers what is live.
-func (g *gunzipBudget) Do(r io.Reader) ([]byte, error) {
+func (g *Gunzip) Do(r io.Reader) ([]byte, error) {
 	zr, err := gzip.NewReader(r)
 	if err != nil {
 		return g.refuse(status.New(codes.InvalidArgument, "the request is marked gzip but is not a gzip stream")), nil
@@ -99,7 +99,7 @@ func (g *gunzipBudget) Do(r io.Reader) ([]byte, error) {
 }
 
 // refuse returns the marker standing for st.
-func (g *gunzipBudget) refuse(st *status.Status) []byte {
+func (g *Gunzip) refuse(st *status.Status) []byte {
 	marker := make([]byte, 1)
 	g.hold(marker, st)
 	return marker
@@ -107,7 +107,7 @@ func (g *gunzipBudget) refuse(st *status.Status) []byte {
 
 // hold files v under out's first byte, and drops it (releasing a charge)
 // if out is collected before the codec claims it.
-func (g *gunzipBudget) hold(out []byte, v any) {
+func (g *Gunzip) hold(out []byte, v any) {
 	first := unsafe.SliceData(out[:1])
 	key := uintptr(unsafe.Pointer(first))
 	g.held.Store(key, v)
@@ -122,7 +122,7 @@ func (g *gunzipBudget) hold(out []byte, v any) {
 
 // claim takes what Do filed for data: its charge (to be released once
 // parsed) or its refusal. Data Do did not make claims nothing.
-func (g *gunzipBudget) claim(data mem.BufferSlice) (*budget.Call, *status.Status) {
+func (g *Gunzip) claim(data mem.BufferSlice) (*budget.Call, *status.Status) {
 	if g == nil || len(data) != 1 {
 		return nil, nil
 	}

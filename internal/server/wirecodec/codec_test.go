@@ -1,4 +1,4 @@
-package server
+package wirecodec
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 // Export chunk writes what proto.Marshal writes, for every size, and
 // leaves every other message to the proto codec.
 func TestExportChunkMarshalIsProto(t *testing.T) {
-	c := newRequestCodec(nil)
+	c := NewCodec(nil)
 	for _, m := range []proto.Message{
 		&cb.ExportResponse{Payload: &cb.ExportResponse_Chunk{Chunk: nil}},
 		&cb.ExportResponse{Payload: &cb.ExportResponse_Chunk{Chunk: []byte{7}}},
@@ -41,7 +41,7 @@ func TestExportChunkMarshalIsProto(t *testing.T) {
 // to the response (internal/contentapi's FuzzMarshalVTMatchesProto holds
 // that code to proto.Marshal for every decode outcome).
 func TestResponseMarshalIsProto(t *testing.T) {
-	c := newRequestCodec(nil)
+	c := NewCodec(nil)
 	for _, n := range []int{0, 1, 1000} {
 		resp := &cb.ListMessagesResponse{NextPageToken: "next"}
 		for i := range n {
