@@ -71,7 +71,7 @@ func configFile(known map[string]bool) kong.ConfigurationLoader {
 // serveFlagNames are the names of serve's flags, for configFile.
 func serveFlagNames() map[string]bool {
 	var c cli
-	parser, err := kong.New(&c, helpGroups)
+	parser, err := kong.New(&c, parserOptions()...)
 	if err != nil {
 		return nil
 	}

@@ -14,7 +14,7 @@ import (
 func parseServe(t *testing.T, args ...string) (cli, error) {
 	t.Helper()
 	var c cli
-	parser, err := kong.New(&c, helpGroups, kong.Configuration(configFile(serveFlagNames())), kong.Exit(func(int) {}))
+	parser, err := kong.New(&c, append(parserOptions(), kong.Configuration(configFile(serveFlagNames())), kong.Exit(func(int) {}))...)
 	if err != nil {
 		t.Fatal(err)
 	}

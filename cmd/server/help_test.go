@@ -14,7 +14,7 @@ import (
 func TestHelpInSections(t *testing.T) {
 	var c cli
 	var out bytes.Buffer
-	parser, err := kong.New(&c, helpGroups, kong.Writers(&out, &out), kong.Exit(func(int) {}))
+	parser, err := kong.New(&c, append(parserOptions(), kong.Writers(&out, &out), kong.Exit(func(int) {}))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,20 +105,20 @@ type serveCmd struct {
 
 // limitFlags bound memory, streams and record sizes (RELIABILITY.md).
 type limitFlags struct {
-	MemoryBudget              int64         `name:"memory-budget" env:"MEMORY_BUDGET" default:"402653184" help:"Server-wide bytes that decompression, decoding, archive readers and import read-ahead may hold at once."`
-	ListPageBytes             int           `name:"list-page-bytes" env:"LIST_PAGE_BYTES" default:"4194304" help:"Largest ListMessages response, and each StreamMessages response; a single larger message still comes back, alone."`
-	MaxGroupBytes             int           `name:"max-group-bytes" env:"MAX_GROUP_BYTES" default:"262144" help:"Largest group record, at PutGroup and import."`
-	MaxMessageBytes           int           `name:"max-message-bytes" env:"MAX_MESSAGE_BYTES" default:"16777216" help:"Largest message content, at AppendMessages and import."`
-	MaxConsentBytes           int           `name:"max-consent-bytes" env:"MAX_CONSENT_BYTES" default:"4096" help:"Largest consent record, at SetConsent and import."`
-	ImportReadAhead           int64         `name:"import-read-ahead" env:"IMPORT_READ_AHEAD" default:"83886080" help:"Bytes of records an import reads ahead of applying; at least four of the largest records."`
-	ArchiveMaxWindow          int           `name:"archive-max-window" env:"ARCHIVE_MAX_WINDOW" default:"8388608" help:"Largest zstd window an archive may declare (the reference writes 2 MiB)."`
-	MaxArchiveStreams         int           `name:"max-archive-streams" env:"MAX_ARCHIVE_STREAMS" default:"16" help:"Archive streams (Export, Import, ReadMetadata, Verify) open at once; past it RESOURCE_EXHAUSTED."`
-	MaxStreamsPerOwner        int           `name:"max-archive-streams-per-owner" env:"MAX_ARCHIVE_STREAMS_PER_OWNER" default:"2" help:"Archive streams open at once for one owner (or, naming none, one principal)."`
-	MaxMessageStreams         int           `name:"max-message-streams" env:"MAX_MESSAGE_STREAMS" default:"32" help:"StreamMessages calls open at once; past it RESOURCE_EXHAUSTED."`
-	MaxMessageStreamsPerOwner int           `name:"max-message-streams-per-owner" env:"MAX_MESSAGE_STREAMS_PER_OWNER" default:"4" help:"StreamMessages calls open at once for one owner."`
-	StreamIdleTimeout         time.Duration `name:"stream-idle-timeout" env:"STREAM_IDLE_TIMEOUT" default:"30s" help:"A client stream that sends nothing for this long ends with DEADLINE_EXCEEDED."`
-	MaxConnectionAge          time.Duration `name:"max-connection-age" env:"MAX_CONNECTION_AGE" default:"30m" help:"Connections are closed after this long (calls in flight get the grace), so clients spread over replicas."`
-	MaxConnectionAgeGrace     time.Duration `name:"max-connection-age-grace" env:"MAX_CONNECTION_AGE_GRACE" default:"10m" help:"How long calls in flight may finish on a connection past its age."`
+	MemoryBudget              int64         `name:"memory-budget" env:"MEMORY_BUDGET" default:"${memory_budget}" help:"Server-wide bytes that decompression, decoding, archive readers and import read-ahead may hold at once."`
+	ListPageBytes             int           `name:"list-page-bytes" env:"LIST_PAGE_BYTES" default:"${list_page_bytes}" help:"Largest ListMessages response, and each StreamMessages response; a single larger message still comes back, alone."`
+	MaxGroupBytes             int           `name:"max-group-bytes" env:"MAX_GROUP_BYTES" default:"${max_group_bytes}" help:"Largest group record, at PutGroup and import."`
+	MaxMessageBytes           int           `name:"max-message-bytes" env:"MAX_MESSAGE_BYTES" default:"${max_message_bytes}" help:"Largest message content, at AppendMessages and import."`
+	MaxConsentBytes           int           `name:"max-consent-bytes" env:"MAX_CONSENT_BYTES" default:"${max_consent_bytes}" help:"Largest consent record, at SetConsent and import."`
+	ImportReadAhead           int64         `name:"import-read-ahead" env:"IMPORT_READ_AHEAD" default:"${import_read_ahead}" help:"Bytes of records an import reads ahead of applying; at least four of the largest records."`
+	ArchiveMaxWindow          int           `name:"archive-max-window" env:"ARCHIVE_MAX_WINDOW" default:"${archive_max_window}" help:"Largest zstd window an archive may declare (the reference writes 2 MiB)."`
+	MaxArchiveStreams         int           `name:"max-archive-streams" env:"MAX_ARCHIVE_STREAMS" default:"${max_archive_streams}" help:"Archive streams (Export, Import, ReadMetadata, Verify) open at once; past it RESOURCE_EXHAUSTED."`
+	MaxStreamsPerOwner        int           `name:"max-archive-streams-per-owner" env:"MAX_ARCHIVE_STREAMS_PER_OWNER" default:"${max_archive_streams_per_owner}" help:"Archive streams open at once for one owner (or, naming none, one principal)."`
+	MaxMessageStreams         int           `name:"max-message-streams" env:"MAX_MESSAGE_STREAMS" default:"${max_message_streams}" help:"StreamMessages calls open at once; past it RESOURCE_EXHAUSTED."`
+	MaxMessageStreamsPerOwner int           `name:"max-message-streams-per-owner" env:"MAX_MESSAGE_STREAMS_PER_OWNER" default:"${max_message_streams_per_owner}" help:"StreamMessages calls open at once for one owner."`
+	StreamIdleTimeout         time.Duration `name:"stream-idle-timeout" env:"STREAM_IDLE_TIMEOUT" default:"${stream_idle_timeout}" help:"A client stream that sends nothing for this long ends with DEADLINE_EXCEEDED."`
+	MaxConnectionAge          time.Duration `name:"max-connection-age" env:"MAX_CONNECTION_AGE" default:"${max_connection_age}" help:"Connections are closed after this long (calls in flight get the grace), so clients spread over replicas."`
+	MaxConnectionAgeGrace     time.Duration `name:"max-connection-age-grace" env:"MAX_CONNECTION_AGE_GRACE" default:"${max_connection_age_grace}" help:"How long calls in flight may finish on a connection past its age."`
 	StoreCheckInterval        time.Duration `name:"store-check-interval" env:"STORE_CHECK_INTERVAL" default:"2s" help:"How often health pings the store; NOT_SERVING while it does not answer."`
 }
 
@@ -166,14 +166,14 @@ type jobFlags struct {
 	JobKeyKeeper          string        `name:"job-key-keeper" env:"JOB_KEY_KEEPER" help:"gocloud.dev/secrets URL of the KMS key that wraps each backup's own data key (awskms://, gcpkms://, azurekeyvault://; base64key:// for tests). Empty: a local key file in --job-keys, protected by file permissions only."`
 	JobKeyRetiring        []string      `name:"job-key-retiring" env:"JOB_KEY_RETIRING" help:"A key-encryption key being rotated away from (repeatable): a gocloud.dev/secrets URL, or the path of a local key file. It opens what it still wraps, and the key worker rewraps every owner key under the current KEK (--job-key-keeper, or the file in --job-keys); once GetKeyStatus shows retired_rows 0, remove it. See docs/erasure.md."`
 	KeyWorkerInterval     time.Duration `name:"key-worker-interval" env:"KEY_WORKER_INTERVAL" default:"10m" help:"How often the key worker looks for owner keys under a retiring KEK and backups whose data keys a KEK wraps directly, and rewraps them (it also runs at start)."`
-	MaxJobs               int           `name:"max-jobs" env:"MAX_JOBS" default:"4" help:"Jobs this server runs at once; past it a started job waits, queued, for a slot."`
-	MaxJobsPerOwner       int           `name:"max-jobs-per-owner" env:"MAX_JOBS_PER_OWNER" default:"2" help:"Jobs of one owner this server runs at once, so one owner's flood never holds every slot."`
-	MaxQueuedJobsPerOwner int           `name:"max-queued-jobs-per-owner" env:"MAX_QUEUED_JOBS_PER_OWNER" default:"8" help:"Jobs of one owner that may wait for a slot; past it StartExport and StartImport are RESOURCE_EXHAUSTED."`
-	KeepFinishedJobs      time.Duration `name:"keep-finished-jobs" env:"KEEP_FINISHED_JOBS" default:"168h" help:"How long an ended job's operation stays listed before it is deleted (its backup stays in the catalog)."`
-	JobLease              time.Duration `name:"job-lease" env:"JOB_LEASE" default:"30s" help:"How long a running job outlives its server: a job whose server stopped is taken over by another replica (or failed, past --job-attempts) this long after its last renewal."`
-	OwnerBackupQuota      int64         `name:"owner-backup-quota" env:"OWNER_BACKUP_QUOTA" default:"10737418240" help:"Archive bytes one owner's backups may hold in all (the catalog's sum); an export past it is RESOURCE_EXHAUSTED. -1: none."`
-	BucketReserve         int64         `name:"bucket-reserve" env:"BUCKET_RESERVE" default:"1073741824" help:"Free bytes an export, or a history upload, leaves on a file bucket's filesystem (the store's disk, in the default layout); past it the export is RESOURCE_EXHAUSTED, the upload 507. -1: none."`
-	JobAttempts           int           `name:"job-attempts" env:"JOB_ATTEMPTS" default:"3" help:"Runs of one job in all: a job whose server stopped is taken over and run again (an export from the start, an import whole) until it has run this many times; 1 turns takeover off."`
+	MaxJobs               int           `name:"max-jobs" env:"MAX_JOBS" default:"${max_jobs}" help:"Jobs this server runs at once; past it a started job waits, queued, for a slot."`
+	MaxJobsPerOwner       int           `name:"max-jobs-per-owner" env:"MAX_JOBS_PER_OWNER" default:"${max_jobs_per_owner}" help:"Jobs of one owner this server runs at once, so one owner's flood never holds every slot."`
+	MaxQueuedJobsPerOwner int           `name:"max-queued-jobs-per-owner" env:"MAX_QUEUED_JOBS_PER_OWNER" default:"${max_queued_jobs_per_owner}" help:"Jobs of one owner that may wait for a slot; past it StartExport and StartImport are RESOURCE_EXHAUSTED."`
+	KeepFinishedJobs      time.Duration `name:"keep-finished-jobs" env:"KEEP_FINISHED_JOBS" default:"${keep_finished_jobs}" help:"How long an ended job's operation stays listed before it is deleted (its backup stays in the catalog)."`
+	JobLease              time.Duration `name:"job-lease" env:"JOB_LEASE" default:"${job_lease}" help:"How long a running job outlives its server: a job whose server stopped is taken over by another replica (or failed, past --job-attempts) this long after its last renewal."`
+	OwnerBackupQuota      int64         `name:"owner-backup-quota" env:"OWNER_BACKUP_QUOTA" default:"${owner_backup_quota}" help:"Archive bytes one owner's backups may hold in all (the catalog's sum); an export past it is RESOURCE_EXHAUSTED. -1: none."`
+	BucketReserve         int64         `name:"bucket-reserve" env:"BUCKET_RESERVE" default:"${bucket_reserve}" help:"Free bytes an export, or a history upload, leaves on a file bucket's filesystem (the store's disk, in the default layout); past it the export is RESOURCE_EXHAUSTED, the upload 507. -1: none."`
+	JobAttempts           int           `name:"job-attempts" env:"JOB_ATTEMPTS" default:"${job_attempts}" help:"Runs of one job in all: a job whose server stopped is taken over and run again (an export from the start, an import whole) until it has run this many times; 1 turns takeover off."`
 	Schedule              string        `name:"schedule" env:"SCHEDULE" help:"YAML policy of scheduled exports (name, cron, owners, bucket, prefix, keep or retention, full_every, verify); see docs/backup-jobs.md."`
 	testHooks
 }
@@ -246,13 +246,7 @@ var helpGroups = kong.ExplicitGroups([]kong.Group{
 
 func main() {
 	var c cli
-	kctx := kong.Parse(&c,
-		kong.Name("server"),
-		kong.Description("The contentbackup gRPC service: XMTP content encode/decode and conversation backups."),
-		kong.Vars{"version": version()},
-		helpGroups,
-		kong.Configuration(configFile(serveFlagNames())),
-	)
+	kctx := kong.Parse(&c, append(parserOptions(), kong.Configuration(configFile(serveFlagNames())))...)
 	if c.CheckPolicy != "" {
 		disabled, err := auth.CheckPolicyFile(c.CheckPolicy)
 		if err != nil {

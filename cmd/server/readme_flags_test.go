@@ -27,7 +27,7 @@ func TestREADMEFlagTable(t *testing.T) {
 		}
 	}
 	var c cli
-	parser, err := kong.New(&c, kong.Exit(func(int) { t.Fatal("kong exited") }))
+	parser, err := kong.New(&c, append(parserOptions(), kong.Exit(func(int) { t.Fatal("kong exited") }))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestREADMEScopeTable(t *testing.T) {
 func serverEnvs(t *testing.T) map[string]bool {
 	t.Helper()
 	var c cli
-	parser, err := kong.New(&c, kong.Exit(func(int) { t.Fatal("kong exited") }))
+	parser, err := kong.New(&c, append(parserOptions(), kong.Exit(func(int) { t.Fatal("kong exited") }))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -188,50 +188,59 @@ type Manager struct {
 	erasures *erasures
 }
 
+// DefaultConfig holds every setting's default, written once: New takes
+// them for what a Config leaves unset, and the binary's flags show them
+// (cmd/server takes its flag defaults from here).
+var DefaultConfig = Config{
+	MaxRunning: 4, MaxQueuedPerOwner: 8, KeepFinished: 7 * 24 * time.Hour,
+	Lease: 30 * time.Second, Renew: time.Second, MaxAttempts: 3,
+	OwnerQuota: DefaultOwnerQuota, BucketReserve: DefaultBucketReserve,
+	VerificationsAtOnce: 4, VerificationsPerOwner: 1,
+}
+
 // New returns a manager; Run starts its lease reaper.
 func New(cfg Config) *Manager {
-	if cfg.MaxRunning <= 0 {
-		cfg.MaxRunning = 4
+	d := DefaultConfig
+	for _, v := range []struct {
+		set *int
+		def int
+	}{
+		{&cfg.MaxRunning, d.MaxRunning}, {&cfg.MaxQueuedPerOwner, d.MaxQueuedPerOwner}, {&cfg.MaxAttempts, d.MaxAttempts},
+		{&cfg.VerificationsAtOnce, d.VerificationsAtOnce}, {&cfg.VerificationsPerOwner, d.VerificationsPerOwner},
+	} {
+		if *v.set <= 0 {
+			*v.set = v.def
+		}
 	}
 	if cfg.MaxRunningPerOwner <= 0 {
+		// Half the server's slots, at least one: no owner takes them all.
 		cfg.MaxRunningPerOwner = max(cfg.MaxRunning/2, 1)
 	}
-	if cfg.MaxQueuedPerOwner <= 0 {
-		cfg.MaxQueuedPerOwner = 8
-	}
-	if cfg.KeepFinished <= 0 {
-		cfg.KeepFinished = 7 * 24 * time.Hour
-	}
-	if cfg.Lease <= 0 {
-		cfg.Lease = 30 * time.Second
-	}
-	if cfg.Renew <= 0 {
-		cfg.Renew = time.Second
+	for _, v := range []struct {
+		set *time.Duration
+		def time.Duration
+	}{
+		{&cfg.KeepFinished, d.KeepFinished}, {&cfg.Lease, d.Lease}, {&cfg.Renew, d.Renew},
+	} {
+		if *v.set <= 0 {
+			*v.set = v.def
+		}
 	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
-	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 3
 	}
 	if cfg.ScheduleClock == nil {
 		cfg.ScheduleClock = time.Now
 	}
 	if cfg.OwnerQuota == 0 {
-		cfg.OwnerQuota = DefaultOwnerQuota
+		cfg.OwnerQuota = d.OwnerQuota
 	}
 	if cfg.BucketReserve == 0 {
-		cfg.BucketReserve = DefaultBucketReserve
+		cfg.BucketReserve = d.BucketReserve
 	}
 	if cfg.Replica == "" {
 		host, _ := os.Hostname()
 		cfg.Replica = fmt.Sprintf("%s/%d", host, os.Getpid())
-	}
-	if cfg.VerificationsAtOnce <= 0 {
-		cfg.VerificationsAtOnce = 4
-	}
-	if cfg.VerificationsPerOwner <= 0 {
-		cfg.VerificationsPerOwner = 1
 	}
 	m := &Manager{cfg: cfg}
 	m.Runner = newRunner(&m.cfg)
