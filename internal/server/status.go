@@ -318,12 +318,35 @@ func withCodeReason(err error) error {
 	return reasoned.Err()
 }
 
+// callersOwn answers a call whose caller hung up or whose deadline
+// passed with CANCELLED or DEADLINE_EXCEEDED, when the handler's error
+// blames the server: the store's driver reports a query cut short by the
+// caller's context as a lost connection or a failed statement, and an
+// alert on UNAVAILABLE or INTERNAL would fire for a client's impatience.
+// The handler's error stays the cause, for the log. An error that is the
+// caller's own (INVALID_ARGUMENT, NOT_FOUND, ...) stands.
+func callersOwn(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Internal, codes.Unknown, codes.Aborted:
+	default:
+		return err
+	}
+	code, reason, msg := codes.Canceled, fault.ReasonCancelled, "canceled"
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code, reason, msg = codes.DeadlineExceeded, fault.ReasonDeadlineExceeded, "deadline exceeded"
+	}
+	return hide(code, reason, msg, err, nil)
+}
+
 // reasonsUnary and reasonsStream are the "reasons" stage (chain.go).
 func reasonsUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
-	return resp, withCodeReason(err)
+	return resp, withCodeReason(callersOwn(ctx, err))
 }
 
 func reasonsStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return withCodeReason(handler(srv, ss))
+	return withCodeReason(callersOwn(ss.Context(), handler(srv, ss)))
 }

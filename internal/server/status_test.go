@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -104,5 +105,38 @@ func TestEveryStatusHasAReason(t *testing.T) {
 	var hc *hiddenCause
 	if err := withCodeReason(hidden); !errors.As(err, &hc) || reason(err) != "STORE_UNAVAILABLE" {
 		t.Errorf("a hidden cause through the reasons stage: %v", err)
+	}
+}
+
+// TestCallersOwnDeadline (issue 52): a call whose caller hung up or whose
+// deadline passed is answered CANCELLED or DEADLINE_EXCEEDED when its
+// error blames the server (the driver's lost connection, a cancelled
+// statement), the error kept as the cause for the log; an error that is
+// the caller's own stands, and a live call's error is untouched.
+func TestCallersOwnDeadline(t *testing.T) {
+	lost := hide(codes.Unavailable, fault.ReasonStoreUnavailable, msgUnavailable, errors.New("use of closed network connection"), nil)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		code codes.Code
+	}{
+		{"a hang-up during a query", cancelled, lost, codes.Canceled},
+		{"a deadline during a query", expired, lost, codes.DeadlineExceeded},
+		{"a cancelled statement", expired, statusOf(errors.New("ERROR: canceling statement due to user request (SQLSTATE 57014)")), codes.DeadlineExceeded},
+		{"the caller's own mistake", expired, withReason(codes.InvalidArgument, fault.ReasonInvalidArgument, "owner: empty"), codes.InvalidArgument},
+		{"a live call", context.Background(), lost, codes.Unavailable},
+	} {
+		err := callersOwn(tc.ctx, tc.err)
+		if status.Code(err) != tc.code {
+			t.Errorf("%s: %v, want %s", tc.name, err, tc.code)
+		}
+		if tc.code != status.Code(tc.err) && !strings.Contains(err.Error(), tc.err.Error()) {
+			t.Errorf("%s: the cause is gone from the log line: %q", tc.name, err.Error())
+		}
 	}
 }

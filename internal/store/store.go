@@ -175,8 +175,12 @@ func Unavailable(err error) bool {
 	if errors.As(err, &pg) {
 		code := pg.SQLState()
 		// Class 08: connection exception; 57P01-57P03: admin shutdown,
-		// crash shutdown, cannot connect now; 53300: too many connections.
-		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "53300"
+		// crash shutdown, cannot connect now; 53300: too many connections;
+		// 57014: the statement was cancelled, by a statement timeout or a
+		// cancel request meant for an earlier statement on the connection
+		// (a caller's own cancellation is told apart by its context, at
+		// the edge and in jobs): the same call may succeed later.
+		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "53300" || code == "57014"
 	}
 	return false
 }

@@ -10,17 +10,14 @@ package postgres
 //lint:file-ignore SA1019 content_type_save is retired but still stored and returned as given (ARCH-004, ARCH-008).
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -63,22 +60,9 @@ type Options struct {
 // Open connects to the database at url (a postgres:// URL or key=value
 // DSN; pool settings such as pool_max_conns go in it too).
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := poolConfig(url, opts)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: database url: %w", err)
-	}
-	if opts.Tracer != nil {
-		cfg.ConnConfig.Tracer = opts.Tracer
-	}
-	if opts.OnNotice != nil {
-		cfg.ConnConfig.OnNotice = opts.OnNotice
-	}
-	// pgx reads the server's messages 8 KiB at a time: an export's stream
-	// of rows took a read system call per 8 KiB, a fifth of the server's
-	// CPU where system calls are dear. A 256 KiB buffer under it makes one
-	// of thirty-two, for one copy more of each byte.
-	cfg.ConnConfig.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(bufio.NewReaderSize(r, 256<<10), w)
+		return nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

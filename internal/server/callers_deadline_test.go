@@ -1,0 +1,109 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	mb "github.com/contentbackup/contentbackup/api/xmtp/device_sync/message_backup"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
+	"github.com/contentbackup/contentbackup/internal/store/postgres"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/transport"
+)
+
+// TestCallersDeadlineIsTheCallers (issue 52): on PostgreSQL, calls whose
+// deadline passes inside a store query are the caller's: answered,
+// logged and counted as DEADLINE_EXCEEDED, never as the store
+// unavailable or an internal error; and they cost no database session,
+// since the query is cancelled on the server and its connection kept
+// (the pool grows at most to its size, whatever the number of calls).
+// Before, pgx closed the connection of every cancelled query, and the
+// edge counted "use of closed network connection" as UNAVAILABLE.
+func TestCallersDeadlineIsTheCallers(t *testing.T) {
+	st := enginetest.Postgres(t).(*postgres.Store)
+	reg := prometheus.NewRegistry()
+	addr := serveTCP(t, Config{Store: st, Metrics: reg, MaxAppendBatch: 20000}, nil)
+	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
+	c := cb.NewConversationServiceClient(conn)
+	owner := "alice"
+	put(t, c, owner, storetest.FullGroup("g"))
+	batch := func(round int) []*mb.GroupMessageSave {
+		msgs := make([]*mb.GroupMessageSave, 5000)
+		for i := range msgs {
+			msgs[i] = storetest.Message(fmt.Sprintf("r%d-m%d", round, i), storetest.GroupID("g"), int64(i+1))
+		}
+		return msgs
+	}
+	// Warm the pool: the sessions a first call opens are not the cost of
+	// cancelling.
+	if _, err := c.AppendMessages(t.Context(), &cb.AppendMessagesRequest{Owner: owner, Messages: batch(-1)}); err != nil {
+		t.Fatal(err)
+	}
+	before := st.Pool().Stat().NewConnsCount()
+	const calls = 60
+	expired := 0
+	for round := range calls {
+		// Long enough for the request to reach the store, short enough
+		// for its statements to outlast it.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(15+round%10*5)*time.Millisecond)
+		_, err := c.AppendMessages(ctx, &cb.AppendMessagesRequest{Owner: owner, Messages: batch(round)})
+		cancel()
+		if err != nil {
+			expired++
+		}
+	}
+	// The server sees the end of each call a moment after its client.
+	time.Sleep(200 * time.Millisecond)
+	if expired == 0 {
+		t.Fatal("no call's deadline passed: the test cut nothing short")
+	}
+	handled := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "grpc_server_handled_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var method, code string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "grpc_method":
+					method = l.GetValue()
+				case "grpc_code":
+					code = l.GetValue()
+				}
+			}
+			if method == "AppendMessages" {
+				handled[code] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	for _, blamed := range []string{"Unavailable", "Internal", "Unknown", "Aborted"} {
+		if handled[blamed] != 0 {
+			t.Errorf("%v calls cut short by their own deadline were counted %s: %v", handled[blamed], blamed, handled)
+		}
+	}
+	// The client's deadline cancels its call (CANCELLED) or the server's
+	// copy of it passes first (DEADLINE_EXCEEDED): both are the caller's.
+	if handled["DeadlineExceeded"]+handled["Canceled"] == 0 {
+		t.Errorf("no call was counted as the caller's: %v", handled)
+	}
+	opened := st.Pool().Stat().NewConnsCount() - before
+	t.Logf("%d of %d calls cut short by their deadline; the server counted %v; %d new database sessions", expired, calls, handled, opened)
+	// A cancelled query's connection waits a moment before it serves
+	// again (the cancel request must not reach the next statement), so
+	// the pool may grow to its size, and a server slow to confirm a cancel
+	// costs its connection; closing every cancelled query's connection
+	// (pgx's default) opened one session for every two calls here.
+	if opened*5 > int64(expired) {
+		t.Errorf("%d calls cut short opened %d database sessions: cancelled queries close their connections", expired, opened)
+	}
+}
