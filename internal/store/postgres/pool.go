@@ -13,8 +13,10 @@ import (
 )
 
 // cancelGrace is how long a cancelled statement's connection waits for
-// the server to confirm the cancel before it is closed instead.
-const cancelGrace = 3 * time.Second
+// the server to confirm the cancel before it is closed instead: short, so
+// that a server that went away (a failover) costs a cancelled call no
+// more than a second.
+const cancelGrace = time.Second
 
 // poolConfig is the pool Open connects with: url's settings, and how the
 // pool's connections read, trace and stop their statements.
