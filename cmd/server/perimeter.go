@@ -72,31 +72,12 @@ func (c *serveCmd) perimeter(ctx context.Context, log *zap.Logger) (*perimeter, 
 
 	var policy *auth.PolicySource
 	if c.AuthPolicy != "" {
+		var stop func()
 		var err error
-		if policy, err = auth.LoadPolicy(c.AuthPolicy, log); err != nil {
+		if policy, stop, err = c.watchPolicy(ctx, log); err != nil {
 			return nil, err
 		}
-		p.policy = policy
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		reload := make(chan struct{}, 1)
-		watchCtx, cancel := context.WithCancel(ctx)
-		go func() {
-			for {
-				select {
-				case <-watchCtx.Done():
-					return
-				case <-hup:
-					select {
-					case reload <- struct{}{}:
-					default:
-					}
-				}
-			}
-		}()
-		go policy.Watch(watchCtx, c.AuthPolicyRefresh, reload)
-		p.stops = append(p.stops, func() { signal.Stop(hup); cancel() })
-		log.Info("auth policy", zap.String("path", c.AuthPolicy))
+		p.policy, p.stops = policy, append(p.stops, stop)
 	}
 	var jwtv *auth.JWTVerifier
 	if c.JWKS != "" {
@@ -127,17 +108,53 @@ func (c *serveCmd) perimeter(ctx context.Context, log *zap.Logger) (*perimeter, 
 	}
 
 	if c.PageTokenKeyFile != "" {
-		key, err := os.ReadFile(c.PageTokenKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("page token key: %w", err)
+		if p.pageTokenKey, err = readPageTokenKey(c.PageTokenKeyFile); err != nil {
+			return nil, err
 		}
-		if len(key) < 32 {
-			return nil, fmt.Errorf("page token key: %s holds %d bytes; at least 32 are needed", c.PageTokenKeyFile, len(key))
-		}
-		p.pageTokenKey = key
 	}
 	ok = true
 	return p, nil
+}
+
+// watchPolicy loads --auth-policy and reloads it every
+// --auth-policy-refresh and on SIGHUP, until stop.
+func (c *serveCmd) watchPolicy(ctx context.Context, log *zap.Logger) (policy *auth.PolicySource, stop func(), err error) {
+	if policy, err = auth.LoadPolicy(c.AuthPolicy, log); err != nil {
+		return nil, nil, err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reload := make(chan struct{}, 1)
+	watchCtx, cancel := context.WithCancel(ctx)
+	go func() {
+		for {
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-hup:
+				select {
+				case reload <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	go policy.Watch(watchCtx, c.AuthPolicyRefresh, reload)
+	log.Info("auth policy", zap.String("path", c.AuthPolicy))
+	return policy, func() { signal.Stop(hup); cancel() }, nil
+}
+
+// readPageTokenKey reads the key page tokens are sealed with: at least
+// 32 bytes.
+func readPageTokenKey(path string) ([]byte, error) {
+	key, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("page token key: %w", err)
+	}
+	if len(key) < 32 {
+		return nil, fmt.Errorf("page token key: %s holds %d bytes; at least 32 are needed", path, len(key))
+	}
+	return key, nil
 }
 
 // devPolicy is the policy of a server started with nothing configured on
