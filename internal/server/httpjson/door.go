@@ -141,36 +141,21 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"Content-Type must be application/json or application/proto (or a Connect, gRPC or gRPC-Web streaming type)")
 		return
 	}
-	if !d.takeCallerPlace(who) {
-		w.Header().Set("Retry-After", "1")
-		refuse(w, http.StatusTooManyRequests, "resource_exhausted", "this caller is sending as many request bodies at once as it may; retry when one ends")
+	leave, ok := d.takeBodyPlaces(w, who)
+	if !ok {
 		return
 	}
-	defer d.giveCallerPlace(who)
-	select {
-	case d.bodies <- struct{}{}:
-		defer func() { <-d.bodies }()
-	default:
-		w.Header().Set("Retry-After", "1")
-		refuse(w, http.StatusServiceUnavailable, "unavailable", "the server is reading as many request bodies as it may; retry")
-		return
-	}
+	defer leave()
 	if !framed(r) && r.ContentLength > d.maxBody {
 		refuse413(w, r.ContentLength, d.maxBody)
 		return
 	}
-	if compressedBody(r) && d.limits.Memory != nil {
-		// The transcoder inflates a message whole, up to maxBody, before
-		// the gRPC server sees it: its room is taken from the server-wide
-		// memory budget first, and held while the body is read.
-		inflated := d.limits.Memory.NewCall("decompressed request", d.maxBody)
-		if err := inflated.Charge(d.maxBody); err != nil {
-			w.Header().Set("Retry-After", "1")
-			refuse(w, http.StatusTooManyRequests, "resource_exhausted",
-				"the server's memory budget has no room now to decompress a request body; retry, or send it uncompressed")
+	if compressedBody(r) {
+		release, ok := d.chargeInflation(w)
+		if !ok {
 			return
 		}
-		defer inflated.Close()
+		defer release()
 	}
 	body := &pacedBody{body: r.Body, rc: http.NewResponseController(w), start: time.Now(), grace: d.limits.BodyGrace, rate: d.limits.MinBodyRate}
 	r.Body = body
@@ -364,27 +349,6 @@ func supportedBody(ct string) bool {
 func isJSON(ct string) bool {
 	mt, _, _ := mime.ParseMediaType(ct)
 	return mt == "application/json"
-}
-
-// httpError answers as the Connect protocol answers an error: JSON with
-// its string code, the shape every error of the listener has.
-// takeCallerPlace takes one of who's body places, if it has one left.
-func (d *door) takeCallerPlace(who string) bool {
-	d.callersMu.Lock()
-	defer d.callersMu.Unlock()
-	if d.callers[who] >= d.limits.MaxBodiesPerCaller {
-		return false
-	}
-	d.callers[who]++
-	return true
-}
-
-func (d *door) giveCallerPlace(who string) {
-	d.callersMu.Lock()
-	defer d.callersMu.Unlock()
-	if d.callers[who]--; d.callers[who] <= 0 {
-		delete(d.callers, who)
-	}
 }
 
 // clientHost is the host of a request's remote address.
