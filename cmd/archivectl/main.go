@@ -42,7 +42,7 @@ import (
 )
 
 type cli struct {
-	Server string `default:"127.0.0.1:50051" env:"SERVER_ADDR" help:"Address of the contentbackup server (export, import)."`
+	Server string `default:"127.0.0.1:50051" env:"SERVER_ADDR" help:"Address of the contentbackup server, for every command that calls one (all but inspect, verify and rewrap)."`
 	connFlags
 	JSON     bool        `name:"json" help:"Print machine-readable JSON on stdout."`
 	Export   exportCmd   `cmd:"" help:"Export an owner's archive from the server to a file."`

@@ -158,7 +158,8 @@ func readPageTokenKey(path string) ([]byte, error) {
 }
 
 // devPolicy is the policy of a server started with nothing configured on
-// loopback: one operator principal ("dev", every scope, every owner)
+// loopback: one operator principal ("dev", every scope, owners.erase
+// included, which admin does not imply, and every owner)
 // proven by a random token kept in <data-dir>/dev-token (mode 0600) and
 // reused on the next start. Only the file's path is logged.
 func devPolicy(dataDir string, log *zap.Logger) (*auth.PolicySource, error) {
@@ -178,7 +179,7 @@ func devPolicy(dataDir string, log *zap.Logger) (*auth.PolicySource, error) {
 			return nil, fmt.Errorf("development token: %w", err)
 		}
 	}
-	pol, err := auth.ParsePolicy([]byte(fmt.Sprintf("principals:\n  - name: dev\n    tokens_sha256: [%s]\n    scopes: [admin]\n    owners: [\"*\"]\n", auth.TokenDigest(token))))
+	pol, err := auth.ParsePolicy([]byte(fmt.Sprintf("principals:\n  - name: dev\n    tokens_sha256: [%s]\n    scopes: [admin, owners.erase]\n    owners: [\"*\"]\n", auth.TokenDigest(token))))
 	if err != nil {
 		return nil, err
 	}
