@@ -301,6 +301,11 @@ func (d *deleteBackupCmd) Run(ctx context.Context, c *cli) error {
 	return c.output(map[string]any{"deleted": d.Backup}, fmt.Sprintf("deleted backup %s\n", d.Backup))
 }
 
+// errNoBackupPrefix: no backup of the owner has an id with the prefix
+// given; another owner's reads the same (the catalog lists only the
+// owner's), which hints.go knows.
+var errNoBackupPrefix = errors.New("backup not found")
+
 // minPrefix is the shortest id prefix archivectl resolves: shorter ones
 // would match too often to be worth a listing.
 const minPrefix = 4
@@ -328,7 +333,7 @@ func resolveBackup(ctx context.Context, conn *grpc.ClientConn, owner, id string)
 	}
 	switch len(found) {
 	case 0:
-		return "", fmt.Errorf("no backup of %s has an id starting %s (archivectl backups list --owner %s lists them)", owner, id, owner)
+		return "", fmt.Errorf("%w: no backup of %s has an id starting %s (archivectl backups list --owner %s lists them)", errNoBackupPrefix, owner, id, owner)
 	case 1:
 		return found[0], nil
 	}

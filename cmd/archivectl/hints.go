@@ -119,7 +119,8 @@ var mistakes = []mistake{
 	{ // another owner's backup, restored without --source-owner
 		match: func(err error, c *cli, command string) bool {
 			r, _ := reasonOf(err)
-			return r == "BACKUP_NOT_FOUND" && strings.HasPrefix(command, "restore") && c.Restore.SourceOwner == ""
+			notFound := r == "BACKUP_NOT_FOUND" || errors.Is(err, errNoBackupPrefix)
+			return notFound && strings.HasPrefix(command, "restore") && c.Restore.SourceOwner == ""
 		},
 		hint: func(_ error, c *cli) string {
 			return "if the backup is another owner's, name that owner with --source-owner; restoring it into " + c.Restore.Owner + " needs the scope archive.migrate"

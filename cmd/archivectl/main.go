@@ -706,10 +706,18 @@ func (v *verifyCmd) Run(c *cli) error {
 		return err
 	}
 	if rep.Err != nil {
-		return errors.New("the archive is not complete")
+		return incompleteError{rep.Err}
 	}
 	return nil
 }
+
+// incompleteError ends a verify that found a problem, which the report
+// above it has named: its line says only that, and the hints read its
+// cause (a record that fails authentication: the wrong key?).
+type incompleteError struct{ cause error }
+
+func (e incompleteError) Error() string { return "the archive is not complete" }
+func (e incompleteError) Unwrap() error { return e.cause }
 
 type rewrapCmd struct {
 	keyFlags
