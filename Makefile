@@ -228,11 +228,12 @@ FUZZ_TARGETS := \
 	internal/archive:FuzzReader internal/archive:FuzzReaderMutatedArchive \
 	internal/archive:FuzzParseElementMatchesProto internal/archive:FuzzAppendElementMatchesProto internal/wire:FuzzConsumeMatchesProtowire internal/wire:FuzzBadUTF8Field \
 	internal/server/pagetoken:FuzzPageToken internal/server:FuzzListFilter internal/server:FuzzHTTPRequest internal/contentapi:FuzzMarshalVTMatchesProto internal/contentapi:FuzzDecodeReusingMatchesAlone \
-	internal/backup:FuzzChainMerge internal/jobs:FuzzCheckObjectKey internal/jobs:FuzzJobID internal/keyring:FuzzOpenDataKey internal/history:FuzzHistoryRequest \
+	internal/backup:FuzzChainMerge internal/jobs:FuzzCheckObjectKey internal/server:FuzzJobID internal/keyring:FuzzOpenDataKey internal/history:FuzzHistoryRequest \
 	internal/preview:FuzzCut internal/preview:FuzzPreview internal/preview:FuzzJSONCost
 fuzz:
 	for entry in $(FUZZ_TARGETS); do \
 		pkg=$${entry%%:*}; target=$${entry#*:}; \
+		go test ./$$pkg -list "^$$target\$$" | grep -qx "$$target" || { echo "make fuzz: $$pkg has no fuzz target $$target"; exit 1; }; \
 		go test ./$$pkg -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
