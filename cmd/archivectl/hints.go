@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/contentbackup/contentbackup/internal/archive"
+	"github.com/contentbackup/contentbackup/internal/fault"
+	"github.com/contentbackup/contentbackup/internal/server/authz"
 )
 
 // mistake is a common mistake an error shows: match tells it from the
@@ -34,27 +36,24 @@ func codeOf(err error) codes.Code {
 // reasonOf is the reason the server gave err (its google.rpc.ErrorInfo)
 // and the metadata with it; "" for an error that carries none. Hints
 // read reasons and metadata, never the server's prose, which may change.
-func reasonOf(err error) (string, map[string]string) {
+func reasonOf(err error) (fault.Reason, map[string]string) {
 	var se interface{ GRPCStatus() *status.Status }
 	if !errors.As(err, &se) {
 		return "", nil
 	}
 	for _, d := range se.GRPCStatus().Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
-			return info.GetReason(), info.GetMetadata()
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == authz.ErrorDomain {
+			return fault.Reason(info.GetReason()), info.GetMetadata()
 		}
 	}
 	return "", nil
 }
 
-// errorDomain is the ErrorInfo domain the server's reasons are in.
-const errorDomain = "contentbackup.v1"
-
 // versionOf is the container version an archive was refused for, and the
 // one the reader knows: from the server's metadata, or from a local
 // read's error.
 func versionOf(err error) (version, supported string, ok bool) {
-	if r, md := reasonOf(err); r == "UNSUPPORTED_VERSION" && md["version"] != "" {
+	if r, md := reasonOf(err); r == fault.ReasonUnsupportedVersion && md["version"] != "" {
 		return md["version"], md["supported"], true
 	}
 	var ve *archive.VersionError
@@ -98,7 +97,7 @@ var mistakes = []mistake{
 	{ // the wrong key
 		match: func(err error, _ *cli, _ string) bool {
 			r, _ := reasonOf(err)
-			return r == "AUTHENTICATION_FAILED" || errors.Is(err, archive.ErrAuthentication)
+			return r == fault.ReasonAuthenticationFailed || errors.Is(err, archive.ErrAuthentication)
 		},
 		hint: func(error, *cli) string {
 			return "wrong key? an archive opens only under the key it was exported with, given by --key-file; a backup job's key comes from archivectl backups key"
@@ -119,7 +118,7 @@ var mistakes = []mistake{
 	{ // another owner's backup, restored without --source-owner
 		match: func(err error, c *cli, command string) bool {
 			r, _ := reasonOf(err)
-			notFound := r == "BACKUP_NOT_FOUND" || errors.Is(err, errNoBackupPrefix)
+			notFound := r == fault.ReasonBackupNotFound || errors.Is(err, errNoBackupPrefix)
 			return notFound && strings.HasPrefix(command, "restore") && c.Restore.SourceOwner == ""
 		},
 		hint: func(_ error, c *cli) string {

@@ -38,21 +38,7 @@ func TestHTTPJSONProvesACallOnce(t *testing.T) {
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	verified := func(where string) float64 {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != "contentbackup_auth_credentials_verified_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				if m.GetLabel()[0].GetValue() == where {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-		return 0
+		return series(t, reg, "contentbackup_auth_credentials_verified_total", map[string]string{"where": where}).GetCounter().GetValue()
 	}
 	ec, _ := codec.NewRegistry().Encode(codec.TypeText, "once")
 	env, _ := proto.Marshal(ec)
