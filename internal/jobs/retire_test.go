@@ -499,7 +499,7 @@ func (n pgNode) files(t *testing.T) []liveFile {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, liveFile{name: "pg_wal/" + filepath.Base(p), data: data, varlena: true})
+		out = append(out, liveFile{name: "pg_wal/" + filepath.Base(p), data: walRecords(data), varlena: true})
 	}
 	return out
 }
@@ -536,4 +536,27 @@ func TestErasureRotationInAReadOnlyKeyDirectory(t *testing.T) {
 	if err != nil || len(status.Retirements) != 1 || !strings.Contains(status.Retirements[0].NextStep, "could not rotate") {
 		t.Fatalf("key status: %+v, %v; want the rotation's failure and what to do", status.Retirements, err)
 	}
+}
+
+// walRecords is a WAL segment without its page headers: a record that
+// crosses a page is whole again, as an attacker who reads the format
+// would put it together (XLOG_BLCKSZ pages; a long header where
+// xlp_info has XLP_LONG_HEADER, a short one elsewhere, both MAXALIGNed).
+func walRecords(segment []byte) []byte {
+	const (
+		pageSize    = 8192
+		shortHeader = 24
+		longHeader  = 40
+		longFlag    = 0x0002
+	)
+	out := make([]byte, 0, len(segment))
+	for off := 0; off+pageSize <= len(segment); off += pageSize {
+		page := segment[off : off+pageSize]
+		header := shortHeader
+		if page[2]&longFlag != 0 {
+			header = longHeader
+		}
+		out = append(out, page[header:]...)
+	}
+	return out
 }
