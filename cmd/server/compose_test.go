@@ -66,7 +66,6 @@ func dockerfileEnv(t *testing.T) map[string]string {
 // services: an export job started on one replica writes to the shared
 // bucket, and the other restores that backup, under the shared KEK.
 func TestComposeFleet(t *testing.T) {
-	bin := buildServer(t)
 	out := t.TempDir()
 	setup := exec.Command("bash", "../../deploy/compose/setup.sh")
 	setup.Env = append(os.Environ(), "OUT="+out)
@@ -80,10 +79,8 @@ func TestComposeFleet(t *testing.T) {
 		t.Fatal(err) // s3-bucket makes it in the compose file
 	}
 	url := storetest.NewPostgresDatabase(t)
-	migrate := exec.Command(bin, "migrate")
-	migrate.Env = append(os.Environ(), "DATABASE_URL="+url)
-	if b, err := migrate.CombinedOutput(); err != nil {
-		t.Fatalf("the compose file's migrate service: %v\n%s", err, b)
+	if code, out := runIn(t.Context(), t, []string{"DATABASE_URL=" + url}, "migrate"); code != 0 {
+		t.Fatalf("the compose file's migrate service: exit %d\n%s", code, out)
 	}
 	token, err := transport.ReadToken(filepath.Join(out, "token"))
 	if err != nil {
@@ -120,7 +117,8 @@ func TestComposeFleet(t *testing.T) {
 		for k, v := range env {
 			list = append(list, k+"="+v)
 		}
-		addr, logs, _ := startBinary(t, bin, append(list, "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")...)
+		srv := serveIn(t, append(list, "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")...)
+		addr, logs := srv.addr, srv.logs
 		t.Cleanup(func() {
 			if t.Failed() {
 				t.Logf("%s:\n%s", name, logs())

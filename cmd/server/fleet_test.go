@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,7 +48,6 @@ func fleetEnv(t *testing.T, url, dir, s3Endpoint string, extra ...string) []stri
 // archives one replica would: one per tick, every tick, none twice; also
 // when one replica's clock is 3 s ahead or behind.
 func TestFleetSchedulesFireOncePerTick(t *testing.T) {
-	bin := buildServerWithTestHooks(t) // SCHEDULE_CLOCK_OFFSET skews a replica's clock
 	for _, c := range []struct {
 		name   string
 		offset time.Duration
@@ -63,7 +61,7 @@ func TestFleetSchedulesFireOncePerTick(t *testing.T) {
 			if err := os.WriteFile(schedule, []byte(policy), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			a := &jobServer{bin: bin, env: fleetEnv(t, url, dir, "", "SCHEDULE="+schedule)}
+			a := &jobServer{env: fleetEnv(t, url, dir, "", "SCHEDULE="+schedule)}
 			conn := a.start(t)
 			conv := cb.NewConversationServiceClient(conn)
 			g := storetest.FullGroup("g")
@@ -73,12 +71,14 @@ func TestFleetSchedulesFireOncePerTick(t *testing.T) {
 			if _, err := conv.AppendMessages(t.Context(), &cb.AppendMessagesRequest{Owner: "alice", Messages: storetest.Messages("m", g.GetId(), 20, 1000)}); err != nil {
 				t.Fatal(err)
 			}
-			b := &jobServer{bin: bin, env: fleetEnv(t, url, dir, "", "SCHEDULE="+schedule, fmt.Sprintf("SCHEDULE_CLOCK_OFFSET=%s", c.offset))}
+			offset := c.offset
+			b := &jobServer{env: fleetEnv(t, url, dir, "", "SCHEDULE="+schedule), adjust: func(c *cli) {
+				c.Serve.scheduleClock = func() time.Time { return time.Now().Add(offset) }
+			}}
 			b.start(t)
 			time.Sleep(60 * time.Second)
 			for _, s := range []*jobServer{a, b} {
-				_ = s.proc.Signal(syscall.SIGTERM)
-				_, _ = s.proc.Wait()
+				s.stop()
 			}
 			ticks, claimers := claimedTicks(t, url)
 			complete, writing := fleetBackups(t, url)

@@ -72,7 +72,6 @@ func TestHistoryMetrics(t *testing.T) {
 // certificate, as the SDKs) uploads and downloads over HTTPS, and plain
 // HTTP is not answered as the protocol.
 func TestHistoryListenerTLS(t *testing.T) {
-	bin := buildServer(t)
 	out := t.TempDir()
 	setup := exec.Command("bash", "../../deploy/compose/setup.sh")
 	setup.Env = append(os.Environ(), "OUT="+out)
@@ -85,7 +84,7 @@ func TestHistoryListenerTLS(t *testing.T) {
 	}
 	historyAddr := lis.Addr().String()
 	lis.Close()
-	startBinary(t, bin, "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR="+t.TempDir(),
+	serveIn(t, "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR="+t.TempDir(),
 		"TLS_CERT="+filepath.Join(out, "tls/server.crt"), "TLS_KEY="+filepath.Join(out, "tls/server.key"),
 		"TLS_CLIENT_CA="+filepath.Join(out, "tls/ca.crt"), "AUTH_POLICY="+filepath.Join(out, "policy.yaml"),
 		"PAGE_TOKEN_KEY_FILE="+filepath.Join(out, "page-token.key"), "HISTORY_LISTEN_ADDR="+historyAddr)

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,20 +168,38 @@ func (th *throttle) copy(dst io.Writer, src io.Reader) {
 	}
 }
 
-// jobServer is the built server with an S3 bucket "s3" (through the
-// throttle) and its embedded file bucket "local".
+// jobServer is a server with an S3 bucket "s3" (through the throttle) and
+// its embedded file bucket "local": the built binary when bin is set (a
+// test that kills it), run in the test's process otherwise.
 type jobServer struct {
 	bin, dataDir string
 	env          []string
+	adjust       func(*cli) // in process: what no flag sets
 	addr         string
-	proc         *os.Process
+	proc         *os.Process // the binary's
+	served       *served     // in process
 	logs         func() string
 }
 
 func (s *jobServer) start(t *testing.T) *grpc.ClientConn {
 	t.Helper()
-	s.addr, s.logs, s.proc = startBinary(t, s.bin, s.env...)
+	if s.bin == "" {
+		s.served = serveInWith(t, s.adjust, s.env...)
+		s.addr, s.logs = s.served.addr, s.served.logs
+	} else {
+		s.addr, s.logs, s.proc = startBinary(t, s.bin, s.env...)
+	}
 	return s.as(t, opsJobToken)
+}
+
+// stop ends the server as SIGTERM does, and waits for it.
+func (s *jobServer) stop() {
+	if s.served != nil {
+		s.served.stop()
+		return
+	}
+	_ = s.proc.Signal(syscall.SIGTERM)
+	_, _ = s.proc.Wait()
 }
 
 // as dials the server with a token of the job servers' policy.
@@ -565,7 +584,7 @@ schedules:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := &jobServer{bin: buildServer(t), dataDir: dataDir, env: []string{
+	srv := &jobServer{dataDir: dataDir, env: []string{
 		"LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR=" + dataDir, "SCHEDULE=" + policy,
 		"AUTH_POLICY=" + jobPolicy(t),
 	}}
@@ -778,7 +797,7 @@ func erasureAgainstS3(t *testing.T, conn *grpc.ClientConn, gw gateway, gwAddr st
 // the id is 404.
 func TestHistoryServerAgainstS3(t *testing.T) {
 	gw, gwAddr := startGateway(t)
-	srv := newJobServer(t, buildServer(t), gwAddr)
+	srv := newJobServer(t, "", gwAddr)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -2,11 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,18 +19,16 @@ import (
 // file and the fingerprint the catalog expects, and makes no new KEK. The
 // KEK put back, it starts and the backup restores.
 func TestBinaryRefusesAWrongKEK(t *testing.T) {
-	bin := buildServer(t)
 	dataDir := t.TempDir()
 	env := []string{"LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR=" + dataDir, "AUTH_POLICY=" + jobPolicy(t)}
-	srv := &jobServer{bin: bin, dataDir: dataDir, env: env}
+	srv := &jobServer{dataDir: dataDir, env: env}
 	conn := srv.start(t)
 	fillLarge(t, conn, "alice")
 	done := waitJob(t, conn, startExport(t, conn, "alice", "local", "before").GetName())
 	if done.GetError() != nil {
 		t.Fatalf("export: %v", done.GetError())
 	}
-	_ = srv.proc.Signal(syscall.SIGTERM)
-	_, _ = srv.proc.Wait()
+	srv.stop()
 
 	path := filepath.Join(dataDir, "keys", keyring.KEKFile)
 	good, err := os.ReadFile(path)
@@ -63,22 +60,17 @@ func TestBinaryRefusesAWrongKEK(t *testing.T) {
 			if err := c.setup(); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(bin)
-			cmd.Env = append(os.Environ(), env...)
-			done := make(chan []byte, 1)
-			go func() { out, _ := cmd.CombinedOutput(); done <- out }()
-			var out []byte
-			select {
-			case out = <-done:
-			case <-time.After(60 * time.Second):
-				_ = cmd.Process.Kill()
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			code, out := runIn(ctx, t, env)
+			if ctx.Err() != nil {
 				t.Fatalf("the server with its KEK %s kept running", c.name)
 			}
-			if cmd.ProcessState.Success() || !strings.Contains(string(out), path) || !strings.Contains(string(out), fingerprint) {
-				t.Errorf("the server with its KEK %s: exit %v\n%s\nwant a refusal naming %s and fingerprint %s", c.name, cmd.ProcessState, out, path, fingerprint)
+			if code == 0 || !strings.Contains(out, path) || !strings.Contains(out, fingerprint) {
+				t.Errorf("the server with its KEK %s: exit %d\n%s\nwant a refusal naming %s and fingerprint %s", c.name, code, out, path, fingerprint)
 			}
-			t.Logf("with the KEK %s: %s", c.name, strings.TrimSpace(string(out)))
-			if strings.Contains(string(out), `"msg":"serving"`) {
+			t.Logf("with the KEK %s: %s", c.name, strings.TrimSpace(out))
+			if strings.Contains(out, `"msg":"serving"`) {
 				t.Errorf("the server with its KEK %s served", c.name)
 			}
 			if c.name == "missing" {

@@ -175,7 +175,11 @@ type jobFlags struct {
 	BucketReserve         int64         `name:"bucket-reserve" env:"BUCKET_RESERVE" default:"${bucket_reserve}" help:"Free bytes an export, or a history upload, leaves on a file bucket's filesystem (the store's disk, in the default layout); past it the export is RESOURCE_EXHAUSTED, the upload 507. -1: none."`
 	JobAttempts           int           `name:"job-attempts" env:"JOB_ATTEMPTS" default:"${job_attempts}" help:"Runs of one job in all: a job whose server stopped is taken over and run again (an export from the start, an import whole) until it has run this many times; 1 turns takeover off."`
 	Schedule              string        `name:"schedule" env:"SCHEDULE" help:"YAML policy of scheduled exports (name, cron, owners, bucket, prefix, keep or retention, full_every, verify); see docs/backup-jobs.md."`
-	testHooks
+
+	// scheduleClock is the clock schedules read; nil is time.Now. No flag
+	// sets it: the fleet tests, which run replicas in their process, skew
+	// one replica's.
+	scheduleClock func() time.Time
 }
 
 // jobs opens the keys and buckets jobs use, creating the embedded
@@ -224,7 +228,7 @@ func (f jobFlags) jobs(ctx context.Context, dataDir string) (*jobs.Config, func(
 	cfg := &jobs.Config{KEK: kek, RetiringKEKs: retiring, Buckets: b, AbortUploads: drivers.AbortS3Uploads, MaxRunning: f.MaxJobs, MaxRunningPerOwner: f.MaxJobsPerOwner,
 		MaxQueuedPerOwner: f.MaxQueuedJobsPerOwner, KeepFinished: f.KeepFinishedJobs, Lease: f.JobLease, MaxAttempts: f.JobAttempts,
 		OwnerQuota: f.OwnerBackupQuota, BucketReserve: f.BucketReserve,
-		ScheduleClock: f.scheduleClock()}
+		ScheduleClock: f.scheduleClock}
 	return cfg, func() { _ = b.Close(); closeKEKs() }, nil
 }
 
@@ -245,32 +249,76 @@ var helpGroups = kong.ExplicitGroups([]kong.Group{
 })
 
 func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], console{stdout: os.Stdout, stderr: os.Stderr})
+	stop()
+	os.Exit(code)
+}
+
+// console is where the server writes: its logs and errors to stderr, what
+// a command prints to stdout. main passes the process's; tests pass
+// buffers and run the server in their own process.
+type console struct{ stdout, stderr io.Writer }
+
+// exited is kong's exit (after --help, --version or a parse error) as a
+// value: run recovers it and returns its code, so a test's process is not
+// ended by a flag.
+type exited int
+
+// run is the binary: it parses args, runs the command they name until ctx
+// ends (main's ends on SIGINT or SIGTERM), and returns the exit code.
+func run(ctx context.Context, args []string, con console) int {
+	return runWith(ctx, args, con, nil)
+}
+
+// runWith is run with adjust applied to the parsed flags before the
+// command runs: how tests set what no flag may.
+func runWith(ctx context.Context, args []string, con console, adjust func(*cli)) (code int) {
 	var c cli
-	kctx := kong.Parse(&c, append(parserOptions(), kong.Configuration(configFile(serveFlagNames())))...)
+	parser, err := kong.New(&c, append(parserOptions(), kong.Configuration(configFile(serveFlagNames())),
+		kong.Writers(con.stdout, con.stderr), kong.Exit(func(code int) { panic(exited(code)) }))...)
+	if err != nil {
+		fmt.Fprintln(con.stderr, "server:", err)
+		return 2
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(exited)
+			if !ok {
+				panic(r)
+			}
+			code = int(e)
+		}
+	}()
+	kctx, err := parser.Parse(args)
+	parser.FatalIfErrorf(err)
 	if c.CheckPolicy != "" {
 		disabled, err := auth.CheckPolicyFile(c.CheckPolicy)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "server: policy refused:", err)
-			os.Exit(1)
+			fmt.Fprintln(con.stderr, "server: policy refused:", err)
+			return 1
 		}
-		fmt.Printf("policy %s: ok; disabled principals (no credential): %d %v\n", c.CheckPolicy, len(disabled), disabled)
-		return
+		fmt.Fprintf(con.stdout, "policy %s: ok; disabled principals (no credential): %d %v\n", c.CheckPolicy, len(disabled), disabled)
+		return 0
 	}
-	if err := kctx.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "server:", err)
-		os.Exit(1)
+	if adjust != nil {
+		adjust(&c)
 	}
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	if err := kctx.Run(con); err != nil {
+		fmt.Fprintln(con.stderr, "server:", err)
+		return 1
+	}
+	return 0
 }
 
 // Run applies the migrations and exits.
-func (m *migrateCmd) Run() error {
-	log, err := newLogger(m.LogLevel, m.LogFormat)
+func (m *migrateCmd) Run(ctx context.Context, con console) error {
+	log, err := newLogger(m.LogLevel, m.LogFormat, con.stderr)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	s, err := openStore(ctx, m.storeFlags, true, log, nil)
 	if err != nil {
 		return err
@@ -352,24 +400,26 @@ func metricsMux(reg *prometheus.Registry, srv *server.Server, policy *auth.Polic
 	return mux
 }
 
-func newLogger(level, format string, opts ...zap.Option) (*zap.Logger, error) {
+func newLogger(level, format string, out io.Writer) (*zap.Logger, error) {
 	var lvl zapcore.Level
 	if err := lvl.Set(level); err != nil {
 		return nil, fmt.Errorf("log level: %w", err)
 	}
 	cfg := zap.NewProductionConfig()
+	enc := zapcore.NewJSONEncoder(cfg.EncoderConfig)
 	if format == "console" {
+		// Development's encoder, without its stack after every warning,
+		// which buries the line that matters: a stack is for a bug (error
+		// and above), as in json.
 		cfg = zap.NewDevelopmentConfig()
-		// Development's stack after every warning buries the line that
-		// matters; a stack is for a bug (error and above), as in json.
-		cfg.Development = false
+		enc = zapcore.NewConsoleEncoder(cfg.EncoderConfig)
 	}
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	log, err := cfg.Build(append([]zap.Option{zap.AddStacktrace(zapcore.ErrorLevel)}, opts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("logger: %w", err)
+	sink := zapcore.Lock(zapcore.AddSync(out))
+	core := zapcore.NewCore(enc, sink, lvl)
+	if s := cfg.Sampling; s != nil {
+		core = zapcore.NewSamplerWithOptions(core, time.Second, s.Initial, s.Thereafter)
 	}
-	return log, nil
+	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.ErrorLevel), zap.ErrorOutput(sink)), nil
 }
 
 // buildVersion is set at build time: -ldflags "-X main.buildVersion=...".

@@ -184,13 +184,9 @@ func scrape(t *testing.T, url string) string {
 }
 
 func TestVersionFlag(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "server")
-	if out, err := exec.Command("go", "build", "-ldflags", "-X main.buildVersion=v9.9.9-test", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin, "--version").Output()
-	if err != nil || strings.TrimSpace(string(out)) != "v9.9.9-test" {
-		t.Errorf("--version: %q %v", out, err)
+	out, err := exec.Command(buildServer(t), "--version").Output()
+	if err != nil || strings.TrimSpace(string(out)) != testVersion {
+		t.Errorf("--version: %q %v; want the version the build was given, %s", out, err, testVersion)
 	}
 }
 
@@ -198,53 +194,24 @@ func TestVersionFlag(t *testing.T) {
 // database, then serves from it with --no-migrate; without the migration
 // the server refuses to start rather than serve a schema it does not know.
 func TestBinaryPostgres(t *testing.T) {
-	bin := buildServer(t)
 	dbURL := storetest.NewPostgresDatabase(t)
 	dataDir := t.TempDir()
-	env := append(os.Environ(), "DATABASE_URL="+dbURL, "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR="+dataDir)
+	env := []string{"DATABASE_URL=" + dbURL, "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR=" + dataDir}
 
-	unmigrated := exec.Command(bin, "--no-migrate")
-	unmigrated.Env = env
-	out, err := unmigrated.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "run the migrate command") {
-		t.Fatalf("serve on an unmigrated database: %v\n%s", err, out)
+	code, out := runIn(t.Context(), t, env, "--no-migrate")
+	if code == 0 || !strings.Contains(out, "run the migrate command") {
+		t.Fatalf("serve on an unmigrated database: exit %d\n%s", code, out)
 	}
-	migrate := exec.Command(bin, "migrate")
-	migrate.Env = env
-	if out, err := migrate.CombinedOutput(); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, out)
+	code, out = runIn(t.Context(), t, env, "migrate")
+	if code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
 	}
-	if strings.Contains(string(out), "postgres://") {
+	if strings.Contains(out, "postgres://") {
 		t.Errorf("the database URL (which may hold a password) was logged:\n%s", out)
 	}
 
-	cmd := exec.Command(bin, "--no-migrate")
-	cmd.Env = env
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var entry struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &entry) == nil && entry.Msg == "serving" {
-				addr <- entry.Addr
-			}
-		}
-	}()
-	var target string
-	select {
-	case target = <-addr:
-	case <-time.After(30 * time.Second):
-		t.Fatal("server did not log its address")
-	}
-	conv := cb.NewConversationServiceClient(dialToken(t, target, filepath.Join(dataDir, "dev-token")))
+	srv := serveIn(t, append(env, "MIGRATE=false")...)
+	conv := cb.NewConversationServiceClient(dialToken(t, srv.addr, filepath.Join(dataDir, "dev-token")))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	group := storetest.FullGroup("g")
@@ -307,97 +274,54 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// testVersion is the version the tests' build is given, as make build
+// gives one (-X main.buildVersion).
+const testVersion = "v9.9.9-test"
+
+// buildServer returns the server binary, built once for every test of
+// the package that needs a process of its own (a signal, a kill, its
+// RSS); the rest run it in their process (inprocess_test.go).
 func buildServer(t *testing.T) string {
 	t.Helper()
-	return buildServerWith(t)
-}
-
-// buildServerWithTestHooks builds the server with its test-only flags
-// (testhooks.go).
-func buildServerWithTestHooks(t *testing.T) string {
-	t.Helper()
-	return buildServerWith(t, "-tags", "testhooks")
-}
-
-// buildServerWith returns the server built with args, built once for
-// every test that asks for the same: a link each cost the package's
-// tests more than most of them take.
-func buildServerWith(t *testing.T, args ...string) string {
-	t.Helper()
-	key := strings.Join(args, " ")
-	builds.mu.Lock()
-	b, ok := builds.by[key]
-	if !ok {
-		b = &build{}
-		builds.by[key] = b
-	}
-	builds.mu.Unlock()
-	b.once.Do(func() {
+	builds.once.Do(func() {
 		dir, err := os.MkdirTemp("", "server-test")
 		if err != nil {
-			b.err = err
+			builds.err = err
 			return
 		}
-		builds.mu.Lock()
-		builds.dirs = append(builds.dirs, dir)
-		builds.mu.Unlock()
-		b.bin = filepath.Join(dir, "server")
-		b.out, b.err = exec.Command("go", append(append([]string{"build"}, args...), "-o", b.bin, ".")...).CombinedOutput()
+		builds.dir = dir
+		builds.bin = filepath.Join(dir, "server")
+		builds.out, builds.err = exec.Command("go", "build", "-ldflags", "-X main.buildVersion="+testVersion, "-o", builds.bin, ".").CombinedOutput()
 	})
-	if b.err != nil {
-		t.Fatalf("build: %v\n%s", b.err, b.out)
+	if builds.err != nil {
+		t.Fatalf("build: %v\n%s", builds.err, builds.out)
 	}
-	return b.bin
+	return builds.bin
 }
 
-// build is one build of the server, by its arguments.
-type build struct {
+var builds struct {
 	once sync.Once
+	dir  string
 	bin  string
 	out  []byte
 	err  error
 }
 
-var builds = struct {
-	mu   sync.Mutex
-	by   map[string]*build
-	dirs []string
-}{by: map[string]*build{}}
-
 func TestMain(m *testing.M) {
+	for k, v := range awsEnv {
+		os.Setenv(k, v)
+	}
 	code := m.Run()
-	for _, d := range builds.dirs {
-		os.RemoveAll(d)
+	if builds.dir != "" {
+		os.RemoveAll(builds.dir)
 	}
 	os.Exit(code)
-}
-
-// TestProductionBinaryHasNoTestHooks: the binary built as make build
-// builds it refuses the test-only flags, so no operator can shift the
-// schedule clock; the fleet tests' build has them.
-func TestProductionBinaryHasNoTestHooks(t *testing.T) {
-	for _, c := range []struct {
-		bin  string
-		want string
-	}{
-		{buildServer(t), "unknown flag --schedule-clock-offset"},
-		{buildServerWithTestHooks(t), ""},
-	} {
-		out, err := exec.Command(c.bin, "serve", "--schedule-clock-offset=1h", "--help").CombinedOutput()
-		switch {
-		case c.want != "" && (err == nil || !strings.Contains(string(out), c.want)):
-			t.Errorf("production binary with --schedule-clock-offset: %v\n%s", err, out)
-		case c.want == "" && err != nil:
-			t.Errorf("test-hooks binary with --schedule-clock-offset: %v\n%s", err, out)
-		}
-	}
 }
 
 // TestBinaryRefusesAnOpenPerimeter: on an address other than loopback the
 // server will not serve plaintext without --insecure, nor without an
 // authentication source; with --insecure it warns.
 func TestBinaryRefusesAnOpenPerimeter(t *testing.T) {
-	bin := buildServer(t)
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte("principals: []\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -411,16 +335,14 @@ func TestBinaryRefusesAnOpenPerimeter(t *testing.T) {
 		"no authentication": {[]string{"INSECURE=true"}, "no authentication configured"},
 		"client CA alone":   {[]string{"AUTH_POLICY=" + policy, "TLS_CLIENT_CA=" + policy}, "--tls-client-ca needs --tls-cert"},
 	} {
-		cmd := exec.Command(bin)
-		cmd.Env = append(append(os.Environ(), base...), tc.env...)
-		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), tc.want) {
-			t.Errorf("%s: %v\n%s", name, err, out)
+		code, out := runIn(t.Context(), t, append(base, tc.env...))
+		if code == 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: exit %d\n%s", name, code, out)
 		}
 	}
-	_, logs, _ := startBinary(t, bin, append(base, "AUTH_POLICY="+policy, "INSECURE=true")...)
-	if !strings.Contains(logs(), "PLAINTEXT") {
-		t.Errorf("no warning for plaintext on a non-loopback address:\n%s", logs())
+	srv := serveIn(t, append(base, "AUTH_POLICY="+policy, "INSECURE=true")...)
+	if !strings.Contains(srv.logs(), "PLAINTEXT") {
+		t.Errorf("no warning for plaintext on a non-loopback address:\n%s", srv.logs())
 	}
 }
 
@@ -507,18 +429,17 @@ func TestProfilesOnlyWhenAsked(t *testing.T) {
 // TestCheckPolicy: server --check-policy validates a file as a reload
 // would and exits, naming the principals no credential proves (revoked).
 func TestCheckPolicy(t *testing.T) {
-	bin := buildServer(t)
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(good, []byte("principals:\n  - {name: ops, tokens_sha256: ["+auth.TokenDigest("t-0123456789")+"], scopes: [admin], owners: [\"*\"]}\n  - {name: alice, tokens_sha256: [], scopes: [content], owners: [alice]}\n"), 0o600)
 	os.WriteFile(bad, []byte("principals:\n  - {name: x, tokens_sha256: [], scopes: [root], owners: [x]}\n"), 0o600)
-	out, err := exec.Command(bin, "--check-policy", good).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "ok") || !strings.Contains(string(out), "[alice]") {
-		t.Errorf("--check-policy of a good file: %v\n%s", err, out)
+	code, out := runIn(t.Context(), t, nil, "--check-policy", good)
+	if code != 0 || !strings.Contains(out, "ok") || !strings.Contains(out, "[alice]") {
+		t.Errorf("--check-policy of a good file: exit %d\n%s", code, out)
 	}
-	out, err = exec.Command(bin, "--check-policy", bad).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "unknown scope") {
-		t.Errorf("--check-policy of a bad file: %v\n%s", err, out)
+	code, out = runIn(t.Context(), t, nil, "--check-policy", bad)
+	if code == 0 || !strings.Contains(out, "unknown scope") {
+		t.Errorf("--check-policy of a bad file: exit %d\n%s", code, out)
 	}
 }

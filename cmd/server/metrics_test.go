@@ -19,7 +19,6 @@ import (
 // store health; refusals) and the engine's pool statistics, on each
 // engine.
 func TestBinaryMetrics(t *testing.T) {
-	bin := buildServer(t)
 	for _, engine := range []string{"sqlite", "postgres"} {
 		t.Run(engine, func(t *testing.T) {
 			dataDir := t.TempDir()
@@ -29,7 +28,8 @@ func TestBinaryMetrics(t *testing.T) {
 				env = append(env, "DATABASE_URL="+storetest.NewPostgresDatabase(t))
 				want = []string{"contentbackup_pgxpool_acquires_total", "contentbackup_pgxpool_acquire_wait_seconds_total", "contentbackup_pgxpool_idle_conns"}
 			}
-			addr, logs, _ := startBinary(t, bin, env...)
+			srv := serveIn(t, env...)
+			addr, logs := srv.addr, srv.logs
 			conn := dialToken(t, addr, filepath.Join(dataDir, "dev-token"))
 			ctx := t.Context()
 			conv := cb.NewConversationServiceClient(conn)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,15 +27,13 @@ import (
 // every listener and background loop: the first to fail stops the rest,
 // and a signal stops them all.
 
-// Run serves until SIGINT or SIGTERM.
-func (c *serveCmd) Run() error {
-	log, err := newLogger(c.LogLevel, c.LogFormat)
+// Run serves until ctx ends.
+func (c *serveCmd) Run(ctx context.Context, con console) error {
+	log, err := newLogger(c.LogLevel, c.LogFormat, con.stderr)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	return c.serve(ctx, log)
 }
 

@@ -4,13 +4,9 @@ import (
 	"bytes"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 // TestBinaryChecksBeforeItWrites: a port in use (gRPC, HTTP/JSON or
@@ -18,7 +14,6 @@ import (
 // it makes its data directory, its database or a dev token (issue 36:
 // it created all three, and migrated, before finding the port taken).
 func TestBinaryChecksBeforeItWrites(t *testing.T) {
-	bin := buildServer(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -43,13 +38,11 @@ func TestBinaryChecksBeforeItWrites(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dataDir := filepath.Join(t.TempDir(), "data")
-			cmd := exec.Command(bin)
-			cmd.Env = append(append(os.Environ(), "DATA_DIR="+dataDir, "LOG_FORMAT=json"), c.env...)
-			out, err := cmd.CombinedOutput()
-			if err == nil {
+			code, out := runIn(t.Context(), t, append([]string{"DATA_DIR=" + dataDir, "LOG_FORMAT=json"}, c.env...))
+			if code == 0 {
 				t.Fatalf("the server started; want it to stop:\n%s", out)
 			}
-			if !strings.Contains(string(out), c.want) {
+			if !strings.Contains(out, c.want) {
 				t.Errorf("output does not say %q:\n%s", c.want, out)
 			}
 			if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
@@ -63,12 +56,7 @@ func TestBinaryChecksBeforeItWrites(t *testing.T) {
 // warning as one line, not followed by a 25-line stack (issue 36).
 func TestConsoleLogWarningsCarryNoStack(t *testing.T) {
 	var out bytes.Buffer
-	// The logger as built, its output into a buffer through the console
-	// encoder the flag selects.
-	toBuffer := zap.WrapCore(func(c zapcore.Core) zapcore.Core {
-		return zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(&out), c)
-	})
-	log, err := newLogger("info", "console", toBuffer)
+	log, err := newLogger("info", "console", &out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,10 +56,10 @@ func TestBinaryTracing(t *testing.T) {
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 
-	bin := buildServer(t)
 	dataDir := t.TempDir()
-	addr, logs, _ := startBinary(t, bin, "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR="+dataDir,
+	srv := serveIn(t, "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR="+dataDir,
 		"DATABASE_URL="+storetest.NewPostgresDatabase(t), "OTEL_EXPORTER_OTLP_ENDPOINT="+lis.Addr().String(), "OTEL_EXPORTER_OTLP_INSECURE=true")
+	addr, logs := srv.addr, srv.logs
 	conv := cb.NewConversationServiceClient(dialToken(t, addr, filepath.Join(dataDir, "dev-token")))
 	if _, err := conv.PutGroup(t.Context(), &cb.PutGroupRequest{Owner: "o", Group: storetest.FullGroup("g")}); err != nil {
 		t.Fatal(err)

@@ -38,8 +38,10 @@ package jobs
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -146,7 +148,8 @@ type Config struct {
 	// when the next tick is claimed.
 	ScheduleMissed func(schedule string, ticks int)
 	// Replica names this server in the ticks it claims (default: host
-	// name and process id).
+	// name, process id and a random suffix, so two servers one process
+	// assembles, as tests do, are two replicas).
 	Replica string
 	// MaxAttempts bounds the runs of one job (default 3): a job whose
 	// server stopped is taken over by a replica with a free slot until it
@@ -240,7 +243,7 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.Replica == "" {
 		host, _ := os.Hostname()
-		cfg.Replica = fmt.Sprintf("%s/%d", host, os.Getpid())
+		cfg.Replica = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), strings.ToLower(rand.Text()[:6]))
 	}
 	m := &Manager{cfg: cfg}
 	m.Runner = newRunner(&m.cfg)
