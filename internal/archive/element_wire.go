@@ -107,6 +107,13 @@ func (in *interner) field(slot int, b []byte) (string, bool) {
 	return s, true
 }
 
+// set stores field's string in *dst: false when it is not UTF-8.
+func (in *interner) set(slot int, b []byte, dst *string) bool {
+	s, ok := in.field(slot, b)
+	*dst = s
+	return ok
+}
+
 func (in *interner) str(b []byte) string {
 	if s, ok := in.m[string(b)]; ok {
 		return s
@@ -122,7 +129,6 @@ func (in *interner) str(b []byte) string {
 }
 
 func parseMessage(b []byte, me *handElement, strs *interner) bool {
-	m := &me.msg
 	var seen uint32
 	for len(b) > 0 {
 		num, typ, n := wire.ConsumeTag(b)
@@ -131,84 +137,85 @@ func parseMessage(b []byte, me *handElement, strs *interner) bool {
 		}
 		seen |= 1 << num
 		b = b[n:]
+		var ok bool
 		switch typ {
 		case protowire.BytesType:
-			v, n := wire.ConsumeBytes(b)
-			if n < 0 {
-				return false
-			}
-			b = b[n:]
-			switch num {
-			case 1:
-				m.Id = v
-			case 2:
-				m.GroupId = v
-			case 3:
-				m.DecryptedMessageBytes = v
-			case 6:
-				m.SenderInstallationId = v
-			case 13:
-				m.ReferenceId = v // present: never nil, since b is not
-			case 7, 12, 16:
-				slot := 0 // 7
-				switch num {
-				case 12:
-					slot = 1
-				case 16:
-					slot = 2
-				}
-				s, ok := strs.field(slot, v)
-				if !ok {
-					return false
-				}
-				switch num {
-				case 7:
-					m.SenderInboxId = s
-				case 12:
-					m.AuthorityId = s
-				default:
-					m.ContentType = s
-				}
-			default:
-				return false
+			var v []byte
+			if v, n = wire.ConsumeBytes(b); n >= 0 {
+				ok = messageBytes(&me.msg, strs, num, v)
 			}
 		case protowire.VarintType:
-			x, n := wire.ConsumeVarint(b)
-			if n < 0 {
-				return false
+			var x uint64
+			if x, n = wire.ConsumeVarint(b); n >= 0 {
+				ok = messageVarint(me, num, x)
 			}
-			b = b[n:]
-			switch num {
-			case 4:
-				m.SentAtNs = int64(x)
-			case 5:
-				m.Kind = mb.GroupMessageKindSave(int32(x))
-			case 8:
-				m.DeliveryStatus = mb.DeliveryStatusSave(int32(x))
-			case 9:
-				m.ContentTypeSave = mb.ContentTypeSave(int32(x))
-			case 10:
-				m.VersionMajor = int32(x)
-			case 11:
-				m.VersionMinor = int32(x)
-			case 14:
-				me.seq = int64(x)
-				m.SequenceId = &me.seq
-			case 15:
-				me.orig = int64(x)
-				m.OriginatorId = &me.orig
-			case 17:
-				me.expires = int64(x)
-				m.ExpiresAtNs = &me.expires
-			case 18:
-				me.known = protowire.DecodeBool(x)
-				m.ExpiryKnown = &me.known
-			default:
-				return false
-			}
-		default:
+		}
+		if !ok {
 			return false
 		}
+		b = b[n:]
+	}
+	return true
+}
+
+// messageBytes sets m's length-delimited field num to v: false for a
+// field a GroupMessageSave has not of that type, or a string not UTF-8.
+func messageBytes(m *mb.GroupMessageSave, strs *interner, num protowire.Number, v []byte) bool {
+	switch num {
+	case 1:
+		m.Id = v
+	case 2:
+		m.GroupId = v
+	case 3:
+		m.DecryptedMessageBytes = v
+	case 6:
+		m.SenderInstallationId = v
+	case 13:
+		m.ReferenceId = v // present: never nil, since b is not
+	case 7:
+		return strs.set(0, v, &m.SenderInboxId)
+	case 12:
+		return strs.set(1, v, &m.AuthorityId)
+	case 16:
+		return strs.set(2, v, &m.ContentType)
+	default:
+		return false
+	}
+	return true
+}
+
+// messageVarint sets me's varint field num to x: false for a field a
+// GroupMessageSave has not of that type. Optional fields point into me,
+// which holds their values.
+func messageVarint(me *handElement, num protowire.Number, x uint64) bool {
+	m := &me.msg
+	switch num {
+	case 4:
+		m.SentAtNs = int64(x)
+	case 5:
+		m.Kind = mb.GroupMessageKindSave(int32(x))
+	case 8:
+		m.DeliveryStatus = mb.DeliveryStatusSave(int32(x))
+	case 9:
+		m.ContentTypeSave = mb.ContentTypeSave(int32(x))
+	case 10:
+		m.VersionMajor = int32(x)
+	case 11:
+		m.VersionMinor = int32(x)
+	case 14:
+		me.seq = int64(x)
+		m.SequenceId = &me.seq
+	case 15:
+		me.orig = int64(x)
+		m.OriginatorId = &me.orig
+	case 17:
+		me.expires = int64(x)
+		m.ExpiresAtNs = &me.expires
+	case 18:
+		me.known = protowire.DecodeBool(x)
+		m.ExpiryKnown = &me.known
+	default:
+		return false
 	}
 	return true
 }
