@@ -38,7 +38,7 @@ func (r *backupRow) backup() store.Backup {
 	return b
 }
 
-func (s SQLStore) CreateBackup(ctx context.Context, b store.Backup) error {
+func (s backupsSQL) CreateBackup(ctx context.Context, b store.Backup) error {
 	q := s.d.bind(`INSERT INTO backups (` + backupColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	return s.db.Write(ctx, func(tx Conn) error {
 		if b.Base != "" {
@@ -72,7 +72,7 @@ func (s SQLStore) CreateBackup(ctx context.Context, b store.Backup) error {
 
 // holdsFence checks, under the job row's lock, that by's job runs at
 // by's attempt: the fencing check of every catalog write a job makes.
-func (s SQLStore) holdsFence(ctx context.Context, tx Conn, rowJob string, by store.Fence) error {
+func (s backupsSQL) holdsFence(ctx context.Context, tx Conn, rowJob string, by store.Fence) error {
 	if by.JobID != rowJob {
 		return &store.FenceLostError{Job: by.JobID, Attempt: by.Attempt, Owner: rowJob}
 	}
@@ -93,7 +93,7 @@ func (s SQLStore) holdsFence(ctx context.Context, tx Conn, rowJob string, by sto
 }
 
 // lockBackup reads one of owner's backups under the row's exclusive lock.
-func (s SQLStore) lockBackup(ctx context.Context, tx Conn, owner, id string) (store.Backup, error) {
+func (s backupsSQL) lockBackup(ctx context.Context, tx Conn, owner, id string) (store.Backup, error) {
 	var r backupRow
 	err := tx.QueryRow(ctx, s.d.bind(`SELECT `+backupColumns+` FROM backups WHERE owner = ? AND id = ?`+s.d.ForUpdate), owner, id).Scan(r.dest()...)
 	if errors.Is(err, s.d.NoRows) {
@@ -108,7 +108,7 @@ func (s SQLStore) lockBackup(ctx context.Context, tx Conn, owner, id string) (st
 // writingUnder locks owner's backup id and returns it while it is being
 // written by the job attempt by names: the check every fenced catalog
 // write makes in its own transaction.
-func (s SQLStore) writingUnder(ctx context.Context, tx Conn, owner, id string, by store.Fence) (store.Backup, error) {
+func (s backupsSQL) writingUnder(ctx context.Context, tx Conn, owner, id string, by store.Fence) (store.Backup, error) {
 	b, err := s.lockBackup(ctx, tx, owner, id)
 	if err != nil {
 		return store.Backup{}, err
@@ -122,7 +122,7 @@ func (s SQLStore) writingUnder(ctx context.Context, tx Conn, owner, id string, b
 	return b, nil
 }
 
-func (s SQLStore) CompleteBackup(ctx context.Context, owner, id string, by store.Fence, sum store.BackupSummary) error {
+func (s backupsSQL) CompleteBackup(ctx context.Context, owner, id string, by store.Fence, sum store.BackupSummary) error {
 	return s.db.Write(ctx, func(tx Conn) error {
 		b, err := s.writingUnder(ctx, tx, owner, id, by)
 		if err != nil {
@@ -142,7 +142,7 @@ func (s SQLStore) CompleteBackup(ctx context.Context, owner, id string, by store
 	})
 }
 
-func (s SQLStore) AbandonBackup(ctx context.Context, owner, id string, by store.Fence) error {
+func (s backupsSQL) AbandonBackup(ctx context.Context, owner, id string, by store.Fence) error {
 	return s.db.Write(ctx, func(tx Conn) error {
 		if _, err := s.writingUnder(ctx, tx, owner, id, by); err != nil {
 			return err
@@ -154,7 +154,7 @@ func (s SQLStore) AbandonBackup(ctx context.Context, owner, id string, by store.
 	})
 }
 
-func (s SQLStore) MarkBackupDeleting(ctx context.Context, owner, id string) (store.Backup, error) {
+func (s backupsSQL) MarkBackupDeleting(ctx context.Context, owner, id string) (store.Backup, error) {
 	var marked store.Backup
 	err := s.db.Write(ctx, func(tx Conn) error {
 		b, err := s.lockBackup(ctx, tx, owner, id)
@@ -188,7 +188,7 @@ func (s SQLStore) MarkBackupDeleting(ctx context.Context, owner, id string) (sto
 // Its caller holds id's row lock, which CreateBackup of an increment
 // shares: an increment created before it is seen here, and one created
 // after it waits and then finds its base marked or gone.
-func (s SQLStore) noIncrementOn(ctx context.Context, tx Conn, owner, id string) error {
+func (s backupsSQL) noIncrementOn(ctx context.Context, tx Conn, owner, id string) error {
 	var dependent string
 	err := tx.QueryRow(ctx, s.d.bind(`SELECT id FROM backups WHERE owner = ? AND base_id = ? ORDER BY id LIMIT 1`), owner, id).Scan(&dependent)
 	switch {
@@ -200,7 +200,7 @@ func (s SQLStore) noIncrementOn(ctx context.Context, tx Conn, owner, id string) 
 	return nil
 }
 
-func (s SQLStore) GetBackup(ctx context.Context, owner, id string) (store.Backup, error) {
+func (s backupsSQL) GetBackup(ctx context.Context, owner, id string) (store.Backup, error) {
 	var r backupRow
 	err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT `+backupColumns+` FROM backups WHERE owner = ? AND id = ?`), owner, id).Scan(r.dest()...)
 	if errors.Is(err, s.d.NoRows) {
@@ -212,7 +212,7 @@ func (s SQLStore) GetBackup(ctx context.Context, owner, id string) (store.Backup
 	return r.backup(), nil
 }
 
-func (s SQLStore) ListBackups(ctx context.Context, q store.BackupQuery) ([]store.Backup, error) {
+func (s backupsSQL) ListBackups(ctx context.Context, q store.BackupQuery) ([]store.Backup, error) {
 	query := `SELECT ` + backupColumns + ` FROM backups WHERE owner = ?`
 	args := []any{q.Owner}
 	if q.Schedule != "" {
@@ -250,7 +250,7 @@ func (s SQLStore) ListBackups(ctx context.Context, q store.BackupQuery) ([]store
 	return out, nil
 }
 
-func (s SQLStore) DeleteBackup(ctx context.Context, owner, id string) error {
+func (s backupsSQL) DeleteBackup(ctx context.Context, owner, id string) error {
 	return s.db.Write(ctx, func(tx Conn) error {
 		if _, err := s.lockBackup(ctx, tx, owner, id); err != nil {
 			return err
@@ -265,7 +265,7 @@ func (s SQLStore) DeleteBackup(ctx context.Context, owner, id string) error {
 	})
 }
 
-func (s SQLStore) RecordVerification(ctx context.Context, owner, id string, at time.Time, problem string) error {
+func (s backupsSQL) RecordVerification(ctx context.Context, owner, id string, at time.Time, problem string) error {
 	n, err := s.exec(ctx, s.d.bind(`UPDATE backups SET verified_ns = ?, verify_problem = ? WHERE owner = ? AND id = ? AND state = ?`),
 		at.UnixNano(), problem, owner, id, store.BackupComplete)
 	if err != nil {
@@ -277,7 +277,7 @@ func (s SQLStore) RecordVerification(ctx context.Context, owner, id string, at t
 	return nil
 }
 
-func (s SQLStore) WrappingKEKs(ctx context.Context) ([]store.WrappingKEK, error) {
+func (s backupsSQL) WrappingKEKs(ctx context.Context) ([]store.WrappingKEK, error) {
 	// The fingerprints, then one wrapped key of each to try: fleet-wide
 	// reads, bounded by the few KEKs a catalog is ever under, once at
 	// start. Two plain statements rather than one with a correlated
@@ -305,7 +305,7 @@ func (s SQLStore) WrappingKEKs(ctx context.Context) ([]store.WrappingKEK, error)
 	return out, nil
 }
 
-func (s SQLStore) OwnerBackupBytes(ctx context.Context, owner string) (uint64, error) {
+func (s backupsSQL) OwnerBackupBytes(ctx context.Context, owner string) (uint64, error) {
 	var n int64
 	err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT COALESCE(SUM(length), 0) FROM backups WHERE owner = ?`), owner).Scan(&n)
 	if err != nil {

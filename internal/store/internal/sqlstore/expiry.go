@@ -11,7 +11,7 @@ import (
 // (the messages_expiry index) and deletes a bounded batch of each, one
 // transaction per owner, so that no owner's backlog holds a lock long or
 // keeps another owner waiting.
-func (s SQLStore) PurgeExpired(ctx context.Context, now time.Time, afterOwner string, owners, perOwner int) (int64, string, error) {
+func (s groupsSQL) PurgeExpired(ctx context.Context, now time.Time, afterOwner string, owners, perOwner int) (int64, string, error) {
 	// Anything due at all? One entry of messages_due answers it, so an
 	// idle fleet costs the same at any size (issue 52); only then are the
 	// owners walked.
@@ -56,7 +56,7 @@ func (s SQLStore) PurgeExpired(ctx context.Context, now time.Time, afterOwner st
 	return deleted, due[len(due)-1], nil
 }
 
-func (s SQLStore) OldestExpired(ctx context.Context, now time.Time) (time.Time, error) {
+func (s groupsSQL) OldestExpired(ctx context.Context, now time.Time) (time.Time, error) {
 	var oldest *int64
 	err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT min(expires_at_ns) FROM messages WHERE expires_at_ns <= ?`), now.UnixNano()).Scan(&oldest)
 	if err != nil {

@@ -21,7 +21,7 @@ func scanHistoryFile(scan func(...any) error) (store.HistoryFile, error) {
 	return f, nil
 }
 
-func (s SQLStore) CreateHistoryFile(ctx context.Context, f store.HistoryFile) error {
+func (s historySQL) CreateHistoryFile(ctx context.Context, f store.HistoryFile) error {
 	_, err := s.exec(ctx, s.d.bind(`INSERT INTO history_files (`+historyColumns+`) VALUES (?, ?, ?, ?, ?, ?, 0)`),
 		f.ID, f.ObjectKey, f.State, f.Size, f.Created.UnixNano(), f.Expires.UnixNano())
 	if uniqueViolation(err) {
@@ -33,7 +33,7 @@ func (s SQLStore) CreateHistoryFile(ctx context.Context, f store.HistoryFile) er
 	return nil
 }
 
-func (s SQLStore) FinishHistoryFile(ctx context.Context, id string, size int64, expires time.Time) error {
+func (s historySQL) FinishHistoryFile(ctx context.Context, id string, size int64, expires time.Time) error {
 	n, err := s.exec(ctx, s.d.bind(`UPDATE history_files SET state = ?, size = ?, expires_ns = ? WHERE id = ? AND state = ?`),
 		store.HistoryReady, size, expires.UnixNano(), id, store.HistoryUploading)
 	if err != nil {
@@ -45,7 +45,7 @@ func (s SQLStore) FinishHistoryFile(ctx context.Context, id string, size int64, 
 	return nil
 }
 
-func (s SQLStore) GetHistoryFile(ctx context.Context, id string) (store.HistoryFile, error) {
+func (s historySQL) GetHistoryFile(ctx context.Context, id string) (store.HistoryFile, error) {
 	f, err := scanHistoryFile(s.db.Read().QueryRow(ctx, s.d.bind(`SELECT `+historyColumns+` FROM history_files WHERE id = ?`), id).Scan)
 	if errors.Is(err, s.d.NoRows) {
 		return store.HistoryFile{}, fmt.Errorf("history file: %w", store.ErrNotFound)
@@ -56,7 +56,7 @@ func (s SQLStore) GetHistoryFile(ctx context.Context, id string) (store.HistoryF
 	return f, nil
 }
 
-func (s SQLStore) CountHistoryDownload(ctx context.Context, id string) (int64, error) {
+func (s historySQL) CountHistoryDownload(ctx context.Context, id string) (int64, error) {
 	var count int64
 	err := s.db.Write(ctx, func(tx Conn) error {
 		n, err := tx.Exec(ctx, s.d.bind(`UPDATE history_files SET downloads = downloads + 1 WHERE id = ? AND state = ?`), id, store.HistoryReady)
@@ -71,14 +71,14 @@ func (s SQLStore) CountHistoryDownload(ctx context.Context, id string) (int64, e
 	return count, err
 }
 
-func (s SQLStore) DeleteHistoryFile(ctx context.Context, id string) error {
+func (s historySQL) DeleteHistoryFile(ctx context.Context, id string) error {
 	if _, err := s.exec(ctx, s.d.bind(`DELETE FROM history_files WHERE id = ?`), id); err != nil {
 		return fmt.Errorf("%s: delete history file: %w", s.d.Name, err)
 	}
 	return nil
 }
 
-func (s SQLStore) historyFiles(ctx context.Context, query string, args ...any) ([]store.HistoryFile, error) {
+func (s historySQL) historyFiles(ctx context.Context, query string, args ...any) ([]store.HistoryFile, error) {
 	var out []store.HistoryFile
 	err := s.db.Read().Query(ctx, s.d.bind(query), args, func(rows Rows) error {
 		for rows.Next() {
@@ -96,11 +96,11 @@ func (s SQLStore) historyFiles(ctx context.Context, query string, args ...any) (
 	return out, nil
 }
 
-func (s SQLStore) HistoryFilesBefore(ctx context.Context, t time.Time, limit int) ([]store.HistoryFile, error) {
+func (s historySQL) HistoryFilesBefore(ctx context.Context, t time.Time, limit int) ([]store.HistoryFile, error) {
 	return s.historyFiles(ctx, `SELECT `+historyColumns+` FROM history_files WHERE expires_ns <= ? ORDER BY expires_ns, id LIMIT ?`, t.UnixNano(), limit)
 }
 
-func (s SQLStore) EvictableHistoryFiles(ctx context.Context, createdBefore time.Time, limit int) ([]store.HistoryFile, error) {
+func (s historySQL) EvictableHistoryFiles(ctx context.Context, createdBefore time.Time, limit int) ([]store.HistoryFile, error) {
 	return s.historyFiles(ctx, `SELECT `+historyColumns+` FROM history_files WHERE state = ? AND created_ns < ? ORDER BY created_ns, id LIMIT ?`,
 		store.HistoryReady, createdBefore.UnixNano(), limit)
 }
@@ -109,7 +109,7 @@ func (s SQLStore) EvictableHistoryFiles(ctx context.Context, createdBefore time.
 // checks the same total.
 const historyRoom = "history room"
 
-func (s SQLStore) ReserveHistoryBytes(ctx context.Context, id string, delta, maxTotal int64) error {
+func (s historySQL) ReserveHistoryBytes(ctx context.Context, id string, delta, maxTotal int64) error {
 	return s.db.Write(ctx, func(tx Conn) error {
 		if s.d.LockKey != "" {
 			if _, err := tx.Exec(ctx, s.d.LockKey, historyRoom); err != nil {
@@ -144,7 +144,7 @@ func (s SQLStore) ReserveHistoryBytes(ctx context.Context, id string, delta, max
 	})
 }
 
-func (s SQLStore) HistoryBytes(ctx context.Context) (bytes, files int64, err error) {
+func (s historySQL) HistoryBytes(ctx context.Context) (bytes, files int64, err error) {
 	err = s.db.Read().QueryRow(ctx, `SELECT COALESCE(SUM(size), 0), count(*) FROM history_files`).Scan(&bytes, &files)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: sum history files: %w", s.d.Name, err)

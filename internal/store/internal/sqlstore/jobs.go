@@ -58,7 +58,7 @@ func uniqueViolation(err error) bool {
 	return false
 }
 
-func (s SQLStore) CreateJob(ctx context.Context, j store.Job) error {
+func (s jobsSQL) CreateJob(ctx context.Context, j store.Job) error {
 	source := j.SourceOwner
 	if source == j.Owner {
 		source = ""
@@ -107,7 +107,7 @@ func (s SQLStore) CreateJob(ctx context.Context, j store.Job) error {
 // 46, findings 2 and 3: an export started during an erasure wrote a new
 // readable backup; an import from the owner's backup into another kept
 // its messages).
-func (s SQLStore) erasureFence(ctx context.Context, tx Conn, kind, owner, source string) error {
+func (s jobsSQL) erasureFence(ctx context.Context, tx Conn, kind, owner, source string) error {
 	if kind == store.JobEraseDryRun {
 		return nil
 	}
@@ -139,7 +139,7 @@ func (s SQLStore) erasureFence(ctx context.Context, tx Conn, kind, owner, source
 }
 
 // RunningJobsFor is store.Erasure's.
-func (s SQLStore) RunningJobsFor(ctx context.Context, owner string) ([]string, error) {
+func (s jobsSQL) RunningJobsFor(ctx context.Context, owner string) ([]string, error) {
 	var ids []string
 	err := s.db.Read().Query(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND kind NOT IN (?, ?) AND (owner = ? OR source_owner = ?) ORDER BY id`),
 		[]any{store.JobRunning, store.JobErase, store.JobEraseDryRun, owner, owner}, scanIDs(&ids))
@@ -150,7 +150,7 @@ func (s SQLStore) RunningJobsFor(ctx context.Context, owner string) ([]string, e
 }
 
 // RunningErasure is store.Erasure's.
-func (s SQLStore) RunningErasure(ctx context.Context, owner string) (string, error) {
+func (s jobsSQL) RunningErasure(ctx context.Context, owner string) (string, error) {
 	var id string
 	err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND kind = ? AND owner = ? LIMIT 1`),
 		store.JobRunning, store.JobErase, owner).Scan(&id)
@@ -165,7 +165,7 @@ func (s SQLStore) RunningErasure(ctx context.Context, owner string) (string, err
 
 // exec runs one write statement in a transaction of its own (SQLite's
 // read connections are query-only).
-func (s SQLStore) exec(ctx context.Context, query string, args ...any) (n int64, err error) {
+func (s sqlBase) exec(ctx context.Context, query string, args ...any) (n int64, err error) {
 	err = s.db.Write(ctx, func(tx Conn) error {
 		n, err = tx.Exec(ctx, query, args...)
 		return err
@@ -187,11 +187,11 @@ func unixOrZero(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-func (s SQLStore) GetJob(ctx context.Context, id string) (store.Job, error) {
+func (s jobsSQL) GetJob(ctx context.Context, id string) (store.Job, error) {
 	return s.getJob(ctx, s.db.Read(), id, "")
 }
 
-func (s SQLStore) GetJobByRequest(ctx context.Context, owner, kind, requestID string) (store.Job, error) {
+func (s jobsSQL) GetJobByRequest(ctx context.Context, owner, kind, requestID string) (store.Job, error) {
 	if requestID == "" {
 		return store.Job{}, fmt.Errorf("no request id: %w", store.ErrNotFound)
 	}
@@ -206,7 +206,7 @@ func (s SQLStore) GetJobByRequest(ctx context.Context, owner, kind, requestID st
 	return r.job(), nil
 }
 
-func (s SQLStore) getJob(ctx context.Context, c Conn, id, lock string) (store.Job, error) {
+func (s sqlBase) getJob(ctx context.Context, c Conn, id, lock string) (store.Job, error) {
 	var r jobRow
 	err := c.QueryRow(ctx, s.d.bind(`SELECT `+jobColumns+` FROM jobs WHERE id = ?`)+lock, id).Scan(r.dest()...)
 	if errors.Is(err, s.d.NoRows) {
@@ -218,7 +218,7 @@ func (s SQLStore) getJob(ctx context.Context, c Conn, id, lock string) (store.Jo
 	return r.job(), nil
 }
 
-func (s SQLStore) ListJobs(ctx context.Context, q store.JobQuery) ([]store.Job, error) {
+func (s jobsSQL) ListJobs(ctx context.Context, q store.JobQuery) ([]store.Job, error) {
 	var where []string
 	var args []any
 	if q.Owner != "" {
@@ -252,7 +252,7 @@ func (s SQLStore) ListJobs(ctx context.Context, q store.JobQuery) ([]store.Job, 
 	return out, nil
 }
 
-func (s SQLStore) RenewJob(ctx context.Context, id string, attempt int, progress []byte, leaseUntil time.Time) (bool, error) {
+func (s jobsSQL) RenewJob(ctx context.Context, id string, attempt int, progress []byte, leaseUntil time.Time) (bool, error) {
 	var cancel int64
 	err := s.db.Write(ctx, func(tx Conn) error {
 		j, err := s.getJob(ctx, tx, id, s.d.ForUpdate)
@@ -273,7 +273,7 @@ func (s SQLStore) RenewJob(ctx context.Context, id string, attempt int, progress
 	return cancel != 0, err
 }
 
-func (s SQLStore) FinishJob(ctx context.Context, id string, attempt int, end store.JobEnd) error {
+func (s jobsSQL) FinishJob(ctx context.Context, id string, attempt int, end store.JobEnd) error {
 	n, err := s.exec(ctx, s.d.bind(`UPDATE jobs SET state = ?, progress = ?, result = ?, error_code = ?, error_message = ?, updated_ns = ?, done_ns = ? WHERE id = ? AND state = ? AND attempt = ?`),
 		end.State, nonNil(end.Progress), nonNil(end.Result), end.ErrorCode, end.ErrorMessage, end.At.UnixNano(), end.At.UnixNano(), id, store.JobRunning, attempt)
 	if err != nil {
@@ -289,7 +289,7 @@ func (s SQLStore) FinishJob(ctx context.Context, id string, attempt int, end sto
 	return nil
 }
 
-func (s SQLStore) RequestCancel(ctx context.Context, id string) (store.Job, error) {
+func (s jobsSQL) RequestCancel(ctx context.Context, id string) (store.Job, error) {
 	if _, err := s.exec(ctx, s.d.bind(`UPDATE jobs SET cancel_requested = 1, updated_ns = ? WHERE id = ? AND state = ?`),
 		time.Now().UnixNano(), id, store.JobRunning); err != nil {
 		return store.Job{}, fmt.Errorf("%s: cancel job: %w", s.d.Name, err)
@@ -297,7 +297,7 @@ func (s SQLStore) RequestCancel(ctx context.Context, id string) (store.Job, erro
 	return s.GetJob(ctx, id)
 }
 
-func (s SQLStore) DeleteJob(ctx context.Context, id string) error {
+func (s jobsSQL) DeleteJob(ctx context.Context, id string) error {
 	return s.db.Write(ctx, func(tx Conn) error {
 		j, err := s.getJob(ctx, tx, id, s.d.ForUpdate)
 		if err != nil {
@@ -313,7 +313,7 @@ func (s SQLStore) DeleteJob(ctx context.Context, id string) error {
 	})
 }
 
-func (s SQLStore) ClaimJob(ctx context.Context, now, leaseUntil time.Time, maxAttempts int) (store.Job, error) {
+func (s jobsSQL) ClaimJob(ctx context.Context, now, leaseUntil time.Time, maxAttempts int) (store.Job, error) {
 	var claimed store.Job
 	err := s.db.Write(ctx, func(tx Conn) error {
 		var id string
@@ -342,7 +342,7 @@ func (s SQLStore) ClaimJob(ctx context.Context, now, leaseUntil time.Time, maxAt
 	return claimed, err
 }
 
-func (s SQLStore) ExpireJobs(ctx context.Context, now time.Time, maxAttempts int, code int32, message string) ([]string, error) {
+func (s jobsSQL) ExpireJobs(ctx context.Context, now time.Time, maxAttempts int, code int32, message string) ([]string, error) {
 	var ids []string
 	err := s.db.Write(ctx, func(tx Conn) error {
 		ids = ids[:0]
@@ -361,7 +361,7 @@ func (s SQLStore) ExpireJobs(ctx context.Context, now time.Time, maxAttempts int
 	return ids, err
 }
 
-func (s SQLStore) DeleteFinishedJobs(ctx context.Context, before time.Time, limit int) (int, error) {
+func (s jobsSQL) DeleteFinishedJobs(ctx context.Context, before time.Time, limit int) (int, error) {
 	n, err := s.exec(ctx, s.d.bind(`DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state <> ? AND kind <> ? AND done_ns > 0 AND done_ns < ? ORDER BY id LIMIT ?)`),
 		store.JobRunning, store.JobErase, before.UnixNano(), limit)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 // parameters at most).
 const lookupBatch = 1000
 
-func (s SQLStore) MessagesExist(ctx context.Context, owner string, ids [][]byte) ([]bool, error) {
+func (s groupsSQL) MessagesExist(ctx context.Context, owner string, ids [][]byte) ([]bool, error) {
 	out := make([]bool, len(ids))
 	for start := 0; start < len(ids); start += lookupBatch {
 		batch := ids[start:min(start+lookupBatch, len(ids))]
@@ -45,7 +45,7 @@ func (s SQLStore) MessagesExist(ctx context.Context, owner string, ids [][]byte)
 	return out, nil
 }
 
-func (s SQLStore) GetConsent(ctx context.Context, owner string, key store.ConsentKey) (*cs.ConsentSave, error) {
+func (s groupsSQL) GetConsent(ctx context.Context, owner string, key store.ConsentKey) (*cs.ConsentSave, error) {
 	var typ, state int32
 	r := &cs.ConsentSave{}
 	err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT entity_type, state, entity, consented_at_ns FROM consent WHERE owner = ? AND entity_type = ? AND entity = ?`),

@@ -12,13 +12,13 @@ import (
 
 // The writes of a restore in replace mode (store.Replacing).
 
-func (s SQLStore) ReplaceGroup(ctx context.Context, owner string, g *gb.GroupSave) error {
+func (s changesSQL) ReplaceGroup(ctx context.Context, owner string, g *gb.GroupSave) error {
 	// Over any stored group, a Restored one too.
 	_, err := s.writeGroup(ctx, owner, g, func(*gb.GroupSave) error { return nil })
 	return err
 }
 
-func (s SQLStore) DeleteGroup(ctx context.Context, owner string, id []byte) error {
+func (s changesSQL) DeleteGroup(ctx context.Context, owner string, id []byte) error {
 	return s.db.Write(ctx, func(tx Conn) error {
 		seq, err := s.NextChange(ctx, tx, owner)
 		if err != nil {
@@ -37,7 +37,7 @@ func (s SQLStore) DeleteGroup(ctx context.Context, owner string, id []byte) erro
 	})
 }
 
-func (s SQLStore) DeleteMessageByID(ctx context.Context, owner string, id []byte) (found bool, err error) {
+func (s changesSQL) DeleteMessageByID(ctx context.Context, owner string, id []byte) (found bool, err error) {
 	err = s.db.Write(ctx, func(tx Conn) error {
 		seq, err := s.NextChange(ctx, tx, owner)
 		if err != nil {
@@ -61,7 +61,7 @@ func (s SQLStore) DeleteMessageByID(ctx context.Context, owner string, id []byte
 	return found, err
 }
 
-func (s SQLStore) ReplaceConsent(ctx context.Context, owner string, records []*cs.ConsentSave) error {
+func (s changesSQL) ReplaceConsent(ctx context.Context, owner string, records []*cs.ConsentSave) error {
 	return s.db.Write(ctx, func(tx Conn) error {
 		seq, err := s.NextChange(ctx, tx, owner)
 		if err != nil {
@@ -78,7 +78,7 @@ func (s SQLStore) ReplaceConsent(ctx context.Context, owner string, records []*c
 	})
 }
 
-func (s SQLStore) DeleteConsent(ctx context.Context, owner string, keys []store.ConsentKey) error {
+func (s changesSQL) DeleteConsent(ctx context.Context, owner string, keys []store.ConsentKey) error {
 	return s.db.Write(ctx, func(tx Conn) error {
 		if _, err := s.NextChange(ctx, tx, owner); err != nil {
 			return err
@@ -92,7 +92,7 @@ func (s SQLStore) DeleteConsent(ctx context.Context, owner string, keys []store.
 	})
 }
 
-func (s SQLStore) RaiseBaseFloor(ctx context.Context, owner string) (floor int64, err error) {
+func (s changesSQL) RaiseBaseFloor(ctx context.Context, owner string) (floor int64, err error) {
 	err = s.db.Write(ctx, func(tx Conn) error {
 		if floor, err = s.NextChange(ctx, tx, owner); err != nil {
 			return err
@@ -105,7 +105,7 @@ func (s SQLStore) RaiseBaseFloor(ctx context.Context, owner string) (floor int64
 	return floor, err
 }
 
-func (s SQLStore) BaseFloor(ctx context.Context, owner string) (int64, error) {
+func (s changesSQL) BaseFloor(ctx context.Context, owner string) (int64, error) {
 	var floor int64
 	err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT base_floor FROM owner_changes WHERE owner = ?`), owner).Scan(&floor)
 	if errors.Is(err, s.d.NoRows) {

@@ -87,12 +87,42 @@ func (d Dialect) bind(query string) string {
 	return b.String()
 }
 
-// SQLStore implements the Store methods both engines share.
+// SQLStore implements the Store methods both engines share, by area: a
+// type for each, every one over the same connections and dialect.
 type SQLStore struct {
+	sqlBase
+	groupsSQL
+	changesSQL
+	jobsSQL
+	backupsSQL
+	keysSQL
+	ownersSQL
+	historySQL
+}
+
+// sqlBase is what every area shares: the engine's connections, its
+// dialect, the fixed statements, and the few methods every area calls.
+type sqlBase struct {
 	db DB
 	d  Dialect
 	q  statements
 }
+
+// The areas, each in its files: groups, messages and consent as the
+// devices write them (sqlstore.go, lookup.go, expiry.go); what restores
+// replace and the tombstones increments read (replace.go, tombstones.go);
+// jobs and schedule ticks (jobs.go, ticks.go); the backup catalog
+// (backups.go); owner keys and KEKs (keys.go); holds and erasure
+// (owners.go); history files (history.go).
+type (
+	groupsSQL  struct{ sqlBase }
+	changesSQL struct{ sqlBase }
+	jobsSQL    struct{ sqlBase }
+	backupsSQL struct{ sqlBase }
+	keysSQL    struct{ sqlBase }
+	ownersSQL  struct{ sqlBase }
+	historySQL struct{ sqlBase }
+)
 
 // statements are the fixed statements, bound once in the dialect.
 type statements struct {
@@ -107,7 +137,7 @@ func NewSQLStore(db DB, d Dialect) SQLStore {
 	values := "(" + strings.TrimSuffix(strings.Repeat("?, ", store.GroupColumnCount+2), ", ") + ")"
 	insert := `INSERT INTO groups (owner, ` + store.GroupColumns + `, change_seq) VALUES ` + values
 	consent := `SELECT entity_type, state, entity, consented_at_ns FROM consent WHERE owner = ?`
-	return SQLStore{db: db, d: d, q: statements{
+	base := sqlBase{db: db, d: d, q: statements{
 		groupByID:   d.bind(`SELECT ` + store.GroupColumns + ` FROM groups WHERE owner = ? AND id = ?`),
 		groupInsert: d.bind(insert),
 		groupUpsert: d.bind(insert + ` ON CONFLICT (owner, id) DO UPDATE SET ` + store.UpsertSet(store.GroupColumns+`, change_seq`)),
@@ -124,16 +154,18 @@ func NewSQLStore(db DB, d Dialect) SQLStore {
 		nextChange:          d.bind(store.NextChangeSQL),
 		changeSeq:           d.bind(store.ChangeSeqSQL),
 	}}
+	return SQLStore{sqlBase: base, groupsSQL: groupsSQL{base}, changesSQL: changesSQL{base}, jobsSQL: jobsSQL{base},
+		backupsSQL: backupsSQL{base}, keysSQL: keysSQL{base}, ownersSQL: ownersSQL{base}, historySQL: historySQL{base}}
 }
 
 // Dialect returns the dialect the store writes.
-func (s SQLStore) Dialect() Dialect { return s.d }
+func (s sqlBase) Dialect() Dialect { return s.d }
 
 // NextChange raises owner's change sequence in tx and returns the value
 // to stamp the transaction's rows with. It must come before the
 // transaction locks any of the owner's rows: every writer takes the
 // counter first, so none waits for it while holding what another needs.
-func (s SQLStore) NextChange(ctx context.Context, tx Conn, owner string) (int64, error) {
+func (s sqlBase) NextChange(ctx context.Context, tx Conn, owner string) (int64, error) {
 	var seq int64
 	if err := tx.QueryRow(ctx, s.q.nextChange, owner).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("%s: next change: %w", s.d.Name, err)
@@ -141,7 +173,7 @@ func (s SQLStore) NextChange(ctx context.Context, tx Conn, owner string) (int64,
 	return seq, nil
 }
 
-func (s SQLStore) changeSeqOf(ctx context.Context, c Conn, owner string) (int64, error) {
+func (s sqlBase) changeSeqOf(ctx context.Context, c Conn, owner string) (int64, error) {
 	var seq int64
 	err := c.QueryRow(ctx, s.q.changeSeq, owner).Scan(&seq)
 	if errors.Is(err, s.d.NoRows) {
@@ -153,7 +185,7 @@ func (s SQLStore) changeSeqOf(ctx context.Context, c Conn, owner string) (int64,
 	return seq, nil
 }
 
-func (s SQLStore) getGroup(ctx context.Context, c Conn, owner string, id []byte, lock string) (*gb.GroupSave, error) {
+func (s sqlBase) getGroup(ctx context.Context, c Conn, owner string, id []byte, lock string) (*gb.GroupSave, error) {
 	var row store.GroupRow
 	err := c.QueryRow(ctx, s.q.groupByID+lock, owner, id).Scan(row.Dest()...)
 	if errors.Is(err, s.d.NoRows) {
@@ -165,17 +197,17 @@ func (s SQLStore) getGroup(ctx context.Context, c Conn, owner string, id []byte,
 	return row.Group()
 }
 
-func (s SQLStore) GetGroup(ctx context.Context, owner string, id []byte) (*gb.GroupSave, error) {
+func (s groupsSQL) GetGroup(ctx context.Context, owner string, id []byte) (*gb.GroupSave, error) {
 	return s.getGroup(ctx, s.db.Read(), owner, id, "")
 }
 
-func (s SQLStore) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (created bool, err error) {
+func (s groupsSQL) PutGroup(ctx context.Context, owner string, g *gb.GroupSave) (created bool, err error) {
 	return s.writeGroup(ctx, owner, g, store.CheckPut)
 }
 
 // writeGroup creates or overwrites g when check allows it over the stored
 // group (nil when there is none), as one change of the owner.
-func (s SQLStore) writeGroup(ctx context.Context, owner string, g *gb.GroupSave, check func(stored *gb.GroupSave) error) (created bool, err error) {
+func (s sqlBase) writeGroup(ctx context.Context, owner string, g *gb.GroupSave, check func(stored *gb.GroupSave) error) (created bool, err error) {
 	args, err := store.GroupArgs(g)
 	if err != nil {
 		return false, err
@@ -201,11 +233,11 @@ func (s SQLStore) writeGroup(ctx context.Context, owner string, g *gb.GroupSave,
 	return created, err
 }
 
-func (s SQLStore) ListGroups(ctx context.Context, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
+func (s groupsSQL) ListGroups(ctx context.Context, owner string, after []byte, limit int) ([]*gb.GroupSave, error) {
 	return s.listGroups(ctx, s.db.Read(), owner, after, limit, nil)
 }
 
-func (s SQLStore) listGroups(ctx context.Context, c Conn, owner string, after []byte, limit int, changedAfter *int64) ([]*gb.GroupSave, error) {
+func (s groupsSQL) listGroups(ctx context.Context, c Conn, owner string, after []byte, limit int, changedAfter *int64) ([]*gb.GroupSave, error) {
 	query, args := store.GroupSelect(owner, after, limit, changedAfter, s.d.Placeholder)
 	var out []*gb.GroupSave
 	err := c.Query(ctx, query, args, func(rows Rows) (err error) {
@@ -218,7 +250,7 @@ func (s SQLStore) listGroups(ctx context.Context, c Conn, owner string, after []
 	return out, nil
 }
 
-func (s SQLStore) ActivateGroup(ctx context.Context, owner string, id []byte) (g *gb.GroupSave, activated bool, err error) {
+func (s groupsSQL) ActivateGroup(ctx context.Context, owner string, id []byte) (g *gb.GroupSave, activated bool, err error) {
 	err = s.db.Write(ctx, func(tx Conn) error {
 		seq, err := s.NextChange(ctx, tx, owner)
 		if err != nil {
@@ -242,7 +274,7 @@ func (s SQLStore) ActivateGroup(ctx context.Context, owner string, id []byte) (g
 	return g, activated, nil
 }
 
-func (s SQLStore) MergeGroups(ctx context.Context, owner string, groups []*gb.GroupSave) ([]store.Outcome, error) {
+func (s groupsSQL) MergeGroups(ctx context.Context, owner string, groups []*gb.GroupSave) ([]store.Outcome, error) {
 	out := make([]store.Outcome, len(groups))
 	err := s.db.Write(ctx, func(tx Conn) error {
 		seq, err := s.NextChange(ctx, tx, owner)
@@ -264,7 +296,7 @@ func (s SQLStore) MergeGroups(ctx context.Context, owner string, groups []*gb.Gr
 
 // mergeGroup applies one imported group (ARCH-013, ARCH-014): a new group
 // is inserted store.Restored; a known one only moves its last message time on.
-func (s SQLStore) mergeGroup(ctx context.Context, tx Conn, owner string, g *gb.GroupSave, seq int64) (store.Outcome, error) {
+func (s groupsSQL) mergeGroup(ctx context.Context, tx Conn, owner string, g *gb.GroupSave, seq int64) (store.Outcome, error) {
 	var last *int64
 	err := tx.QueryRow(ctx, s.q.groupLastMessage, owner, g.GetId()).Scan(&last)
 	switch {
@@ -293,13 +325,13 @@ func (s SQLStore) mergeGroup(ctx context.Context, tx Conn, owner string, g *gb.G
 	}
 }
 
-func (s SQLStore) ListMessages(ctx context.Context, owner string, q store.MessageQuery) (store.MessagePage, error) {
+func (s groupsSQL) ListMessages(ctx context.Context, owner string, q store.MessageQuery) (store.MessagePage, error) {
 	return store.CollectPage(q, func(fn func(*mb.GroupMessageSave) error) error {
 		return s.eachMessage(ctx, s.db.Read(), owner, q, fn)
 	})
 }
 
-func (s SQLStore) StreamMessages(ctx context.Context, owner string, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) (full bool, err error) {
+func (s groupsSQL) StreamMessages(ctx context.Context, owner string, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) (full bool, err error) {
 	return store.StreamPage(q, func(each func(*mb.GroupMessageSave) error) error {
 		return s.eachMessage(ctx, s.db.Read(), owner, q, each)
 	}, fn)
@@ -308,7 +340,7 @@ func (s SQLStore) StreamMessages(ctx context.Context, owner string, q store.Mess
 // eachMessage runs one query and calls fn for each row as it arrives; with
 // no limit it streams a whole group. fn must not query c meanwhile: the
 // connection is busy.
-func (s SQLStore) eachMessage(ctx context.Context, c Conn, owner string, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
+func (s groupsSQL) eachMessage(ctx context.Context, c Conn, owner string, q store.MessageQuery, fn func(*mb.GroupMessageSave) error) error {
 	query, args := store.MessageSelect(owner, q, s.d.Placeholder)
 	var callers error // fn's own error, which already says what failed
 	err := c.Query(ctx, query, args, func(rows Rows) error {
@@ -326,7 +358,7 @@ func (s SQLStore) eachMessage(ctx context.Context, c Conn, owner string, q store
 	return nil
 }
 
-func (s SQLStore) DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error {
+func (s groupsSQL) DeleteMessage(ctx context.Context, owner string, groupID, id []byte, allow func(*mb.GroupMessageSave, *gb.GroupSave) error) error {
 	return s.db.Write(ctx, func(tx Conn) error {
 		// The change first (NextChange), then the group, then the
 		// message, both locked: the order every writer takes them in.
@@ -360,11 +392,11 @@ func (s SQLStore) DeleteMessage(ctx context.Context, owner string, groupID, id [
 	})
 }
 
-func (s SQLStore) ListConsent(ctx context.Context, owner string, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
+func (s groupsSQL) ListConsent(ctx context.Context, owner string, after *store.ConsentKey, limit int) ([]*cs.ConsentSave, error) {
 	return s.listConsent(ctx, s.db.Read(), owner, after, limit, nil)
 }
 
-func (s SQLStore) listConsent(ctx context.Context, c Conn, owner string, after *store.ConsentKey, limit int, changedAfter *int64) ([]*cs.ConsentSave, error) {
+func (s groupsSQL) listConsent(ctx context.Context, c Conn, owner string, after *store.ConsentKey, limit int, changedAfter *int64) ([]*cs.ConsentSave, error) {
 	// Every stamp is at least 0: -1 keeps every record.
 	since := int64(-1)
 	if changedAfter != nil {
@@ -393,7 +425,7 @@ func (s SQLStore) listConsent(ctx context.Context, c Conn, owner string, after *
 	return out, nil
 }
 
-func (s SQLStore) Snapshot(ctx context.Context, owner string, fn func(store.Snapshot) error) error {
+func (s groupsSQL) Snapshot(ctx context.Context, owner string, fn func(store.Snapshot) error) error {
 	return s.db.ReadSnapshot(ctx, func(tx Conn) error {
 		return fn(store.Pager{
 			Groups: func(ctx context.Context, after []byte, limit int, changedAfter *int64) ([]*gb.GroupSave, error) {
@@ -423,7 +455,7 @@ const probePad = 1 << 20
 // After a write was refused for space, it inserts a padded row and
 // deletes it in one transaction, and clears space's state only when that
 // succeeds.
-func (s SQLStore) Probe(ctx context.Context, space *store.SpaceWatch) error {
+func (s sqlBase) Probe(ctx context.Context, space *store.SpaceWatch) error {
 	if !space.Full() {
 		if _, err := s.exec(ctx, s.d.bind(`INSERT INTO store_probe (id, at_ns, pad) VALUES (1, ?, ?) ON CONFLICT (id) DO UPDATE SET at_ns = excluded.at_ns`), time.Now().UnixNano(), []byte{}); err != nil {
 			return fmt.Errorf("%s: probe write: %w", s.d.Name, err)

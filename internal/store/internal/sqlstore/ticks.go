@@ -11,7 +11,7 @@ import (
 // replica firing late a tick already run, and to count missed ticks.
 const tickRetention = 24 * time.Hour
 
-func (s SQLStore) ClaimScheduleTick(ctx context.Context, owner, schedule string, tick time.Time, by string) (won bool, previous time.Time, err error) {
+func (s jobsSQL) ClaimScheduleTick(ctx context.Context, owner, schedule string, tick time.Time, by string) (won bool, previous time.Time, err error) {
 	err = s.db.Write(ctx, func(tx Conn) error {
 		n, err := tx.Exec(ctx, s.d.bind(`INSERT INTO schedule_ticks (owner, schedule, tick_ns, claimed_by, claimed_ns) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
 			owner, schedule, tick.UnixNano(), by, time.Now().UnixNano())

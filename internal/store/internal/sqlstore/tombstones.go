@@ -17,7 +17,7 @@ const tombstoneInsert = `INSERT INTO tombstones (owner, group_id, sent_at_ns, id
 
 // bury records, in the removing transaction tx, that change seq removed
 // the record at key of group groupID.
-func (s SQLStore) bury(ctx context.Context, tx Conn, owner string, groupID []byte, key store.TombstoneKey, seq int64) error {
+func (s sqlBase) bury(ctx context.Context, tx Conn, owner string, groupID []byte, key store.TombstoneKey, seq int64) error {
 	if _, err := tx.Exec(ctx, s.d.bind(tombstoneInsert), owner, groupID, key.SentAtNs, nonNil(key.ID), seq); err != nil {
 		return fmt.Errorf("%s: write tombstone of group %x: %w", s.d.Name, groupID, err)
 	}
@@ -31,7 +31,7 @@ func (s SQLStore) bury(ctx context.Context, tx Conn, owner string, groupID []byt
 // becomes exportable restamps its messages with change seq, so the next
 // increment holds every one of them (an increment reads what changed
 // since its base, and these messages were written before it).
-func (s SQLStore) groupChanged(ctx context.Context, tx Conn, owner string, old, now *gb.GroupSave, seq int64) error {
+func (s sqlBase) groupChanged(ctx context.Context, tx Conn, owner string, old, now *gb.GroupSave, seq int64) error {
 	was, is := old != nil && records.GroupExportable(old), records.GroupExportable(now)
 	switch {
 	case was && !is:
@@ -44,7 +44,7 @@ func (s SQLStore) groupChanged(ctx context.Context, tx Conn, owner string, old, 
 	return nil
 }
 
-func (s SQLStore) HasTombstones(ctx context.Context, owner string, above, atMost int64) (bool, error) {
+func (s changesSQL) HasTombstones(ctx context.Context, owner string, above, atMost int64) (bool, error) {
 	var one int
 	err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT 1 FROM tombstones WHERE owner = ? AND change_seq > ? AND change_seq <= ? LIMIT 1`), owner, above, atMost).Scan(&one)
 	if errors.Is(err, s.d.NoRows) {
@@ -56,7 +56,7 @@ func (s SQLStore) HasTombstones(ctx context.Context, owner string, above, atMost
 	return true, nil
 }
 
-func (s SQLStore) GroupTombstones(ctx context.Context, owner string, groupID []byte, above, atMost int64, after *store.TombstoneKey, limit int) ([]store.Tombstone, error) {
+func (s changesSQL) GroupTombstones(ctx context.Context, owner string, groupID []byte, above, atMost int64, after *store.TombstoneKey, limit int) ([]store.Tombstone, error) {
 	query := `SELECT sent_at_ns, id, max(change_seq) FROM tombstones WHERE owner = ? AND group_id = ? AND change_seq > ? AND change_seq <= ?`
 	args := []any{owner, groupID, above, atMost}
 	if after != nil {
@@ -82,7 +82,7 @@ func (s SQLStore) GroupTombstones(ctx context.Context, owner string, groupID []b
 	return out, nil
 }
 
-func (s SQLStore) PruneTombstones(ctx context.Context, owner string) (int64, error) {
+func (s changesSQL) PruneTombstones(ctx context.Context, owner string) (int64, error) {
 	var floor *int64
 	err := s.db.Read().QueryRow(ctx, s.d.bind(`SELECT min(change_seq) FROM backups WHERE owner = ? AND state = ? AND change_seq >= 0`), owner, store.BackupComplete).Scan(&floor)
 	if err != nil {
