@@ -41,7 +41,7 @@ func (ks *Keys) CheckKEK(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("check the key-encryption key: %w", err)
 	}
-	counts, err := ks.cfg.Store.KeyCounts(ctx)
+	counts, err := ks.cfg.Store.KeyCounts(ctx, "")
 	if err != nil {
 		return fmt.Errorf("check the key-encryption key: %w", err)
 	}

@@ -326,7 +326,7 @@ func (ks *Keys) RunKeyWorker(ctx context.Context, period time.Duration, status f
 				zap.Int("failed", pass.Failed), zap.Int("keks_destroyed", pass.Destroyed), zap.Duration("took", time.Since(start)))
 		}
 		if status != nil {
-			if st, err := ks.KeyStatus(ctx); err == nil {
+			if st, err := ks.keyStatus(ctx, false); err == nil {
 				status(st)
 			}
 		}
@@ -370,6 +370,10 @@ type KEKUse struct {
 	// OwnerKeys it wraps, and legacy backups whose data keys it wraps
 	// directly.
 	OwnerKeys, LegacyBackups int64
+	// OwnerKeysUncounted: the current KEK's owner keys were not counted
+	// (the key worker's periodic status, which reads only the rows still
+	// to rewrap; OwnerKeys is then 0).
+	OwnerKeysUncounted bool
 }
 
 // Retired reports rows that a rotation has not moved off a KEK other
@@ -385,13 +389,25 @@ func (s KeyStatus) Retired() int64 {
 	return n
 }
 
-// KeyStatus counts the rows under each KEK.
+// KeyStatus counts the rows under each KEK: every owner's key, on
+// demand (GetKeyStatus).
 func (ks *Keys) KeyStatus(ctx context.Context) (KeyStatus, error) {
-	counts, err := ks.cfg.Store.KeyCounts(ctx)
+	return ks.keyStatus(ctx, true)
+}
+
+// keyStatus is KeyStatus; unless whole, the current KEK's owner keys are
+// not counted, so the key worker's pass reads the rows still to rewrap
+// and not every owner's key (issue 52).
+func (ks *Keys) keyStatus(ctx context.Context, whole bool) (KeyStatus, error) {
+	current, _ := ks.cfg.KEK.Fingerprint()
+	except := current
+	if whole {
+		except = ""
+	}
+	counts, err := ks.cfg.Store.KeyCounts(ctx, except)
 	if err != nil {
 		return KeyStatus{}, err
 	}
-	current, _ := ks.cfg.KEK.Fingerprint()
 	st := KeyStatus{Current: current}
 	uses := map[string]*KEKUse{}
 	use := func(fp string) *KEKUse {
@@ -433,6 +449,9 @@ func (ks *Keys) KeyStatus(ctx context.Context) (KeyStatus, error) {
 	}
 	for fp, n := range counts.OwnerKeys {
 		use(fp).OwnerKeys += n
+	}
+	if except != "" {
+		use(except).OwnerKeysUncounted = true
 	}
 	for fp, n := range counts.LegacyBackups {
 		use(fp).LegacyBackups += n

@@ -92,7 +92,7 @@ func (ks *Keys) destroyRetired(ctx context.Context, current string) (int, error)
 			continue
 		}
 		if counts.OwnerKeys == nil {
-			if counts, err = ks.cfg.Store.KeyCounts(ctx); err != nil {
+			if counts, err = ks.cfg.Store.KeyCounts(ctx, current); err != nil {
 				return n, err
 			}
 		}

@@ -307,7 +307,7 @@ func TestErasureRotationFollowedByReplicas(t *testing.T) {
 			if _, err := b.m.Keys.unwrap(ctx, row); err != nil {
 				t.Fatalf("replica B opens a row A rewrapped: %v", err)
 			}
-			counts, err := st.KeyCounts(ctx)
+			counts, err := st.KeyCounts(ctx, "")
 			if err != nil || counts.OwnerKeys[old] != 0 {
 				t.Fatalf("rows under the retired KEK: %v (%v)", counts.OwnerKeys, err)
 			}

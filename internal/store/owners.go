@@ -35,9 +35,12 @@ type OwnerKeys interface {
 	// key ownerKeyID instead of the KEK, only while the row still holds
 	// oldWrapped under no owner key (else ErrNotFound, unchanged).
 	RewrapBackupKey(ctx context.Context, owner, id string, oldWrapped, wrapped []byte, ownerKeyID string) error
-	// KeyCounts counts, across owners, the owner keys under each KEK and
-	// the backups whose data keys a KEK wraps directly.
-	KeyCounts(ctx context.Context) (KeyCounts, error)
+	// KeyCounts counts, across owners, the owner keys under each KEK but
+	// except ("" counts them all) and the backups whose data keys a KEK
+	// wraps directly. With except the current KEK, what it reads is the
+	// rows still to rewrap, never every owner's key: the key worker's
+	// periodic count (issue 52).
+	KeyCounts(ctx context.Context, except string) (KeyCounts, error)
 }
 
 // KEKRetirements records what erasures need of the key-encryption keys.

@@ -100,12 +100,20 @@ func (m *JobMetrics) KeyStatus(st jobs.KeyStatus) {
 	}
 	for _, state := range []string{"current", "retiring", "unavailable"} {
 		var owners, legacy int64
+		uncounted := false
 		for _, u := range st.KEKs {
 			if u.State == state {
 				owners, legacy = owners+u.OwnerKeys, legacy+u.LegacyBackups
+				uncounted = uncounted || u.OwnerKeysUncounted
 			}
 		}
-		m.keyRows.WithLabelValues(state, "owner_key").Set(float64(owners))
+		// The key worker does not count the current KEK's owner keys
+		// (every owner's, on a timer): no series rather than a wrong one.
+		if uncounted {
+			m.keyRows.DeleteLabelValues(state, "owner_key")
+		} else {
+			m.keyRows.WithLabelValues(state, "owner_key").Set(float64(owners))
+		}
 		m.keyRows.WithLabelValues(state, "legacy_backup").Set(float64(legacy))
 	}
 }

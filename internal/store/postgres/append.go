@@ -94,6 +94,15 @@ func (s *Store) AppendMessages(ctx context.Context, owner string, msgs []*mb.Gro
 // transaction meanwhile, or already (unlooked-up, with MostlyNew).
 var errIDStored = errors.New("a message id was inserted concurrently")
 
+// storedIDs are those of the ids $2 that owner $1 has: one probe of the
+// primary key per id, whatever the plan. The form "owner = $1 AND id =
+// ANY($2)" fell, under a generic plan (a pooled connection's cached
+// statement), into reading every message of the owner and filtering by
+// id (issue 52); a LATERAL lookup with LIMIT 1 cannot be turned into
+// that.
+const storedIDs = `SELECT u.id FROM unnest($2::bytea[]) AS u(id),
+	LATERAL (SELECT 1 FROM messages m WHERE m.owner = $1 AND m.id = u.id LIMIT 1) AS found`
+
 // copyNew is the fast path of an append: find which ids are stored, then
 // COPY the rest, the first occurrence of each id in the batch. A
 // concurrent insert of one of them makes COPY fail on the primary key; the
@@ -110,7 +119,7 @@ func copyNew(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupMessa
 		for i, m := range msgs {
 			ids[i] = m.GetId()
 		}
-		rows, err := tx.Query(ctx, `SELECT id FROM messages WHERE owner = $1 AND id = ANY($2)`, owner, ids)
+		rows, err := tx.Query(ctx, storedIDs, owner, ids)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: read message ids: %w", err)
 		}
@@ -329,3 +338,30 @@ func checkGroups(ctx context.Context, tx pgx.Tx, owner string, msgs []*mb.GroupM
 	}
 	return nil
 }
+
+// MessagesExist reports, for each id in order, whether owner has it:
+// storedIDs over pages of the ids, a probe of the primary key each
+// whatever the plan (the shared form's id IN (...) falls into the same
+// generic plan as ANY($2) did).
+func (s *Store) MessagesExist(ctx context.Context, owner string, ids [][]byte) ([]bool, error) {
+	out := make([]bool, len(ids))
+	for start := 0; start < len(ids); start += existBatch {
+		batch := ids[start:min(start+existBatch, len(ids))]
+		rows, err := s.pool.Query(ctx, storedIDs, owner, batch)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: messages exist: %w", connLost(err))
+		}
+		found := make(map[string]bool, len(batch))
+		var id []byte
+		if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { found[string(id)] = true; return nil }); err != nil {
+			return nil, fmt.Errorf("postgres: messages exist: %w", connLost(err))
+		}
+		for i, id := range batch {
+			out[start+i] = found[string(id)]
+		}
+	}
+	return out, nil
+}
+
+// existBatch bounds the ids of one MessagesExist statement.
+const existBatch = 1000

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,22 @@ func testOwnerKeys(t *testing.T, s store.Store) {
 	if rows, err := s.OwnerKeysNotUnder(ctx(t), "kek-c", "alice", 10); err != nil || len(rows) != 1 || rows[0].Owner != "bob" {
 		t.Fatalf("OwnerKeysNotUnder kek-c after alice: %+v, %v; want bob's", rows, err)
 	}
+	// Keys either side of the KEK named, and none under it (the key
+	// worker reads two ranges of owner_keys_by_kek, issue 52).
+	if rows, err := s.OwnerKeysNotUnder(ctx(t), "kek-a", "", 10); err != nil || len(rows) != 1 || rows[0].Owner != "bob" {
+		t.Fatalf("OwnerKeysNotUnder kek-a: %+v, %v; want bob's", rows, err)
+	}
+	for except, want := range map[string]map[string]int64{
+		"":      {"kek-a": 1, "kek-b": 1},
+		"kek-a": {"kek-b": 1},
+		"kek-b": {"kek-a": 1},
+		"kek-c": {"kek-a": 1, "kek-b": 1},
+	} {
+		counts, err := s.KeyCounts(ctx(t), except)
+		if err != nil || !maps.Equal(counts.OwnerKeys, want) {
+			t.Fatalf("KeyCounts except %q: %v, %v; want %v", except, counts.OwnerKeys, err, want)
+		}
+	}
 	stale := got
 	if err := s.RewrapOwnerKey(ctx(t), got, []byte("rewrapped"), "kek-b", at.Add(time.Hour)); err != nil {
 		t.Fatalf("RewrapOwnerKey: %v", err)
@@ -54,7 +71,7 @@ func testOwnerKeys(t *testing.T, s store.Store) {
 	if err != nil || string(after.Wrapped) != "rewrapped" || after.KEKFingerprint != "kek-b" || after.KeyID != "k1" || !after.Rewrapped.Equal(at.Add(time.Hour)) {
 		t.Fatalf("after the rewrap: %+v, %v", after, err)
 	}
-	counts, err := s.KeyCounts(ctx(t))
+	counts, err := s.KeyCounts(ctx(t), "")
 	if err != nil || counts.OwnerKeys["kek-b"] != 2 || len(counts.OwnerKeys) != 1 {
 		t.Fatalf("KeyCounts: %+v, %v; want 2 owner keys under kek-b", counts, err)
 	}
@@ -85,7 +102,7 @@ func testLegacyBackupKeys(t *testing.T, s store.Store) {
 	if err != nil || len(page) != 1 || page[0].Owner != "bob" {
 		t.Fatalf("LegacyBackups second page: %d rows, %v; want bob's", len(page), err)
 	}
-	counts, err := s.KeyCounts(ctx(t))
+	counts, err := s.KeyCounts(ctx(t), "")
 	if err != nil || counts.LegacyBackups["kek-a"] != 3 {
 		t.Fatalf("KeyCounts: %+v, %v; want 3 legacy rows under kek-a", counts, err)
 	}
@@ -594,12 +611,12 @@ func testKEKRetirements(t *testing.T, s store.Store) {
 	if err := s.RetireKEK(ctx(t), "kek-race", at); err != nil {
 		t.Fatal(err)
 	}
-	atRetirement, err := s.KeyCounts(ctx(t))
+	atRetirement, err := s.KeyCounts(ctx(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	final, err := s.KeyCounts(ctx(t))
+	final, err := s.KeyCounts(ctx(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}

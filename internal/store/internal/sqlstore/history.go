@@ -97,7 +97,7 @@ func (s historySQL) historyFiles(ctx context.Context, query string, args ...any)
 }
 
 func (s historySQL) HistoryFilesBefore(ctx context.Context, t time.Time, limit int) ([]store.HistoryFile, error) {
-	return s.historyFiles(ctx, `SELECT `+historyColumns+` FROM history_files WHERE expires_ns <= ? ORDER BY expires_ns, id LIMIT ?`, t.UnixNano(), limit)
+	return s.historyFiles(ctx, HistoryDue, t.UnixNano(), limit)
 }
 
 func (s historySQL) EvictableHistoryFiles(ctx context.Context, createdBefore time.Time, limit int) ([]store.HistoryFile, error) {

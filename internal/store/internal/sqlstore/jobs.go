@@ -318,7 +318,7 @@ func (s jobsSQL) ClaimJob(ctx context.Context, now, leaseUntil time.Time, maxAtt
 	err := s.db.Write(ctx, func(tx Conn) error {
 		var id string
 		var attempt int
-		err := tx.QueryRow(ctx, s.d.bind(`SELECT id, attempt FROM jobs WHERE state = ? AND lease_until_ns < ? AND attempt < ? ORDER BY id LIMIT 1`+s.d.ForUpdate+s.d.SkipLocked),
+		err := tx.QueryRow(ctx, s.d.bind(LeaseRunOut+s.d.ForUpdate+s.d.SkipLocked),
 			store.JobRunning, now.UnixNano(), maxAttempts).Scan(&id, &attempt)
 		if errors.Is(err, s.d.NoRows) {
 			return store.ErrNotFound
@@ -346,7 +346,7 @@ func (s jobsSQL) ExpireJobs(ctx context.Context, now time.Time, maxAttempts int,
 	var ids []string
 	err := s.db.Write(ctx, func(tx Conn) error {
 		ids = ids[:0]
-		err := tx.Query(ctx, s.d.bind(`SELECT id FROM jobs WHERE state = ? AND lease_until_ns < ? AND attempt >= ?`+s.d.ForUpdate), []any{store.JobRunning, now.UnixNano(), maxAttempts}, scanIDs(&ids))
+		err := tx.Query(ctx, s.d.bind(LeasesPastAttempts+s.d.ForUpdate), []any{store.JobRunning, now.UnixNano(), maxAttempts}, scanIDs(&ids))
 		if err != nil {
 			return fmt.Errorf("%s: expired jobs: %w", s.d.Name, err)
 		}
@@ -362,8 +362,10 @@ func (s jobsSQL) ExpireJobs(ctx context.Context, now time.Time, maxAttempts int,
 }
 
 func (s jobsSQL) DeleteFinishedJobs(ctx context.Context, before time.Time, limit int) (int, error) {
-	n, err := s.exec(ctx, s.d.bind(`DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state <> ? AND kind <> ? AND done_ns > 0 AND done_ns < ? ORDER BY id LIMIT ?)`),
-		store.JobRunning, store.JobErase, before.UnixNano(), limit)
+	// jobs_finished's predicate as constants, so both planners can use
+	// it: the sweep reads the jobs due, not every one kept (issue 52).
+	n, err := s.exec(ctx, s.d.bind(`DELETE FROM jobs WHERE id IN (`+FinishedJobsDue+`)`),
+		before.UnixNano(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("%s: delete finished jobs: %w", s.d.Name, err)
 	}

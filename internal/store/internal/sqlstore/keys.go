@@ -43,8 +43,11 @@ func (s keysSQL) CreateOwnerKey(ctx context.Context, k store.OwnerKey) (store.Ow
 
 func (s keysSQL) OwnerKeysNotUnder(ctx context.Context, kek, afterOwner string, limit int) ([]store.OwnerKey, error) {
 	var out []store.OwnerKey
-	err := s.db.Read().Query(ctx, s.d.bind(`SELECT `+ownerKeyColumns+` FROM owner_keys WHERE kek_fingerprint <> ? AND owner > ? ORDER BY owner LIMIT ?`),
-		[]any{kek, afterOwner, limit}, func(rows Rows) error {
+	// Two ranges of owner_keys_by_kek rather than kek_fingerprint <> ?,
+	// which walked every owner's key in owner order to find the few not
+	// under kek: this reads those few (issue 52).
+	err := s.db.Read().Query(ctx, s.d.bind(OwnerKeysToRewrap),
+		[]any{kek, kek, afterOwner, limit}, func(rows Rows) error {
 			for rows.Next() {
 				k, err := scanOwnerKey(rows.Scan)
 				if err != nil {
@@ -114,10 +117,10 @@ func (s keysSQL) RewrapBackupKey(ctx context.Context, owner, id string, oldWrapp
 	return nil
 }
 
-func (s keysSQL) KeyCounts(ctx context.Context) (store.KeyCounts, error) {
+func (s keysSQL) KeyCounts(ctx context.Context, except string) (store.KeyCounts, error) {
 	out := store.KeyCounts{OwnerKeys: map[string]int64{}, LegacyBackups: map[string]int64{}}
-	count := func(query string, into map[string]int64) error {
-		return s.db.Read().Query(ctx, s.d.bind(query), []any{[]byte{}}, func(rows Rows) error {
+	count := func(query string, into map[string]int64, args ...any) error {
+		return s.db.Read().Query(ctx, s.d.bind(query), append(args, []byte{}), func(rows Rows) error {
 			for rows.Next() {
 				var fp string
 				var n int64
@@ -129,10 +132,17 @@ func (s keysSQL) KeyCounts(ctx context.Context) (store.KeyCounts, error) {
 			return rows.Err()
 		})
 	}
-	if err := count(`SELECT kek_fingerprint, count(*) FROM owner_keys WHERE wrapped_key <> ? GROUP BY kek_fingerprint`, out.OwnerKeys); err != nil {
+	ownerKeys := `SELECT kek_fingerprint, count(*) FROM owner_keys WHERE wrapped_key <> ? GROUP BY kek_fingerprint`
+	var args []any
+	if except != "" {
+		// The ranges of owner_keys_by_kek either side of except.
+		ownerKeys = OwnerKeysToRewrapCount
+		args = []any{except, except}
+	}
+	if err := count(ownerKeys, out.OwnerKeys, args...); err != nil {
 		return store.KeyCounts{}, fmt.Errorf("%s: count owner keys: %w", s.d.Name, err)
 	}
-	if err := count(`SELECT kek_fingerprint, count(*) FROM backups WHERE owner_key_id = '' AND wrapped_key <> ? GROUP BY kek_fingerprint`, out.LegacyBackups); err != nil {
+	if err := count(LegacyBackupCount, out.LegacyBackups); err != nil {
 		return store.KeyCounts{}, fmt.Errorf("%s: count backups under a KEK: %w", s.d.Name, err)
 	}
 	return out, nil
