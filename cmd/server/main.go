@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -319,7 +320,7 @@ func (m *migrateCmd) Run(ctx context.Context, con console) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	s, err := openStore(ctx, m.storeFlags, true, log, nil)
+	s, err := openStore(ctx, m.storeFlags, true, 0, log, nil)
 	if err != nil {
 		return err
 	}
@@ -328,9 +329,9 @@ func (m *migrateCmd) Run(ctx context.Context, con console) error {
 
 // openStore opens Postgres when a database URL is set, the embedded store
 // otherwise, applying pending migrations when migrate is set.
-func openStore(ctx context.Context, f storeFlags, migrate bool, log *zap.Logger, tracing *telemetry.Tracing) (store.Store, error) {
+func openStore(ctx context.Context, f storeFlags, migrate bool, poolSize int32, log *zap.Logger, tracing *telemetry.Tracing) (store.Store, error) {
 	if f.DatabaseURL != "" {
-		opts := postgres.Options{Migrate: migrate}
+		opts := postgres.Options{Migrate: migrate, MaxConns: poolSize}
 		if tracing != nil {
 			opts.Tracer = tracing.PgxTracer()
 		}
@@ -340,7 +341,8 @@ func openStore(ctx context.Context, f storeFlags, migrate bool, log *zap.Logger,
 		}
 		// The URL may hold a password: log only where it points.
 		cfg := s.Pool().Config().ConnConfig
-		fields := []zap.Field{zap.String("engine", "postgres"), zap.String("host", cfg.Host), zap.String("database", cfg.Database), zap.Bool("migrated", migrate)}
+		fields := []zap.Field{zap.String("engine", "postgres"), zap.String("host", cfg.Host), zap.String("database", cfg.Database), zap.Bool("migrated", migrate),
+			zap.Int32("pool_max_conns", s.Pool().Config().MaxConns)}
 		if len(s.Distributed) > 0 {
 			fields = append(fields, zap.Strings("citus_distributed", s.Distributed))
 		}
@@ -353,6 +355,15 @@ func openStore(ctx context.Context, f storeFlags, migrate bool, log *zap.Logger,
 	}
 	log.Info("store", zap.String("engine", "sqlite"), zap.String("path", filepath.Join(f.DataDir, sqlite.FileName)), zap.Bool("migrated", migrate))
 	return s, nil
+}
+
+// poolSize is the PostgreSQL pool's size when --database-url sets no
+// pool_max_conns: a connection for each archive stream and each job, which
+// hold one as long as they stream (an export's snapshot), and the
+// greater of 4 and the CPUs for everything else, so a full house of
+// exports never leaves a unary call waiting for a connection.
+func (c *serveCmd) poolSize() int32 {
+	return int32(c.MaxArchiveStreams + c.MaxJobs + max(4, runtime.NumCPU()))
 }
 
 // httpAddr is where HTTP/JSON is served: --http-listen, or beside the

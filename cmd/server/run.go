@@ -187,7 +187,7 @@ func (c *serveCmd) assemble(ctx context.Context, words *preview.Words, tracing *
 		return nil, err
 	}
 	a.closers = append(a.closers, a.perimeter.stop)
-	if a.store, err = openStore(ctx, c.storeFlags, c.Migrate, log, tracing); err != nil {
+	if a.store, err = openStore(ctx, c.storeFlags, c.Migrate, c.poolSize(), log, tracing); err != nil {
 		return nil, err
 	}
 	a.closers = append(a.closers, func() { _ = a.store.Close() })

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,6 +31,9 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, error) {
 	}
 	if opts.OnNotice != nil {
 		cfg.ConnConfig.OnNotice = opts.OnNotice
+	}
+	if opts.MaxConns > 0 && !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = opts.MaxConns
 	}
 	// pgx reads the server's messages 8 KiB at a time: an export's stream
 	// of rows took a read system call per 8 KiB, a fifth of the server's

@@ -53,6 +53,11 @@ type Options struct {
 	// OnNotice, when set, is called with each notice the server sends
 	// (the Citus router-plan test reads Citus's multi-shard notices).
 	OnNotice func(*pgconn.PgConn, *pgconn.Notice)
+	// MaxConns is the pool's size when url sets no pool_max_conns (0:
+	// pgx's, the greater of 4 and the CPUs). The server fits it to what
+	// holds a connection for long: an export streaming its snapshot, a
+	// job (cmd/server's poolSize).
+	MaxConns int32
 }
 
 // Open connects to the database at url (a postgres:// URL or key=value
