@@ -87,3 +87,62 @@ func TestCallersDeadlineIsTheCallers(t *testing.T) {
 		t.Errorf("%d calls cut short opened %d database sessions: cancelled queries close their connections", expired, opened)
 	}
 }
+
+// TestStreamsCutMidwayKeepTheirSessions (issue 52): on PostgreSQL, 1,000
+// streams whose callers hang up after the first response (StreamMessages
+// of a large group and Export, half each), their queries still running,
+// open no more than a handful of database sessions: each cancelled query
+// is cancelled on the server and its connection kept.
+func TestStreamsCutMidwayKeepTheirSessions(t *testing.T) {
+	st := enginetest.Postgres(t).(*postgres.Store)
+	addr := serveTCP(t, Config{Store: st, MaxAppendBatch: 20000, Limits: Limits{MaxMessageStreamsPerOwner: 1000, MaxArchiveStreamsPerOwner: 1000}}, nil)
+	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
+	c := cb.NewConversationServiceClient(conn)
+	arch := cb.NewArchiveServiceClient(conn)
+	owner := "alice"
+	g := storetest.FullGroup("g")
+	put(t, c, owner, g)
+	if _, err := c.AppendMessages(t.Context(), &cb.AppendMessagesRequest{Owner: owner, Messages: storetest.Messages("m", g.GetId(), 20000, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	key := make([]byte, 32)
+	cut := func(i int) error {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		if i%2 == 0 {
+			s, err := c.StreamMessages(ctx, &cb.StreamMessagesRequest{Owner: owner, GroupId: g.GetId(), PageSize: 1000})
+			if err != nil {
+				return err
+			}
+			_, err = s.Recv()
+			return err
+		}
+		s, err := arch.Export(ctx, &cb.ExportRequest{Owner: owner, Key: key})
+		if err != nil {
+			return err
+		}
+		_, err = s.Recv()
+		return err
+	}
+	// Warm the pool: the sessions the first streams open are not the
+	// cost of cutting them.
+	for i := range 4 {
+		if err := cut(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	before := st.Pool().Stat().NewConnsCount()
+	const streams = 1000
+	for i := range streams {
+		if err := cut(i); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	opened := st.Pool().Stat().NewConnsCount() - before
+	t.Logf("%d streams cut after their first response opened %d database sessions (pool of %d)", streams, opened, st.Pool().Config().MaxConns)
+	if opened > 5 {
+		t.Errorf("%d streams cut midway opened %d database sessions: cancelled queries close their connections", streams, opened)
+	}
+}
