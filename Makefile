@@ -31,7 +31,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
 .PHONY: mutate mutate-sample stress racy
-.PHONY: soak history-soak run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
+.PHONY: bench-fleet soak history-soak run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -329,6 +329,19 @@ bench-restore:
 # fixed seeds of each. By hand, not in CI.
 RESTORE_SEEDS ?= 100
 RESTORE_MODEL_SEEDS ?= 20
+# bench-fleet: two stores of one engine, FLEET_SMALL and FLEET_LARGE
+# owners seeded in SQL from a template owner written through the API, a
+# server on each; prints the large/small ratios of append, list, export,
+# idle CPU, RSS and start-up (tools/fleetbench). By hand, not in CI
+# (figures in BENCHMARKS.md).
+FLEET_ENGINE ?= postgres
+FLEET_SMALL ?= 10000
+FLEET_LARGE ?= 1000000
+bench-fleet:
+	@url="$${TEST_DATABASE_URL:-}"; \
+	if [ "$(FLEET_ENGINE)" = postgres ] && [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+	go run ./tools/fleetbench -engine $(FLEET_ENGINE) -small $(FLEET_SMALL) -large $(FLEET_LARGE) -database-url "$$url"
+
 # soak: the built server on PostgreSQL under mixed load for SOAK_DURATION
 # (unary calls, exports read whole and cut, abandoned imports, a backup and
 # its restore every minute, HTTP/JSON answered and refused, history
