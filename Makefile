@@ -31,7 +31,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
 .PHONY: mutate mutate-sample stress racy
-.PHONY: bench-fleet soak history-soak run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
+.PHONY: ports bench-fleet soak history-soak run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -93,7 +93,7 @@ interop-deps: node
 # test is the README's test command: everything CI runs. The store tests
 # need PostgreSQL: TEST_DATABASE_URL when set, else the server on
 # 127.0.0.1:5432, started by scripts/ensure-postgres.sh when none answers.
-test: tools interop-deps lint check-generated breaking check-alerts
+test: ports tools interop-deps lint check-generated breaking check-alerts
 	@echo "make test: lint, generated code, go test -race ./..., then every fuzz target; about 20 minutes on 2 cores (make check is the fast path)"
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
@@ -101,6 +101,11 @@ test: tools interop-deps lint check-generated breaking check-alerts
 	TEST_DATABASE_URL="$$url" go test -race -count=1 -skip '^TestCitus' ./...
 	$(MAKE) bench-smoke
 	$(MAKE) fuzz
+
+# ports fails in make test's first second when a port its tests need is
+# taken (the README's dev server, left running).
+ports:
+	@bash scripts/ports-free.sh 50051 50052
 
 # bench-smoke runs each cheap benchmark once, so that one whose setup broke
 # (benchmarks compile with the tests but only run here) fails make test;
