@@ -41,8 +41,16 @@ func (f connFlags) dialOptions(server string) ([]grpc.DialOption, error) {
 		o.Token = os.Getenv("CONTENTBACKUP_TOKEN")
 	}
 	opts, err := transport.DialOptions(o)
-	if err != nil || !o.Insecure {
-		return opts, err
+	if err != nil {
+		return nil, err
+	}
+	if !o.Insecure {
+		cfg, err := transport.ClientTLS(o)
+		if err != nil {
+			return nil, err
+		}
+		// The same TLS, watched: a refused certificate ends the call.
+		return append(opts, (&prefaceWatch{}).tlsOptions(cfg)...), nil
 	}
 	return append(opts, (&prefaceWatch{}).options()...), nil
 }

@@ -75,6 +75,26 @@ var mistakes = []mistake{
 			return "the server did not accept these credentials: check the token (or certificate) against its auth policy"
 		},
 	},
+	{ // nothing answers at the address, or the name does not resolve
+		match: func(err error, _ *cli, _ string) bool {
+			msg := err.Error()
+			return codeOf(err) == codes.Unavailable && (strings.Contains(msg, "connection refused") ||
+				strings.Contains(msg, "produced zero addresses") || strings.Contains(msg, "no such host"))
+		},
+		hint: func(_ error, c *cli) string {
+			return "nothing answers at " + c.Server + " (tried for a few seconds, as a failover heals): is the server running there? --server or SERVER_ADDR names it"
+		},
+	},
+	{ // a TLS server whose certificate this tool does not trust
+		match: func(err error, _ *cli, _ string) bool {
+			msg := err.Error()
+			return strings.Contains(msg, "certificate signed by unknown authority") || strings.Contains(msg, "certificate is not valid for") ||
+				strings.Contains(msg, "x509: certificate")
+		},
+		hint: func(_ error, c *cli) string {
+			return "the certificate " + c.Server + " presented is not one this tool trusts: pass --tls-ca with the CA that signed it (and --tls-server-name if it names another host)"
+		},
+	},
 	{ // a plaintext call to a TLS server
 		match: func(err error, _ *cli, _ string) bool {
 			msg := err.Error()

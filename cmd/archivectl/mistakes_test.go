@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -107,6 +108,13 @@ func TestArchivectlMistakes(t *testing.T) {
 	}
 	t.Cleanup(stop)
 	tlsAddr, _ := serve(t, credentials.TransportCredentials(creds))
+	// An address nothing answers at.
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := closed.Addr().String()
+	closed.Close()
 
 	cases := []struct {
 		name string
@@ -120,6 +128,8 @@ func TestArchivectlMistakes(t *testing.T) {
 		{"a file that is not an archive", ctl, []string{"import", "--owner", owner, "--key-file", key, notArchive}},
 		{"a truncated archive", ctl, []string{"import", "--owner", owner, "--key-file", key, truncated}},
 		{"another owner's backup without --source-owner", ctl, []string{"restore", "--owner", bob, backupID}},
+		{"no server at the address", ctl, []string{"--server", nobody, "estimate", "--owner", owner}},
+		{"a TLS server whose CA is not given", ctl, []string{"--server", tlsAddr, "--tls-server-name", "localhost", "estimate", "--owner", owner}},
 	}
 	want := transcriptLines(t)
 	if len(want) != len(cases) {
@@ -134,7 +144,7 @@ func TestArchivectlMistakes(t *testing.T) {
 		}
 		lines := strings.Split(strings.TrimSpace(stderr), "\n")
 		got := lines[len(lines)-1]
-		got = strings.NewReplacer(dir, "DIR", tlsAddr, "ADDR", addr, "ADDR", owner, "alice", bob, "bob").Replace(got)
+		got = strings.NewReplacer(dir, "DIR", tlsAddr, "ADDR", addr, "ADDR", nobody, "ADDR", owner, "alice", bob, "bob").Replace(got)
 		got = ids.ReplaceAllString(got, "ID")
 		// What varies with the run and the machine's load: the archive's
 		// bytes (its owners' names are random), and the transport's own

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 )
 
@@ -55,21 +57,70 @@ func (w *prefaceWatch) watching(ctx context.Context) (context.Context, func()) {
 	}
 }
 
-func (w *prefaceWatch) silentClose() {
+func (w *prefaceWatch) silentClose() { w.fail(errNoPreface) }
+
+// fail ends the call in flight with cause: a failure no retry heals.
+func (w *prefaceWatch) fail(cause error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.cancel != nil {
-		w.cancel(errNoPreface)
+		w.cancel(cause)
 	}
 }
 
 // why is the call's error as the caller should see it: the silent close,
-// when that is what ended it.
+// or the certificate refused, when that is what ended it.
 func why(ctx context.Context, err error) error {
-	if err != nil && errors.Is(context.Cause(ctx), errNoPreface) {
+	if err == nil {
+		return nil
+	}
+	cause := context.Cause(ctx)
+	var refused *certificateRefused
+	switch {
+	case errors.Is(cause, errNoPreface):
 		return status.Error(codes.Unavailable, errNoPreface.Error())
+	case errors.As(cause, &refused):
+		return status.Error(codes.Unavailable, refused.Error())
 	}
 	return err
+}
+
+// certificateRefused: the server's certificate did not verify (an
+// unknown CA, another name). Every attempt would fail the same way, so
+// the first ends the call, where gRPC retried it for seconds.
+type certificateRefused struct{ err error }
+
+func (e *certificateRefused) Error() string {
+	return "TLS handshake: the server's certificate was refused: " + e.err.Error()
+}
+
+// watchedTLS tells its watch when the server's certificate is refused.
+type watchedTLS struct {
+	credentials.TransportCredentials
+	w *prefaceWatch
+}
+
+func (c watchedTLS) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, conn)
+	var verify *tls.CertificateVerificationError
+	if errors.As(err, &verify) {
+		c.w.fail(&certificateRefused{err: verify})
+	}
+	return out, info, err
+}
+
+func (c watchedTLS) Clone() credentials.TransportCredentials {
+	return watchedTLS{TransportCredentials: c.TransportCredentials.Clone(), w: c.w}
+}
+
+// tlsOptions are those of a TLS client whose certificate failures end the
+// call at once.
+func (w *prefaceWatch) tlsOptions(cfg *tls.Config) []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(watchedTLS{TransportCredentials: credentials.NewTLS(cfg), w: w}),
+		grpc.WithChainUnaryInterceptor(w.unary),
+		grpc.WithChainStreamInterceptor(w.stream),
+	}
 }
 
 func (w *prefaceWatch) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
