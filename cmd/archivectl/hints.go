@@ -161,15 +161,42 @@ var mistakes = []mistake{
 // explain is the one line archivectl prints for err: the error, then the
 // hint of the mistake it shows, if any.
 func explain(err error, c *cli, command string) string {
+	e := explained(err, c, command)
+	if e.Hint == "" {
+		return e.Message
+	}
+	return fmt.Sprintf("%s (hint: %s)", e.Message, e.Hint)
+}
+
+// failure is an error as archivectl reports it; with --json it is printed
+// as this object on stderr, one line.
+type failure struct {
+	// Code is the gRPC code's name ("Unavailable"), empty for an error
+	// of the tool's own (a file it cannot read).
+	Code string `json:"code"`
+	// Reason is the server's ErrorInfo reason, when it gave one.
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	Hint    string `json:"hint"`
+}
+
+func explained(err error, c *cli, command string) failure {
 	// grpc-go's "rpc error: code = X desc = " says the code in its own
 	// words: the code's name and the server's message read better.
-	line := rpcError.ReplaceAllString(err.Error(), "$1: ")
+	f := failure{Message: rpcError.ReplaceAllString(err.Error(), "$1: ")}
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		f.Code = se.GRPCStatus().Code().String()
+	}
+	r, _ := reasonOf(err)
+	f.Reason = string(r)
 	for _, m := range mistakes {
 		if m.match(err, c, command) {
-			return fmt.Sprintf("%s (hint: %s)", line, m.hint(err, c))
+			f.Hint = m.hint(err, c)
+			break
 		}
 	}
-	return line
+	return f
 }
 
 var rpcError = regexp.MustCompile(`rpc error: code = (\w+) desc = `)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
@@ -33,5 +34,34 @@ func TestJSONDigestsAreHex(t *testing.T) {
 	empty, err := protoJSON(&cb.ListBackupsResponse{})
 	if err != nil || !bytes.Contains(empty, []byte(`"backups":[]`)) {
 		t.Errorf("an empty list: %s, %v; want []", empty, err)
+	}
+}
+
+// TestJSONErrorsAreJSON (issue 51, finding 5): with --json an error is a
+// JSON object on stderr, one line: the code, the server's reason, the
+// message and the hint, as the text form says them; nothing on stdout.
+func TestJSONErrorsAreJSON(t *testing.T) {
+	bin := build(t)
+	addr, _, _ := serveJobs(t, nil)
+	anon := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN="}}
+	out, stderr, err := anon.run("--json", "backups", "list", "--owner", "alice")
+	if err == nil {
+		t.Fatal("archivectl succeeded without a token")
+	}
+	var got struct {
+		Error struct{ Code, Reason, Message, Hint string }
+	}
+	if jerr := json.Unmarshal([]byte(stderr), &got); jerr != nil || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Fatalf("stderr with --json is not one JSON object (%v):\n%s", jerr, stderr)
+	}
+	if got.Error.Code != "Unauthenticated" || got.Error.Reason != "UNAUTHENTICATED" || got.Error.Message == "" || !strings.Contains(got.Error.Hint, "CONTENTBACKUP_TOKEN") {
+		t.Errorf("the error object: %+v", got.Error)
+	}
+	if out != "" {
+		t.Errorf("stdout on an error: %q", out)
+	}
+	_, text, _ := anon.run("backups", "list", "--owner", "alice")
+	if want := "archivectl: " + got.Error.Message + " (hint: " + got.Error.Hint + ")"; strings.TrimSpace(text) != want {
+		t.Errorf("the text form says other than the JSON one:\n%s\nwant %s", text, want)
 	}
 }

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -112,7 +113,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var c cli
-	parser, err := kong.New(&c, kong.Name("archivectl"), kong.Description("Export, import, inspect, verify and rewrap XMTP archives."),
+	parser, err := kong.New(&c, kong.Name("archivectl"), kong.Description("The contentbackup operator's tool: XMTP archives (export, import, estimate, inspect, verify, rewrap), backup jobs and restores, backups and their holds, owners' erasure, and keys."),
 		kong.BindTo(ctx, (*context.Context)(nil)),
 		kong.Vars{"version": buildinfo.Version(buildVersion)})
 	if err != nil {
@@ -134,7 +135,14 @@ func main() {
 		os.Exit(2)
 	}
 	if err := kctx.Run(&c); err != nil {
-		fmt.Fprintln(os.Stderr, "archivectl:", explain(err, &c, kctx.Command()))
+		if c.JSON {
+			// One JSON convention: with --json, the error is an object
+			// too, on stderr.
+			b, _ := json.Marshal(map[string]failure{"error": explained(err, &c, kctx.Command())})
+			fmt.Fprintln(os.Stderr, string(b))
+		} else {
+			fmt.Fprintln(os.Stderr, "archivectl:", explain(err, &c, kctx.Command()))
+		}
 		os.Exit(1)
 	}
 }
