@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -89,8 +88,12 @@ func (e *estimateCmd) Run(ctx context.Context, c *cli) error {
 		noteRestored(ctx, conn, e.Owner)
 	}
 	if c.JSON {
-		return c.output(map[string]uint64{"groups": sum.GetGroups(), "messages": sum.GetMessages(), "consent": sum.GetConsentRecords(),
-			"bytes": sum.GetArchiveBytes(), "excluded": sum.GetExcludedRecords(), "repaired": sum.GetRepairedRecords()}, "")
+		// The summary as the API names it, as export's is.
+		j, err := protoWith(sum, nil)
+		if err != nil {
+			return err
+		}
+		return c.output(j, "")
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "GROUPS\tMESSAGES\tCONSENT\tBYTES\tEXCLUDED\tREPAIRED")
@@ -172,11 +175,11 @@ func (e *exportCmd) Run(ctx context.Context, c *cli) error {
 	if err != nil {
 		return err
 	}
-	return c.output(map[string]any{
-		"file": e.Output, "groups": summary.GetGroups(), "messages": summary.GetMessages(), "consent_records": summary.GetConsentRecords(),
-		"archive_bytes": summary.GetArchiveBytes(), "sha256": hex.EncodeToString(summary.GetSha256()), "exported_at_ns": summary.GetExportedAtNs(),
-		"excluded_records": summary.GetExcludedRecords(), "repaired_records": summary.GetRepairedRecords(),
-	}, fmt.Sprintf("wrote %s: %d groups, %d messages, %d consent records, %d bytes, sha256 %x%s\n",
+	j, err := protoWith(summary, map[string]any{"file": e.Output})
+	if err != nil {
+		return err
+	}
+	return c.output(j, fmt.Sprintf("wrote %s: %d groups, %d messages, %d consent records, %d bytes, sha256 %x%s\n",
 		e.Output, summary.GetGroups(), summary.GetMessages(), summary.GetConsentRecords(), summary.GetArchiveBytes(), summary.GetSha256(),
 		nonconformingNote(summary)))
 }

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
 
 // TestJSONDigestsAreHex (issue 36): --json prints a digest in hex, as the
@@ -63,5 +66,58 @@ func TestJSONErrorsAreJSON(t *testing.T) {
 	_, text, _ := anon.run("backups", "list", "--owner", "alice")
 	if want := "archivectl: " + got.Error.Message + " (hint: " + got.Error.Hint + ")"; strings.TrimSpace(text) != want {
 		t.Errorf("the text form says other than the JSON one:\n%s\nwant %s", text, want)
+	}
+}
+
+// TestJSONConvention (issue 51, finding 5): estimate and export name the
+// same facts the same way (the API's field names), 64-bit integers are
+// strings (exported_at_ns is past 2^53), lint's findings are [] when
+// there are none, and a backup no hold keeps has no "hold": null.
+func TestJSONConvention(t *testing.T) {
+	bin := build(t)
+	addr, s, _ := serveJobs(t, nil)
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	owner := storetest.Owner("json")
+	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(t.TempDir(), "k")
+	if err := os.WriteFile(key, bytes.Repeat([]byte{3}, 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	object := func(args ...string) map[string]any {
+		t.Helper()
+		out, stderr, err := ctl.run(append([]string{"--json"}, args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, stderr)
+		}
+		var v map[string]any
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("%v: not one JSON object: %v\n%s", args, err, out)
+		}
+		return v
+	}
+	est := object("estimate", "--owner", owner)
+	exp := object("export", "--owner", owner, "--key-file", key, "--output", filepath.Join(t.TempDir(), "a.xmtp"))
+	for _, name := range []string{"groups", "messages", "consent_records", "archive_bytes"} {
+		if _, ok := est[name]; !ok {
+			t.Errorf("estimate --json lacks %q: %v", name, est)
+		}
+		if _, ok := exp[name]; !ok {
+			t.Errorf("export --json lacks %q: %v", name, exp)
+		}
+	}
+	if _, ok := exp["exported_at_ns"].(string); !ok {
+		t.Errorf("export --json: exported_at_ns is %T, want a string (past 2^53 a JSON number loses digits)", exp["exported_at_ns"])
+	}
+	if findings, ok := object("lint", "--owner", owner)["findings"].([]any); !ok || len(findings) != 0 {
+		t.Errorf("lint --json of a clean owner: findings %v, want []", findings)
+	}
+	if _, _, err := ctl.run("jobs", "start-export", "--owner", owner, "--wait"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := ctl.run("--json", "backups", "list", "--owner", owner)
+	if err != nil || strings.Contains(out, "null") {
+		t.Errorf("backups list --json: %v\n%s", err, out)
 	}
 }

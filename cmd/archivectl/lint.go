@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,7 +38,7 @@ func (l *lintCmd) Run(ctx context.Context, c *cli) error {
 	if err != nil {
 		return fmt.Errorf("lint: %w", err)
 	}
-	var rows []lintRow
+	rows := []lintRow{}
 	var summary *cb.LintSummary
 	for {
 		m, err := stream.Recv()
@@ -75,8 +76,11 @@ func (l *lintCmd) Run(ctx context.Context, c *cli) error {
 	}
 	fmt.Fprintf(&text, "checked %d groups, %d messages, %d consent records: %d nonconforming, %d repairable\n",
 		summary.GetGroups(), summary.GetMessages(), summary.GetConsentRecords(), summary.GetFindings(), summary.GetRepairable())
-	if err := c.output(map[string]any{"findings": rows, "groups": summary.GetGroups(), "messages": summary.GetMessages(),
-		"consent_records": summary.GetConsentRecords(), "nonconforming": summary.GetFindings(), "repairable": summary.GetRepairable()}, text.String()); err != nil {
+	sj, err := protoJSON(summary)
+	if err != nil {
+		return err
+	}
+	if err := c.output(map[string]any{"summary": json.RawMessage(sj), "findings": rows}, text.String()); err != nil {
 		return err
 	}
 	if summary.GetFindings() > 0 {

@@ -168,7 +168,8 @@ func TestArchivectl(t *testing.T) {
 		t.Fatalf("export: %v\n%s", err, stderr)
 	}
 	var raw map[string]any
-	if err := json.Unmarshal([]byte(out), &raw); err != nil || raw["groups"] != float64(1) || raw["messages"] != float64(50) {
+	// Counts are uint64 in the API: strings, as protobuf's JSON writes them.
+	if err := json.Unmarshal([]byte(out), &raw); err != nil || raw["groups"] != "1" || raw["messages"] != "50" {
 		t.Errorf("export --json: %s (%v)", out, err)
 	}
 	if strings.Contains(out+stderr, hex.EncodeToString(key)) {
@@ -177,7 +178,10 @@ func TestArchivectl(t *testing.T) {
 
 	// The estimate is the export's own figures, nothing written.
 	est, stderr, err := ctl.run("--json", "estimate", "--owner", owner)
-	var e struct{ Messages, Bytes uint64 }
+	var e struct {
+		Messages uint64 `json:"messages,string"`
+		Bytes    uint64 `json:"archive_bytes,string"`
+	}
 	if err != nil || json.Unmarshal([]byte(est), &e) != nil || e.Messages != 50 || e.Bytes != uint64(fileSize(t, file)) {
 		t.Errorf("estimate: %v %s\n%s", err, est, stderr)
 	}
@@ -476,9 +480,11 @@ func TestArchivectlLint(t *testing.T) {
 	out, _, err = ctl.run("--json", "lint", "--owner", owner)
 	var js struct {
 		Findings []lintRow `json:"findings"`
-		N        int       `json:"nonconforming"`
+		Summary  struct {
+			N string `json:"findings"` // a uint64: a string, as protobuf's JSON writes it
+		} `json:"summary"`
 	}
-	if err != nil || json.Unmarshal([]byte(out), &js) != nil || js.N != 2 || len(js.Findings) != 2 {
+	if err != nil || json.Unmarshal([]byte(out), &js) != nil || js.Summary.N != "2" || len(js.Findings) != 2 {
 		t.Errorf("lint --json: %v\n%s", err, out)
 	}
 

@@ -34,10 +34,47 @@ func protoJSON(m proto.Message) ([]byte, error) {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return nil, err
 	}
-	if !hexDigests(v) {
-		return b, nil
-	}
+	dropNulls(v)
+	hexDigests(v)
 	return json.Marshal(v)
+}
+
+// protoWith is protoJSON's object for m with extra's keys beside its
+// fields: an export's summary and the file it wrote, in one object.
+func protoWith(m proto.Message, extra map[string]any) (json.RawMessage, error) {
+	b, err := protoJSON(m)
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return nil, err
+	}
+	for k, v := range extra {
+		fields[k] = v
+	}
+	return json.Marshal(fields)
+}
+
+// dropNulls removes every key whose value is null: protojson writes a
+// message field that is not set as null ("hold": null for a backup no
+// hold keeps); in archivectl's JSON a field not set is absent, and a list
+// is [] (protojson's own), never null.
+func dropNulls(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if x == nil {
+				delete(t, k)
+				continue
+			}
+			dropNulls(x)
+		}
+	case []any:
+		for _, x := range t {
+			dropNulls(x)
+		}
+	}
 }
 
 // hexDigests rewrites every "sha256" string of v, base64, as hex, and

@@ -49,7 +49,15 @@ type httpListener struct {
 func serveHTTP(ctx context.Context, g *errgroup.Group, l httpListener, log *zap.Logger) {
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
-	hs := &http.Server{Handler: l.handler, ReadHeaderTimeout: 10 * time.Second, Protocols: protocols, TLSConfig: l.tls}
+	hs := &http.Server{Handler: l.handler, ReadHeaderTimeout: 10 * time.Second, Protocols: protocols}
+	if l.tls != nil {
+		// A copy each: net/http writes its HTTP/2 settings into the
+		// server's config (NextProtos) while another server sharing it
+		// copies it, a data race between the history and HTTP/JSON
+		// listeners (found when the tests ran the assembly in process
+		// under -race).
+		hs.TLSConfig = l.tls.Clone()
+	}
 	if l.bounded {
 		hs.IdleTimeout, hs.MaxHeaderBytes = 2*time.Minute, httpjson.MaxHeaderBytes
 	}
