@@ -161,3 +161,32 @@ func TestNoUncommittedFigures(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsIndexListsEveryPage: docs/README.md, the index of docs/, links
+// every page there and no page that is not (issue 51, finding 4).
+func TestDocsIndexListsEveryPage(t *testing.T) {
+	index, err := os.ReadFile(filepath.Join(root, "docs", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, p := range pages {
+		have[filepath.Base(p)] = true
+	}
+	linked := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\]\(([a-z0-9-]+\.md)\)`).FindAllStringSubmatch(string(index), -1) {
+		linked[m[1]] = true
+		if !have[m[1]] {
+			t.Errorf("docs/README.md links %s, which docs/ lacks", m[1])
+		}
+	}
+	for page := range have {
+		if page != "README.md" && !linked[page] {
+			t.Errorf("docs/README.md does not list docs/%s", page)
+		}
+	}
+}
