@@ -96,7 +96,12 @@ func run(engine string, small, large, rounds int, idle time.Duration, admin stri
 		if err := s.seed(); err != nil {
 			return fmt.Errorf("%d owners: %w", owners, err)
 		}
-		fmt.Printf("%s, %d owners: seeded in %s\n", engine, owners, time.Since(start).Round(time.Second))
+		size, err := s.size()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s, %d owners: seeded in %s; the store holds %.1f MiB, %.0f bytes an owner\n",
+			engine, owners, time.Since(start).Round(time.Second), float64(size)/(1<<20), float64(size)/float64(owners))
 		sides = append(sides, s)
 	}
 	for _, s := range sides {
@@ -293,6 +298,32 @@ func (s *side) rss() float64 {
 		}
 	}
 	return 0
+}
+
+// size is the store's bytes on disk: the database, or the SQLite files.
+func (s *side) size() (int64, error) {
+	if s.engine == "postgres" {
+		ctx := context.Background()
+		c, err := pgx.Connect(ctx, s.db)
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close(ctx)
+		var n int64
+		err = c.QueryRow(ctx, "SELECT pg_database_size(current_database())").Scan(&n)
+		return n, err
+	}
+	paths, err := filepath.Glob(filepath.Join(s.dir, sqlite.FileName+"*"))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n, nil
 }
 
 // seed writes the template through the API, stops the server, copies the
