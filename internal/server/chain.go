@@ -36,8 +36,9 @@ type stage struct {
 	stream grpc.StreamServerInterceptor
 }
 
-// chain lists the stages; metrics may be nil (no registry: no stage).
-func chain(authorizer *authz.Authorizer, log logging.Logger, logOpts []logging.Option, metrics *grpcprom.ServerMetrics, panicHandler recovery.Option) []stage {
+// chain lists the stages; metrics may be nil (no registry: no stage), and
+// ended (told of every call's error by method and reason).
+func chain(authorizer *authz.Authorizer, log logging.Logger, logOpts []logging.Option, metrics *grpcprom.ServerMetrics, ended func(method, reason string), panicHandler recovery.Option) []stage {
 	stages := []stage{
 		{"authz", authorizer.Unary, authorizer.Stream},
 		{"logging", logging.UnaryServerInterceptor(log, logOpts...), logging.StreamServerInterceptor(log, logOpts...)},
@@ -45,6 +46,7 @@ func chain(authorizer *authz.Authorizer, log logging.Logger, logOpts []logging.O
 	if metrics != nil {
 		stages = append(stages, stage{"metrics", metrics.UnaryServerInterceptor(), metrics.StreamServerInterceptor()})
 	}
+	reasonsUnary, reasonsStream := reasons(ended)
 	stages = append(stages, stage{"reasons", reasonsUnary, reasonsStream})
 	return append(stages, stage{"recovery", recovery.UnaryServerInterceptor(panicHandler), recovery.StreamServerInterceptor(panicHandler)})
 }

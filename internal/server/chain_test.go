@@ -12,11 +12,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/server/authz"
+	"github.com/contentbackup/contentbackup/internal/store/enginetest"
+	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/internal/transport"
 )
 
 // TestInterceptorChainOrder: the chain is authz, logging, metrics,
@@ -35,14 +40,14 @@ func TestInterceptorChainOrder(t *testing.T) {
 		}
 		return out
 	}
-	if got := names(chain(authorizer, interceptorLogger(zap.NewNop()), nil, nil, panicHandler)); !slices.Equal(got, []string{"authz", "logging", "reasons", "recovery"}) {
+	if got := names(chain(authorizer, interceptorLogger(zap.NewNop()), nil, nil, nil, panicHandler)); !slices.Equal(got, []string{"authz", "logging", "reasons", "recovery"}) {
 		t.Fatalf("the chain without metrics: %v", got)
 	}
 	reg := prometheus.NewRegistry()
 	metrics := grpcprom.NewServerMetrics()
 	reg.MustRegister(metrics)
 	core, logs := observer.New(zap.DebugLevel)
-	stages := chain(authorizer, interceptorLogger(zap.New(core)), []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}, metrics, panicHandler)
+	stages := chain(authorizer, interceptorLogger(zap.New(core)), []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}, metrics, nil, panicHandler)
 	if got := names(stages); !slices.Equal(got, []string{"authz", "logging", "metrics", "reasons", "recovery"}) {
 		t.Fatalf("the chain: %v", got)
 	}
@@ -89,5 +94,29 @@ func TestInterceptorChainOrder(t *testing.T) {
 	}
 	if !logged {
 		t.Errorf("logging did not record the call as INTERNAL: %v", logs.All())
+	}
+}
+
+// TestCallErrorsCountedByReason: a call that ends with an error is
+// counted in contentbackup_call_errors_total by its method and the
+// ErrorInfo reason its caller read (the dashboard's and the alerts'
+// source for memory-budget refusals and server faults).
+func TestCallErrorsCountedByReason(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	addr := serveTCP(t, Config{Store: enginetest.SQLite(t), Metrics: reg}, nil)
+	conn := dial(t, addr, transport.ClientOptions{Insecure: true, Token: testAdminToken})
+	_, err := cb.NewConversationServiceClient(conn).GetGroup(t.Context(), &cb.GetGroupRequest{Owner: "alice", GroupId: storetest.GroupID("none")})
+	reason := ""
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			reason = info.GetReason()
+		}
+	}
+	if err == nil || reason == "" {
+		t.Fatalf("GetGroup of a group the owner lacks: %v, reason %q", err, reason)
+	}
+	m := series(t, reg, "contentbackup_call_errors_total", map[string]string{"grpc_method": "GetGroup", "reason": reason})
+	if m.GetCounter().GetValue() != 1 {
+		t.Errorf("contentbackup_call_errors_total{GetGroup, %s} = %v, want 1", reason, m.GetCounter().GetValue())
 	}
 }

@@ -218,7 +218,11 @@ func serverOptions(cfg Config, limits Limits, pool *budget.Pool, log *zap.Logger
 		metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 		cfg.Metrics.MustRegister(metrics)
 	}
-	unary, stream := interceptors(chain(authorizer, interceptorLogger(log), logOpts, metrics, panicHandler))
+	var ended func(method, reason string)
+	if em := telemetry.NewErrorMetrics(cfg.Metrics); em != nil {
+		ended = em.Ended
+	}
+	unary, stream := interceptors(chain(authorizer, interceptorLogger(log), logOpts, metrics, ended, panicHandler))
 	opts := []grpc.ServerOption{
 		// Identity first: the caller is proven on the stream's headers,
 		// before its request is read, decompressed or decoded.

@@ -342,11 +342,32 @@ func callersOwn(ctx context.Context, err error) error {
 }
 
 // reasonsUnary and reasonsStream are the "reasons" stage (chain.go).
-func reasonsUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	resp, err := handler(ctx, req)
-	return resp, withCodeReason(callersOwn(ctx, err))
+// reasons is the chain's reasons stage; ended, when set, is told of each
+// call's error by method and reason.
+func reasons(ended func(method, reason string)) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	note := func(fullMethod string, err error) error {
+		if err != nil && ended != nil {
+			ended(fullMethod[strings.LastIndexByte(fullMethod, '/')+1:], reasonIn(err))
+		}
+		return err
+	}
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		return resp, note(info.FullMethod, withCodeReason(callersOwn(ctx, err)))
+	}
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return note(info.FullMethod, withCodeReason(callersOwn(ss.Context(), handler(srv, ss))))
+	}
+	return unary, stream
 }
 
-func reasonsStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return withCodeReason(callersOwn(ss.Context(), handler(srv, ss)))
+// reasonIn is the ErrorInfo reason err carries ("" for none).
+func reasonIn(err error) string {
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
 }

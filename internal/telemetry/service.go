@@ -154,3 +154,29 @@ func NewStoreUp(reg prometheus.Registerer) prometheus.Gauge {
 	reg.MustRegister(g)
 	return g
 }
+
+// ErrorMetrics count the errors calls ended with, by method and by the
+// google.rpc.ErrorInfo reason the caller read (BUDGET_EXCEEDED,
+// STORE_UNAVAILABLE, ...): the dashboard's memory-budget refusals and
+// the alerts' server faults read it. A nil *ErrorMetrics records nothing.
+type ErrorMetrics struct{ errors *prometheus.CounterVec }
+
+// NewErrorMetrics registers the counter with reg; nil when reg is.
+func NewErrorMetrics(reg prometheus.Registerer) *ErrorMetrics {
+	if reg == nil {
+		return nil
+	}
+	m := &ErrorMetrics{errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "contentbackup_call_errors_total",
+		Help: "Calls that ended with an error after authorization, by method and by the ErrorInfo reason the caller read.",
+	}, []string{"grpc_method", "reason"})}
+	reg.MustRegister(m.errors)
+	return m
+}
+
+// Ended counts a call of method that ended with reason.
+func (m *ErrorMetrics) Ended(method, reason string) {
+	if m != nil {
+		m.errors.WithLabelValues(method, reason).Inc()
+	}
+}

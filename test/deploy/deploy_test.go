@@ -19,8 +19,10 @@ const root = "../.."
 // metricRef is a metric name in a PromQL expression.
 var metricRef = regexp.MustCompile(`\bcontentbackup_[a-z0-9_]+`)
 
-// definedName is a metric's name where the code defines it.
-var definedName = regexp.MustCompile(`Name:\s*"(contentbackup_[a-z0-9_]+)"`)
+// definedName is a metric's name where the code defines it: in a
+// metric's options, or in the descriptor of a collector of its own (the
+// pgx pool's).
+var definedName = regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(contentbackup_[a-z0-9_]+)"`)
 
 // defined reads every metric name the server's code defines; a
 // histogram's also as its _bucket, _count and _sum series.
