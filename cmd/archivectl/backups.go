@@ -50,7 +50,7 @@ func (s *synthesizeCmd) Run(ctx context.Context, c *cli) error {
 
 type backupRef struct {
 	Owner  string `required:"" help:"The backup's owner (inbox)."`
-	Backup string `arg:"" help:"The backup's catalog id, or a unique prefix of it (at least 4 hex digits)."`
+	Backup string `arg:"" predictor:"backup" help:"The backup's catalog id, or a unique prefix of it (at least 4 hex digits)."`
 }
 
 // dial connects to the server and resolves the backup's id (a unique

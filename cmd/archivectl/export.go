@@ -22,7 +22,7 @@ import (
 type exportCmd struct {
 	keyFlags
 	Owner  string `required:"" help:"Owner (inbox) whose records to export."`
-	Output string `short:"o" required:"" type:"path" help:"Archive file to write; written to a temporary file and put in place only once complete."`
+	Output string `short:"o" required:"" type:"path" predictor:"file" help:"Archive file to write; written to a temporary file and put in place only once complete."`
 	Force  bool   `help:"Replace --output if it exists (without it, an existing file is refused before the export starts)."`
 	selectionFlags
 }

@@ -15,7 +15,7 @@ import (
 type importCmd struct {
 	keyFlags
 	Owner string `required:"" help:"Owner (inbox) to import into."`
-	File  string `arg:"" type:"existingfile" help:"Archive file."`
+	File  string `arg:"" type:"existingfile" predictor:"file" help:"Archive file."`
 }
 
 func (i *importCmd) Run(ctx context.Context, c *cli) error {
@@ -80,7 +80,7 @@ func (i *importCmd) Run(ctx context.Context, c *cli) error {
 
 type inspectCmd struct {
 	keyFlags
-	File string `arg:"" type:"existingfile" help:"Archive file."`
+	File string `arg:"" type:"existingfile" predictor:"file" help:"Archive file."`
 }
 
 func (i *inspectCmd) Run(c *cli) error {
@@ -99,10 +99,10 @@ func (i *inspectCmd) Run(c *cli) error {
 
 type rewrapCmd struct {
 	keyFlags
-	NewKeyFile string `name:"new-key-file" env:"NEW_ARCHIVE_KEY_FILE" help:"File holding the new key, raw or hex. Or set NEW_ARCHIVE_KEY to the hex."`
-	Output     string `short:"o" required:"" type:"path" help:"Archive file to write (through a temporary file)."`
+	NewKeyFile string `name:"new-key-file" env:"NEW_ARCHIVE_KEY_FILE" predictor:"file" help:"File holding the new key, raw or hex. Or set NEW_ARCHIVE_KEY to the hex."`
+	Output     string `short:"o" required:"" type:"path" predictor:"file" help:"Archive file to write (through a temporary file)."`
 	Force      bool   `help:"Replace --output if it exists."`
-	File       string `arg:"" type:"existingfile" help:"Archive file to read."`
+	File       string `arg:"" type:"existingfile" predictor:"file" help:"Archive file to read."`
 }
 
 func (rw *rewrapCmd) Run(c *cli) error {

@@ -70,7 +70,7 @@ func (s *startExportJobCmd) Run(ctx context.Context, c *cli) error {
 
 type startImportJobCmd struct {
 	Owner        string `required:"" help:"Owner (inbox) to import into."`
-	Backup       string `required:"" help:"The backup's catalog id ('backups list'), or a unique prefix of it."`
+	Backup       string `required:"" predictor:"backup" help:"The backup's catalog id ('backups list'), or a unique prefix of it."`
 	SourceOwner  string `name:"source-owner" help:"The backup's owner when it is not --owner (an account migration: needs archive.migrate)."`
 	ValidateOnly bool   `name:"validate-only" help:"A dry run: read and authenticate the whole backup and report what the import would insert, update and leave unchanged, applying nothing."`
 	Wait         bool   `help:"Wait for the job to end, as 'jobs wait' does."`
@@ -107,7 +107,7 @@ func (c *cli) started(ctx context.Context, conn *grpc.ClientConn, op *longrunnin
 }
 
 type getJobCmd struct {
-	Name string `arg:"" help:"The job's operation name (operations/...)."`
+	Name string `arg:"" predictor:"operation" help:"The job's operation name (operations/...)."`
 }
 
 func (g *getJobCmd) Run(ctx context.Context, c *cli) error {
@@ -124,7 +124,7 @@ func (g *getJobCmd) Run(ctx context.Context, c *cli) error {
 }
 
 type cancelJobCmd struct {
-	Name string `arg:"" help:"The job's operation name (operations/...)."`
+	Name string `arg:"" predictor:"operation" help:"The job's operation name (operations/...)."`
 }
 
 func (k *cancelJobCmd) Run(ctx context.Context, c *cli) error {
@@ -141,7 +141,7 @@ func (k *cancelJobCmd) Run(ctx context.Context, c *cli) error {
 }
 
 type waitJobCmd struct {
-	Name string `arg:"" help:"The job's operation name (operations/...)."`
+	Name string `arg:"" predictor:"operation" help:"The job's operation name (operations/...)."`
 }
 
 func (w *waitJobCmd) Run(ctx context.Context, c *cli) error {

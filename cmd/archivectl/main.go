@@ -44,10 +44,10 @@ type cli struct {
 	Keys     keysCmd     `cmd:"" help:"The server's key hierarchy: which KEKs wrap the owner keys (a rotation's progress)."`
 	Lint     lintCmd     `cmd:"" help:"List an owner's stored records that the reference client's import would refuse, with the repair an export would make."`
 	// Shell completion is kongplete's (posener/complete under kong):
-	// the completion command prints the line that hooks the binary into
-	// the login shell, and the binary answers the shell's COMP_LINE.
-	Completion kongplete.InstallCompletions `cmd:"" help:"Print the line that turns on tab completion in your login shell (bash, zsh or fish): add it to the shell's rc file."`
-	Version    kong.VersionFlag             `help:"Print the version and exit."`
+	// the completion command prints the code that hooks the binary into
+	// a shell, and the binary answers the shell's COMP_LINE (completion.go).
+	Completion completionCmd    `cmd:"" help:"Print the code that turns on tab completion in bash, zsh or fish (add it to the shell's rc file): commands and flags, archive and key files, backup ids and operation names from the server."`
+	Version    kong.VersionFlag `help:"Print the version and exit."`
 }
 
 // buildVersion is set at build time: -ldflags "-X main.buildVersion=...".
@@ -55,7 +55,7 @@ var buildVersion string
 
 // keyFlags: the key from a file, or hex in an environment variable.
 type keyFlags struct {
-	KeyFile string `name:"key-file" env:"ARCHIVE_KEY_FILE" help:"File holding the 32-byte archive key, raw or as 64 hex characters (a backup's: 'backups key'). Or set ARCHIVE_KEY to the hex."`
+	KeyFile string `name:"key-file" env:"ARCHIVE_KEY_FILE" predictor:"file" help:"File holding the 32-byte archive key, raw or as 64 hex characters (a backup's: 'backups key'). Or set ARCHIVE_KEY to the hex."`
 }
 
 func (k keyFlags) key() ([]byte, error) {
@@ -122,7 +122,7 @@ func main() {
 	}
 	// A shell asking for completions (COMP_LINE set) is answered, and the
 	// process ends there.
-	kongplete.Complete(parser)
+	kongplete.Complete(parser, predictors(&c)...)
 	kctx, err := parser.Parse(os.Args[1:])
 	if err != nil {
 		// One line: what was wrong and where the flags are listed, not

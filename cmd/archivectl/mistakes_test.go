@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -293,9 +294,52 @@ func TestArchivectlCompletion(t *testing.T) {
 			t.Errorf("completing %q: %q %v %s; want %q", line, out, err, stderr, want)
 		}
 	}
-	out, stderr, err := tool{t: t, bin: bin}.run("completion")
-	if err != nil || !(strings.Contains(out, "complete -C "+bin) || strings.Contains(out, "complete -f -c archivectl")) {
-		t.Errorf("archivectl completion: %q %v %s", out, err, stderr)
+	// completion takes the shell, and names this binary's own path.
+	for shell, want := range map[string]string{"bash": "complete -C " + bin + " archivectl", "zsh": "bashcompinit", "fish": "complete -f -c archivectl"} {
+		out, stderr, err := tool{t: t, bin: bin}.run("completion", shell)
+		if err != nil || !strings.Contains(out, want) || !strings.Contains(out, bin) {
+			t.Errorf("archivectl completion %s: %q %v %s; want %q", shell, out, err, stderr, want)
+		}
+	}
+	if _, stderr, err := (tool{t: t, bin: bin}).run("completion", "tcsh"); err == nil || !strings.Contains(stderr, `"bash","zsh","fish"`) {
+		t.Errorf("completion for a shell it does not serve: %v %s", err, stderr)
+	}
+
+	// Files for archive and key arguments; backup ids and operation names
+	// from the server, as the command line and environment reach it.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "alice.xmtp"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, s, _ := serveJobs(t, nil)
+	owner := storetest.Owner("complete")
+	if _, err := s.PutGroup(t.Context(), owner, storetest.FullGroup("g")); err != nil {
+		t.Fatal(err)
+	}
+	ctl := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=" + addr, "CONTENTBACKUP_TOKEN=" + ctlToken}}
+	if out, stderr, err := ctl.run("jobs", "start-export", "--owner", owner, "--wait"); err != nil {
+		t.Fatalf("export: %v\n%s%s", err, out, stderr)
+	}
+	out, _, _ := ctl.run("backups", "list", "--owner", owner)
+	backupID := strings.Fields(strings.Split(out, "\n")[1])[0]
+	ops, _, _ := ctl.run("jobs", "list")
+	for line, want := range map[string]string{
+		"archivectl verify " + dir + "/al":               dir + "/alice.xmtp",
+		"archivectl backups show --owner " + owner + " ": backupID,
+		"archivectl restore --owner x --source-owner y ": "",
+		"archivectl jobs get operations/" + backupID[:0]: "operations/",
+	} {
+		env := append(slices.Clone(ctl.env), "COMP_LINE="+line)
+		got, stderr, err := tool{t: t, bin: bin, env: env}.run()
+		if err != nil || want != "" && !strings.Contains(got, want) {
+			t.Errorf("completing %q: %q %v %s; want %q (jobs list: %s)", line, got, err, stderr, want, ops)
+		}
+	}
+	// A server that does not answer completes nothing (its ask is
+	// bounded by completionTimeout).
+	got, _, err := tool{t: t, bin: bin, env: []string{"SERVER_ADDR=10.255.255.1:9", "COMP_LINE=archivectl backups show --owner alice "}}.run()
+	if err != nil || strings.TrimSpace(got) != "" {
+		t.Errorf("completing from an unreachable server: %q %v", got, err)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 // job: the snapshot the backup was taken from, an increment's whole chain
 // read as one by the server.
 type restoreCmd struct {
-	Backup       string `arg:"" help:"The backup to restore (catalog id, or a unique prefix of it): a full backup or an increment, whose chain the server reads with it."`
+	Backup       string `arg:"" predictor:"backup" help:"The backup to restore (catalog id, or a unique prefix of it): a full backup or an increment, whose chain the server reads with it."`
 	Owner        string `required:"" help:"Owner (inbox) to restore into."`
 	SourceOwner  string `name:"source-owner" help:"The backups' owner when it is not --owner (an account migration: needs archive.migrate)."`
 	Chain        bool   `hidden:"" help:"Accepted for scripts written before v0.5.0: an increment always restores with its chain."`

@@ -17,7 +17,7 @@ import (
 type verifyCmd struct {
 	keyFlags
 	Sidecar string `type:"existingfile" help:"The export job's sidecar (<archive>.summary.json): the file must also have the length and SHA-256 it records."`
-	File    string `arg:"" type:"existingfile" help:"Archive file."`
+	File    string `arg:"" type:"existingfile" predictor:"file" help:"Archive file."`
 }
 
 // checkSidecar compares the file with the summary an export job wrote
