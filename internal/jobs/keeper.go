@@ -41,11 +41,14 @@ func (ks *Keys) CheckKEK(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("check the key-encryption key: %w", err)
 	}
-	counts, err := ks.cfg.Store.KeyCounts(ctx, "")
+	// The fingerprints owner keys are under, from the index: the check
+	// at start reads a few entries a KEK, not every owner's key (issue
+	// 52: counting them all made start-up grow with the fleet).
+	keks, err := ks.cfg.Store.OwnerKeyKEKs(ctx)
 	if err != nil {
 		return fmt.Errorf("check the key-encryption key: %w", err)
 	}
-	for fp := range counts.OwnerKeys {
+	for _, fp := range keks {
 		if !slices.ContainsFunc(uses, func(u store.WrappingKEK) bool { return u.Fingerprint == fp }) {
 			uses = append(uses, store.WrappingKEK{Fingerprint: fp})
 		}

@@ -41,6 +41,10 @@ type OwnerKeys interface {
 	// rows still to rewrap, never every owner's key: the key worker's
 	// periodic count (issue 52).
 	KeyCounts(ctx context.Context, except string) (KeyCounts, error)
+	// OwnerKeyKEKs lists the fingerprints of the KEKs that wrap owner
+	// keys, in order, at most 64: the KEK check at start, which reads a
+	// few index entries a fingerprint, never every owner's key.
+	OwnerKeyKEKs(ctx context.Context) ([]string, error)
 }
 
 // KEKRetirements records what erasures need of the key-encryption keys.

@@ -49,6 +49,9 @@ func testOwnerKeys(t *testing.T, s store.Store) {
 	if rows, err := s.OwnerKeysNotUnder(ctx(t), "kek-a", "", 10); err != nil || len(rows) != 1 || rows[0].Owner != "bob" {
 		t.Fatalf("OwnerKeysNotUnder kek-a: %+v, %v; want bob's", rows, err)
 	}
+	if keks, err := s.OwnerKeyKEKs(ctx(t)); err != nil || !slices.Equal(keks, []string{"kek-a", "kek-b"}) {
+		t.Fatalf("OwnerKeyKEKs: %v, %v; want [kek-a kek-b]", keks, err)
+	}
 	for except, want := range map[string]map[string]int64{
 		"":      {"kek-a": 1, "kek-b": 1},
 		"kek-a": {"kek-b": 1},

@@ -53,6 +53,7 @@ func PeriodicQueries(kek string, now time.Time) []PeriodicQuery {
 		{"key worker: owner keys left to rewrap, counted", sqlstore.OwnerKeysToRewrapCount, []any{kek, kek, []byte{}}},
 		{"key worker: owner keys left to rewrap, a page", sqlstore.OwnerKeysToRewrap, []any{kek, kek, "", 100}},
 		{"key worker: legacy backups, counted", sqlstore.LegacyBackupCount, []any{[]byte{}}},
+		{"the KEK check at start: the next KEK of owner keys", sqlstore.NextOwnerKeyKEK, []any{""}},
 		{"finished jobs past their time", sqlstore.FinishedJobsDue, []any{ns - int64(time.Hour), 100}},
 		{"job takeover: a lease run out", sqlstore.LeaseRunOut, []any{store.JobRunning, ns, 3}},
 		{"job takeover: leases run out past their attempts", sqlstore.LeasesPastAttempts, []any{store.JobRunning, ns, 3}},

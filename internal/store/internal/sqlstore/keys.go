@@ -148,6 +148,25 @@ func (s keysSQL) KeyCounts(ctx context.Context, except string) (store.KeyCounts,
 	return out, nil
 }
 
+func (s keysSQL) OwnerKeyKEKs(ctx context.Context) ([]string, error) {
+	// A loose index scan of owner_keys_by_kek: the next fingerprint after
+	// the last, each a descent of the index (DISTINCT would read every
+	// entry; PostgreSQL has no skip scan before 18).
+	var out []string
+	for last := ""; len(out) < 64; {
+		var next *string
+		if err := s.db.Read().QueryRow(ctx, s.d.bind(NextOwnerKeyKEK), last).Scan(&next); err != nil {
+			return nil, fmt.Errorf("%s: list the KEKs of owner keys: %w", s.d.Name, err)
+		}
+		if next == nil {
+			break
+		}
+		out = append(out, *next)
+		last = *next
+	}
+	return out, nil
+}
+
 func (s keysSQL) DestroyOwnerKey(ctx context.Context, owner string) error {
 	return s.db.Write(ctx, func(tx Conn) error {
 		if _, err := tx.Exec(ctx, s.d.bind(`DELETE FROM owner_keys WHERE owner = ?`), owner); err != nil {

@@ -14,6 +14,9 @@ const (
 	// OwnerKeysToRewrap is a page of them, in owner order. The form
 	// kek_fingerprint <> ? walked every owner's key in owner order.
 	OwnerKeysToRewrap = `SELECT ` + ownerKeyColumns + ` FROM owner_keys WHERE (kek_fingerprint < ? OR kek_fingerprint > ?) AND owner > ? ORDER BY owner LIMIT ?`
+	// NextOwnerKeyKEK is the first fingerprint after ? that wraps an
+	// owner key (NULL past the last): OwnerKeyKEKs' step, at start.
+	NextOwnerKeyKEK = `SELECT min(kek_fingerprint) FROM owner_keys WHERE kek_fingerprint > ?`
 	// LegacyBackupCount counts the backups a KEK wraps directly, on
 	// backups_by_owner_key (owner_key_id '' first).
 	LegacyBackupCount = `SELECT kek_fingerprint, count(*) FROM backups WHERE owner_key_id = '' AND wrapped_key <> ? GROUP BY kek_fingerprint`
