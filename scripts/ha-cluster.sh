@@ -101,7 +101,10 @@ up() {
   done
   # The standby's base backup waits for a checkpoint on the primary; ask
   # for one instead of waiting for the next timed one.
-  for i in $(seq 1 120); do
+  # Usually seconds; a loaded machine has taken over a minute to finish
+  # the standby's base backup (a CI run failed at 60 s with node2 still
+  # catching up), so allow three.
+  for i in $(seq 1 360); do
     if [ "$(psql_at "$MONITOR_PORT" "select count(*) from pgautofailover.node where reportedstate = 'secondary' and goalstate = 'secondary'" pg_auto_failover 2>/dev/null)" = "1" ] &&
        [ "$(psql_at "$MONITOR_PORT" "select count(*) from pgautofailover.node where reportedstate = 'primary' and goalstate = 'primary'" pg_auto_failover 2>/dev/null)" = "1" ]; then
       hosts=$(printf "127.0.0.1:%s," "${NODE_PORTS[@]}")
@@ -113,7 +116,11 @@ up() {
     sleep 0.5
   done
   state >&2 || true
-  log "the cluster did not reach primary + secondary in 60 s"
+  for n in $(seq 1 ${#NODE_PORTS[@]}); do
+    echo "--- the end of node$n.log:" >&2
+    tail -n 20 "$DIR/node$n.log" >&2 || true
+  done
+  log "the cluster did not reach primary + secondary in 180 s"
   exit 1
 }
 
