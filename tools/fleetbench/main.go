@@ -24,7 +24,6 @@ import (
 	"io"
 	"math"
 	"math/big"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +44,7 @@ import (
 	cs "github.com/contentbackup/contentbackup/api/xmtp/device_sync/consent_backup"
 	"github.com/contentbackup/contentbackup/internal/store/sqlite"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/tools/internal/scratchdb"
 )
 
 const template = "template"
@@ -85,7 +85,7 @@ func run(engine string, small, large, rounds int, idle time.Duration, admin stri
 			if admin == "" {
 				return errors.New("engine postgres needs -database-url or TEST_DATABASE_URL")
 			}
-			db, drop, err := newDatabase(admin)
+			db, drop, err := scratchdb.New(context.Background(), admin, "fleet")
 			if err != nil {
 				return err
 			}
@@ -480,27 +480,4 @@ func columnsSQLite(ctx context.Context, db *sql.DB, table string) ([]string, err
 		out = append(out, n)
 	}
 	return out, rows.Err()
-}
-
-// newDatabase creates a database of its own under admin.
-func newDatabase(admin string) (string, func(), error) {
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return "", nil, err
-	}
-	name := "fleet_" + strings.ToLower(rand.Text()[:10])
-	if _, err := c.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		c.Close(ctx)
-		return "", nil, err
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		return "", nil, err
-	}
-	u.Path = "/" + name
-	return u.String(), func() {
-		_, _ = c.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
-		c.Close(ctx)
-	}, nil
 }

@@ -24,7 +24,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +44,7 @@ import (
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
+	"github.com/contentbackup/contentbackup/tools/internal/scratchdb"
 )
 
 func main() {
@@ -74,7 +74,7 @@ func run(duration, warmup time.Duration, admin, bin string) error {
 			return fmt.Errorf("build: %v\n%s", err, out)
 		}
 	}
-	db, drop, err := newDatabase(admin)
+	db, drop, err := scratchdb.New(context.Background(), admin, "soak")
 	if err != nil {
 		return err
 	}
@@ -102,30 +102,6 @@ func run(duration, warmup time.Duration, admin, bin string) error {
 	samples := sampleEvery(ctx, 30*time.Second, srv, db, l)
 	wg.Wait()
 	return report(samples, warmup, l)
-}
-
-// newDatabase creates a database of its own under admin and returns its
-// URL and a function that drops it.
-func newDatabase(admin string) (string, func(), error) {
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return "", nil, err
-	}
-	name := "soak_" + strings.ToLower(rand.Text()[:10])
-	if _, err := c.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		c.Close(ctx)
-		return "", nil, err
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		return "", nil, err
-	}
-	u.Path = "/" + name
-	return u.String(), func() {
-		_, _ = c.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
-		c.Close(ctx)
-	}, nil
 }
 
 // server is the running binary and where it serves.

@@ -24,20 +24,7 @@ func TestIdleExpiryIsFlat(t *testing.T) {
 		"SELECT 1 FROM messages WHERE expires_at_ns <= ? LIMIT 1",
 		"SELECT min(expires_at_ns) FROM messages WHERE expires_at_ns <= ?",
 	} {
-		rows, err := s.DB().QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, time.Now().UnixNano())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
+		plan := queryPlan(t, s, q, time.Now().UnixNano())
 		got := strings.Join(plan, "; ")
 		if !strings.Contains(got, "SEARCH messages USING") || !strings.Contains(got, "messages_due") {
 			t.Errorf("%s: %s; want a search of messages_due", q, got)

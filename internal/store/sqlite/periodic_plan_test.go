@@ -22,20 +22,7 @@ func TestPeriodicQueriesAreFlat(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range storetest.PeriodicQueries(kek, time.Now()) {
-		rows, err := s.DB().QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q.SQL, q.Args...)
-		if err != nil {
-			t.Fatalf("%s: %v", q.Name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
+		plan := queryPlan(t, s, q.SQL, q.Args...)
 		got := strings.Join(plan, "; ")
 		searched := false
 		for _, step := range plan {
@@ -49,4 +36,24 @@ func TestPeriodicQueriesAreFlat(t *testing.T) {
 		}
 		t.Logf("%s: %s", q.Name, got)
 	}
+}
+
+// queryPlan is SQLite's plan for query, a step a line.
+func queryPlan(t *testing.T, s *sqlite.Store, query string, args ...any) []string {
+	t.Helper()
+	rows, err := s.DB().QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	return plan
 }
