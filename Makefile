@@ -31,7 +31,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
 .PHONY: mutate mutate-sample stress racy
-.PHONY: ports bench-fleet soak history-soak run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
+.PHONY: client-deps ports bench-fleet soak history-soak run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -65,14 +65,26 @@ tools:
 # Go modules go.mod pins (tools/protodeps); only our own files are linted
 # and generated.
 API_PATHS := --path contentbackup --path xmtp
-generate:
+# The TypeScript client's code (clients/typescript/src/gen) is generated
+# too, by the protoc-gen-es its package-lock.json pins; the Python client's
+# stubs are made by protoc when its test runs (clients/python/generate.sh).
+CLIENT_API_PATHS := --path contentbackup/v1 --path xmtp --path third_party/google/rpc
+generate: client-deps
 	go run ./tools/protodeps -out api/third_party
 	cd api && buf lint $(API_PATHS) && buf generate $(API_PATHS)
+	rm -rf clients/typescript/src/gen
+	cd api && buf generate --template buf.gen.typescript.yaml $(CLIENT_API_PATHS)
 
 # check-generated fails when the committed generated code differs from a fresh generation.
 check-generated: generate
-	git diff --exit-code -- api
-	test -z "$$(git status --porcelain -- api)"
+	git diff --exit-code -- api clients
+	test -z "$$(git status --porcelain -- api clients)"
+
+# client-deps installs the TypeScript client's packages (Connect-ES, its
+# code generator, TypeScript) from its lock file; test/clients runs it and
+# the Python client (Debian's python3-grpcio, protoc) against the server.
+client-deps: node
+	cd clients/typescript && npm ci --no-audit --no-fund
 
 lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
@@ -93,7 +105,7 @@ interop-deps: node
 # test is the README's test command: everything CI runs. The store tests
 # need PostgreSQL: TEST_DATABASE_URL when set, else the server on
 # 127.0.0.1:5432, started by scripts/ensure-postgres.sh when none answers.
-test: ports tools interop-deps lint check-generated breaking check-alerts
+test: ports tools interop-deps client-deps lint check-generated breaking check-alerts
 	@echo "make test: lint, generated code, go test -race ./..., then every fuzz target; about 20 minutes on 2 cores (make check is the fast path)"
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \

@@ -1654,7 +1654,8 @@ const file_contentbackup_v1_archive_service_proto_rawDesc = "" +
 	"\fReadMetadata\x12%.contentbackup.v1.ReadMetadataRequest\x1a&.contentbackup.v1.ReadMetadataResponse(\x01\x12M\n" +
 	"\x06Verify\x12\x1f.contentbackup.v1.VerifyRequest\x1a .contentbackup.v1.VerifyResponse(\x01\x12G\n" +
 	"\x04Lint\x12\x1d.contentbackup.v1.LintRequest\x1a\x1e.contentbackup.v1.LintResponse0\x01\x12c\n" +
-	"\x0eEstimateExport\x12'.contentbackup.v1.EstimateExportRequest\x1a(.contentbackup.v1.EstimateExportResponseBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
+	"\x0eEstimateExport\x12'.contentbackup.v1.EstimateExportRequest\x1a(.contentbackup.v1.EstimateExportResponseB\x98\x01\n" +
+	"\x14com.contentbackup.v1B\x13ArchiveServiceProtoP\x01ZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1\xa2\x02\x03CBX\xaa\x02\x10Contentbackup.V1\xba\x02\x02CBb\x06proto3"
 
 var (
 	file_contentbackup_v1_archive_service_proto_rawDescOnce sync.Once

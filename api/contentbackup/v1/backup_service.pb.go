@@ -3243,7 +3243,8 @@ const file_contentbackup_v1_backup_service_proto_rawDesc = "" +
 	"\fSetLegalHold\x12%.contentbackup.v1.SetLegalHoldRequest\x1a\x1b.contentbackup.v1.LegalHold\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/owners/{owner}/holds\x12U\n" +
 	"\x10ReleaseLegalHold\x12).contentbackup.v1.ReleaseLegalHoldRequest\x1a\x16.google.protobuf.Empty\x12\x85\x01\n" +
 	"\x0eListLegalHolds\x12'.contentbackup.v1.ListLegalHoldsRequest\x1a(.contentbackup.v1.ListLegalHoldsResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/owners/{owner}/holds\x12k\n" +
-	"\fGetKeyStatus\x12%.contentbackup.v1.GetKeyStatusRequest\x1a\x1b.contentbackup.v1.KeyStatus\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/keys:statusBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
+	"\fGetKeyStatus\x12%.contentbackup.v1.GetKeyStatusRequest\x1a\x1b.contentbackup.v1.KeyStatus\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/keys:statusB\x97\x01\n" +
+	"\x14com.contentbackup.v1B\x12BackupServiceProtoP\x01ZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1\xa2\x02\x03CBX\xaa\x02\x10Contentbackup.V1\xba\x02\x02CBb\x06proto3"
 
 var (
 	file_contentbackup_v1_backup_service_proto_rawDescOnce sync.Once

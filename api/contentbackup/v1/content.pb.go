@@ -1677,7 +1677,8 @@ const file_contentbackup_v1_content_proto_rawDesc = "" +
 	"\x1aUNDECODED_KIND_UNSPECIFIED\x10\x00\x12$\n" +
 	" UNDECODED_KIND_NO_MATCHING_CODEC\x10\x01\x12 \n" +
 	"\x1cUNDECODED_KIND_DECODE_FAILED\x10\x02\x12%\n" +
-	"!UNDECODED_KIND_MALFORMED_ENVELOPE\x10\x03BMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
+	"!UNDECODED_KIND_MALFORMED_ENVELOPE\x10\x03B\x91\x01\n" +
+	"\x14com.contentbackup.v1B\fContentProtoP\x01ZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1\xa2\x02\x03CBX\xaa\x02\x10Contentbackup.V1\xba\x02\x02CBb\x06proto3"
 
 var (
 	file_contentbackup_v1_content_proto_rawDescOnce sync.Once

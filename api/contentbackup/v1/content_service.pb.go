@@ -1033,7 +1033,8 @@ const file_contentbackup_v1_content_service_proto_rawDesc = "" +
 	"\vDecodeBatch\x12$.contentbackup.v1.DecodeBatchRequest\x1a%.contentbackup.v1.DecodeBatchResponse\x12n\n" +
 	"\aPreview\x12 .contentbackup.v1.PreviewRequest\x1a!.contentbackup.v1.PreviewResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/content:preview\x12l\n" +
 	"\x11EncryptAttachment\x12*.contentbackup.v1.EncryptAttachmentRequest\x1a+.contentbackup.v1.EncryptAttachmentResponse\x12l\n" +
-	"\x11DecryptAttachment\x12*.contentbackup.v1.DecryptAttachmentRequest\x1a+.contentbackup.v1.DecryptAttachmentResponseBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
+	"\x11DecryptAttachment\x12*.contentbackup.v1.DecryptAttachmentRequest\x1a+.contentbackup.v1.DecryptAttachmentResponseB\x98\x01\n" +
+	"\x14com.contentbackup.v1B\x13ContentServiceProtoP\x01ZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1\xa2\x02\x03CBX\xaa\x02\x10Contentbackup.V1\xba\x02\x02CBb\x06proto3"
 
 var (
 	file_contentbackup_v1_content_service_proto_rawDescOnce sync.Once

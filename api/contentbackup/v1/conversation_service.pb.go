@@ -1444,7 +1444,8 @@ const file_contentbackup_v1_conversation_service_proto_rawDesc = "" +
 	"\n" +
 	"SetConsent\x12#.contentbackup.v1.SetConsentRequest\x1a$.contentbackup.v1.SetConsentResponse\x12Z\n" +
 	"\vListConsent\x12$.contentbackup.v1.ListConsentRequest\x1a%.contentbackup.v1.ListConsentResponse\x12`\n" +
-	"\rActivateGroup\x12&.contentbackup.v1.ActivateGroupRequest\x1a'.contentbackup.v1.ActivateGroupResponseBMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
+	"\rActivateGroup\x12&.contentbackup.v1.ActivateGroupRequest\x1a'.contentbackup.v1.ActivateGroupResponseB\x9d\x01\n" +
+	"\x14com.contentbackup.v1B\x18ConversationServiceProtoP\x01ZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1\xa2\x02\x03CBX\xaa\x02\x10Contentbackup.V1\xba\x02\x02CBb\x06proto3"
 
 var (
 	file_contentbackup_v1_conversation_service_proto_rawDescOnce sync.Once

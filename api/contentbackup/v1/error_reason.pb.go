@@ -295,7 +295,8 @@ const file_contentbackup_v1_error_reason_proto_rawDesc = "" +
 	"\x1eERROR_REASON_DEADLINE_EXCEEDED\x10$\x12\"\n" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10%\x12\x19\n" +
 	"\x15ERROR_REASON_INTERNAL\x10&\x12\x1c\n" +
-	"\x18ERROR_REASON_OWNER_QUOTA\x10'BMZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1b\x06proto3"
+	"\x18ERROR_REASON_OWNER_QUOTA\x10'B\x95\x01\n" +
+	"\x14com.contentbackup.v1B\x10ErrorReasonProtoP\x01ZKgithub.com/contentbackup/contentbackup/api/contentbackup/v1;contentbackupv1\xa2\x02\x03CBX\xaa\x02\x10Contentbackup.V1\xba\x02\x02CBb\x06proto3"
 
 var (
 	file_contentbackup_v1_error_reason_proto_rawDescOnce sync.Once
