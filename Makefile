@@ -6,6 +6,8 @@ PROTOC_GEN_GO_VTPROTO_VERSION := v0.6.0
 STATICCHECK_VERSION      := v0.8.2
 GHZ_VERSION              := v0.93.0
 GRPCURL_VERSION          := v1.9.3
+# The OpenAPI document of the HTTP/JSON routes (tools/openapi).
+PROTOC_GEN_OPENAPIV2_VERSION := v2.34.0
 # Mutation testing (make mutate, scripts/mutate.sh; TESTING.md).
 GREMLINS_VERSION         := v0.6.0
 # The S3-compatible server the job tests write to (cmd/server/jobs_test.go).
@@ -58,6 +60,7 @@ tools:
 	go install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@$(PROTOC_GEN_GO_VTPROTO_VERSION)
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+	go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(PROTOC_GEN_OPENAPIV2_VERSION)
 	go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 	go install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
 
@@ -74,6 +77,7 @@ generate: client-deps
 	cd api && buf lint $(API_PATHS) && buf generate $(API_PATHS)
 	rm -rf clients/typescript/src/gen
 	cd api && buf generate --template buf.gen.typescript.yaml $(CLIENT_API_PATHS)
+	go run ./tools/openapi -api api -out api/openapi/contentbackup.swagger.json
 
 # check-generated fails when the committed generated code differs from a fresh generation.
 check-generated: generate

@@ -100,6 +100,7 @@ type door struct {
 	callers   map[string]int
 	routes    []restRoute
 	next      http.Handler // the transcoder
+	openapi   []byte       // served at OpenAPIPath
 }
 
 // restRoute is one google.api.http path with the fields it binds.
@@ -107,6 +108,16 @@ type restRoute struct {
 	method string
 	path   *regexp.Regexp
 	binds  []string
+}
+
+// servedDocument answers a proven caller's GET of the OpenAPI document.
+func (d *door) servedDocument(w http.ResponseWriter, r *http.Request) bool {
+	if r.URL.Path != OpenAPIPath || r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(d.openapi)
+	return true
 }
 
 func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -121,6 +132,9 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r, who = admitted, callerKey(who, admitted)
+	if d.servedDocument(w, r) {
+		return
+	}
 	if field, ok := d.overridesPath(r); ok {
 		refuse(w, http.StatusBadRequest, "invalid_argument", "query parameter "+field+" names a field the path binds; the path's value is the one used")
 		return

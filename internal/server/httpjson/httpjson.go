@@ -28,6 +28,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/contentbackup/contentbackup/api/openapi"
 )
 
 // Admit proves a request's caller before its body is read and names it
@@ -98,8 +100,13 @@ func New(g *grpc.Server, admit Admit, limits Limits, log *zap.Logger) (http.Hand
 		return nil, fmt.Errorf("http/json: %w", err)
 	}
 	return &door{admit: admit, log: log, limits: limits, maxBody: maxBody,
-		bodies: make(chan struct{}, limits.MaxBodies), callers: map[string]int{}, routes: restRoutes(g), next: tc}, nil
+		bodies: make(chan struct{}, limits.MaxBodies), callers: map[string]int{}, routes: restRoutes(g), next: tc,
+		openapi: openapi.Document()}, nil
 }
+
+// OpenAPIPath is where a proven caller reads the OpenAPI document of the
+// listener's routes (api/openapi).
+const OpenAPIPath = "/openapi.json"
 
 // connectUnary marks a plain JSON or protobuf POST to /<service>/<method>
 // as the Connect protocol's unary call it can only be (the REST bindings
