@@ -12,6 +12,9 @@ PROTOC_GEN_OPENAPIV2_VERSION := v2.34.0
 GREMLINS_VERSION         := v0.6.0
 # The S3-compatible server the job tests write to (cmd/server/jobs_test.go).
 VERSITYGW_VERSION        := v1.8.0
+# promtool, for the alert rules' unit tests (make check-alerts): Prometheus
+# v3.16's Go module version.
+PROMTOOL_VERSION         := v0.316.0
 
 # The reference client (@xmtp/wasm-bindings) declares Node >= 22; Debian 12
 # ships 20. The interop tests run on Node from the npm registry's
@@ -22,7 +25,17 @@ NODE_DIR     := $(CURDIR)/.tools/node-$(NODE_VERSION)
 NODE_BIN     := $(NODE_DIR)/node_modules/$(NODE_PKG)/bin
 
 GOBIN ?= $(shell go env GOPATH)/bin
-export PATH := $(NODE_BIN):$(GOBIN):$(PATH)
+TOOLS_BIN := $(CURDIR)/.tools/bin
+export PATH := $(NODE_BIN):$(TOOLS_BIN):$(GOBIN):$(PATH)
+
+# go-tool installs package $(1) at version $(2) into .tools/bin unless that
+# version is there already; $(3) are go install's flags.
+define go-tool
+	@stamp="$(TOOLS_BIN)/.$(notdir $(1))@$(2)"; \
+	if [ -x "$(TOOLS_BIN)/$(notdir $(1))" ] && [ -f "$$stamp" ]; then :; else \
+		echo "tools: building $(notdir $(1))@$(2) into .tools/bin (once)"; \
+		GOBIN="$(TOOLS_BIN)" go install $(3) $(1)@$(2) && rm -f "$(TOOLS_BIN)/.$(notdir $(1))@"* && touch "$$stamp"; fi
+endef
 
 # An execution count rather than a duration: go1.26's fuzz coordinator can
 # report a spurious 'context deadline exceeded' when a -fuzztime duration
@@ -33,7 +46,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
 .PHONY: mutate mutate-sample stress racy
-.PHONY: client-deps ports bench-fleet soak history-soak run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
+.PHONY: go-test client-deps ports bench-fleet soak history-soak run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -53,16 +66,23 @@ breaking:
 	go run ./tools/protodeps -out api/third_party
 	cd api && buf breaking --against releases/v0.2.0.binpb $(API_PATHS)
 
+# tools builds each pinned Go tool once into .tools/bin (first on make's
+# PATH): a stamp names the version, so later runs reuse the binary and a
+# new pin rebuilds it. promtool too, at the pinned Prometheus release,
+# rather than Debian's whole Prometheus server, and without the service
+# discovery plugins (remove_all_sd), which rule tests never use.
 tools:
-	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
-	go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
-	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
-	go install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@$(PROTOC_GEN_GO_VTPROTO_VERSION)
-	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
-	go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(PROTOC_GEN_OPENAPIV2_VERSION)
-	go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
-	go install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
+	@mkdir -p "$(TOOLS_BIN)"
+	$(call go-tool,github.com/bufbuild/buf/cmd/buf,$(BUF_VERSION))
+	$(call go-tool,google.golang.org/protobuf/cmd/protoc-gen-go,$(PROTOC_GEN_GO_VERSION))
+	$(call go-tool,google.golang.org/grpc/cmd/protoc-gen-go-grpc,$(PROTOC_GEN_GO_GRPC_VERSION))
+	$(call go-tool,github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto,$(PROTOC_GEN_GO_VTPROTO_VERSION))
+	$(call go-tool,github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2,$(PROTOC_GEN_OPENAPIV2_VERSION))
+	$(call go-tool,honnef.co/go/tools/cmd/staticcheck,$(STATICCHECK_VERSION))
+	$(call go-tool,github.com/fullstorydev/grpcurl/cmd/grpcurl,$(GRPCURL_VERSION))
+	$(call go-tool,github.com/versity/versitygw/cmd/versitygw,$(VERSITYGW_VERSION))
+	$(call go-tool,github.com/go-gremlins/gremlins/cmd/gremlins,$(GREMLINS_VERSION))
+	$(call go-tool,github.com/prometheus/prometheus/cmd/promtool,$(PROMTOOL_VERSION),-tags remove_all_sd)
 
 # api/third_party gets the Google API files the API imports, printed from the
 # Go modules go.mod pins (tools/protodeps); only our own files are linted
@@ -87,7 +107,9 @@ check-generated: generate
 # client-deps installs the TypeScript client's packages (Connect-ES, its
 # code generator, TypeScript) from its lock file; test/clients runs it and
 # the Python client (Debian's python3-grpcio, protoc) against the server.
-client-deps: node
+client-deps: node clients/typescript/node_modules/.package-lock.json
+
+clients/typescript/node_modules/.package-lock.json: clients/typescript/package-lock.json
 	cd clients/typescript && npm ci --no-audit --no-fund
 
 lint:
@@ -106,17 +128,22 @@ node:
 interop-deps: node
 	cd interop && npm ci --no-audit --no-fund
 
-# test is the README's test command: everything CI runs. The store tests
-# need PostgreSQL: TEST_DATABASE_URL when set, else the server on
-# 127.0.0.1:5432, started by scripts/ensure-postgres.sh when none answers.
-test: ports tools interop-deps client-deps lint check-generated breaking check-alerts
-	@echo "make test: lint, generated code, go test -race ./..., then every fuzz target; about 20 minutes on 2 cores (make check is the fast path)"
+# test is the README's test command: everything CI runs, phase by phase,
+# each phase's wall time printed as it ends (scripts/phases.sh). The store
+# tests need PostgreSQL: TEST_DATABASE_URL when set, else the tests' own
+# server on 127.0.0.1:55432 (scripts/ensure-postgres.sh starts it; it never
+# uses whatever else answers on a port).
+TEST_PHASES := ports tools interop-deps client-deps lint check-generated breaking check-alerts go-test bench-smoke fuzz
+test:
+	@MAKE="$(MAKE)" bash scripts/phases.sh $(TEST_PHASES)
+
+# go-test is make test's main phase: every package under the race detector.
+go-test:
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
 	echo "go test -race -count=1 ./... (TEST_DATABASE_URL=$$url)"; \
+	echo "go test: building every package and its tests with the race detector first; on a cold cache that takes several minutes on 2 cores, and the first line of results comes after it"; \
 	TEST_DATABASE_URL="$$url" go test -race -count=1 -skip '^TestCitus' ./...
-	$(MAKE) bench-smoke
-	$(MAKE) fuzz
 
 # ports fails in make test's first second when a port its tests need is
 # taken (the README's dev server, left running).
@@ -131,14 +158,8 @@ bench-smoke:
 	go test -count=1 -run '^$$' -bench 'GRPCDecode' -benchtime 1x ./internal/server
 
 # check-alerts checks the Prometheus alert rules and runs their unit tests
-# with promtool, from Debian's prometheus package: installed here when
-# missing and run as root, as scripts/ensure-postgres.sh installs
-# PostgreSQL.
-check-alerts:
-	@command -v promtool >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		echo "installing Debian's prometheus (for promtool)" && apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } || \
-		{ echo "promtool is missing: apt-get install prometheus (Debian ships promtool in it)"; exit 1; }
+# with promtool, built at PROMTOOL_VERSION by make tools.
+check-alerts: tools
 	promtool check rules deploy/prometheus/contentbackup-alerts.yml
 	promtool test rules deploy/prometheus/contentbackup-alerts_test.yml
 
@@ -234,7 +255,7 @@ citus-stop:
 postgres-stop:
 	@bash scripts/stop-postgres.sh
 
-# postgres starts PostgreSQL for the tests when none answers on 5432.
+# postgres starts the tests' own PostgreSQL (127.0.0.1:55432) unless it runs.
 postgres:
 	@bash scripts/ensure-postgres.sh
 

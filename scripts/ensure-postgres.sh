@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# ensure-postgres.sh makes a PostgreSQL server answer on 127.0.0.1:5432 for
-# the store tests and prints the admin URL the tests use (TEST_DATABASE_URL).
+# ensure-postgres.sh starts the tests' own PostgreSQL and prints the admin
+# URL the tests use (TEST_DATABASE_URL).
 #
-#   - a server already answering on 127.0.0.1:5432 is used as it is;
-#   - otherwise the machine's PostgreSQL 15 is started on a throwaway data
-#     directory with trust authentication on loopback only, installing
-#     Debian's postgresql package first when it is missing (needs root).
+# It is a throwaway server on 127.0.0.1:55432 (PGPORT), in its own data
+# directory (PGDATA_DIR), never whatever else answers on a port: the
+# machine's own PostgreSQL on 5432, or another checkout's, is left alone.
+#   - ours already running (its postmaster.pid names the port): used;
+#   - the port answered by a server that is not ours: refused, naming the
+#     port and what to do (set TEST_DATABASE_URL to use it on purpose);
+#   - otherwise the machine's PostgreSQL is started on the data directory
+#     with trust authentication on loopback only, installing Debian's
+#     postgresql package first when it is missing (needs root).
 # PostgreSQL refuses to run as root, so as root the server runs as the
 # postgres user. Progress goes to stderr; only the URL goes to stdout.
 set -euo pipefail
 
-PGPORT=${PGPORT:-5432}
-PGDATA_DIR=${PGDATA_DIR:-/tmp/contentbackup-pg}
+PGPORT=${PGPORT:-55432}
+PGDATA_DIR=${PGDATA_DIR:-/tmp/contentbackup-pg-$PGPORT}
 URL="postgres://postgres@127.0.0.1:${PGPORT}/postgres?sslmode=disable"
 
 log() { echo "ensure-postgres: $*" >&2; }
@@ -24,10 +29,25 @@ answers() {
   fi
 }
 
+# ours: the server on the port is the one running in PGDATA_DIR (the
+# fourth line of postmaster.pid is its port, and its process lives).
+ours() {
+  [ -f "$PGDATA_DIR/postmaster.pid" ] || return 1
+  local pid port
+  pid=$(sed -n 1p "$PGDATA_DIR/postmaster.pid")
+  port=$(sed -n 4p "$PGDATA_DIR/postmaster.pid")
+  [ "$port" = "$PGPORT" ] && kill -0 "$pid" 2>/dev/null
+}
+
 if answers; then
-  log "using the server already answering on 127.0.0.1:$PGPORT"
-  echo "$URL"
-  exit 0
+  if ours; then
+    log "using the tests' server in $PGDATA_DIR on 127.0.0.1:$PGPORT"
+    echo "$URL"
+    exit 0
+  fi
+  log "127.0.0.1:$PGPORT answers, but not with the tests' server (no live postmaster.pid in $PGDATA_DIR naming that port)."
+  log "Stop what listens there, choose another port (PGPORT=55433 make test), or use that server on purpose: TEST_DATABASE_URL=$URL make test"
+  exit 1
 fi
 
 bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
@@ -39,8 +59,8 @@ if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
   log "installing Debian's postgresql"
   apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
-  # The package starts its own cluster on 5432; that one is fine to use,
-  # but its loopback login needs a password, so stop it and run ours.
+  # The package starts its own cluster on 5432; the tests run their own,
+  # so stop it.
   if command -v pg_ctlcluster >/dev/null; then
     for c in $(ls /etc/postgresql 2>/dev/null); do pg_ctlcluster "$c" main stop >&2 2>/dev/null || true; done
   fi

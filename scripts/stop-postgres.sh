@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # stop-postgres.sh stops the throwaway PostgreSQL that ensure-postgres.sh
 # started for the tests (its data directory, PGDATA_DIR), and nothing else:
-# a server someone else runs on 5432 is left alone.
+# a server someone else runs is left alone.
 set -euo pipefail
-PGDATA_DIR=${PGDATA_DIR:-/tmp/contentbackup-pg}
+PGPORT=${PGPORT:-55432}
+PGDATA_DIR=${PGDATA_DIR:-/tmp/contentbackup-pg-$PGPORT}
 if [ ! -f "$PGDATA_DIR/postmaster.pid" ]; then
   echo "stop-postgres: no server of ours is running in $PGDATA_DIR" >&2
   exit 0
