@@ -15,6 +15,8 @@ VERSITYGW_VERSION        := v1.8.0
 # promtool, for the alert rules' unit tests (make check-alerts): Prometheus
 # v3.16's Go module version.
 PROMTOOL_VERSION         := v0.316.0
+# helm, for the chart's lint and render check (make deploy-check).
+HELM_VERSION             := v4.3.2
 
 # The reference client (@xmtp/wasm-bindings) declares Node >= 22; Debian 12
 # ships 20. The interop tests run on Node from the npm registry's
@@ -46,7 +48,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.buildVersion=$(VERSION)
 
 .PHONY: mutate mutate-sample stress racy
-.PHONY: go-test client-deps ports bench-fleet soak history-soak run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
+.PHONY: deploy-check go-test client-deps ports bench-fleet soak history-soak run build image breaking node tools generate lint test check citus citus-stop bench-citus fuzz bench-smoke check-generated interop-deps interop-soak interop-large retention-golden check-alerts ha bench bench-store bench-container bench-archive bench-chain bench-restore restore-soak bench-preview bench-rotation load postgres postgres-stop reliability
 
 run:
 	go run ./cmd/server
@@ -83,6 +85,7 @@ tools:
 	$(call go-tool,github.com/versity/versitygw/cmd/versitygw,$(VERSITYGW_VERSION))
 	$(call go-tool,github.com/go-gremlins/gremlins/cmd/gremlins,$(GREMLINS_VERSION))
 	$(call go-tool,github.com/prometheus/prometheus/cmd/promtool,$(PROMTOOL_VERSION),-tags remove_all_sd)
+	$(call go-tool,helm.sh/helm/v4/cmd/helm,$(HELM_VERSION))
 
 # api/third_party gets the Google API files the API imports, printed from the
 # Go modules go.mod pins (tools/protodeps); only our own files are linted
@@ -133,7 +136,7 @@ interop-deps: node
 # tests need PostgreSQL: TEST_DATABASE_URL when set, else the tests' own
 # server on 127.0.0.1:55432 (scripts/ensure-postgres.sh starts it; it never
 # uses whatever else answers on a port).
-TEST_PHASES := ports tools interop-deps client-deps lint check-generated breaking check-alerts go-test bench-smoke fuzz
+TEST_PHASES := ports tools interop-deps client-deps lint check-generated breaking check-alerts deploy-check go-test bench-smoke fuzz
 test:
 	@MAKE="$(MAKE)" bash scripts/phases.sh $(TEST_PHASES)
 
@@ -156,6 +159,14 @@ ports:
 bench-smoke:
 	go test -count=1 -run '^$$' -bench . -benchtime 1x ./internal/codec ./internal/contentapi ./internal/archive ./internal/wire
 	go test -count=1 -run '^$$' -bench 'GRPCDecode' -benchtime 1x ./internal/server
+
+# deploy-check lints the Helm chart (helm at HELM_VERSION) and decodes its
+# rendered output, for the default values and with every option on and
+# off, strictly into the Kubernetes API types; and loads the compose file
+# with the compose-spec loader. Its own module (deploy/check), so the
+# server's go.mod carries no Kubernetes library.
+deploy-check: tools
+	cd deploy/check && go test -count=1 ./...
 
 # check-alerts checks the Prometheus alert rules and runs their unit tests
 # with promtool, built at PROMTOOL_VERSION by make tools.

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/alecthomas/kong"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -86,6 +88,11 @@ func yamlDocs(t *testing.T, path string) []map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return decodeYAMLDocs(t, path, b)
+}
+
+func decodeYAMLDocs(t *testing.T, path string, b []byte) []map[string]any {
+	t.Helper()
 	var docs []map[string]any
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	for {
@@ -98,5 +105,65 @@ func yamlDocs(t *testing.T, path string) []map[string]any {
 			t.Fatalf("%s: %v", path, err)
 		}
 		docs = append(docs, d)
+	}
+}
+
+// TestHelmChartSetsOnlyFlags (issue 51): with every option of the Helm
+// chart on, each variable its containers set names a flag of the command
+// they run (server serve, server migrate), or is the Go runtime's
+// GOMEMLIMIT: a renamed flag fails here, not in a cluster. deploy/check
+// decodes the same rendering into the Kubernetes types.
+func TestHelmChartSetsOnlyFlags(t *testing.T) {
+	helm, err := exec.LookPath("helm")
+	if err != nil {
+		t.Fatalf("helm is required: make tools builds it into .tools/bin (%v)", err)
+	}
+	chart := "../../deploy/helm/contentbackup"
+	cmd := exec.Command(helm, "template", "contentbackup", chart, "--values", chart+"/ci/all-on-values.yaml")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr.String())
+	}
+	var c cli
+	parser, err := kong.New(&c, parserOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs := map[string]map[string]bool{}
+	for _, node := range parser.Model.Children {
+		envs[node.Name] = map[string]bool{"GOMEMLIMIT": true}
+		for _, group := range node.AllFlags(false) {
+			for _, fl := range group {
+				for _, e := range fl.Envs {
+					envs[node.Name][e] = true
+				}
+			}
+		}
+	}
+	checked := 0
+	for _, doc := range decodeYAMLDocs(t, "helm template", out) {
+		if doc["kind"] != "Deployment" {
+			continue
+		}
+		spec := doc["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		for _, list := range []string{"initContainers", "containers"} {
+			containers, _ := spec[list].([]any)
+			for _, c := range containers {
+				c := c.(map[string]any)
+				command := c["args"].([]any)[0].(string)
+				for _, e := range c["env"].([]any) {
+					name := e.(map[string]any)["name"].(string)
+					checked++
+					if !envs[command][name] {
+						t.Errorf("the chart's %s container sets %s, which names no flag of server %s", c["name"], name, command)
+					}
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Errorf("only %d variables found in the rendered Deployment", checked)
 	}
 }
