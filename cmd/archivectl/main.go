@@ -109,13 +109,18 @@ func parseKey(b []byte, from string) ([]byte, error) {
 	return k, nil
 }
 
+// newParser is archivectl's command line, parsed into c.
+func newParser(ctx context.Context, c *cli) (*kong.Kong, error) {
+	return kong.New(c, kong.Name("archivectl"), kong.Description("The contentbackup operator's tool: XMTP archives (export, import, estimate, inspect, verify, rewrap), backup jobs and restores, backups and their holds, owners' erasure, and keys."),
+		kong.BindTo(ctx, (*context.Context)(nil)),
+		kong.Vars{"version": buildinfo.Version(buildVersion)})
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var c cli
-	parser, err := kong.New(&c, kong.Name("archivectl"), kong.Description("The contentbackup operator's tool: XMTP archives (export, import, estimate, inspect, verify, rewrap), backup jobs and restores, backups and their holds, owners' erasure, and keys."),
-		kong.BindTo(ctx, (*context.Context)(nil)),
-		kong.Vars{"version": buildinfo.Version(buildVersion)})
+	parser, err := newParser(ctx, &c)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "archivectl:", err)
 		os.Exit(1)

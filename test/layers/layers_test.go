@@ -18,7 +18,7 @@ const module = "github.com/contentbackup/contentbackup/"
 // floors: the layer list of docs/architecture.md, bottom to top. A package of this module
 // missing here fails the test, so a new package must be placed.
 var floors = map[string]int{
-	"internal/wire": 1, "internal/fault": 1, "internal/eventually": 1, "internal/budget": 1, "internal/buildinfo": 1, "internal/devpki": 1,
+	"internal/wire": 1, "internal/fault": 1, "internal/eventually": 1, "internal/budget": 1, "internal/buildinfo": 1, "internal/devpki": 1, "internal/doclines": 1,
 	"internal/codec": 2, "internal/preview": 2, "internal/archive": 2, "internal/archive/archivetest": 2, "internal/records": 2, "internal/keyring": 2,
 	"internal/store": 3, "internal/store/internal/sqlstore": 3, "internal/store/sqlite": 3, "internal/store/postgres": 3, "internal/store/storetest": 3, "internal/store/enginetest": 3,
 	"internal/backup": 4, "internal/backup/backuptest": 4, "internal/expiry": 4, "internal/history": 4,
