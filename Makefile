@@ -390,10 +390,17 @@ RESTORE_MODEL_SEEDS ?= 20
 FLEET_ENGINE ?= postgres
 FLEET_SMALL ?= 10000
 FLEET_LARGE ?= 1000000
+# FLEET_ENGINE=citus runs the postgres engine on the Citus cluster of
+# scripts/ensure-citus.sh (make citus's).
 bench-fleet:
-	@url="$${TEST_DATABASE_URL:-}"; \
-	if [ "$(FLEET_ENGINE)" = postgres ] && [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
-	go run ./tools/fleetbench -engine $(FLEET_ENGINE) -small $(FLEET_SMALL) -large $(FLEET_LARGE) -database-url "$$url"
+	@if [ "$(FLEET_ENGINE)" = citus ]; then \
+		env=$$(bash scripts/ensure-citus.sh) || exit 1; export $$env; \
+		go run ./tools/fleetbench -engine postgres -small $(FLEET_SMALL) -large $(FLEET_LARGE) -database-url "$$TEST_DATABASE_URL" -citus-workers "$$TEST_CITUS_WORKERS"; \
+	else \
+		url="$${TEST_DATABASE_URL:-}"; \
+		if [ "$(FLEET_ENGINE)" = postgres ] && [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
+		go run ./tools/fleetbench -engine $(FLEET_ENGINE) -small $(FLEET_SMALL) -large $(FLEET_LARGE) -database-url "$$url"; \
+	fi
 
 # soak: the built server on PostgreSQL under mixed load for SOAK_DURATION
 # (unary calls, exports read whole and cut, abandoned imports, a backup and

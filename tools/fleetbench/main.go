@@ -61,14 +61,32 @@ func main() {
 	rounds := flag.Int("rounds", 200, "measurements of each call on each server")
 	idle := flag.Duration("idle", time.Minute, "how long idle CPU is measured")
 	admin := flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL URL that may create databases (engine postgres)")
+	workers := flag.String("citus-workers", os.Getenv("TEST_CITUS_WORKERS"), "host:port,... of the Citus workers when -database-url names a Citus coordinator")
+	schedule := flag.Bool("schedule", true, "run every owner under a yearly schedule (its next firing outside the run)")
 	flag.Parse()
-	if err := run(*engine, *small, *large, *rounds, *idle, *admin); err != nil {
+	var citus []string
+	if *workers != "" {
+		citus = strings.Split(*workers, ",")
+	}
+	o := options{engine: *engine, small: *small, large: *large, rounds: *rounds, idle: *idle, admin: *admin, workers: citus, schedule: *schedule}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleetbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(engine string, small, large, rounds int, idle time.Duration, admin string) error {
+// options are the command's flags.
+type options struct {
+	engine               string
+	small, large, rounds int
+	idle                 time.Duration
+	admin                string
+	workers              []string // Citus workers, when admin is a coordinator
+	schedule             bool
+}
+
+func run(o options) error {
+	engine, small, large, rounds, idle, admin := o.engine, o.small, o.large, o.rounds, o.idle, o.admin
 	work, err := os.MkdirTemp("", "fleetbench")
 	if err != nil {
 		return err
@@ -85,7 +103,7 @@ func run(engine string, small, large, rounds int, idle time.Duration, admin stri
 			if admin == "" {
 				return errors.New("engine postgres needs -database-url or TEST_DATABASE_URL")
 			}
-			db, drop, err := scratchdb.New(context.Background(), admin, "fleet")
+			db, drop, err := scratchdb.New(context.Background(), admin, "fleet", o.workers...)
 			if err != nil {
 				return err
 			}
@@ -95,6 +113,11 @@ func run(engine string, small, large, rounds int, idle time.Duration, admin stri
 		start := time.Now()
 		if err := s.seed(); err != nil {
 			return fmt.Errorf("%d owners: %w", owners, err)
+		}
+		if o.schedule {
+			if err := s.writeSchedule(); err != nil {
+				return err
+			}
 		}
 		size, err := s.size()
 		if err != nil {
@@ -111,7 +134,7 @@ func run(engine string, small, large, rounds int, idle time.Duration, admin stri
 		defer s.stop()
 	}
 	// The calls, alternating between the two servers.
-	calls := []string{"append", "list", "export"}
+	calls := []string{"append", "list", "export", "job"}
 	took := map[string][2][]time.Duration{}
 	for r := range rounds {
 		for _, call := range calls {
@@ -178,6 +201,7 @@ func pct(d []time.Duration, p int) time.Duration {
 // side is one store and the server on it.
 type side struct {
 	owners      int
+	schedule    string // the schedule policy file, every owner in it
 	engine, bin string
 	dir, db     string
 	cmd         *exec.Cmd
@@ -187,6 +211,9 @@ type side struct {
 
 func (s *side) env() []string {
 	env := append(os.Environ(), "LISTEN_ADDR=127.0.0.1:0", "HTTP_LISTEN_ADDR=", "METRICS_ADDR=", "LOG_FORMAT=json", "DATA_DIR="+s.dir)
+	if s.schedule != "" {
+		env = append(env, "SCHEDULE="+s.schedule)
+	}
 	if s.db != "" {
 		env = append(env, "DATABASE_URL="+s.db)
 	}
@@ -261,6 +288,18 @@ func (s *side) call(call string, round int) (time.Duration, error) {
 		_, err = conv.AppendMessages(ctx, &cb.AppendMessagesRequest{Owner: owner, Messages: storetest.Messages(fmt.Sprintf("bench-%d-", round), storetest.GroupID("g"), 10, int64(round)*10+100)})
 	case "list":
 		_, err = conv.ListMessages(ctx, &cb.ListMessagesRequest{Owner: owner, GroupId: storetest.GroupID("g"), PageSize: 50})
+	case "job":
+		// A backup job to the end: the seeded owner's key (the template's
+		// row, copied) seals the new backup's data key for this owner.
+		var op *longrunningpb.Operation
+		op, err = cb.NewBackupServiceClient(s.conn).StartExport(ctx, &cb.StartExportRequest{Owner: owner, Bucket: "local", Label: "bench"})
+		ops := longrunningpb.NewOperationsClient(s.conn)
+		for err == nil && !op.GetDone() {
+			op, err = ops.WaitOperation(ctx, &longrunningpb.WaitOperationRequest{Name: op.GetName(), Timeout: durationpb.New(5 * time.Second)})
+		}
+		if err == nil && op.GetError() != nil {
+			err = fmt.Errorf("backup job of %s: %v", owner, op.GetError())
+		}
 	case "export":
 		var stream grpc.ServerStreamingClient[cb.ExportResponse]
 		stream, err = cb.NewArchiveServiceClient(s.conn).Export(ctx, &cb.ExportRequest{Owner: owner, Key: make([]byte, 32)})
@@ -387,6 +426,19 @@ func (s *side) writeTemplate() error {
 		err = fmt.Errorf("the template's backup: %v", op.GetError())
 	}
 	return err
+}
+
+// writeSchedule puts every seeded owner under one schedule that fires
+// once a year (1 January, 03:00 UTC), outside any run: the scheduler's
+// steady state, its policy of every owner loaded, with nothing due.
+func (s *side) writeSchedule() error {
+	var b strings.Builder
+	b.WriteString("schedules:\n  - name: fleet\n    cron: \"0 3 1 1 *\"\n    bucket: local\n    keep: 3\n    owners:\n")
+	for i := 1; i <= s.owners; i++ {
+		fmt.Fprintf(&b, "      - fleet-%08d\n", i)
+	}
+	s.schedule = filepath.Join(s.dir, "schedule.yaml")
+	return os.WriteFile(s.schedule, []byte(b.String()), 0o600)
 }
 
 // readBack is what the API gives of owner: its groups, messages and

@@ -220,4 +220,3 @@ func rpcPath(path string) bool {
 	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
 	return len(parts) == 2 && strings.Contains(parts[0], ".")
 }
-
