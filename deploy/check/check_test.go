@@ -64,6 +64,16 @@ func render(t *testing.T, values string) rendered {
 	return decode(t, helm(t, args...))
 }
 
+// strictly is doc decoded into its API type, an unknown field an error.
+func strictly[T any](t *testing.T, kind string, doc []byte) T {
+	t.Helper()
+	var o T
+	if err := yaml.UnmarshalStrict(doc, &o); err != nil {
+		t.Errorf("%s does not decode strictly into its API type: %v\n%s", kind, err, doc)
+	}
+	return o
+}
+
 // decode decodes each YAML document of manifests by its kind, strictly.
 func decode(t *testing.T, manifests []byte) rendered {
 	t.Helper()
@@ -76,36 +86,20 @@ func decode(t *testing.T, manifests []byte) rendered {
 		if head.Kind == "" {
 			continue
 		}
-		strict := func(into any) {
-			if err := yaml.UnmarshalStrict(doc, into); err != nil {
-				t.Errorf("%s %s does not decode strictly into its API type: %v\n%s", head.APIVersion, head.Kind, err, doc)
-			}
-		}
-		switch head.APIVersion + " " + head.Kind {
+		kind := head.APIVersion + " " + head.Kind
+		switch kind {
 		case "apps/v1 Deployment":
-			var o appsv1.Deployment
-			strict(&o)
-			r.deployments = append(r.deployments, o)
+			r.deployments = append(r.deployments, strictly[appsv1.Deployment](t, kind, doc))
 		case "v1 Service":
-			var o corev1.Service
-			strict(&o)
-			r.services = append(r.services, o)
+			r.services = append(r.services, strictly[corev1.Service](t, kind, doc))
 		case "policy/v1 PodDisruptionBudget":
-			var o policyv1.PodDisruptionBudget
-			strict(&o)
-			r.pdbs = append(r.pdbs, o)
+			r.pdbs = append(r.pdbs, strictly[policyv1.PodDisruptionBudget](t, kind, doc))
 		case "networking.k8s.io/v1 NetworkPolicy":
-			var o networkingv1.NetworkPolicy
-			strict(&o)
-			r.policies = append(r.policies, o)
+			r.policies = append(r.policies, strictly[networkingv1.NetworkPolicy](t, kind, doc))
 		case "monitoring.coreos.com/v1 ServiceMonitor":
-			var o monitoringv1.ServiceMonitor
-			strict(&o)
-			r.monitors = append(r.monitors, o)
+			r.monitors = append(r.monitors, strictly[monitoringv1.ServiceMonitor](t, kind, doc))
 		case "monitoring.coreos.com/v1 PrometheusRule":
-			var o monitoringv1.PrometheusRule
-			strict(&o)
-			r.rules = append(r.rules, o)
+			r.rules = append(r.rules, strictly[monitoringv1.PrometheusRule](t, kind, doc))
 		default:
 			t.Errorf("the chart renders a %s %s this test does not know", head.APIVersion, head.Kind)
 		}
