@@ -26,6 +26,8 @@ type backupsCmd struct {
 	Delete     deleteBackupCmd `cmd:"" help:"Delete a backup: its object, sidecar and catalog row."`
 	Verify     verifyBackupCmd `cmd:"" help:"Read a complete backup back now, as a schedule's verification does (length, SHA-256, every record, the counts), and record the result; exits non-zero when it is not sound."`
 	Retention  retentionCmd    `cmd:"" help:"Dry run of a retention for an owner, computed by the server: a schedule's as it runs it, or --keep-* rules of your own; which backups stay (by which rule) and which it would delete. Deletes nothing."`
+	Stats      statsCmd        `cmd:"" help:"Sum an owner's backups per bucket from the catalog: how many, complete, increments, held, damaged, their bytes and messages, the oldest and newest. Reads no archive."`
+	Diff       diffCmd         `cmd:"" help:"Compare two backups of an owner from the catalog: their groups, messages, consent records and bytes, their selections, and whether the newer is an increment on the older."`
 	Synthesize synthesizeCmd   `cmd:"" help:"Write a backup's snapshot (an increment's whole chain read as one) as a new full backup, without touching the owner's records: the one archive to hand a device or the reference client, whose import then gives exactly that snapshot. Prints the new backup's id."`
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	cb "github.com/contentbackup/contentbackup/api/contentbackup/v1"
+	"github.com/contentbackup/contentbackup/internal/store"
 	"github.com/contentbackup/contentbackup/internal/store/storetest"
 )
 
@@ -119,5 +120,37 @@ func TestJSONConvention(t *testing.T) {
 	out, _, err := ctl.run("--json", "backups", "list", "--owner", owner)
 	if err != nil || strings.Contains(out, "null") {
 		t.Errorf("backups list --json: %v\n%s", err, out)
+	}
+
+	// stats and diff (restic's next reach), from the catalog: a second
+	// backup after one more message.
+	if _, err := s.AppendMessages(t.Context(), owner, storetest.Messages("m", storetest.GroupID("g"), 1, 1), store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ctl.run("jobs", "start-export", "--owner", owner, "--wait"); err != nil {
+		t.Fatal(err)
+	}
+	total, _ := object("backups", "stats", "--owner", owner)["total"].(map[string]any)
+	if total["complete"] != "2" || total["messages"] != "1" || total["bucket"] != "all" {
+		t.Errorf("backups stats --json: total %v; want 2 complete backups holding 1 message, counts as strings", total)
+	}
+	var list []map[string]any
+	out, _, _ = ctl.run("--json", "backups", "list", "--owner", owner)
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 2 {
+		t.Fatalf("backups list: %v\n%s", err, out)
+	}
+	// Newest first: the older is the second.
+	older := list[1]["id"].(string)
+	diff := object("backups", "diff", "--owner", owner, older[:len(older)-4], list[0]["id"].(string))
+	counts, _ := diff["counts"].([]any)
+	if len(counts) != 4 {
+		t.Fatalf("backups diff --json: %v", diff)
+	}
+	if m := counts[1].(map[string]any); m["name"] != "messages" || m["from"] != "0" || m["to"] != "1" || m["delta"] != "1" {
+		t.Errorf("backups diff --json: messages %v; want 0 to 1, +1, as strings", m)
+	}
+	text, _, err := ctl.run("backups", "diff", "--owner", owner, list[1]["id"].(string), list[0]["id"].(string))
+	if err != nil || !strings.Contains(text, "messages") || !strings.Contains(text, "+1") {
+		t.Errorf("backups diff: %v\n%s", err, text)
 	}
 }
