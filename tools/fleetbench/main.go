@@ -98,7 +98,7 @@ func run(o options) error {
 	}
 	var sides []*side
 	for _, owners := range []int{small, large} {
-		s := &side{owners: owners, engine: engine, bin: bin, dir: filepath.Join(work, strconv.Itoa(owners))}
+		s := &side{owners: owners, engine: engine, bin: bin, dir: filepath.Join(work, strconv.Itoa(owners)), citus: len(o.workers) > 0}
 		if engine == "postgres" {
 			if admin == "" {
 				return errors.New("engine postgres needs -database-url or TEST_DATABASE_URL")
@@ -202,6 +202,7 @@ func pct(d []time.Duration, p int) time.Duration {
 type side struct {
 	owners      int
 	schedule    string // the schedule policy file, every owner in it
+	citus       bool
 	engine, bin string
 	dir, db     string
 	cmd         *exec.Cmd
@@ -348,8 +349,14 @@ func (s *side) size() (int64, error) {
 			return 0, err
 		}
 		defer c.Close(ctx)
+		// On Citus the rows live on the workers: the database on every
+		// node, summed.
+		q := "SELECT pg_database_size(current_database())"
+		if s.citus {
+			q = `SELECT pg_database_size(current_database()) + coalesce((SELECT sum(result::bigint) FROM run_command_on_workers('SELECT pg_database_size(current_database())')), 0)`
+		}
 		var n int64
-		err = c.QueryRow(ctx, "SELECT pg_database_size(current_database())").Scan(&n)
+		err = c.QueryRow(ctx, q).Scan(&n)
 		return n, err
 	}
 	paths, err := filepath.Glob(filepath.Join(s.dir, sqlite.FileName+"*"))
