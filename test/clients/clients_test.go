@@ -261,14 +261,14 @@ func TestTypeScriptFirstDay(t *testing.T) {
 // for, rather than whichever python3 comes first on PATH.
 func debianPython(t *testing.T) string {
 	t.Helper()
-	for _, p := range []string{"/usr/bin/python3"} {
+	candidates := []string{"/usr/bin/python3"}
+	if p, err := exec.LookPath("python3"); err == nil {
+		candidates = append(candidates, p)
+	}
+	for _, p := range candidates {
 		if exec.Command(p, "-c", "import grpc, google.protobuf").Run() == nil {
 			return p
 		}
-	}
-	p, err := exec.LookPath("python3")
-	if err == nil && exec.Command(p, "-c", "import grpc, google.protobuf").Run() == nil {
-		return p
 	}
 	t.Fatalf("no python3 imports grpc and protobuf: apt-get install python3-grpcio python3-protobuf")
 	return ""
