@@ -166,7 +166,7 @@ bench-smoke:
 # with the compose-spec loader. Its own module (deploy/check), so the
 # server's go.mod carries no Kubernetes library.
 deploy-check: tools
-	cd deploy/check && go test -count=1 ./...
+	cd deploy/check && go vet ./... && staticcheck ./... && go test -count=1 ./...
 
 # check-alerts checks the Prometheus alert rules and runs their unit tests
 # with promtool, built at PROMTOOL_VERSION by make tools.

@@ -155,7 +155,7 @@ func streaming(set *descriptorpb.FileDescriptorSet) map[string]bool {
 func generate(api, tmp, name, image string) (map[string]any, error) {
 	dir := filepath.Join(tmp, name)
 	template := fmt.Sprintf(`{"version":"v2","plugins":[{"local":"protoc-gen-openapiv2","out":%q,"strategy":"all",
-"opt":["generate_unbound_methods=true","allow_merge=true","merge_file_name=contentbackup","output_format=json","omit_enum_default_value=true","disable_default_errors=false"]}]}`, dir)
+"opt":["generate_unbound_methods=true","allow_merge=true","merge_file_name=contentbackup","output_format=json","omit_enum_default_value=true"]}]}`, dir)
 	args := []string{"generate", image, "--template", template}
 	for _, p := range paths {
 		args = append(args, "--path", p)
