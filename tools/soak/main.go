@@ -454,10 +454,10 @@ func pause(ctx context.Context, d time.Duration) {
 
 // sample is one look at the server.
 type sample struct {
-	at                                         time.Duration
+	at                                               time.Duration
 	rss, anon, heap, goroutines, fds, sessions, tmps float64
-	p99                                        time.Duration
-	calls                                      int
+	p99                                              time.Duration
+	calls                                            int
 }
 
 // series names the sampled figures, in the report's order.
