@@ -225,7 +225,7 @@ ha:
 
 # check is the fast path: vet, staticcheck and every test once, without the
 # race detector or fuzzing; about 5 minutes on 2 cores.
-check: interop-deps
+check: tools interop-deps client-deps
 	go vet ./...
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
