@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,6 +81,11 @@ func (c *serveCmd) preflight() (*jobs.SchedulePolicy, *preview.Words, error) {
 			return nil, nil, err
 		}
 		policy = p
+		// Parsing a policy that names a million owners allocates about
+		// 300 MB of YAML nodes for 10 MB of names kept (measured, issue
+		// 52); handed back now, once, that garbage does not stay in the
+		// process's RSS for its lifetime.
+		debug.FreeOSMemory()
 	}
 	var words *preview.Words
 	if c.PreviewWords != "" {
