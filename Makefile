@@ -474,7 +474,7 @@ stress:
 
 # racy runs the tests that were once flaky a few more times each (CI runs
 # it): TESTING.md says what each raced on and how it was fixed.
-RACY_TESTS := ^(TestHTTPConnectClientStreamImport|TestE2EStreamMessagesStalledClient|TestRunnerStopsWhenItsRenewalSaysTakenOver|TestRunnerStopsBeforeItsLeaseWhenRenewalsHang|TestScheduleBuildsChains)$$
+RACY_TESTS := ^(TestHTTPConnectClientStreamImport|TestE2EStreamMessagesStalledClient|TestRunnerStopsWhenItsRenewalSaysTakenOver|TestRunnerStopsBeforeItsLeaseWhenRenewalsHang|TestScheduleBuildsChains|TestCallersDeadlineIsTheCallers)$$
 racy:
 	@url="$${TEST_DATABASE_URL:-}"; \
 	if [ -z "$$url" ]; then url=$$(bash scripts/ensure-postgres.sh) || exit 1; fi; \
