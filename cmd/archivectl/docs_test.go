@@ -2,22 +2,11 @@ package main
 
 import (
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/contentbackup/contentbackup/internal/doclines"
 )
-
-// docFiles are the pages whose command lines are held to the binaries.
-func docFiles(t *testing.T) []string {
-	t.Helper()
-	pages, err := filepath.Glob("../../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return append(pages, "../../README.md", "../../TESTING.md", "../../RELIABILITY.md", "../../SECURITY.md", "../../BENCHMARKS.md")
-}
 
 // wrongCommandLine reports whether a parse error says the command line
 // itself is wrong (a flag or subcommand that does not exist, an argument
@@ -37,7 +26,11 @@ func wrongCommandLine(err error) bool {
 // TestDocsCommandLinesParse (issue 51): every archivectl command line the
 // README and the docs show names subcommands and flags archivectl has.
 func TestDocsCommandLinesParse(t *testing.T) {
-	lines, err := doclines.Find(docFiles(t), "archivectl", "go run ./cmd/archivectl", "bin/archivectl", "./archivectl")
+	pages, err := doclines.Pages("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := doclines.Find(pages, "archivectl", "go run ./cmd/archivectl", "bin/archivectl", "./archivectl")
 	if err != nil {
 		t.Fatal(err)
 	}

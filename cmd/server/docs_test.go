@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,11 +14,10 @@ import (
 // the README and the docs show (go run ./cmd/server, bin/server, server
 // migrate...) names commands and flags the server has.
 func TestDocsServerCommandLinesParse(t *testing.T) {
-	pages, err := filepath.Glob("../../docs/*.md")
+	pages, err := doclines.Pages("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pages = append(pages, "../../README.md", "../../TESTING.md", "../../RELIABILITY.md", "../../SECURITY.md", "../../BENCHMARKS.md")
 	lines, err := doclines.Find(pages, "server", "go run ./cmd/server", "bin/server", "./server", "/server")
 	if err != nil {
 		t.Fatal(err)

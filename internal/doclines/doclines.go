@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -21,6 +22,19 @@ type Line struct {
 }
 
 func (l Line) String() string { return fmt.Sprintf("%s:%d: %s", l.File, l.N, l.Text) }
+
+// Pages are the pages of the repository at root whose command lines are
+// held to the binaries: the README, the pages beside it and docs/.
+func Pages(root string) ([]string, error) {
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range []string{"README.md", "TESTING.md", "RELIABILITY.md", "SECURITY.md", "BENCHMARKS.md"} {
+		pages = append(pages, filepath.Join(root, p))
+	}
+	return pages, nil
+}
 
 var inlineCode = regexp.MustCompile("`([^`]+)`")
 
